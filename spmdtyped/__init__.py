@@ -1,0 +1,74 @@
+"""spmdtyped: type-safe SPMD programs on JAX.
+
+Inside `jax.shard_map` every value has, per manual mesh axis, a state: Invariant, Varying,
+Unreduced or Reduced. spmdtyped makes those states Python types (`Varying["dp"]`,
+`Reduced["tp"]`, ...) checked by mypy (with `spmdtyped.mypy_plugin`), by beartype/isinstance
+at call time, and by typed collectives that raise before any JAX primitive is bound.
+
+`import spmdtyped` does not import JAX: the JAX-facing names load lazily on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._errors import AxisStateError as AxisStateError
+from ._errors import BoundaryError as BoundaryError
+from ._errors import CastError as CastError
+from ._errors import CombineError as CombineError
+from ._errors import InternalConsistencyError as InternalConsistencyError
+from ._errors import SpmdTypeError as SpmdTypeError
+from ._errors import UsageError as UsageError
+from ._errors import allow as allow
+from ._errors import explain as explain
+from ._rules import SpmdType as SpmdType
+from ._rules import State as State
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from . import adapters as adapters
+    from . import lax as lax
+    from . import numpy as numpy
+    from ._static import *  # noqa: F403
+else:
+    from ._hints import Invariant as Invariant
+    from ._hints import Reduced as Reduced
+    from ._hints import SArray as SArray
+    from ._hints import Typed as Typed
+    from ._hints import Unreduced as Unreduced
+    from ._hints import Varying as Varying
+
+    # name -> module that defines it; loaded (with JAX) on first attribute access
+    _LAZY = {
+        **{n: "._collectives" for n in (
+            "all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
+            "pmean", "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pvary")},
+        **{n: "._array" for n in ("typeof", "wrap", "unwrap", "set_check_mode", "check_mode")},
+        "shard_map": "._shard_map",
+    }
+    _SUBMODULES = ("numpy", "lax", "adapters")
+
+    def __getattr__(name: str) -> Any:
+        if name in _LAZY:
+            value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        elif name in _SUBMODULES:
+            value = importlib.import_module(f".{name}", __name__)
+        else:
+            raise AttributeError(f"module 'spmdtyped' has no attribute {name!r}")
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
+
+
+__all__ = sorted([
+    "AxisStateError", "BoundaryError", "CastError", "CombineError", "Invariant",
+    "InternalConsistencyError", "Reduced", "SArray", "SpmdType", "SpmdTypeError", "State", "Typed",
+    "Unreduced", "UsageError", "Varying", "all_gather", "all_to_all", "allow", "axis_index",
+    "axis_size", "check_mode", "explain", "pbroadcast", "pcast", "pmax", "pmean", "pmin",
+    "ppermute", "pshuffle", "psum", "psum_scatter", "pvary", "set_check_mode", "shard_map",
+    "typeof", "unwrap", "wrap",
+])

@@ -1,0 +1,274 @@
+"""Typed values: operators and array methods, each typed through `_rules`, bound through JAX.
+
+A typed value is an instance of its state class (`_hints.state_class`), holding the JAX value
+in `.raw`. Every state class is a registered pytree (one child: the raw value; the state is
+the class itself), so typed values pass through `jax.jit`, `jax.tree_util` and friends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _compat, _hints, _rules
+from ._errors import error
+from ._hints import SArray, state_class
+from ._rules import LITERAL, Operand, SpmdType
+
+# ------------------------------------------------------------------- pytree registration
+
+
+def _register(cls: type) -> None:
+    jax.tree_util.register_pytree_node(
+        cls,
+        lambda x: ((x.raw,), None),
+        lambda _aux, children, cls=cls: _new(cls, children[0]),
+    )
+
+
+def _new(cls: type, raw: Any) -> Any:
+    obj = object.__new__(cls)
+    obj.raw = raw
+    return obj
+
+
+# classes made before this module was imported (Invariant, hints used in annotations), then
+# every later one
+for _cls in list(_hints._made):
+    _register(_cls)
+_hints._class_hooks.append(_register)
+
+# ------------------------------------------------------------------- check mode
+
+_CHECK = [True]
+
+
+def set_check_mode(on: bool) -> None:
+    """Turn the comparison of every predicted state with JAX's own on (default) or off.
+
+    Check mode costs one `jax.typeof` per op at trace time and nothing in the compiled program.
+    """
+    _CHECK[0] = bool(on)
+
+
+@contextlib.contextmanager
+def check_mode(on: bool) -> Iterator[None]:
+    old = _CHECK[0]
+    _CHECK[0] = bool(on)
+    try:
+        yield
+    finally:
+        _CHECK[0] = old
+
+
+def checked(op: str, out: Any, predicted: SpmdType) -> Any:
+    """Compare JAX's state of `out` with the table's prediction (SPMD901), then wrap."""
+    if _CHECK[0] and not _vma_off():
+        actual = _compat.typeof_raw(out)
+        if actual != predicted:
+            raise error("SPMD901", f"{op}: the rule table predicted {predicted}, JAX computed "
+                        f"{actual} ({_compat.FEATURES.name})", op=op,
+                        details=(f"jax {jax.__version__}",))
+    return _new(state_class(predicted), out)
+
+
+_VMA_OFF = [0]
+
+
+def _vma_off() -> bool:
+    return _VMA_OFF[0] > 0
+
+
+# ------------------------------------------------------------------- state of anything
+
+
+def wrap(raw: Any, spmd_type: SpmdType | None = None) -> Any:
+    """A typed value for a raw JAX value; the state is read from JAX unless given.
+
+    **Arguments:**
+
+    - `raw`: a JAX array or tracer (inside shard_map), or a typed value (returned as is).
+    - `spmd_type`: the state to record instead of JAX's (must then agree in check mode).
+
+    **Returns:** an instance of the state class, e.g. `st.Varying["dp"]`.
+    """
+    if isinstance(type(raw), _hints._StateMeta):
+        if spmd_type is not None and spmd_type != raw.spmd_type:
+            raise error("SPMD504", f"st.wrap: value is already typed {raw.spmd_type}, not {spmd_type}")
+        return raw
+    if spmd_type is None:
+        spmd_type = _compat.typeof_raw(raw)
+    return _new(state_class(spmd_type), raw)
+
+
+def unwrap(x: Any) -> Any:
+    """The JAX value of a typed value (`x.raw`); anything else is returned unchanged. Pytrees too."""
+    if isinstance(type(x), _hints._StateMeta):
+        return x.raw
+    if isinstance(x, (list, tuple, dict)):
+        return jax.tree_util.tree_map(unwrap, x, is_leaf=is_typed)
+    return x
+
+
+def is_typed(x: Any) -> bool:
+    return isinstance(type(x), _hints._StateMeta)
+
+
+def typeof(x: Any) -> SpmdType:
+    """The manual-axis state of a typed value, or of a raw JAX value/tracer inside shard_map.
+
+    Equal to JAX's `jax.typeof(raw).manual_axis_type` for the same value.
+    """
+    if is_typed(x):
+        return type(x)._spmd_type  # type: ignore[no-any-return]
+    if isinstance(x, (int, float, complex, bool, np.ndarray, np.generic)):
+        return _rules.INVARIANT
+    try:
+        return _compat.typeof_raw(x)
+    except TypeError:
+        raise error("SPMD504", f"st.typeof: {type(x).__name__} is not a JAX value") from None
+
+
+def operand(x: Any) -> tuple[Any, Operand]:
+    """(raw value, type or LITERAL) of an operand."""
+    if is_typed(x):
+        return x.raw, type(x)._spmd_type
+    if isinstance(x, (int, float, complex)) and not isinstance(x, bool) or isinstance(x, bool):
+        return x, LITERAL
+    if isinstance(x, (np.ndarray, np.generic)):
+        return x, _rules.INVARIANT
+    return x, _compat.typeof_raw(x)
+
+
+# ------------------------------------------------------------------- operators
+
+_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "matmul": "@", "pow": "**",
+           "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_BIND: dict[str, Callable[[Any, Any], Any]] = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
+    "matmul": operator.matmul, "pow": operator.pow, "lt": operator.lt, "le": operator.le,
+    "gt": operator.gt, "ge": operator.ge,
+}
+
+
+def _cast_literal(c: Any, like: Any, axes: frozenset[str]) -> Any:
+    return _compat.pcast(_compat.asarray_like(c, like), tuple(sorted(axes)), to="reduced")
+
+
+def binary(name: str, a: Any, b: Any, *, op: str | None = None,
+           bind: Callable[[Any, Any], Any] | None = None) -> Any:
+    """`a <name> b` for typed or raw operands (at least one typed)."""
+    ra, ta = operand(a)
+    rb, tb = operand(b)
+    op = op or f"operator {_SYMBOL.get(name, name)}"
+    bind = bind or _BIND[name]
+    rule = name
+    if name == "pow":
+        if tb is LITERAL and isinstance(rb, int) and isinstance(ta, SpmdType):
+            return unary_op("integer_pow", a, lambda r: r ** rb, op=op)
+        rule = "pow"
+    if name == "div" and tb is LITERAL and isinstance(ta, SpmdType) and ta.unreduced \
+            and not _compat.FEATURES.unreduced_div:
+        # jax 0.10 has no unreduced rule for div: u / c is bound as u * (1/c) (looser than JAX)
+        return binary("mul", a, 1.0 / rb, op=op)
+    res = _rules.combine(rule, [ta, tb], _compat.FEATURES, op=op)
+    if res.literal_reduced:
+        if ta is LITERAL:
+            ra = _cast_literal(ra, rb, res.literal_reduced)
+        if tb is LITERAL:
+            rb = _cast_literal(rb, ra, res.literal_reduced)
+    return checked(op, bind(ra, rb), res.type)
+
+
+def nary(name: str, args: list[Any], bind: Callable[..., Any], *, op: str) -> Any:
+    """An n-operand op (where, concatenate, einsum, ...) typed by `combine`."""
+    raws, types = zip(*(operand(a) for a in args)) if args else ((), ())
+    raws = list(raws)
+    res = _rules.combine(name, list(types), _compat.FEATURES, op=op)
+    if res.literal_reduced:
+        like = next(r for r, t in zip(raws, types) if t is not LITERAL)
+        raws = [_cast_literal(r, like, res.literal_reduced) if t is LITERAL else r
+                for r, t in zip(raws, types)]
+    return checked(op, bind(*raws), res.type)
+
+
+def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op: str | None = None) -> Any:
+    raw, t = operand(x)
+    op = op or name
+    if bind is None:
+        bind = {"neg": operator.neg, "abs": abs}[name]
+    if t is LITERAL:
+        t = _rules.INVARIANT
+    out_t = _rules.unary(name, t, _compat.FEATURES, op=op)  # type: ignore[arg-type]
+    return checked(op, bind(raw), out_t)
+
+
+def _is_dynamic_index(idx: Any) -> bool:
+    items = idx if isinstance(idx, tuple) else (idx,)
+    return any(isinstance(i, (jax.Array, jax.core.Tracer)) or is_typed(i) for i in items)
+
+
+def getitem(x: SArray, idx: Any) -> Any:
+    if _is_dynamic_index(idx):
+        idx = unwrap(idx)
+        return unary_op("dynamic_slice", x, lambda r: r[idx], op="indexing")
+    return unary_op("getitem", x, lambda r: r[idx], op="indexing")
+
+
+def _reduction(name: str, x: SArray, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def method(axis: Any = None, **kw: Any) -> Any:
+        return unary_op(name, x, lambda r: fn(r, axis=axis, **kw), op=f".{name}()")
+
+    return method
+
+
+def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()") -> Any:
+    """Mean over local dimensions: jnp.mean for Invariant/Varying values (identical program);
+    sum then a literal-cast division for Unreduced/Reduced ones (JAX rejects those)."""
+    raw, t = operand(x)
+    assert isinstance(t, SpmdType)
+    if not (t.unreduced or t.reduced):
+        return checked(op, jnp.mean(raw, axis=axis, keepdims=keepdims), _rules.unary("mean", t))
+    total = unary_op("sum", x, lambda r: jnp.sum(r, axis=axis, keepdims=keepdims), op=op)
+    n = int(np.prod([raw.shape[a] for a in ((axis,) if isinstance(axis, int) else (axis or range(raw.ndim)))]))
+    return binary("div", total, float(n), op=op)
+
+
+def getattr_(x: SArray, name: str) -> Any:
+    raw = x.raw
+    if name in ("shape", "dtype", "ndim", "size", "weak_type"):
+        return getattr(raw, name)
+    if name == "T":
+        return unary_op("transpose", x, lambda r: r.T, op=".T")
+    if name == "mT":
+        return unary_op("transpose", x, lambda r: r.mT, op=".mT")
+    if name == "reshape":
+        return lambda *shape, **kw: unary_op("reshape", x, lambda r: r.reshape(*shape, **kw),
+                                             op=".reshape()")
+    if name == "transpose":
+        return lambda *axes: unary_op("transpose", x, lambda r: r.transpose(*axes), op=".transpose()")
+    if name == "astype":
+        return lambda dtype: unary_op("astype", x, lambda r: r.astype(dtype), op=".astype()")
+    if name == "squeeze":
+        return lambda axis=None: unary_op("squeeze", x, lambda r: r.squeeze(axis), op=".squeeze()")
+    if name == "ravel":
+        return lambda: unary_op("ravel", x, lambda r: r.ravel(), op=".ravel()")
+    if name == "sum":
+        return _reduction("sum", x, jnp.sum)
+    if name == "max":
+        return _reduction("max", x, jnp.max)
+    if name == "min":
+        return _reduction("min", x, jnp.min)
+    if name == "mean":
+        return lambda axis=None, keepdims=False: mean(x, axis, keepdims=keepdims)
+    if name == "spmd_type":
+        return type(x)._spmd_type
+    raise AttributeError(f"{type(x).__qualname__} has no attribute {name!r} (typed values expose "
+                         f"shape/dtype/ndim, operators, reshape/astype/transpose/T/sum/mean/max/"
+                         f"min; use x.raw for the JAX value)")

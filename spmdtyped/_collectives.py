@@ -1,0 +1,183 @@
+"""Typed collectives and casts, with jax.lax's names, argument order and keywords.
+
+Each call: normalise and validate the axis names -> compute the result state with `_rules`
+(raising before any JAX primitive is bound) -> bind through `_compat` -> in check mode,
+compare JAX's resulting state with the prediction. Inputs may be typed or raw JAX values,
+or pytrees of them; outputs are typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from . import _compat, _rules
+from ._array import checked, is_typed, operand
+from ._errors import error
+from ._rules import LITERAL, SpmdType
+
+
+def _axes(axis_name: Any, op: str) -> tuple[str, ...]:
+    axes = _rules.normalize_axes(axis_name, op)
+    mesh_axes, manual = _compat.current_mesh()
+    if not manual:
+        raise error("SPMD506", f"{op}: called outside shard_map (no manual mesh axes in scope)",
+                    op=op, fix="call it inside a function given to st.shard_map")
+    _rules.check_axes_known(axes, op, manual, mesh_axes)
+    return axes
+
+
+def _leaves_map(fn: Callable[[Any], Any], x: Any) -> Any:
+    return jax.tree_util.tree_map(fn, x, is_leaf=is_typed)
+
+
+def _no_groups(axis_index_groups: Any, op: str) -> None:
+    if axis_index_groups is not None:
+        raise error("SPMD502", f"{op}: axis_index_groups is not supported under check_vma (JAX "
+                    f"raises a bare NotImplementedError or types the result wrongly)", op=op,
+                    fix="split the mesh axis into two axes and reduce over one of them")
+
+
+def _axis_op(rule: str, op: str, x: Any, axis_name: Any,
+             bind: Callable[[Any, tuple[str, ...] | str], Any]) -> Any:
+    axes = _axes(axis_name, op)
+    jax_axis = axis_name if isinstance(axis_name, str) else axes
+
+    def one(leaf: Any) -> Any:
+        raw, t = operand(leaf)
+        if t is LITERAL:
+            t = _rules.INVARIANT
+        assert isinstance(t, SpmdType)
+        out_t = _rules.axis_op(rule, t, axes, _compat.FEATURES, op=op)
+        return checked(op, bind(raw, jax_axis), out_t)
+
+    return _leaves_map(one, x)
+
+
+def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """Typed `jax.lax.psum`: Varying or Unreduced on the named axes -> Invariant there.
+
+    **Arguments:** as `jax.lax.psum`; `x` is a typed or raw value or a pytree of them.
+
+    **Returns:** typed values, Invariant on `axis_name`, other axes unchanged.
+
+    **Raises:** `AxisStateError` SPMD101 (Reduced input), SPMD103 (already Invariant: a double
+    sum), SPMD104 (mixed states over a tuple of axes); `UsageError` for bad axis names.
+
+    !!! Example
+        ```python
+        y = st.psum(x, "tp")   # Varying["dp", "tp"] -> Varying["dp"]
+        ```
+    """
+    _no_groups(axis_index_groups, "st.psum")
+    return _axis_op("psum", "st.psum", x, axis_name, _compat.psum)
+
+
+def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """Typed `jax.lax.pmean` (Varying or Unreduced -> Invariant); see `psum`."""
+    _no_groups(axis_index_groups, "st.pmean")
+    return _axis_op("pmean", "st.pmean", x, axis_name, _compat.pmean)
+
+
+def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """Typed `jax.lax.pmax` (Varying -> Invariant; Unreduced of kind max on jax 0.12)."""
+    _no_groups(axis_index_groups, "st.pmax")
+    return _axis_op("pmax", "st.pmax", x, axis_name, _compat.pmax)
+
+
+def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """Typed `jax.lax.pmin` (Varying -> Invariant; Unreduced of kind min on jax 0.12)."""
+    _no_groups(axis_index_groups, "st.pmin")
+    return _axis_op("pmin", "st.pmin", x, axis_name, _compat.pmin)
+
+
+def ppermute(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
+    """Typed `jax.lax.ppermute`: Varying -> Varying (send shard `src` to device `dst`)."""
+    return _axis_op("ppermute", "st.ppermute", x, axis_name,
+                    lambda r, a: _compat.ppermute(r, a, perm))
+
+
+def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
+    """Typed `jax.lax.pshuffle`: Varying -> Varying."""
+    return _axis_op("pshuffle", "st.pshuffle", x, axis_name,
+                    lambda r, a: _compat.pshuffle(r, a, perm))
+
+
+def pbroadcast(x: Any, axis_name: Any, source: Any) -> Any:
+    """Typed `jax.lax.pbroadcast`: Varying -> Varying (JAX types the result Varying).
+
+    JAX has no CPU lowering for pbroadcast; it traces and type-checks everywhere.
+    """
+    return _axis_op("pbroadcast", "st.pbroadcast", x, axis_name,
+                    lambda r, a: _compat.pbroadcast(r, a, source))
+
+
+def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
+               tiled: bool = False, to: str = "varying") -> Any:
+    """Typed `jax.lax.all_gather`.
+
+    `to="varying"` (default): Varying -> Varying; `to="invarying"`: Varying -> Invariant;
+    `to="reduced"`: Varying -> Reduced (the ZeRO/FSDP parameter gather: its gradient is
+    Unreduced and is reduced with `psum_scatter`).
+    """
+    _no_groups(axis_index_groups, "st.all_gather")
+    rule = _rules.all_gather_op(to)
+    return _axis_op(rule, "st.all_gather", x, axis_name,
+                    lambda r, a: _compat.all_gather(r, a, axis=axis, tiled=tiled, to=to))
+
+
+def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
+                 axis_index_groups: Any = None, tiled: bool = False) -> Any:
+    """Typed `jax.lax.psum_scatter`: Varying or Unreduced -> Varying (summed, scattered)."""
+    _no_groups(axis_index_groups, "st.psum_scatter")
+    return _axis_op("psum_scatter", "st.psum_scatter", x, axis_name,
+                    lambda r, a: _compat.psum_scatter(r, a, scatter_dimension=scatter_dimension,
+                                                      tiled=tiled))
+
+
+def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
+               axis_index_groups: Any = None, tiled: bool = False) -> Any:
+    """Typed `jax.lax.all_to_all`: Varying -> Varying."""
+    _no_groups(axis_index_groups, "st.all_to_all")
+    return _axis_op("all_to_all", "st.all_to_all", x, axis_name,
+                    lambda r, a: _compat.all_to_all(r, a, split_axis, concat_axis, tiled=tiled))
+
+
+def pvary(x: Any, axis_name: Any) -> Any:
+    """Invariant -> Varying on the named axes (a free cast: `jax.lax.pcast(to="varying")`)."""
+    return _axis_op("pvary", "st.pvary", x, axis_name,
+                    lambda r, a: _compat.pcast(r, a, to="varying"))
+
+
+def pcast(x: Any, axis_name: Any, *, to: str) -> Any:
+    """Typed `jax.lax.pcast`: the free casts I->V, R->V (`to="varying"`), I->R (`"reduced"`),
+    V->U (`"unreduced"`). Python scalars are accepted (cast through `jnp.asarray`)."""
+    rule = _rules.pcast_op(to, "st.pcast")
+
+    def bind(r: Any, a: Any) -> Any:
+        if to == "reduced" and not hasattr(r, "dtype") or isinstance(r, (int, float)):
+            r = _compat.asarray_like(r, r)
+        return _compat.pcast(r, a, to=to)
+
+    return _axis_op(rule, "st.pcast", x, axis_name, bind)
+
+
+def axis_index(axis_name: Any) -> Any:
+    """Typed `jax.lax.axis_index`: an int32 scalar, Varying on the named axes."""
+    axes = _axes(axis_name, "st.axis_index")
+    raw = _compat.axis_index(axis_name if isinstance(axis_name, str) else axes)
+    return checked("st.axis_index", raw, _rules.axis_index_type(axes))
+
+
+def axis_size(axis_name: Any) -> int:
+    """`jax.lax.axis_size`: the number of devices along the named axes (a Python int)."""
+    axes = _axes(axis_name, "st.axis_size")
+    return _compat.axis_size(axis_name if isinstance(axis_name, str) else axes)
+
+
+__all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
+           "pmean", "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pvary"]
+
+_ = is_typed  # re-exported for adapters

@@ -1,0 +1,150 @@
+"""The only module that knows JAX versions and private APIs.
+
+Supported: jax 0.10.2 (Python 3.11 leg) and jax 0.12.x (Python 3.12 leg). Each private use
+names the version and why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import PartitionSpec
+
+from ._rules import JAX_0_10, JAX_0_12, Features, SpmdType
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    out = []
+    for p in v.split("."):
+        digits = "".join(ch for ch in p if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+JAX_VERSION = _version_tuple(jax.__version__)
+#: the rule differences of the installed JAX (see `_rules.Features`)
+FEATURES: Features = JAX_0_12 if JAX_VERSION >= (0, 11) else JAX_0_10
+
+
+def _kind_name(kind: Any) -> str | None:
+    # [0.12] ManualAxisType.unreduced_kind is None or jax.sharding.UnreducedKind.{sum,max,min};
+    # [0.10] the field does not exist.
+    if kind is None:
+        return None
+    return str(getattr(kind, "name", kind)).split(".")[-1]
+
+
+def mat_to_spmd(mat: Any) -> SpmdType:
+    return SpmdType(mat.varying, mat.unreduced, mat.reduced,
+                    _kind_name(getattr(mat, "unreduced_kind", None)))
+
+
+def typeof_raw(x: Any) -> SpmdType:
+    """The state of a raw JAX value: `jax.typeof(x).manual_axis_type` (public in 0.10 and 0.12)."""
+    aval = jax.typeof(x)
+    mat = getattr(aval, "manual_axis_type", None)
+    if mat is None:
+        return SpmdType()
+    return mat_to_spmd(mat)
+
+
+def typeof_raw_or_none(x: Any) -> SpmdType | None:
+    if isinstance(x, (jax.Array, jax.core.Tracer)):
+        try:
+            return typeof_raw(x)
+        except TypeError:
+            return None
+    return None
+
+
+def current_mesh() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(mesh axis names, manual axis names) of the enclosing shard_map; ((), ()) outside."""
+    # jax.sharding.get_abstract_mesh is public in 0.10 and 0.12; inside shard_map the manual
+    # axes have AxisType.Manual.
+    m = jax.sharding.get_abstract_mesh()
+    names = tuple(getattr(m, "axis_names", ()) or ())
+    if not names:
+        return (), ()
+    manual = tuple(getattr(m, "manual_axes", ()) or ())
+    return names, manual
+
+
+def asarray_like(c: Any, like: Any) -> Any:
+    # jnp.asarray gives a traced constant that pcast(to='reduced') accepts; lax.full and NumPy
+    # scalars hit the bare AssertionError of reference Q13 on 0.10.
+    return jnp.asarray(c, dtype=jnp.result_type(like) if hasattr(like, "dtype") else None)
+
+
+# ------------------------------------------------------------------- binding collectives
+# All public jax.lax entry points in both versions; JAX dispatches on the input state itself
+# (psum on U -> unreduced_psum, pcast to='varying' on R -> reduced_vary_cast).
+
+psum = lax.psum
+pmean = lax.pmean
+pmax = lax.pmax
+pmin = lax.pmin
+ppermute = lax.ppermute
+pshuffle = lax.pshuffle
+pbroadcast = lax.pbroadcast
+psum_scatter = lax.psum_scatter
+all_to_all = lax.all_to_all
+axis_index = lax.axis_index
+
+
+def all_gather(x: Any, axis_name: Any, *, axis: int, tiled: bool, to: str,
+               axis_index_groups: Any = None) -> Any:
+    return lax.all_gather(x, axis_name, axis_index_groups=axis_index_groups, axis=axis, tiled=tiled,
+                          to=to)
+
+
+def pcast(x: Any, axis_name: Any, *, to: str) -> Any:
+    return lax.pcast(x, axis_name, to=to)
+
+
+def axis_size(axis_name: Any) -> int:
+    # jax.lax.axis_size is public in 0.10 and 0.12 and returns a Python int.
+    return int(lax.axis_size(axis_name))
+
+
+# ------------------------------------------------------------------- shard_map
+
+
+def shard_map(f: Any, *, mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
+              check_vma: bool) -> Any:
+    kw: dict[str, Any] = dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma)
+    if axis_names:
+        kw["axis_names"] = set(axis_names)
+    return jax.shard_map(f, **kw)
+
+
+def spec_parts(spec: Any) -> tuple[tuple[str, ...], frozenset[str], frozenset[str], str | None]:
+    """(partitioned axes in order, unreduced, reduced, unreduced kind) of a PartitionSpec."""
+    part: list[str] = []
+    for entry in tuple(spec):
+        if entry is None:
+            continue
+        if isinstance(entry, str):
+            part.append(entry)
+        else:
+            part.extend(entry)
+    # PartitionSpec.unreduced/.reduced exist in 0.10 and 0.12; unreduced_kind only in 0.12.
+    un = frozenset(getattr(spec, "unreduced", ()) or ())
+    red = frozenset(getattr(spec, "reduced", ()) or ())
+    kind = _kind_name(getattr(spec, "unreduced_kind", None)) if un else None
+    return tuple(part), un, red, kind
+
+
+def is_spec(x: Any) -> bool:
+    return isinstance(x, PartitionSpec)
+
+
+def mesh_axis_names(mesh: Any) -> tuple[str, ...]:
+    return tuple(mesh.axis_names)
+
+
+def mesh_axis_sizes(mesh: Any) -> dict[str, int]:
+    return dict(zip(mesh.axis_names, mesh.axis_sizes if hasattr(mesh, "axis_sizes")
+                    else mesh.devices.shape))

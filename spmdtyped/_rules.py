@@ -1,0 +1,772 @@
+"""THE rule table: manual-axis states and what every op does to them.
+
+Data plus pure functions, importing neither JAX nor mypy. The runtime (`_collectives`,
+`_array`, `numpy`, `_shard_map`, `adapters`), the mypy plugin and the docs generator all
+read this module; nothing else in the package encodes a rule.
+
+Sources: `shared/reference/jax_semantics.md` and its matrices (jax 0.10.2 and 0.12.0.1).
+Where JAX is silently wrong (reference §6) the table is strict and names a code that
+`st.allow(code)` opts out of; the JAX-compatible result is recorded next to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal as _Lit
+from typing import Union
+
+from ._errors import SpmdTypeError, allowed, error
+
+# ---------------------------------------------------------------------------------------------
+# States
+
+
+class State(str, enum.Enum):
+    """The state of a value on one manual mesh axis."""
+
+    INVARIANT = "invariant"
+    VARYING = "varying"
+    UNREDUCED = "unreduced"
+    REDUCED = "reduced"
+
+    @property
+    def title(self) -> str:
+        return self.value.capitalize()
+
+
+I, V, U, R = State.INVARIANT, State.VARYING, State.UNREDUCED, State.REDUCED
+
+UNREDUCED_KINDS = ("sum", "max", "min")
+
+
+def _axes_set(value: Iterable[str] | str | None) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    if isinstance(value, str):
+        return frozenset((value,))
+    return frozenset(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpmdType:
+    """The manual-axis state of a value: the axes it is Varying, Unreduced and Reduced on.
+
+    Every other axis is Invariant. Equal to JAX's `jax.typeof(raw).manual_axis_type` for the
+    same value (`unreduced_kind` is `None` unless the value is Unreduced; JAX 0.12 records
+    `"sum"`, `"max"` or `"min"` there, JAX 0.10 only has sums).
+
+    **Arguments:**
+
+    - `varying`, `unreduced`, `reduced`: iterables of axis names (a `str` counts as one axis).
+    - `unreduced_kind`: `"sum"`, `"max"`, `"min"` or `None` (= `"sum"` when `unreduced` is set).
+
+    **Raises:** `UsageError` (SPMD504) when one axis is in two states.
+    """
+
+    varying: frozenset[str] = frozenset()
+    unreduced: frozenset[str] = frozenset()
+    reduced: frozenset[str] = frozenset()
+    unreduced_kind: str | None = None
+
+    def __init__(
+        self,
+        varying: Iterable[str] | str | None = (),
+        unreduced: Iterable[str] | str | None = (),
+        reduced: Iterable[str] | str | None = (),
+        unreduced_kind: str | None = None,
+    ) -> None:
+        v, u, r = _axes_set(varying), _axes_set(unreduced), _axes_set(reduced)
+        for name, s in (("varying", v), ("unreduced", u), ("reduced", r)):
+            bad = [a for a in s if not isinstance(a, str)]
+            if bad:
+                raise error("SPMD504", f"SpmdType: {name} axes must be str, got {bad[0]!r}")
+        for (n1, s1), (n2, s2) in (
+            (("varying", v), ("unreduced", u)),
+            (("varying", v), ("reduced", r)),
+            (("unreduced", u), ("reduced", r)),
+        ):
+            common = s1 & s2
+            if common:
+                raise error(
+                    "SPMD504",
+                    f"SpmdType: axes {sorted(common)} cannot be both {n1} and {n2}",
+                    axes=sorted(common),
+                )
+        if unreduced_kind is not None and unreduced_kind not in UNREDUCED_KINDS:
+            raise error("SPMD504", f"SpmdType: unreduced_kind must be one of {UNREDUCED_KINDS}, "
+                        f"got {unreduced_kind!r}")
+        if not u:
+            unreduced_kind = None
+        elif unreduced_kind is None:
+            unreduced_kind = "sum"
+        object.__setattr__(self, "varying", v)
+        object.__setattr__(self, "unreduced", u)
+        object.__setattr__(self, "reduced", r)
+        object.__setattr__(self, "unreduced_kind", unreduced_kind)
+
+    # -- queries
+    def state(self, axis: str) -> State:
+        if axis in self.varying:
+            return V
+        if axis in self.unreduced:
+            return U
+        if axis in self.reduced:
+            return R
+        return I
+
+    @property
+    def axes(self) -> frozenset[str]:
+        """Every axis the value is not Invariant on (JAX's `mat.vur`)."""
+        return self.varying | self.unreduced | self.reduced
+
+    @property
+    def kind(self) -> str:
+        """The pending reduction of the Unreduced axes ("sum" unless JAX 0.12 says otherwise)."""
+        return self.unreduced_kind or "sum"
+
+    def replace(self, **kw: object) -> SpmdType:
+        fields = dict(varying=self.varying, unreduced=self.unreduced, reduced=self.reduced,
+                      unreduced_kind=self.unreduced_kind)
+        fields.update(kw)
+        return SpmdType(**fields)  # type: ignore[arg-type]
+
+    def with_states(self, axes: Iterable[str], state: State) -> SpmdType:
+        """This type with each of `axes` put in `state`."""
+        a = frozenset(axes)
+        v, u, r = self.varying - a, self.unreduced - a, self.reduced - a
+        if state is V:
+            v |= a
+        elif state is U:
+            u |= a
+        elif state is R:
+            r |= a
+        return SpmdType(v, u, r, self.unreduced_kind if u else None)
+
+    def states(self, axes: Iterable[str]) -> dict[str, str]:
+        return {a: self.state(a).value for a in axes}
+
+    # -- printing
+    def __str__(self) -> str:
+        parts = []
+        for label, s in (("Varying", self.varying), ("Unreduced", self.unreduced),
+                         ("Reduced", self.reduced)):
+            if s:
+                parts.append(f"{label}[{', '.join(repr(a) for a in sorted(s))}]")
+        if not parts:
+            return "Invariant"
+        if len(parts) == 1:
+            return parts[0]
+        return f"Typed[{', '.join(parts)}]"
+
+    def __repr__(self) -> str:
+        extra = f", unreduced_kind={self.unreduced_kind!r}" if self.unreduced_kind not in (None, "sum") else ""
+        return f"SpmdType({self}{extra})"
+
+    def jax_str(self, order: Sequence[str] | None = None) -> str:
+        """As `jax.typeof` prints it: `{V:dp, R:tp}` (empty for Invariant)."""
+        def fmt(s: frozenset[str]) -> str:
+            names = [a for a in order if a in s] if order else sorted(s)
+            return names[0] if len(names) == 1 else f"({','.join(names)})"
+        parts = [f"{k}:{fmt(s)}" for k, s in (("V", self.varying), ("U", self.unreduced),
+                                               ("R", self.reduced)) if s]
+        return "{" + ", ".join(parts) + "}" if parts else ""
+
+
+INVARIANT = SpmdType()
+
+
+def cotangent(t: SpmdType) -> SpmdType:
+    """The type of a cotangent of a value of type `t`: Unreduced and Reduced swap (reference §5)."""
+    return SpmdType(t.varying, t.reduced, t.unreduced, "sum" if t.reduced else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the installed JAX supports
+
+
+@dataclasses.dataclass(frozen=True)
+class Features:
+    """Rules that differ between JAX versions; `_compat` picks the installed version's set."""
+
+    name: str
+    unreduced_kind: bool          # 0.12: UnreducedKind (sum/max/min), pmax/pmin on U
+    unreduced_sub_neg: bool       # 0.12: U - U and -U keep U; 0.10 raises NotImplementedError
+    unreduced_div: bool           # 0.12: U / R(same axes) -> U
+    reduce_max_keeps_reduced: bool  # 0.12: jnp.max(R) -> R; 0.10 drops R
+    pmax_uniform: bool            # 0.12: pmax/pmin require one state over the named axes
+
+
+JAX_0_10 = Features("jax 0.10", False, False, False, False, False)
+JAX_0_12 = Features("jax 0.12", True, True, True, True, True)
+#: What the mypy plugin assumes unless configured: only what every supported JAX allows.
+CONSERVATIVE = JAX_0_10
+
+
+# ---------------------------------------------------------------------------------------------
+# Axis names
+
+
+def normalize_axes(axis_name: object, op: str) -> tuple[str, ...]:
+    """JAX's accepted spellings of axis names -> a tuple; sets, lists, repeats are SPMD502."""
+    if isinstance(axis_name, str):
+        return (axis_name,)
+    if isinstance(axis_name, tuple) and all(isinstance(a, str) for a in axis_name):
+        if len(set(axis_name)) != len(axis_name):
+            dup = sorted({a for a in axis_name if axis_name.count(a) > 1})
+            raise error("SPMD502", f"{op}: axis names repeat {dup} in {axis_name!r}", op=op,
+                        fix=f"{op}(x, {tuple(dict.fromkeys(axis_name))!r})")
+        return axis_name
+    if isinstance(axis_name, (set, frozenset)):
+        names = tuple(sorted(a for a in axis_name if isinstance(a, str)))
+        raise error("SPMD502", f"{op}: axis names given as a set {axis_name!r}; the order of "
+                    f"axes matters, pass a tuple", op=op, fix=f"{op}(x, {names!r})")
+    if isinstance(axis_name, list):
+        raise error("SPMD502", f"{op}: axis names given as a list {axis_name!r}; pass a tuple",
+                    op=op, fix=f"{op}(x, {tuple(axis_name)!r})")
+    raise error("SPMD502", f"{op}: axis_name must be a str or a tuple of str, got "
+                f"{type(axis_name).__name__} {axis_name!r}", op=op)
+
+
+def check_axes_known(
+    axes: Iterable[str], op: str, manual: Iterable[str], mesh_axes: Iterable[str] | None = None
+) -> None:
+    """SPMD501 for a name not in the mesh (closest suggested), SPMD503 for a non-manual axis."""
+    manual = tuple(manual)
+    mesh = tuple(mesh_axes) if mesh_axes is not None else manual
+    for a in axes:
+        if a in manual:
+            continue
+        if a in mesh:
+            raise error("SPMD503", f"{op}: axis {a!r} is not manual in this shard_map (manual "
+                        f"axes: {list(manual)})", axes=(a,), op=op,
+                        fix=f"st.shard_map(..., axis_names={set(manual) | {a}!r})")
+        close = difflib.get_close_matches(a, mesh, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise error("SPMD501", f"{op}: {a!r} is not an axis of the mesh (axes: {list(mesh)}){hint}",
+                    axes=(a,), op=op,
+                    fix=f"{op}(x, {close[0]!r})" if close else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Collectives and casts: one row per op. `on` maps the input's (uniform) state on the named
+# axes to the result state there, or to an error code. `jax_on` records what JAX does where
+# spmdtyped is strict (used under `st.allow`, and by the docs' stricter-than-JAX table).
+
+Outcome = Union[State, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class AxisOp:
+    name: str
+    on: Mapping[State, Outcome]
+    jax_on: Mapping[State, Outcome] = dataclasses.field(default_factory=dict)
+    doc: str = ""
+    #: other axes must not be Unreduced/Reduced (pmean divides by a replicated constant)
+    plain_other_axes: bool = False
+    #: JAX's public entry point (for docs and messages)
+    jax_name: str = ""
+    is_cast: bool = False
+    #: the reduction an Unreduced input must be pending ("sum"/"max"/"min"), if U is accepted
+    unreduced_kind: str | None = None
+
+
+def _op(name: str, on: Mapping[State, Outcome], jax_on: Mapping[State, Outcome] | None = None,
+        **kw: object) -> AxisOp:
+    return AxisOp(name, dict(on), dict(jax_on or {}), **kw)  # type: ignore[arg-type]
+
+
+_R_ERR, _U_ERR, _I_ERR = "SPMD101", "SPMD102", "SPMD103"
+
+AXIS_OPS: dict[str, AxisOp] = {
+    o.name: o
+    for o in [
+        _op("psum", {V: I, U: I, I: _I_ERR, R: _R_ERR}, {I: I}, jax_name="jax.lax.psum",
+            unreduced_kind="sum", doc="sum over the axes; Unreduced input completes its pending sum"),
+        _op("pmean", {V: I, U: I, I: _I_ERR, R: _R_ERR}, {I: I}, jax_name="jax.lax.pmean",
+            plain_other_axes=True, unreduced_kind="sum", doc="mean over the axes"),
+        _op("pmax", {V: I, U: I, I: _I_ERR, R: _R_ERR}, {I: I}, jax_name="jax.lax.pmax",
+            unreduced_kind="max", doc="max over the axes"),
+        _op("pmin", {V: I, U: I, I: _I_ERR, R: _R_ERR}, {I: I}, jax_name="jax.lax.pmin",
+            unreduced_kind="min", doc="min over the axes"),
+        _op("ppermute", {V: V, I: _I_ERR, U: _U_ERR, R: _R_ERR}, {I: V}, jax_name="jax.lax.ppermute",
+            doc="send each shard to another device"),
+        _op("pshuffle", {V: V, I: _I_ERR, U: _U_ERR, R: _R_ERR}, {I: V}, jax_name="jax.lax.pshuffle",
+            doc="ppermute given as a permutation"),
+        _op("pbroadcast", {V: V, I: _I_ERR, U: _U_ERR, R: _R_ERR}, {}, jax_name="jax.lax.pbroadcast",
+            doc="broadcast one device's shard (typed Varying, as JAX does)"),
+        _op("all_gather", {V: V, I: _I_ERR, U: _U_ERR, R: _R_ERR}, {I: V}, jax_name="jax.lax.all_gather",
+            doc="gather the shards; every device holds the result, typed Varying"),
+        _op("all_gather_invarying", {V: I, I: _I_ERR, U: _U_ERR, R: _R_ERR}, {I: I},
+            jax_name="jax.lax.all_gather(to='invarying')", doc="gather the shards, typed Invariant"),
+        _op("all_gather_reduced", {V: R, I: _I_ERR, U: _U_ERR, R: _R_ERR}, {},
+            jax_name="jax.lax.all_gather(to='reduced')",
+            doc="gather the shards, typed Reduced: the gradient comes back Unreduced (ZeRO)"),
+        _op("psum_scatter", {V: V, U: V, I: _I_ERR, R: _R_ERR}, {I: V}, jax_name="jax.lax.psum_scatter",
+            unreduced_kind="sum", doc="sum and scatter; Unreduced input completes its sum sharded"),
+        _op("all_to_all", {V: V, I: _I_ERR, U: _U_ERR, R: _R_ERR}, {I: V}, jax_name="jax.lax.all_to_all",
+            doc="split one dimension across devices and concatenate another"),
+        _op("pcast_varying", {I: V, R: V, V: "SPMD301", U: "SPMD301"},
+            jax_name="jax.lax.pcast(to='varying')", is_cast=True,
+            doc="free cast Invariant -> Varying or Reduced -> Varying"),
+        _op("pcast_reduced", {I: R, V: "SPMD301", U: "SPMD301", R: "SPMD301"},
+            jax_name="jax.lax.pcast(to='reduced')", is_cast=True, doc="free cast Invariant -> Reduced"),
+        _op("pcast_unreduced", {V: U, I: "SPMD301", U: "SPMD301", R: "SPMD301"},
+            jax_name="jax.lax.pcast(to='unreduced')", is_cast=True, doc="free cast Varying -> Unreduced"),
+        _op("pvary", {I: V, V: "SPMD301", U: "SPMD301", R: "SPMD301"},
+            jax_name="jax.lax.pcast(to='varying')", is_cast=True, doc="free cast Invariant -> Varying"),
+    ]
+}
+
+PCAST_TARGETS = ("varying", "reduced", "unreduced")
+ALL_GATHER_TARGETS = ("varying", "invarying", "reduced")
+
+
+def pcast_op(to: object, op: str = "pcast") -> str:
+    if to not in PCAST_TARGETS:
+        raise error("SPMD505", f"{op}: unknown to={to!r}; expected one of {PCAST_TARGETS}", op=op,
+                    fix=f"{op}(x, axis, to='varying')")
+    return f"pcast_{to}"
+
+
+def all_gather_op(to: object) -> str:
+    if to not in ALL_GATHER_TARGETS:
+        raise error("SPMD505", f"all_gather: unknown to={to!r}; expected one of "
+                    f"{ALL_GATHER_TARGETS}", op="all_gather")
+    return {"varying": "all_gather", "invarying": "all_gather_invarying",
+            "reduced": "all_gather_reduced"}[to]  # type: ignore[index]
+
+
+def _fmt_axes(axes: Sequence[str]) -> str:
+    return repr(axes[0]) if len(axes) == 1 else repr(tuple(axes))
+
+
+def _collective_fix(code: str, op: str, axes: Sequence[str], bad: Sequence[str]) -> str:
+    a, b = _fmt_axes(axes), _fmt_axes(bad)
+    if code == "SPMD101":
+        return (f"{op}(x, {a}) -> {op}(st.pcast(x, {b}, to='varying'), {a}); or use the value "
+                f"from before the reduction; or declare a custom primitive's effects with "
+                f"st.custom_op")
+    if code == "SPMD102":
+        return f"{op}(x, {a}) -> {op}(st.psum_scatter(x, {b}, tiled=True), {a}), or st.psum(x, {b}) first"
+    if code == "SPMD103":
+        return (f"drop the {op} if x is already reduced over {b}; or {op}(st.pvary(x, {b}), {a}) "
+                f"to act on per-device copies")
+    if code == "SPMD104":
+        return f"call {op} per axis state, or st.pvary(x, ...) the Invariant axes first"
+    return ""
+
+
+def axis_op(
+    name: str,
+    t: SpmdType,
+    axes: Sequence[str],
+    features: Features = CONSERVATIVE,
+    *,
+    op: str | None = None,
+) -> SpmdType:
+    """The result type of collective/cast `name` over `axes` on a value of type `t`.
+
+    Raises the SpmdTypeError of the table's code. `op` is the user-facing API name for
+    messages (defaults to `name`).
+    """
+    rule = AXIS_OPS[name]
+    op = op or rule.jax_name.split("(")[0].replace("jax.lax.", "st.") or name
+    if not axes:
+        return t
+    states = {a: t.state(a) for a in axes}
+    shown = str(t)
+
+    def fail(code: str, bad: Sequence[str], headline: str) -> SpmdTypeError:
+        return error(code, headline, axes=bad, states={a: states[a].value for a in bad},
+                     fix=_collective_fix(code, op, axes, bad) if not rule.is_cast else None, op=op,
+                     details=(f"value: {shown}",))
+
+    distinct = set(states.values())
+    if not rule.is_cast:
+        for st_, code in ((R, _R_ERR), (U, _U_ERR)):
+            bad = [a for a in axes if states[a] is st_]
+            if bad and (st_ not in rule.on or rule.on[st_] == code):
+                raise fail(code, bad, f"{op} over {_fmt_axes(axes)}: the value is {st_.title} on "
+                           f"{_fmt_axes(bad)}, but {op} needs "
+                           f"{' or '.join(s.title for s, o in rule.on.items() if isinstance(o, State))} there")
+    if len(distinct) > 1:
+        desc = ", ".join(f"{a}: {s.title}" for a, s in states.items())
+        raise fail("SPMD104", list(axes), f"{op} over {_fmt_axes(axes)}: the value's state differs "
+                   f"between the named axes ({desc})")
+    (state,) = distinct
+    outcome = rule.on.get(state, "SPMD301")
+    if outcome == _I_ERR and allowed(_I_ERR) and state in rule.jax_on:
+        outcome = rule.jax_on[state]
+    if not isinstance(outcome, State):
+        if rule.is_cast:
+            to = name.removeprefix("pcast_") if name.startswith("pcast_") else "varying"
+            raise fail(outcome, list(axes), f"{op} over {_fmt_axes(axes)}: cannot cast from "
+                       f"{state.title} to {to.capitalize()} (value: {shown})")
+        raise fail(outcome, list(axes), f"{op} over {_fmt_axes(axes)}: the value is already "
+                   f"{state.title} there (JAX would pvary it first and act on identical copies)")
+    if state is U and rule.unreduced_kind is not None:
+        if rule.unreduced_kind != "sum" and not features.unreduced_kind:
+            raise fail("SPMD106", list(axes), f"{op} over {_fmt_axes(axes)}: the value is an "
+                       f"Unreduced sum, and {features.name} has no pending max/min")
+        if t.kind != rule.unreduced_kind:
+            raise fail("SPMD106", list(axes), f"{op} over {_fmt_axes(axes)}: the value is Unreduced "
+                       f"with a pending {t.kind}, but {op} completes a {rule.unreduced_kind}")
+    if rule.plain_other_axes:
+        other = sorted((t.unreduced | t.reduced) - set(axes))
+        if other:
+            raise error("SPMD105", f"{op} over {_fmt_axes(axes)}: the value is "
+                        f"{t.state(other[0]).title} on {_fmt_axes(other)}; the division by the "
+                        f"axis size would need a replicated constant there", axes=other,
+                        states=t.states(other), op=op, details=(f"value: {shown}",),
+                        fix=f"st.psum(x, {_fmt_axes(axes)}) / st.axis_size({_fmt_axes(axes)})")
+    return t.with_states(axes, outcome)  # type: ignore[arg-type]
+
+
+def axis_index_type(axes: Sequence[str]) -> SpmdType:
+    """`axis_index(axes)`: an int32 scalar Varying on every named axis."""
+    return SpmdType(varying=axes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise ops, matmul, reductions: the combination rule (reference §3).
+
+
+class Linearity(str, enum.Enum):
+    ADDITIVE = "additive"        # add, sub: U only with U on the same axes
+    MULTIPLICATIVE = "mul"       # mul: U x R(same axes) -> U
+    DIVIDE = "div"               # div: U / R(same axes) -> U
+    DOT = "dot"                  # dot_general: rejects U, drops R, no reduced check
+    SELECT = "select"            # where: JAX takes U/R from the false branch only
+    NONLINEAR = "nonlinear"      # rejects U; R passes if all operands agree
+    LINEAR = "linear"            # unary structural/linear: U and R pass through
+
+
+# what JAX does with an Unreduced operand of a unary op
+KEEP, REJECT, JAX_DROPS, JAX_KEEPS = "keep", "reject", "jax-drops", "jax-keeps"
+
+
+@dataclasses.dataclass(frozen=True)
+class ElementwiseRule:
+    name: str
+    linearity: Linearity
+    #: unary ops: what happens to an Unreduced input (KEEP: linear; REJECT: JAX errors;
+    #: JAX_DROPS / JAX_KEEPS: JAX silently drops / keeps it -> strict SPMD202)
+    on_unreduced: str = REJECT
+    #: unary ops: KEEP, "drop" (JAX silently drops the marker), or REJECT
+    on_reduced: str = KEEP
+    #: Features flag needed for KEEP on Unreduced (else JAX raises NotImplementedError)
+    unreduced_feature: str | None = None
+    #: Features flag needed to keep Reduced (else JAX drops it)
+    reduced_feature: str | None = None
+
+
+def _ew(name: str, lin: Linearity, **kw: str | None) -> ElementwiseRule:
+    return ElementwiseRule(name, lin, **kw)  # type: ignore[arg-type]
+
+
+_A, _M, _D, _DOT, _SEL, _N, _L = (Linearity.ADDITIVE, Linearity.MULTIPLICATIVE, Linearity.DIVIDE,
+                                  Linearity.DOT, Linearity.SELECT, Linearity.NONLINEAR,
+                                  Linearity.LINEAR)
+
+_LINEAR_UNARY = ("reshape", "transpose", "squeeze", "expand_dims", "broadcast_to", "getitem",
+                 "concatenate", "stack", "pad", "astype", "copy", "stop_gradient", "split", "roll",
+                 "tile", "repeat", "conj", "real", "imag", "sum", "ravel", "swapaxes", "moveaxis")
+_NONLINEAR_UNARY = ("exp", "log", "tanh", "sin", "cos", "sqrt", "rsqrt", "abs", "square",
+                    "sign", "log1p", "expm1", "sigmoid", "relu", "gelu", "silu", "softplus",
+                    "reciprocal", "floor", "ceil", "round", "logical_not", "isnan", "isfinite",
+                    "softmax", "log_softmax", "logsumexp", "erf", "var", "std", "norm")
+_NONLINEAR_NARY = ("maximum", "minimum", "pow", "lt", "le", "gt", "ge", "eq", "ne", "and", "or",
+                   "xor", "arctan2", "mod", "floordiv")
+_JAX_DROPS = ("cumsum", "cumprod", "cummax", "cummin", "flip", "argmax", "argmin",
+              "integer_pow", "prod", "at_set", "take", "dynamic_slice")
+
+ELEMENTWISE: dict[str, ElementwiseRule] = {
+    r.name: r
+    for r in [
+        _ew("add", _A), _ew("sub", _A, unreduced_feature="unreduced_sub_neg"),
+        _ew("mul", _M), _ew("div", _D, unreduced_feature="unreduced_div"),
+        _ew("matmul", _DOT), _ew("dot", _DOT), _ew("einsum", _DOT), _ew("where", _SEL),
+        _ew("neg", _L, on_unreduced=KEEP, unreduced_feature="unreduced_sub_neg"),
+        _ew("max", _N, on_unreduced=REJECT, reduced_feature="reduce_max_keeps_reduced"),
+        _ew("min", _N, on_unreduced=REJECT, reduced_feature="reduce_max_keeps_reduced"),
+        _ew("mean", _L, on_unreduced=KEEP),  # sum, then a literal-cast division
+        _ew("sort", _N, on_unreduced=JAX_KEEPS),
+        *(_ew(n, _L, on_unreduced=KEEP) for n in _LINEAR_UNARY),
+        *(_ew(n, _N) for n in _NONLINEAR_UNARY),
+        *(_ew(n, _N) for n in _NONLINEAR_NARY),
+        *(_ew(n, _N, on_unreduced=JAX_DROPS, on_reduced="drop") for n in _JAX_DROPS),
+    ]
+}
+
+
+class _LiteralOperand:
+    """A Python scalar operand: Invariant, unless spmdtyped casts it to match (see `combine`)."""
+
+    def __repr__(self) -> str:
+        return "LITERAL"
+
+
+LITERAL = _LiteralOperand()
+Operand = Union[SpmdType, _LiteralOperand]
+
+
+@dataclasses.dataclass(frozen=True)
+class Combined:
+    """Result of `combine`: the output type, and the axes (if any) on which spmdtyped casts
+    Python-scalar operands to Reduced before binding (looser than JAX, which rejects them)."""
+
+    type: SpmdType
+    literal_reduced: frozenset[str] = frozenset()
+
+
+def _names(i: int, n: int) -> str:
+    if n == 2:
+        return ("lhs", "rhs")[i]
+    return f"operand {i}"
+
+
+def _feature(features: Features, flag: str | None) -> bool:
+    return flag is None or bool(getattr(features, flag))
+
+
+def combine(name: str, operands: Sequence[Operand], features: Features = CONSERVATIVE,
+            *, op: str | None = None) -> Combined:
+    """The result type of elementwise/matmul op `name` on `operands` (JAX's auto-cast rule,
+    then the op's Unreduced/Reduced rule). A unary op is a 1-operand call."""
+    rule = ELEMENTWISE[name]
+    op = op or name
+    n = len(operands)
+    arrays = [o for o in operands if isinstance(o, SpmdType)]
+    shown = " , ".join("literal" if o is LITERAL else str(o) for o in operands)
+    details = (f"operands: ({shown})",)
+
+    def fail(code: str, headline: str, axes: Iterable[str] = (), t: SpmdType | None = None,
+             fix: str | None = None) -> SpmdTypeError:
+        axes = sorted(axes)
+        return error(code, f"{op}: {headline}", axes=axes,
+                     states=t.states(axes) if t is not None else {}, op=op, details=details, fix=fix)
+
+    # Python scalars: Invariant, except next to a single Unreduced/Reduced array, where they
+    # are cast to Reduced on those axes (JAX rejects them; the cast is mechanical and exact).
+    lit_r: frozenset[str] = frozenset()
+    if len(arrays) == 1 and n > 1:
+        (a,) = arrays
+        lit_first = operands[0] is LITERAL
+        if a.unreduced and not a.reduced and rule.linearity in (_M, _D) and not (
+                rule.linearity is _D and lit_first):
+            lit_r = a.unreduced
+        elif a.reduced and not a.unreduced and rule.linearity is not _DOT:
+            lit_r = a.reduced
+    types = [o if isinstance(o, SpmdType) else SpmdType(reduced=lit_r) for o in operands]
+
+    if n == 1:
+        return Combined(_unary(rule, types[0], features, fail))
+
+    # 1. auto-cast (core.auto_insert_reshard): agree on the union of varying axes
+    out_v = frozenset().union(*(t.varying for t in types))
+    cast: list[SpmdType] = []
+    for i, t in enumerate(types):
+        rest = out_v - t.varying
+        if rest:
+            if t.reduced == rest:
+                t = t.replace(reduced=frozenset(), varying=t.varying | rest)
+            else:
+                bad_u, bad_r = t.unreduced & rest, t.reduced & rest
+                if bad_u:
+                    raise fail("SPMD201", f"{_names(i, n)} is Unreduced on {sorted(bad_u)} where "
+                               f"another operand is Varying", bad_u, t,
+                               fix=f"reduce it first: st.psum(x, {_fmt_axes(sorted(bad_u))})")
+                if bad_r:
+                    raise fail("SPMD205", f"{_names(i, n)} is Reduced on {sorted(t.reduced)} but "
+                               f"another operand is Varying on {sorted(rest)}: JAX casts Reduced "
+                               f"to Varying only on exactly the Reduced axes", bad_r, t,
+                               fix=f"st.pcast(x, {_fmt_axes(sorted(t.reduced))}, to='varying')")
+                t = t.replace(varying=t.varying | rest)
+        cast.append(t)
+
+    # 2. reduced check (default_nary_reduced_rule); dot_general has none and drops R
+    out_r: frozenset[str] = frozenset()
+    if rule.linearity is not _DOT:
+        rsets = sorted({t.reduced for t in cast if t.reduced}, key=sorted)
+        if len(rsets) > 1:
+            raise fail("SPMD204", f"operands are Reduced on different axes "
+                       f"({' vs '.join(str(sorted(s)) for s in rsets)})", rsets[0] | rsets[1],
+                       fix="st.pcast(x, axes, to='varying') on the axes only one side is reduced on")
+        if rsets:
+            out_r = rsets[0]
+            for i, t in enumerate(cast):
+                missing = out_r - t.axes
+                if missing:
+                    what = "a literal" if operands[i] is LITERAL else _names(i, n)
+                    raise fail("SPMD203", f"{what} is Invariant on {sorted(missing)}, where "
+                               f"another operand is Reduced", missing, t,
+                               fix=f"st.pcast(y, {_fmt_axes(sorted(missing))}, to='reduced')")
+
+    # 3. unreduced rule of the op
+    usets = [t.unreduced for t in cast]
+    any_u = [i for i, u in enumerate(usets) if u]
+    out_u: frozenset[str] = frozenset()
+    kinds = {cast[i].kind for i in any_u}
+    lin = rule.linearity
+    if any_u:
+        if len(kinds) > 1 or "sum" not in kinds:
+            raise fail("SPMD106", f"Unreduced operands must be pending sums, got {sorted(kinds)}")
+        if lin is _A:
+            if len(set(usets)) > 1:
+                i = next(i for i, u in enumerate(usets) if u != usets[any_u[0]])
+                axes = usets[any_u[0]] ^ usets[i]
+                raise fail("SPMD201", f"{_names(i, n)} is not Unreduced on the same axes as "
+                           f"{_names(any_u[0], n)} ({sorted(usets[i])} vs {sorted(usets[any_u[0]])})",
+                           axes, cast[i], fix=f"reduce first: st.psum(x, {_fmt_axes(sorted(axes))})")
+            if not _feature(features, rule.unreduced_feature):
+                raise fail("SPMD202", f"{features.name} has no Unreduced rule for {name}",
+                           usets[any_u[0]], cast[any_u[0]])
+            out_u = usets[any_u[0]]
+        elif lin in (_M, _D):
+            if len(any_u) > 1 or (lin is _D and any_u != [0]):
+                i = any_u[-1]
+                raise fail("SPMD201", f"{_names(i, n)} is Unreduced; {name} takes at most one "
+                           f"Unreduced operand{' (the numerator)' if lin is _D else ''}",
+                           usets[i], cast[i])
+            (i,) = any_u
+            others = [t for j, t in enumerate(cast) if j != i]
+            if any(t.reduced != usets[i] for t in others):
+                j = next(j for j, t in enumerate(cast) if j != i and t.reduced != usets[i])
+                raise fail("SPMD201", f"{_names(i, n)} is Unreduced on {sorted(usets[i])}, so "
+                           f"{_names(j, n)} must be Reduced on exactly those axes",
+                           usets[i], cast[j],
+                           fix=f"st.pcast(y, {_fmt_axes(sorted(usets[i]))}, to='reduced')")
+            if not _feature(features, rule.unreduced_feature):
+                raise fail("SPMD202", f"{features.name} has no Unreduced rule for {name}",
+                           usets[i], cast[i])
+            out_u, out_r = usets[i], out_r - usets[i]
+        elif lin is _DOT:
+            i = any_u[0]
+            raise fail("SPMD201", f"{_names(i, n)} is Unreduced; matmul takes no Unreduced operand",
+                       usets[i], cast[i], fix=f"reduce first: st.psum(x, {_fmt_axes(sorted(usets[i]))})")
+        elif lin is _SEL:
+            i = any_u[0]
+            if allowed("SPMD202"):
+                last = cast[-1]
+                return Combined(SpmdType(out_v, last.unreduced, last.reduced, last.unreduced_kind),
+                                lit_r)
+            raise fail("SPMD202", f"{_names(i, n)} is Unreduced; where selects per device, "
+                       f"which is not linear in the partial sums (JAX keeps only the false "
+                       f"branch's state)", usets[i], cast[i])
+        else:
+            i = any_u[0]
+            raise fail("SPMD202", f"{name} is not linear, but {_names(i, n)} is Unreduced on "
+                       f"{sorted(usets[i])}", usets[i], cast[i],
+                       fix=f"{name}(st.psum(x, {_fmt_axes(sorted(usets[i]))}), ...)")
+    return Combined(SpmdType(out_v, out_u, out_r, "sum" if out_u else None), lit_r)
+
+
+def _unary(rule: ElementwiseRule, t: SpmdType, features: Features, fail) -> SpmdType:  # type: ignore[no-untyped-def]
+    u, r = t.unreduced, t.reduced
+    if u:
+        mode = rule.on_unreduced
+        if mode == KEEP and not _feature(features, rule.unreduced_feature):
+            raise fail("SPMD202", f"{features.name} has no Unreduced rule for {rule.name}", u, t)
+        if mode == KEEP and t.kind != "sum" and rule.name not in ("reshape", "transpose", "astype"):
+            raise fail("SPMD106", f"the value is Unreduced with a pending {t.kind}", u, t)
+        if mode in (REJECT, JAX_DROPS, JAX_KEEPS):
+            if mode != REJECT and allowed("SPMD202"):
+                u = frozenset() if mode == JAX_DROPS else u
+            else:
+                silently = {JAX_DROPS: " (JAX silently drops the state and computes a wrong "
+                                       "value)", JAX_KEEPS: " (JAX silently keeps the state)"}
+                raise fail("SPMD202", f"{rule.name} is not linear, but the value is Unreduced on "
+                           f"{sorted(u)}{silently.get(mode, '')}", u, t,
+                           fix=f"{rule.name}(st.psum(x, {_fmt_axes(sorted(u))}))")
+    if r:
+        if rule.on_reduced == "drop" or not _feature(features, rule.reduced_feature):
+            r = frozenset()
+        elif rule.on_reduced == REJECT:
+            raise fail("SPMD203", f"{rule.name} cannot take a Reduced value", r, t)
+    return SpmdType(t.varying, u, r, t.unreduced_kind if u else None)
+
+
+def unary(name: str, t: SpmdType, features: Features = CONSERVATIVE, *, op: str | None = None) -> SpmdType:
+    """The result type of unary op `name` (a 1-operand `combine`)."""
+    return combine(name, [t], features, op=op).type
+
+
+# ---------------------------------------------------------------------------------------------
+# The shard_map boundary (reference §4)
+
+
+def in_spec_type(partitioned: Iterable[str], unreduced: Iterable[str] = (), reduced: Iterable[str] = (),
+                 manual: Iterable[str] | None = None, unreduced_kind: str | None = None) -> SpmdType:
+    """The state an argument has inside shard_map, from its in_spec's axes."""
+    m = None if manual is None else frozenset(manual)
+
+    def keep(s: Iterable[str]) -> frozenset[str]:
+        return frozenset(s) if m is None else frozenset(s) & m
+
+    return SpmdType(keep(partitioned), keep(unreduced), keep(reduced),
+                    unreduced_kind if keep(unreduced) else None)
+
+
+def check_out_spec(t: SpmdType, partitioned: Iterable[str], unreduced: Iterable[str],
+                   reduced: Iterable[str], manual: Sequence[str], *, where: str,
+                   spec: str) -> None:
+    """SPMD401 unless an output of type `t` fits its out_spec on every manual axis."""
+    part, un, red = frozenset(partitioned), frozenset(unreduced), frozenset(reduced)
+    for a in manual:
+        s = t.state(a)
+        if a in part:
+            ok, want = s in (V, I), "Varying or Invariant (partitioned)"
+        elif a in un:
+            ok, want = s is U, "Unreduced (out_specs unreduced=...)"
+        elif a in red:
+            ok, want = s is R, "Reduced (out_specs reduced=...)"
+        else:
+            ok, want = s is I, "Invariant (the spec does not mention the axis)"
+        if not ok:
+            if s is I or s is V:
+                fix = (f"st.psum(y, {a!r}) to make it Invariant, or mention {a!r} in the spec"
+                       if s is V else f"st.pvary(y, {a!r}) is not needed; use a partitioned spec")
+            elif s is U:
+                fix = f"st.psum(y, {a!r}), or out_specs with unreduced={{{a!r}}}"
+            else:
+                fix = f"out_specs with reduced={{{a!r}}}"
+            raise error("SPMD401", f"{where}: output {spec} on axis {a!r} wants {want}, but the "
+                        f"value is {s.title}", axes=(a,), states={a: s.value}, fix=fix,
+                        op="st.shard_map", details=(f"value: {t}", f"out_spec: {spec}"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Documentation helpers: the docs generator and the stricter/looser table read these.
+
+STRICTER_THAN_JAX: tuple[tuple[str, str, str], ...] = (
+    ("SPMD103", "collective over an axis where the input is Invariant",
+     "JAX pvarys it: psum gives n·x, pmean of summed gradients is silently accepted"),
+    ("SPMD104", "ppermute/all_gather/all_to_all/pmax(0.10) over axes in mixed Varying/Invariant "
+     "states", "JAX pvarys the Invariant axes"),
+    ("SPMD202", "cumsum/cumprod/flip/argmax/integer_pow/prod/take/.at[].set/dynamic_slice/sort/"
+     "where on an Unreduced value", "JAX drops (or keeps) the Unreduced state: wrong numbers"),
+    ("SPMD401", "a Varying output under out_specs P(unreduced=...) (jax 0.10 casts it)",
+     "jax 0.10 inserts vary_unreduced_cast; jax 0.12 rejects it"),
+    ("SPMD203", "where(c, r, r) with c Invariant on r's reduced axes",
+     "not verified either way; spmdtyped applies the n-ary reduced check to where"),
+)
+
+LOOSER_THAN_JAX: tuple[tuple[str, str], ...] = (
+    ("Reduced value * / + - Python scalar", "the scalar is cast to Reduced "
+     "(`pcast(jnp.asarray(c), axes, to='reduced')`); JAX rejects `r * 2.0`"),
+    ("Unreduced value * or / Python scalar", "the scalar is cast to Reduced, then U × R → U; "
+     "JAX rejects `u * 2.0`; on jax 0.10 `u / c` is bound as `u * (1/c)`"),
+    ("mean over local dimensions of a Reduced or Unreduced value", "sum, then the scalar rule "
+     "above; `jnp.mean(r)` fails in JAX"),
+)
+
+
+def axis_op_table() -> list[tuple[str, dict[State, Outcome]]]:
+    """(op, {input state: result state or code}) rows for the docs."""
+    return [(o.jax_name or o.name, dict(o.on)) for o in AXIS_OPS.values()]
+
+
+StateName = _Lit["invariant", "varying", "unreduced", "reduced"]

@@ -1,0 +1,120 @@
+"""Typed `shard_map`: specs -> input states; outputs checked against out_specs before JAX's check."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from jax.sharding import PartitionSpec
+
+from . import _compat, _rules
+from ._array import is_typed, typeof, unwrap, wrap
+from ._errors import SpmdTypeError, error
+
+
+def _is_spec_leaf(s: Any) -> bool:
+    return s is None or isinstance(s, PartitionSpec)
+
+
+def _broadcast_prefix(specs: Any, tree: Any, what: str, where: str) -> list[tuple[Any, Any]]:
+    """Pair each spec with each leaf of `tree` under it (specs is a pytree prefix of tree)."""
+    pairs: list[tuple[Any, Any]] = []
+    try:
+        jax.tree_util.tree_map(
+            lambda spec, sub: pairs.extend(
+                (spec, leaf) for leaf in jax.tree_util.tree_leaves(sub, is_leaf=is_typed)),
+            specs, tree, is_leaf=_is_spec_leaf)
+    except (ValueError, TypeError) as e:
+        s_def = jax.tree_util.tree_structure(specs, is_leaf=_is_spec_leaf)
+        t_def = jax.tree_util.tree_structure(tree, is_leaf=is_typed)
+        raise error("SPMD402", f"{where}: {what} do not match the structure of the "
+                    f"{'arguments' if what == 'in_specs' else 'outputs'}", op="st.shard_map",
+                    details=(f"{what}: {s_def}", f"values: {t_def}", f"jax: {str(e).splitlines()[0]}"),
+                    fix=f"give one PartitionSpec per {'argument' if what == 'in_specs' else 'output'}") from None
+    return pairs
+
+
+def _spec_str(spec: Any) -> str:
+    return "P()" if spec is None else repr(spec).replace("PartitionSpec", "P")
+
+
+def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_specs: Any = None,
+              mesh: Any, axis_names: Any = frozenset(), check_vma: bool = True) -> Any:
+    """Typed `jax.shard_map`: `f` receives typed values, returns typed (or raw) values.
+
+    Same signature and semantics as `jax.shard_map` (decorator form too). Inputs are typed
+    from `in_specs`: `P("dp")` gives `Varying["dp"]`, `P(reduced={"tp"})` gives
+    `Reduced["tp"]`, `P(unreduced={"tp"})` gives `Unreduced["tp"]`. Outputs are checked
+    against `out_specs` with an SPMD error (SPMD401) before JAX's own check. The result is raw
+    JAX arrays; the compiled program is the one `jax.shard_map` builds.
+
+    **Raises:** `BoundaryError` (SPMD401/402/403), `UsageError` (SPMD501 unknown axis in a spec).
+
+    !!! Example
+        ```python
+        @st.shard_map(mesh=mesh, in_specs=(P("dp"), P(None, "tp")), out_specs=P("dp"))
+        def layer(x: st.Varying["dp"], w: st.Varying["tp"]) -> st.Varying["dp"]:
+            return st.psum(x @ w, "tp")
+        ```
+    """
+    if f is None:
+        return functools.partial(shard_map, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
+                                 axis_names=axis_names, check_vma=check_vma)
+    mesh_axes = _compat.mesh_axis_names(mesh)
+    if isinstance(axis_names, (str, tuple, list)) and not isinstance(axis_names, (set, frozenset)):
+        axis_names = {axis_names} if isinstance(axis_names, str) else set(axis_names)
+    manual = tuple(a for a in mesh_axes if not axis_names or a in axis_names)
+    _rules.check_axes_known(tuple(axis_names), "st.shard_map(axis_names=...)", mesh_axes)
+    name = getattr(f, "__name__", repr(f))
+    where = f"st.shard_map({name})"
+    _check_spec_axes(in_specs, mesh_axes, where, "in_specs")
+    _check_spec_axes(out_specs, mesh_axes, where, "out_specs")
+
+    def body(*raw_args: Any) -> Any:
+        args = jax.tree_util.tree_map(wrap, raw_args)
+        out = f(*args)
+        for spec, leaf in _broadcast_prefix(out_specs, out, "out_specs", where):
+            part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
+            t = typeof(leaf)
+            if check_vma:
+                _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_spec_str(spec))
+        return unwrap(out)
+
+    smapped = _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                axis_names=axis_names, check_vma=check_vma)
+
+    @functools.wraps(f)
+    def wrapped(*args: Any) -> Any:
+        if in_specs is not None and not _is_spec_leaf(in_specs):
+            if isinstance(in_specs, tuple) and len(in_specs) != len(args):
+                raise error("SPMD402", f"{where}: in_specs has {len(in_specs)} entries for "
+                            f"{len(args)} arguments", op="st.shard_map",
+                            fix="give one PartitionSpec per positional argument")
+            _broadcast_prefix(in_specs, tuple(args), "in_specs", where)
+        raw_args = unwrap(list(args))
+        try:
+            return smapped(*raw_args)
+        except SpmdTypeError:
+            raise
+        except ValueError as e:
+            msg = str(e)
+            if msg.startswith("in_specs") or "in_specs" in msg.split("\n")[0]:
+                raise error("SPMD403", f"{where}: JAX rejected in_specs: {msg.splitlines()[0]}",
+                            op="st.shard_map",
+                            fix="shard the argument to match its spec (jax.device_put with "
+                                "NamedSharding(mesh, spec)), or use an Explicit mesh for "
+                                "reduced/unreduced specs") from e
+            raise
+
+    wrapped.__wrapped_shard_map__ = smapped  # type: ignore[attr-defined]
+    return wrapped
+
+
+def _check_spec_axes(specs: Any, mesh_axes: tuple[str, ...], where: str, what: str) -> None:
+    for spec in jax.tree_util.tree_leaves(specs, is_leaf=_is_spec_leaf):
+        if isinstance(spec, PartitionSpec):
+            part, un, red, _ = _compat.spec_parts(spec)
+            _rules.check_axes_known(tuple(part) + tuple(sorted(un)) + tuple(sorted(red)),
+                                    f"{where} {what}", mesh_axes)
