@@ -123,7 +123,9 @@ def shard_map(f: Any, *, mesh: Any, in_specs: Any, out_specs: Any, axis_names: A
 def spec_parts(spec: Any) -> tuple[tuple[str, ...], frozenset[str], frozenset[str], str | None]:
     """(partitioned axes in order, unreduced, reduced, unreduced kind) of a PartitionSpec."""
     part: list[str] = []
-    for entry in tuple(spec):
+    # PartitionSpec.partitions (0.10 and 0.12): iterating a spec with reduced/unreduced raises.
+    entries = spec.partitions if hasattr(spec, "partitions") else tuple(spec)
+    for entry in entries:
         if entry is None:
             continue
         if isinstance(entry, str):
