@@ -82,7 +82,18 @@ _VMA_OFF = [0]
 
 
 def _vma_off() -> bool:
+    """Inside an `st.shard_map(..., check_vma=False)` body: JAX types every value Invariant,
+    so spmdtyped tracks the states itself and skips the comparison with JAX."""
     return _VMA_OFF[0] > 0
+
+
+@contextlib.contextmanager
+def vma_off() -> Iterator[None]:
+    _VMA_OFF[0] += 1
+    try:
+        yield
+    finally:
+        _VMA_OFF[0] -= 1
 
 
 # ------------------------------------------------------------------- state of anything

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 from . import _compat, _rules
-from ._array import checked, is_typed, operand
+from ._array import _vma_off, checked, is_typed, operand
 from ._errors import error
 from ._rules import LITERAL, SpmdType
 
@@ -124,8 +124,10 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     """
     _no_groups(axis_index_groups, "st.all_gather")
     rule = _rules.all_gather_op(to)
+    # check_vma=False: every value is Invariant to JAX; gather plainly (same data and program).
     return _axis_op(rule, "st.all_gather", x, axis_name,
-                    lambda r, a: _compat.all_gather(r, a, axis=axis, tiled=tiled, to=to))
+                    lambda r, a: _compat.all_gather(r, a, axis=axis, tiled=tiled,
+                                                    to="varying" if _vma_off() else to))
 
 
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
@@ -145,23 +147,27 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
                     lambda r, a: _compat.all_to_all(r, a, split_axis, concat_axis, tiled=tiled))
 
 
+def _cast_bind(to: str) -> Callable[[Any, Any], Any]:
+    def bind(r: Any, a: Any) -> Any:
+        if _vma_off():
+            return r  # check_vma=False: JAX's casts are no-ops (and to='unreduced' raises)
+        if to == "reduced" and (isinstance(r, (int, float)) or not hasattr(r, "dtype")):
+            r = _compat.asarray_like(r, r)  # reference Q13: bare AssertionError on scalars
+        return _compat.pcast(r, a, to=to)
+
+    return bind
+
+
 def pvary(x: Any, axis_name: Any) -> Any:
     """Invariant -> Varying on the named axes (a free cast: `jax.lax.pcast(to="varying")`)."""
-    return _axis_op("pvary", "st.pvary", x, axis_name,
-                    lambda r, a: _compat.pcast(r, a, to="varying"))
+    return _axis_op("pvary", "st.pvary", x, axis_name, _cast_bind("varying"))
 
 
 def pcast(x: Any, axis_name: Any, *, to: str) -> Any:
     """Typed `jax.lax.pcast`: the free casts I->V, R->V (`to="varying"`), I->R (`"reduced"`),
     V->U (`"unreduced"`). Python scalars are accepted (cast through `jnp.asarray`)."""
     rule = _rules.pcast_op(to, "st.pcast")
-
-    def bind(r: Any, a: Any) -> Any:
-        if to == "reduced" and not hasattr(r, "dtype") or isinstance(r, (int, float)):
-            r = _compat.asarray_like(r, r)
-        return _compat.pcast(r, a, to=to)
-
-    return _axis_op(rule, "st.pcast", x, axis_name, bind)
+    return _axis_op(rule, "st.pcast", x, axis_name, _cast_bind(to))
 
 
 def axis_index(axis_name: Any) -> Any:

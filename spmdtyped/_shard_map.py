@@ -10,7 +10,7 @@ import jax
 from jax.sharding import PartitionSpec
 
 from . import _compat, _rules
-from ._array import is_typed, typeof, unwrap, wrap
+from ._array import is_typed, typeof, unwrap, vma_off, wrap
 from ._errors import SpmdTypeError, error
 
 
@@ -72,14 +72,30 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
     _check_spec_axes(in_specs, mesh_axes, where, "in_specs")
     _check_spec_axes(out_specs, mesh_axes, where, "out_specs")
 
+    def spec_type(spec: Any) -> _rules.SpmdType:
+        part, un, red, kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
+        return _rules.in_spec_type(part, un, red, manual, kind)
+
     def body(*raw_args: Any) -> Any:
-        args = jax.tree_util.tree_map(wrap, raw_args)
-        out = f(*args)
+        if check_vma:
+            # the state JAX gives each argument (equal to spec_type(spec): JAX is the truth)
+            args = jax.tree_util.tree_map(wrap, raw_args)
+            out = f(*args)
+        else:
+            # check_vma=False: JAX types everything Invariant; spmdtyped tracks the states from
+            # the specs itself, and still checks collectives and outputs.
+            specs = in_specs if in_specs is not None else PartitionSpec()
+            if _is_spec_leaf(specs):
+                specs = tuple(specs for _ in raw_args)
+            args = jax.tree_util.tree_map(
+                lambda spec, sub: jax.tree_util.tree_map(lambda r: wrap(r, spec_type(spec)), sub),
+                specs, tuple(raw_args), is_leaf=_is_spec_leaf)
+            with vma_off():
+                out = f(*args)
         for spec, leaf in _broadcast_prefix(out_specs, out, "out_specs", where):
             part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
-            t = typeof(leaf)
-            if check_vma:
-                _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_spec_str(spec))
+            _rules.check_out_spec(typeof(leaf), part, un, red, manual, where=where,
+                                  spec=_spec_str(spec))
         return unwrap(out)
 
     smapped = _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,

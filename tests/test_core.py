@@ -318,3 +318,41 @@ def test_cli_explain(capsys):
     assert main(["explain", "SPMD101"]) == 0
     assert "reduced" in capsys.readouterr().out.lower()
     assert main(["explain", "nope"]) == 2
+
+
+def test_check_vma_false_tracks_states_itself(mesh):
+    seen = {}
+
+    def typed(x, w):
+        seen["x"] = type(x)
+        u = st.pcast(x @ w, "j", to="unreduced")
+        seen["u"] = type(u)
+        r = st.all_gather(x, "j", to="reduced", tiled=True, axis=1)
+        seen["r"] = type(r)
+        with pytest.raises(st.AxisStateError) as ei:
+            st.psum(r, "j")
+        seen["code"] = ei.value.code
+        return st.psum(u, "j")
+
+    def raw(x, w):
+        return jax.lax.psum(x @ w, "j")
+
+    args = (put(mesh, jnp.arange(64.0).reshape(8, 8), P("i", "j")),
+            put(mesh, jnp.ones((8, 3)), P("j")))
+    specs = (P("i", "j"), P("j"))
+    out = jax.jit(st.shard_map(typed, mesh=mesh, in_specs=specs, out_specs=P("i"),
+                               check_vma=False))(*args)
+    ref = jax.jit(jax.shard_map(raw, mesh=mesh, in_specs=specs, out_specs=P("i"),
+                                check_vma=False))(*args)
+    assert np.array_equal(np.asarray(out), np.asarray(ref))
+    assert seen["x"] is Varying["i", "j"]
+    assert seen["u"] is Typed[Varying["i"], Unreduced["j"]]
+    assert seen["r"] is Typed[Varying["i"], Reduced["j"]]
+    assert seen["code"] == "SPMD101"
+
+    @st.shard_map(mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)
+    def forgot_psum(x, w):
+        return x @ w
+
+    with pytest.raises(st.BoundaryError):
+        forgot_psum(*args)
