@@ -280,6 +280,54 @@ def getattr_(x: SArray, name: str) -> Any:
         return lambda axis=None, keepdims=False: mean(x, axis, keepdims=keepdims)
     if name == "spmd_type":
         return type(x)._spmd_type
+    if name == "at":
+        return _At(x)
     raise AttributeError(f"{type(x).__qualname__} has no attribute {name!r} (typed values expose "
                          f"shape/dtype/ndim, operators, reshape/astype/transpose/T/sum/mean/max/"
                          f"min; use x.raw for the JAX value)")
+
+
+class _At:
+    """`x.at[idx].set(v)` / `.add(v)` / ...: typed like JAX's scatter, strict on Unreduced."""
+
+    def __init__(self, x: SArray) -> None:
+        self.x = x
+
+    def __getitem__(self, idx: Any) -> _AtIndex:
+        return _AtIndex(self.x, idx)
+
+
+_AT_RULES = {"set": "at_set", "add": "at_add", "multiply": "at_mul", "min": "at_min",
+             "max": "at_max"}
+
+
+class _AtIndex:
+    def __init__(self, x: SArray, idx: Any) -> None:
+        self.x, self.idx = x, unwrap(idx)
+
+    def _update(self, method: str, value: Any, **kw: Any) -> Any:
+        raw_v, tv = operand(value)
+        rule = _AT_RULES[method]
+        # the updated value's state joins the operand's (both flow into the result)
+        joined = _rules.unary(rule, typeof(self.x), _compat.FEATURES, op=f".at[].{method}()")
+        if tv is not LITERAL:
+            joined = _rules.combine("add", [joined, _rules.unary(rule, tv, _compat.FEATURES,
+                                                                  op=f".at[].{method}()")],
+                                    _compat.FEATURES, op=f".at[].{method}()").type
+        out = getattr(self.x.raw.at[self.idx], method)(raw_v, **kw)
+        return checked(f".at[].{method}()", out, joined)
+
+    def set(self, value: Any, **kw: Any) -> Any:
+        return self._update("set", value, **kw)
+
+    def add(self, value: Any, **kw: Any) -> Any:
+        return self._update("add", value, **kw)
+
+    def multiply(self, value: Any, **kw: Any) -> Any:
+        return self._update("multiply", value, **kw)
+
+    def min(self, value: Any, **kw: Any) -> Any:
+        return self._update("min", value, **kw)
+
+    def max(self, value: Any, **kw: Any) -> Any:
+        return self._update("max", value, **kw)
