@@ -6,6 +6,7 @@ names the version and why.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -38,8 +39,13 @@ def _kind_name(kind: Any) -> str | None:
 
 
 def mat_to_spmd(mat: Any) -> SpmdType:
-    return SpmdType(mat.varying, mat.unreduced, mat.reduced,
-                    _kind_name(getattr(mat, "unreduced_kind", None)))
+    return _mat_to_spmd(mat.varying, mat.unreduced, mat.reduced,
+                        getattr(mat, "unreduced_kind", None))
+
+
+@functools.lru_cache(maxsize=1024)
+def _mat_to_spmd(v: frozenset[str], u: frozenset[str], r: frozenset[str], kind: Any) -> SpmdType:
+    return SpmdType(v, u, r, _kind_name(kind))
 
 
 def typeof_raw(x: Any) -> SpmdType:
@@ -150,3 +156,57 @@ def mesh_axis_names(mesh: Any) -> tuple[str, ...]:
 def mesh_axis_sizes(mesh: Any) -> dict[str, int]:
     return dict(zip(mesh.axis_names, mesh.axis_sizes if hasattr(mesh, "axis_sizes")
                     else mesh.devices.shape))
+
+
+# ------------------------------------------------------------------- jaxprs (adapters)
+
+
+def check_vma_enabled() -> bool:
+    """Whether the enclosing shard_map checks manual-axis types (`check_vma=True`)."""
+    # jax._src.config._check_vma (private, 0.10 and 0.12): shard_map sets it while tracing
+    # its body; with check_vma=False every value is Invariant and JAX binds plain `psum`.
+    from jax._src import config as _config
+
+    return bool(_config._check_vma.value)
+
+
+# [0.10] two cast primitives carry a `_p` suffix that [0.12] dropped (reference §2.3).
+_PRIMITIVE_ALIASES = {"vary_unreduced_cast_p": "vary_unreduced_cast",
+                      "reduced_vary_cast_p": "reduced_vary_cast"}
+
+
+def primitive_name(eqn: Any) -> str:
+    """The primitive of a jaxpr equation under its 0.12 name."""
+    name = eqn.primitive.name
+    return _PRIMITIVE_ALIASES.get(name, name)
+
+
+def eqn_frames(eqn: Any) -> list[tuple[str, int, str]]:
+    """(file, line, function) of the Python stack that bound `eqn`, innermost first."""
+    # eqn.source_info.traceback is a jaxlib Traceback (0.10 and 0.12); its frames have
+    # file_name/function_name and start_line (older: line_num).
+    tb = getattr(getattr(eqn, "source_info", None), "traceback", None)
+    if tb is None:
+        return []
+    return [(f.file_name, int(getattr(f, "start_line", getattr(f, "line_num", 0)) or 0),
+             f.function_name) for f in tb.frames]
+
+
+def sub_jaxprs(eqn: Any) -> list[Any]:
+    """The open jaxprs nested in an equation's params (jit, scan, while, cond branches,
+    custom_jvp/vjp, remat, nested shard_map); [0.12] stores some as open `Jaxpr`s, [0.10]
+    as `ClosedJaxpr`s."""
+    out: list[Any] = []
+    for v in eqn.params.values():
+        for s in v if isinstance(v, (tuple, list)) else (v,):
+            if hasattr(s, "eqns"):
+                out.append(s)
+            elif hasattr(getattr(s, "jaxpr", None), "eqns"):
+                out.append(s.jaxpr)
+    return out
+
+
+def aval_type(aval: Any) -> SpmdType:
+    """The manual-axis state recorded in an abstract value (Invariant when it has none)."""
+    mat = getattr(aval, "manual_axis_type", None)
+    return SpmdType() if mat is None else mat_to_spmd(mat)

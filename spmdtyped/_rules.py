@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal as _Lit
 from typing import Union
@@ -258,7 +259,7 @@ def check_axes_known(
 Outcome = Union[State, str]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity (a memo key)
 class AxisOp:
     name: str
     on: Mapping[State, Outcome]
@@ -370,9 +371,14 @@ def axis_op(
     """The result type of collective/cast `name` over `axes` on a value of type `t`.
 
     Raises the SpmdTypeError of the table's code. `op` is the user-facing API name for
-    messages (defaults to `name`).
+    messages (defaults to `name`). Memoised like `combine`.
     """
-    rule = AXIS_OPS[name]
+    return _axis_op(name, AXIS_OPS[name], t, tuple(axes), features, op, _active_allowances())
+
+
+@functools.lru_cache(maxsize=4096)
+def _axis_op(name: str, rule: AxisOp, t: SpmdType, axes: tuple[str, ...], features: Features,
+             op: str | None, _allowed: frozenset[str]) -> SpmdType:
     op = op or rule.jax_name.split("(")[0].replace("jax.lax.", "st.") or name
     if not axes:
         return t
@@ -482,6 +488,9 @@ _NONLINEAR_NARY = ("maximum", "minimum", "pow", "lt", "le", "gt", "ge", "eq", "n
                    "xor", "arctan2", "mod", "floordiv")
 _JAX_DROPS = ("cumsum", "cumprod", "cummax", "cummin", "flip", "argmax", "argmin",
               "integer_pow", "prod", "at_set", "take", "dynamic_slice")
+#: `.at[].add/.mul/.min/.max` (scatter-add etc.): jax 0.12 keeps U and rejects R for add; jax
+#: 0.10 drops both. Strict: Unreduced rejected (SPMD202), Reduced rejected (SPMD203).
+_SCATTERS = ("at_add", "at_mul", "at_min", "at_max")
 
 ELEMENTWISE: dict[str, ElementwiseRule] = {
     r.name: r
@@ -498,6 +507,7 @@ ELEMENTWISE: dict[str, ElementwiseRule] = {
         *(_ew(n, _N) for n in _NONLINEAR_UNARY),
         *(_ew(n, _N) for n in _NONLINEAR_NARY),
         *(_ew(n, _N, on_unreduced=JAX_DROPS, on_reduced="drop") for n in _JAX_DROPS),
+        *(_ew(n, _N, on_unreduced=JAX_DROPS, on_reduced=REJECT) for n in _SCATTERS),
     ]
 }
 
@@ -535,7 +545,22 @@ def _feature(features: Features, flag: str | None) -> bool:
 def combine(name: str, operands: Sequence[Operand], features: Features = CONSERVATIVE,
             *, op: str | None = None) -> Combined:
     """The result type of elementwise/matmul op `name` on `operands` (JAX's auto-cast rule,
-    then the op's Unreduced/Reduced rule). A unary op is a 1-operand call."""
+    then the op's Unreduced/Reduced rule). A unary op is a 1-operand call.
+
+    Memoised (the result depends only on the arguments and the active `st.allow` codes), so
+    tracing a large model re-derives nothing."""
+    return _combine(name, tuple(operands), features, op, _active_allowances())
+
+
+def _active_allowances() -> frozenset[str]:
+    from ._errors import _ALLOWED
+
+    return _ALLOWED.get()
+
+
+@functools.lru_cache(maxsize=4096)
+def _combine(name: str, operands: tuple[Operand, ...], features: Features, op: str | None,
+             _allowed: frozenset[str]) -> Combined:
     rule = ELEMENTWISE[name]
     op = op or name
     n = len(operands)
@@ -770,3 +795,280 @@ def axis_op_table() -> list[tuple[str, dict[State, Outcome]]]:
 
 
 StateName = _Lit["invariant", "varying", "unreduced", "reduced"]
+
+
+# ---------------------------------------------------------------------------------------------
+# jaxpr primitives (read by `adapters.infer`, which walks traced jaxprs). Names are jax 0.12's;
+# `_compat.primitive_name` maps other versions' spellings (0.10: `vary_unreduced_cast_p`).
+
+#: collective/cast primitive -> AXIS_OPS row. `pmean` is `psum_invariant` + `div`; `pshuffle`
+#: binds `ppermute`; psum/psum_scatter of an Unreduced value bind the `unreduced_*` prims.
+AXIS_PRIMITIVES: dict[str, str] = {
+    "psum_invariant": "psum", "psum": "psum", "unreduced_psum": "psum",
+    "pmax": "pmax", "pmin": "pmin", "unreduced_pmax": "pmax", "unreduced_pmin": "pmin",
+    "all_gather": "all_gather", "all_gather_invariant": "all_gather_invarying",
+    "all_gather_reduced": "all_gather_reduced",
+    "reduce_scatter": "psum_scatter", "unreduced_reduce_scatter": "psum_scatter",
+    "ppermute": "ppermute", "pbroadcast": "pbroadcast", "all_to_all": "all_to_all",
+    "pvary": "pvary", "preduced": "pcast_reduced", "vary_unreduced_cast": "pcast_unreduced",
+    "reduced_vary_cast": "pcast_varying",
+}
+
+#: elementwise/structural primitive -> ELEMENTWISE rule
+PRIMITIVES: dict[str, str] = {
+    "add": "add", "add_any": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg",
+    "dot_general": "matmul", "select_n": "where",
+    # n-ary structural ops: U only with U on the same axes, like add (JAX's nary reduced rule)
+    "concatenate": "add", "dynamic_update_slice": "add",
+    "max": "maximum", "min": "minimum", "pow": "pow", "atan2": "arctan2", "rem": "mod",
+    "clamp": "maximum", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne",
+    "and": "and", "or": "or", "xor": "xor", "not": "logical_not",
+    "exp": "exp", "exp2": "exp", "log": "log", "tanh": "tanh", "sin": "sin", "cos": "cos",
+    "tan": "sin", "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs", "square": "square",
+    "sign": "sign", "log1p": "log1p", "expm1": "expm1", "logistic": "sigmoid", "erf": "erf",
+    "floor": "floor", "ceil": "ceil", "round": "round", "is_finite": "isfinite",
+    "integer_pow": "integer_pow", "cumsum": "cumsum", "cumprod": "cumprod",
+    "cummax": "cummax", "cummin": "cummin", "cumlogsumexp": "cumprod", "rev": "flip",
+    "argmax": "argmax", "argmin": "argmin", "reduce_prod": "prod", "reduce_sum": "sum",
+    "reduce_max": "max", "reduce_min": "min", "sort": "sort",
+    "gather": "take", "scatter": "at_set", "dynamic_slice": "dynamic_slice",
+    "reshape": "reshape", "transpose": "transpose", "squeeze": "squeeze",
+    "expand_dims": "expand_dims", "broadcast_in_dim": "broadcast_to", "slice": "getitem",
+    "pad": "pad", "convert_element_type": "astype", "reduce_precision": "astype",
+    "copy": "copy", "copy_p": "copy", "split": "split", "conj": "conj", "real": "real",
+    "imag": "imag",
+}
+
+#: primitives whose rule types only their first N operands (the rest are indices, padding
+#: values, shapes); the others type every operand. `select_n(pred, *cases)` types
+#: (pred, *cases[::-1]), so that `where`'s last operand is JAX's first case, as in
+#: `jnp.where(c, x, y)`.
+PRIMITIVE_OPERANDS: dict[str, int] = {
+    **{p: 1 for p in ("pad", "dynamic_slice", "gather", "scatter", "sort", "split", "rev",
+                      "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "argmax",
+                      "argmin", "integer_pow")},
+    "dynamic_update_slice": 2,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Autodiff, control flow, custom ops and constructors (issue 4). Read by `_autodiff`,
+# `_control`, `_custom`, `numpy` and the mypy plugin.
+
+#: forward op -> the primitive(s) JAX binds in its transpose (reference §5); cotangent states
+#: follow `cotangent`. For the docs and the plugin; the runtime lets JAX transpose.
+TRANSPOSES: dict[str, str] = {
+    "psum": "pvary", "pvary": "psum", "pcast_varying": "psum (from Invariant) / "
+    "pcast_unreduced (from Reduced)", "pcast_reduced": "psum (of the Unreduced cotangent)",
+    "pcast_unreduced": "pcast_varying (Reduced -> Varying)", "all_gather": "psum_scatter",
+    "psum_scatter": "all_gather (all_gather_reduced on an Unreduced input)",
+    "all_gather_invarying": "dynamic_slice at axis_index", "all_gather_reduced":
+    "psum_scatter of the Unreduced cotangent", "ppermute": "ppermute (inverse permutation)",
+    "all_to_all": "all_to_all (split and concat axes swapped)",
+}
+
+
+def grad_loss_type(t: SpmdType, *, op: str = "st.grad") -> SpmdType:
+    """The cotangent `grad` seeds for a loss of type `t`: Invariant or Varying like the loss.
+
+    **Raises:** `BoundaryError` SPMD405 for an Unreduced or Reduced loss (a seed of ones in the
+    swapped state would not be the derivative of the loss).
+    """
+    bad = sorted(t.unreduced | t.reduced)
+    if bad:
+        a = bad[0]
+        s = t.state(a)
+        fix = (f"st.psum(loss, {_fmt_axes(sorted(t.unreduced))}) inside the function"
+               if t.unreduced else f"st.pcast(loss, {_fmt_axes(sorted(t.reduced))}, "
+               f"to='varying') inside the function, or st.vjp with an Unreduced cotangent")
+        raise error("SPMD405", f"{op}: the loss is {s.title} over {a!r}; grad seeds a cotangent "
+                    f"of ones, which needs an Invariant or Varying loss", axes=bad,
+                    states=t.states(bad), op=op, fix=fix, details=(f"loss: {t}",))
+    return cotangent(t)
+
+
+def check_cotangent(out: SpmdType, ct: SpmdType, *, op: str = "st.vjp", what: str = "output") -> None:
+    """SPMD404 unless `ct` is the cotangent state of a primal output of state `out`."""
+    want = cotangent(out)
+    if ct == want or (ct.axes == want.axes and ct.varying == want.varying
+                      and ct.unreduced == want.unreduced and ct.reduced == want.reduced):
+        return
+    bad = sorted(a for a in (ct.axes | want.axes) if ct.state(a) is not want.state(a))
+    a = bad[0]
+    raise error("SPMD404", f"{op}: the cotangent of {what} is {ct.state(a).title} over {a!r}, but "
+                f"the output is {out.state(a).title} there, so its cotangent must be "
+                f"{want.state(a).title}", axes=bad, states=ct.states(bad), op=op,
+                details=(f"output: {out}", f"cotangent given: {ct}", f"cotangent wanted: {want}"),
+                fix=f"give a cotangent of state {want} (st.cotangent_type(y))")
+
+
+#: per-axis join of two states by a free cast that keeps the value (symmetric). Varying ->
+#: Unreduced is free too, but reinterprets per-device values as partial sums: never implicit.
+_JOIN: dict[frozenset[State], State] = {
+    frozenset({I, V}): V, frozenset({I, R}): R, frozenset({R, V}): V,
+}
+
+
+def join_carry(before: SpmdType, after: SpmdType, *, op: str = "st.fori_loop",
+               what: str = "carry", labels: tuple[str, str] = ("before the body",
+                                                                 "after the body")) -> SpmdType:
+    """The state a loop carry (or a cond/switch output) must have so that both `before` and
+    `after` reach it by a free cast that keeps the value: per axis Invariant v Varying =
+    Varying, Invariant v Reduced = Reduced, Reduced v Varying = Varying.
+
+    **Raises:** `CastError` SPMD302 when one side is Unreduced and the other is not (or the
+    pending reductions differ): no cast into or out of Unreduced keeps the value.
+    """
+    if before == after:
+        return before
+    out: dict[State, set[str]] = {V: set(), U: set(), R: set(), I: set()}
+    for a in sorted(before.axes | after.axes):
+        s1, s2 = before.state(a), after.state(a)
+        s = s1 if s1 is s2 else _JOIN.get(frozenset({s1, s2}))
+        if s is U and before.kind != after.kind:
+            s = None
+        if s is None:
+            if s1 is U and s2 is U:
+                fix = "use the same reduction on both sides"
+            elif U in (s1, s2):
+                fix = (f"keep it Unreduced and reduce after: st.psum(result, {a!r}); an Unreduced "
+                       f"accumulator starts from st.pcast(st.pvary(zeros, {a!r}), {a!r}, "
+                       f"to='unreduced')")
+            else:  # pragma: no cover - every other pair joins
+                fix = None
+            raise error("SPMD302", f"{op}: {what} is {s1.title} over {a!r} {labels[0]} but "
+                        f"{s2.title} {labels[1]}; no free cast joins {s1.title} and {s2.title}",
+                        axes=(a,), states={a: f"{s1.value} {labels[0]}, {s2.value} {labels[1]}"},
+                        op=op, fix=fix, details=(f"{labels[0]}: {before}", f"{labels[1]}: {after}"))
+        out[s].add(a)
+    kind = (before.unreduced_kind or after.unreduced_kind) if out[U] else None
+    return SpmdType(out[V], out[U], out[R], kind)
+
+
+def free_casts(frm: SpmdType, to: SpmdType, *, reinterpret: bool = False
+               ) -> list[tuple[str, tuple[str, ...]]] | None:
+    """The `pcast` steps `[(to, axes), ...]` taking state `frm` to `to`, or None if none exists.
+
+    Without `reinterpret` only casts that keep the value (I -> V, I -> R, R -> V); with it also
+    V -> U and I -> U (a declaration says the per-device values are partial sums: `st.custom_op`).
+    """
+    i_v, r_v, i_r, to_u = [], [], [], []
+    for a in sorted(frm.axes | to.axes):
+        s1, s2 = frm.state(a), to.state(a)
+        if s1 is s2:
+            if s1 is U and frm.kind != to.kind:
+                return None
+            continue
+        if (s1, s2) == (I, V):
+            i_v.append(a)
+        elif (s1, s2) == (R, V):
+            r_v.append(a)
+        elif (s1, s2) == (I, R):
+            i_r.append(a)
+        elif reinterpret and s2 is U and s1 in (I, V) and to.kind == "sum":
+            if s1 is I:
+                i_v.append(a)
+            to_u.append(a)
+        else:
+            return None
+    steps = [("varying", tuple(i_v)), ("varying", tuple(r_v)), ("reduced", tuple(i_r)),
+             ("unreduced", tuple(to_u))]
+    return [(t, axes) for t, axes in steps if axes]
+
+
+def predicate_type(t: SpmdType) -> SpmdType:
+    """What a loop condition / branch predicate / trip count of type `t` imposes on the carries
+    and outputs: Varying wherever it varies (devices may take different paths)."""
+    return SpmdType(varying=t.varying)
+
+
+def parse_states(decl: object, *, op: str, what: str) -> dict[str, State]:
+    """`{axis: "varying" | State, ...}` -> `{axis: State}` (SPMD507 when malformed)."""
+    if not isinstance(decl, Mapping):
+        raise error("SPMD507", f"{op}: {what} must be a dict {{axis: state}}, got "
+                    f"{type(decl).__name__}", op=op)
+    out: dict[str, State] = {}
+    for axis, s in decl.items():
+        if not isinstance(axis, str):
+            raise error("SPMD507", f"{op}: {what} keys must be axis names, got {axis!r}", op=op)
+        try:
+            out[axis] = s if isinstance(s, State) else State(str(s).lower())
+        except ValueError:
+            close = difflib.get_close_matches(str(s).lower(), [x.value for x in State], n=1)
+            raise error("SPMD507", f"{op}: {what}[{axis!r}] = {s!r} is not a state (invariant, "
+                        f"varying, unreduced, reduced)", op=op,
+                        fix=f"{what}={{{axis!r}: {close[0]!r}}}" if close else None) from None
+    return out
+
+
+def custom_op_type(in_types: Sequence[SpmdType], requires: Sequence[Mapping[str, State]],
+                   produces: Mapping[str, State] | None = None, *, op: str = "custom op",
+                   names: Sequence[str] | None = None) -> SpmdType:
+    """The state of a custom op's results (`st.custom_op`, `st.opaque`).
+
+    1. Each input must have the states its `requires` entry declares (SPMD107).
+    2. An Unreduced input is accepted only on axes some `requires` declares Unreduced: an
+       undeclared function is not known to be linear (SPMD202).
+    3. The result is the union of the inputs' states: Varying wins over Reduced and
+       Invariant, Reduced over Invariant; Unreduced joins Invariant and Reduced (as in U x R)
+       but not Varying (SPMD201).
+    4. `produces` overrides the state on the axes it names.
+    """
+    names = list(names) if names is not None else [f"argument {k}" for k in range(len(in_types))]
+    declared_u = {a for req in requires for a, s in req.items() if s is U}
+    for k, t in enumerate(in_types):
+        req = requires[k] if k < len(requires) else {}
+        for a, s in req.items():
+            if t.state(a) is not s:
+                raise error("SPMD107", f"{op}: {names[k]} is {t.state(a).title} over {a!r}, but "
+                            f"the op requires {s.title}", axes=(a,), states={a: t.state(a).value},
+                            op=op, details=(f"{names[k]}: {t}",),
+                            fix=(f"st.pvary(x, {a!r})" if (t.state(a), s) == (I, V) else
+                                 f"st.pcast(x, {a!r}, to='varying')" if (t.state(a), s) == (R, V)
+                                 else f"st.psum(x, {a!r})" if t.state(a) is U else
+                                 f"bring the argument to {s.value} over {a!r}, or fix requires="))
+        bad_u = sorted(t.unreduced - declared_u)
+        if bad_u and not allowed("SPMD202"):
+            raise error("SPMD202", f"{op}: {names[k]} is Unreduced on {bad_u}, and the op is not "
+                        f"declared to take partial sums", axes=bad_u, states=t.states(bad_u),
+                        op=op, details=(f"{names[k]}: {t}",),
+                        fix=f"reduce first (st.psum(x, {_fmt_axes(bad_u)})), or declare "
+                            f"requires={{{bad_u[0]!r}: 'unreduced'}} if the op is linear")
+    out: dict[State, set[str]] = {V: set(), U: set(), R: set(), I: set()}
+    kind = None
+    for a in sorted(frozenset().union(*(t.axes for t in in_types)) if in_types else ()):
+        seen = {t.state(a) for t in in_types}
+        if U in seen:
+            if V in seen:
+                k = next(k for k, t in enumerate(in_types) if t.state(a) is V)
+                raise error("SPMD201", f"{op}: one argument is Unreduced over {a!r} and "
+                            f"{names[k]} is Varying there", axes=(a,), states={a: "varying"},
+                            op=op, fix=f"st.psum(x, {a!r}) first")
+            s = U
+            kind = kind or next(t.kind for t in in_types if t.state(a) is U)
+        else:
+            s = V if V in seen else R if R in seen else I
+        out[s].add(a)
+    result = SpmdType(out[V], out[U], out[R], kind)
+    if produces:
+        for a, s in produces.items():
+            result = result.with_states((a,), s)
+        if result.unreduced and result.unreduced_kind is None:
+            result = result.replace(unreduced_kind="sum")
+    return result
+
+
+#: constructors whose value does not depend on their argument's data: Varying is kept (JAX
+#: pvarys the constant), Unreduced and Reduced are dropped (a fresh constant is Invariant).
+LIKE_CONSTRUCTORS = ("zeros_like", "ones_like", "full_like", "empty_like")
+#: constructors from shapes: always Invariant
+CONSTRUCTORS = ("zeros", "ones", "full", "empty", "arange", "linspace", "eye")
+
+
+def constructor_type(name: str, like: SpmdType | None = None) -> SpmdType:
+    """The state of `jnp.<name>(...)`: `zeros_like(x)` is Varying where x is, else Invariant."""
+    if name in LIKE_CONSTRUCTORS and like is not None:
+        return SpmdType(varying=like.varying)
+    if name in LIKE_CONSTRUCTORS or name in CONSTRUCTORS:
+        return INVARIANT
+    raise KeyError(name)
