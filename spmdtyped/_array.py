@@ -28,7 +28,7 @@ def _register(cls: type) -> None:
     jax.tree_util.register_pytree_node(
         cls,
         lambda x: ((x.raw,), None),
-        lambda _aux, children, cls=cls: _new(cls, children[0]),
+        lambda _aux, children, cls=cls: _unflatten(cls, children[0]),
     )
 
 
@@ -36,6 +36,17 @@ def _new(cls: type, raw: Any) -> Any:
     obj = object.__new__(cls)
     obj.raw = raw
     return obj
+
+
+def _unflatten(cls: type, raw: Any) -> Any:
+    # jax.grad / jax.vjp rebuild the *primal's* class around each cotangent, but a cotangent's
+    # state differs (Reduced <-> Unreduced, reference §5): inside a checking shard_map, a JAX
+    # value whose state disagrees with the class gets the class of its own state.
+    t = _compat.typeof_raw_or_none(raw)
+    if t is not None and t != cls._spmd_type and _compat.current_mesh()[1] \
+            and _compat.check_vma_enabled():
+        cls = state_class(t)
+    return _new(cls, raw)
 
 
 # classes made before this module was imported (Invariant, hints used in annotations), then
@@ -160,11 +171,14 @@ def operand(x: Any) -> tuple[Any, Operand]:
 # ------------------------------------------------------------------- operators
 
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "matmul": "@", "pow": "**",
-           "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&",
+           "or": "|", "xor": "^", "mod": "%", "floordiv": "//"}
 _BIND: dict[str, Callable[[Any, Any], Any]] = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
     "matmul": operator.matmul, "pow": operator.pow, "lt": operator.lt, "le": operator.le,
-    "gt": operator.gt, "ge": operator.ge,
+    "gt": operator.gt, "ge": operator.ge, "eq": operator.eq, "ne": operator.ne,
+    "and": operator.and_, "or": operator.or_, "xor": operator.xor, "mod": operator.mod,
+    "floordiv": operator.floordiv,
 }
 
 
@@ -213,7 +227,7 @@ def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op:
     raw, t = operand(x)
     op = op or name
     if bind is None:
-        bind = {"neg": operator.neg, "abs": abs}[name]
+        bind = {"neg": operator.neg, "abs": abs, "logical_not": operator.invert}[name]
     if t is LITERAL:
         t = _rules.INVARIANT
     out_t = _rules.unary(name, t, _compat.FEATURES, op=op)  # type: ignore[arg-type]

@@ -161,8 +161,15 @@ for _n, _m in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"
                ("matmul", "matmul"), ("pow", "pow")):
     setattr(SArray, f"__{_n}__", _binop(_m))
     setattr(SArray, f"__r{_n}__", _binop(_m, reflected=True))
-for _n, _m in (("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge")):
+for _n, _m in (("and", "and"), ("or", "or"), ("xor", "xor"), ("mod", "mod"),
+               ("floordiv", "floordiv")):
     setattr(SArray, f"__{_n}__", _binop(_m))
+    setattr(SArray, f"__r{_n}__", _binop(_m, reflected=True))
+for _n, _m in (("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge"), ("eq", "eq"), ("ne", "ne")):
+    setattr(SArray, f"__{_n}__", _binop(_m))
+# elementwise == makes typed values unhashable, like JAX arrays
+SArray.__hash__ = None  # type: ignore[assignment]
+SArray.__invert__ = lambda self: _ops().unary_op("logical_not", self)  # type: ignore[attr-defined]
 SArray.__neg__ = lambda self: _ops().unary_op("neg", self)  # type: ignore[attr-defined]
 SArray.__pos__ = lambda self: self  # type: ignore[attr-defined]
 SArray.__getitem__ = lambda self, idx: _ops().getitem(self, idx)  # type: ignore[attr-defined]
