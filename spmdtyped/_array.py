@@ -193,16 +193,12 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
     rb, tb = operand(b)
     op = op or f"operator {_SYMBOL.get(name, name)}"
     bind = bind or _BIND[name]
-    rule = name
-    if name == "pow":
-        if tb is LITERAL and isinstance(rb, int) and isinstance(ta, SpmdType):
-            return unary_op("integer_pow", a, lambda r: r ** rb, op=op)
-        rule = "pow"
-    if name == "div" and tb is LITERAL and isinstance(ta, SpmdType) and ta.unreduced \
-            and not _compat.FEATURES.unreduced_div:
-        # jax 0.10 has no unreduced rule for div: u / c is bound as u * (1/c) (looser than JAX)
-        return binary("mul", a, 1.0 / rb, op=op)
-    res = _rules.combine(rule, [ta, tb], _compat.FEATURES, op=op)
+    res = _rules.binary(name, ta, tb, _compat.FEATURES, op=op,
+                        int_literal=tb is LITERAL and isinstance(rb, int) and not isinstance(rb, bool))
+    if res.bind == "integer_pow":
+        return checked(op, ra ** rb, res.type)
+    if res.bind == "mul_reciprocal":
+        rb, bind = 1.0 / rb, operator.mul
     if res.literal_reduced:
         if ta is LITERAL:
             ra = _cast_literal(ra, rb, res.literal_reduced)

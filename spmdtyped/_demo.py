@@ -66,7 +66,7 @@ def run(verbose: bool = True) -> dict[str, Any]:
         show("w2", w2)
         h = show("h = x @ w1", x @ w1)
         a = show("a = tanh(h)", st.numpy.tanh(h))
-        partial = show("p = a @ w2", a @ w2)
+        partial = show("p = pcast(a @ w2, unreduced)", st.pcast(a @ w2, "tp", to="unreduced"))
         pred = show("pred = psum(p, 'tp')", st.psum(partial, "tp"))
         err = show("e = pred - y", pred - y)
         local = show("l = mean(e * e)", (err * err).mean())
@@ -75,9 +75,9 @@ def run(verbose: bool = True) -> dict[str, Any]:
 
     loss, pred = jax.jit(step)(put(x, specs[0]), put(w1, specs[1]), put(w2, specs[2]),
                                put(y, specs[3]))
-    out(f"{'value':26s} {'state':28s} local shape")
+    out(f"{'value':30s} {'state':40s} local shape")
     for name, state, shape in trace:
-        out(f"{name:26s} {state:28s} {shape}")
+        out(f"{name:30s} {state:40s} {shape}")
 
     ref_pred = jnp.tanh(x @ w1) @ w2
     ref_loss = jnp.mean((ref_pred - y) ** 2)

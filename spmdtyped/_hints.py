@@ -128,7 +128,11 @@ class SArray(metaclass=_StateMeta):
         return type(self)._spmd_type  # type: ignore[return-value]
 
     def __repr__(self) -> str:
-        return f"{type(self).__qualname__}({self.raw!r})"
+        try:
+            inner = repr(self.raw)
+        except Exception:  # a leaked tracer's repr raises; show what is known
+            inner = f"<{type(self.raw).__name__} {getattr(self.raw, 'shape', '?')}>"
+        return f"{type(self).__qualname__}({inner})"
 
     # Operators and array methods live in _array (they need JAX).
     def __getattr__(self, name: str) -> Any:

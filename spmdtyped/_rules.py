@@ -198,10 +198,11 @@ class Features:
     unreduced_div: bool           # 0.12: U / R(same axes) -> U
     reduce_max_keeps_reduced: bool  # 0.12: jnp.max(R) -> R; 0.10 drops R
     pmax_uniform: bool            # 0.12: pmax/pmin require one state over the named axes
+    gather_keeps_reduced: bool = False  # 0.12: jnp.take(R) -> R; 0.10 drops R
 
 
 JAX_0_10 = Features("jax 0.10", False, False, False, False, False)
-JAX_0_12 = Features("jax 0.12", True, True, True, True, True)
+JAX_0_12 = Features("jax 0.12", True, True, True, True, True, gather_keeps_reduced=True)
 #: What the mypy plugin assumes unless configured: only what every supported JAX allows.
 CONSERVATIVE = JAX_0_10
 
@@ -478,16 +479,23 @@ _A, _M, _D, _DOT, _SEL, _N, _L = (Linearity.ADDITIVE, Linearity.MULTIPLICATIVE, 
                                   Linearity.LINEAR)
 
 _LINEAR_UNARY = ("reshape", "transpose", "squeeze", "expand_dims", "broadcast_to", "getitem",
-                 "concatenate", "stack", "pad", "astype", "copy", "stop_gradient", "split", "roll",
+                 "pad", "astype", "copy", "stop_gradient", "split", "roll",
                  "tile", "repeat", "conj", "real", "imag", "sum", "ravel", "swapaxes", "moveaxis")
 _NONLINEAR_UNARY = ("exp", "log", "tanh", "sin", "cos", "sqrt", "rsqrt", "abs", "square",
-                    "sign", "log1p", "expm1", "sigmoid", "relu", "gelu", "silu", "softplus",
-                    "reciprocal", "floor", "ceil", "round", "logical_not", "isnan", "isfinite",
-                    "softmax", "log_softmax", "logsumexp", "erf", "var", "std", "norm")
+                    "sign", "log1p", "expm1", "sigmoid", "silu", "softplus",
+                    "floor", "ceil", "round", "logical_not", "isnan", "isfinite",
+                    "erf", "norm")
 _NONLINEAR_NARY = ("maximum", "minimum", "pow", "lt", "le", "gt", "ge", "eq", "ne", "and", "or",
-                   "xor", "arctan2", "mod", "floordiv")
+                   "xor", "arctan2")
 _JAX_DROPS = ("cumsum", "cumprod", "cummax", "cummin", "flip", "argmax", "argmin",
-              "integer_pow", "prod", "at_set", "take", "dynamic_slice")
+              "integer_pow", "prod", "at_set", "dynamic_slice",
+              "reciprocal")  # jnp.reciprocal is integer_pow(x, -1) (differential tests)
+#: jax.nn functions that mix an Invariant constant into their input: JAX rejects a Reduced input
+#: (`Inputs cannot be replicated...`, reference Q20); silu/sigmoid/softplus do not.
+_NONLINEAR_NO_REDUCED = ("relu", "gelu", "softmax", "log_softmax", "logsumexp",
+                         # jnp.var/std/mod/floor_divide do too, for every dtype (differential
+                         # tests, jax 0.10.2 and 0.12.0.1)
+                         "var", "std", "mod", "floordiv")
 #: `.at[].add/.mul/.min/.max` (scatter-add etc.): jax 0.12 keeps U and rejects R for add; jax
 #: 0.10 drops both. Strict: Unreduced rejected (SPMD202), Reduced rejected (SPMD203).
 _SCATTERS = ("at_add", "at_mul", "at_min", "at_max")
@@ -507,6 +515,12 @@ ELEMENTWISE: dict[str, ElementwiseRule] = {
         *(_ew(n, _N) for n in _NONLINEAR_UNARY),
         *(_ew(n, _N) for n in _NONLINEAR_NARY),
         *(_ew(n, _N, on_unreduced=JAX_DROPS, on_reduced="drop") for n in _JAX_DROPS),
+        *(_ew(n, _N, on_reduced=REJECT) for n in _NONLINEAR_NO_REDUCED),
+        # n-ary structural ops: like add, Unreduced only with Unreduced on the same axes (JAX
+        # also accepts U next to I, which counts the I part once per device)
+        _ew("concatenate", _A, on_unreduced=KEEP), _ew("stack", _A, on_unreduced=KEEP),
+        # gather: jax 0.10 drops U and R; jax 0.12 rejects U and keeps R
+        _ew("take", _N, on_unreduced=JAX_DROPS, reduced_feature="gather_keeps_reduced"),
         *(_ew(n, _N, on_unreduced=JAX_DROPS, on_reduced=REJECT) for n in _SCATTERS),
     ]
 }
@@ -530,6 +544,9 @@ class Combined:
 
     type: SpmdType
     literal_reduced: frozenset[str] = frozenset()
+    #: how the runtime binds it when not as the op itself: "integer_pow" (`x ** k`, k an int
+    #: literal) or "mul_reciprocal" (`u / c` as `u * (1/c)` where JAX has no Unreduced div)
+    bind: str | None = None
 
 
 def _names(i: int, n: int) -> str:
@@ -550,6 +567,22 @@ def combine(name: str, operands: Sequence[Operand], features: Features = CONSERV
     Memoised (the result depends only on the arguments and the active `st.allow` codes), so
     tracing a large model re-derives nothing."""
     return _combine(name, tuple(operands), features, op, _active_allowances())
+
+
+def binary(name: str, a: Operand, b: Operand, features: Features = CONSERVATIVE, *,
+           op: str | None = None, int_literal: bool = False) -> Combined:
+    """The rule of the Python operator `a <name> b` on typed values, as the runtime binds it.
+
+    `x ** k` with an int literal `k` is JAX's `integer_pow` (a unary op: strict on Unreduced);
+    `u / c` with `u` Unreduced and `c` a Python scalar is bound as `u * (1/c)` on JAX versions
+    without an Unreduced division rule (exact, looser than JAX). Everything else is `combine`.
+    """
+    if name == "pow" and b is LITERAL and int_literal and isinstance(a, SpmdType):
+        return Combined(unary("integer_pow", a, features, op=op), bind="integer_pow")
+    if (name == "div" and b is LITERAL and isinstance(a, SpmdType) and a.unreduced
+            and not features.unreduced_div):
+        return dataclasses.replace(combine("mul", [a, b], features, op=op), bind="mul_reciprocal")
+    return combine(name, [a, b], features, op=op)
 
 
 def _active_allowances() -> frozenset[str]:
@@ -629,6 +662,11 @@ def _combine(name: str, operands: tuple[Operand, ...], features: Features, op: s
                     raise fail("SPMD203", f"{what} is Invariant on {sorted(missing)}, where "
                                f"another operand is Reduced", missing, t,
                                fix=f"st.pcast(y, {_fmt_axes(sorted(missing))}, to='reduced')")
+            if rule.on_reduced == REJECT:  # mod, floordiv: JAX mixes in a replicated constant
+                raise fail("SPMD203", f"{name} cannot take a Reduced value (JAX mixes a "
+                           f"replicated constant into it)", out_r,
+                           next(t for t in cast if t.reduced),
+                           fix=f"st.pcast(x, {_fmt_axes(sorted(out_r))}, to='varying') first")
 
     # 3. unreduced rule of the op
     usets = [t.unreduced for t in cast]
@@ -771,17 +809,20 @@ STRICTER_THAN_JAX: tuple[tuple[str, str, str], ...] = (
      "JAX pvarys it: psum gives n·x, pmean of summed gradients is silently accepted"),
     ("SPMD104", "ppermute/all_gather/all_to_all/pmax(0.10) over axes in mixed Varying/Invariant "
      "states", "JAX pvarys the Invariant axes"),
-    ("SPMD202", "cumsum/cumprod/flip/argmax/integer_pow/prod/take/.at[].set/dynamic_slice/sort/"
-     "where on an Unreduced value", "JAX drops (or keeps) the Unreduced state: wrong numbers"),
+    ("SPMD202", "cumsum/cumprod/flip/argmax/integer_pow/reciprocal/prod/take/.at[].set/"
+     "dynamic_slice/sort/where on an Unreduced value", "JAX drops (or keeps) the Unreduced state: wrong numbers"),
     ("SPMD401", "a Varying output under out_specs P(unreduced=...) (jax 0.10 casts it)",
      "jax 0.10 inserts vary_unreduced_cast; jax 0.12 rejects it"),
-    ("SPMD203", "where(c, r, r) with c Invariant on r's reduced axes",
-     "not verified either way; spmdtyped applies the n-ary reduced check to where"),
+    ("SPMD203", "where(c, r, r) with c Invariant on r's reduced axes (and where(c, r, I) / "
+     "where(c, I, r))", "JAX accepts (verified on 0.10.2 and 0.12.0.1 by the differential "
+     "tests): select_n has no reduced check and takes R from the false branch only, so "
+     "where(c, r, I) -> I and where(c, I, r) -> R; spmdtyped applies the n-ary reduced check"),
 )
 
 LOOSER_THAN_JAX: tuple[tuple[str, str], ...] = (
-    ("Reduced value * / + - Python scalar", "the scalar is cast to Reduced "
-     "(`pcast(jnp.asarray(c), axes, to='reduced')`); JAX rejects `r * 2.0`"),
+    ("Reduced value * / + - ** < <= > >= == != (any elementwise op but @) Python scalar",
+     "the scalar is cast to Reduced (`pcast(jnp.asarray(c), axes, to='reduced')`); JAX rejects "
+     "`r * 2.0`, `r < 0.5`"),
     ("Unreduced value * or / Python scalar", "the scalar is cast to Reduced, then U × R → U; "
      "JAX rejects `u * 2.0`; on jax 0.10 `u / c` is bound as `u * (1/c)`"),
     ("mean over local dimensions of a Reduced or Unreduced value", "sum, then the scalar rule "
