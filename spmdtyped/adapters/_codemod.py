@@ -1,0 +1,382 @@
+"""`python -m spmdtyped port FILE...`: rewrite raw shard_map code to spmdtyped (libcst).
+
+What it rewrites, keeping everything else byte for byte (comments, formatting):
+
+- imports: `from jax import lax` -> `from spmdtyped import lax`; `import jax.lax as L` ->
+  `import spmdtyped.lax as L`; `from jax.lax import psum` -> `from spmdtyped.lax import psum`;
+  `from jax import shard_map` (or `jax.experimental.shard_map`) ->
+  `from spmdtyped.adapters import typed_shard_map as shard_map`;
+- attribute calls: `jax.lax.psum(...)` (any checked collective) -> `st.lax.psum(...)`,
+  `jax.shard_map` -> `st.adapters.typed_shard_map` (adding `import spmdtyped as st`);
+- annotations: for a function passed to shard_map (call, `partial(shard_map, ...)` decorator
+  or `@jax.shard_map(...)` decorator) whose `in_specs`/`out_specs` are literal
+  `P(...)` expressions (or module-level names bound to them), unannotated parameters and
+  the return get the states the specs determine: `P("dp")` -> `Varying["dp"]`, `P()` ->
+  `Invariant`, `P(reduced={"tp"})` -> `Reduced["tp"]`, a tuple -> `tuple[...]`. The names
+  are imported from spmdtyped. (An Invariant output under a partitioned out_spec is
+  annotated Varying, which it is a subtype of.) Partial-manual calls (`axis_names=`) are
+  rewritten but not annotated. For exact states of every value use `python -m spmdtyped infer`.
+
+Prints a unified diff by default; `--write` rewrites the files. Exit status 0, or 1 with
+`--check` when a file would change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import libcst as cst
+
+#: the collectives `spmdtyped.lax` checks (equal to `spmdtyped.lax.CHECKED`; not imported
+#: from there so that porting does not import JAX)
+_CHECKED = ("all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
+            "pmean", "pmin", "ppermute", "psum", "psum_scatter", "pshuffle")
+
+_SHARD_MAP_MODULES = ("jax", "jax.experimental.shard_map")
+_SPEC_NAMES = ("P", "PartitionSpec")
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else f"{base}.{node.attr.value}"
+    return None
+
+
+def _module_name(node: cst.BaseExpression | None) -> str | None:
+    return None if node is None else _dotted(node)
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+# ------------------------------------------------------------------- specs -> hints
+
+
+def _spec_hint(node: cst.BaseExpression, consts: dict[str, cst.BaseExpression],
+               used: set[str], depth: int = 0) -> str | None:
+    """The hint a literal in_spec/out_spec determines, or None when it is not literal."""
+    if isinstance(node, cst.Name) and node.value in consts and depth < 4:
+        return _spec_hint(consts[node.value], consts, used, depth + 1)
+    if isinstance(node, cst.Name) and node.value == "None":
+        used.add("Invariant")
+        return "Invariant"
+    if isinstance(node, (cst.Tuple, cst.List)):
+        parts = [_spec_hint(e.value, consts, used, depth) for e in node.elements]
+        known = [p for p in parts if p is not None]
+        if len(known) != len(parts):
+            return None
+        return f"tuple[{', '.join(known)}]"
+    if not isinstance(node, cst.Call):
+        return None
+    fname = _dotted(node.func) or ""
+    if fname.split(".")[-1] not in _SPEC_NAMES:
+        return None
+    varying: list[str] = []
+    sets: dict[str, list[str]] = {"unreduced": [], "reduced": []}
+    try:
+        for arg in node.args:
+            value = ast.literal_eval(_code(arg.value))
+            if arg.keyword is not None:
+                key = arg.keyword.value
+                if key not in sets:
+                    return None
+                sets[key] = sorted([value] if isinstance(value, str) else value)
+            elif isinstance(value, str):
+                varying.append(value)
+            elif isinstance(value, tuple):
+                varying.extend(value)
+            elif value is not None:
+                return None
+    except (ValueError, SyntaxError):
+        return None
+    hints: list[str] = []
+    for label, axes in (("Varying", varying), ("Unreduced", sets["unreduced"]),
+                        ("Reduced", sets["reduced"])):
+        if axes:
+            used.add(label)
+            hints.append(f"{label}[{', '.join(repr(a).replace(chr(39), chr(34)) for a in axes)}]")
+    if not hints:
+        used.add("Invariant")
+        return "Invariant"
+    if len(hints) > 1:
+        used.add("Typed")
+        return f"Typed[{', '.join(hints)}]"
+    return hints[0]
+
+
+# ------------------------------------------------------------------- pass 1: find shard_maps
+
+
+class _Collect(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.shard_map_names: set[str] = {"jax.shard_map", "jax.experimental.shard_map.shard_map"}
+        self.consts: dict[str, cst.BaseExpression] = {}
+        #: function name -> (in_specs, out_specs) nodes
+        self.targets: dict[str, tuple[cst.BaseExpression, cst.BaseExpression]] = {}
+        self.decorated: dict[int, tuple[cst.BaseExpression, cst.BaseExpression]] = {}
+        self.st_alias: str | None = None
+        self._depth = 0
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        mod = _module_name(node.module)
+        if mod in _SHARD_MAP_MODULES and not isinstance(node.names, cst.ImportStar):
+            for alias in node.names:
+                if alias.name.value == "shard_map":
+                    self.shard_map_names.add(_asname(alias) or "shard_map")
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            if _dotted(alias.name) == "spmdtyped":
+                self.st_alias = _asname(alias) or "spmdtyped"
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        for dec in node.decorators:
+            specs = self._specs_of(dec.decorator, decorator=True)
+            if specs is not None:
+                self.decorated[id(node)] = specs
+        self._depth += 1
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._depth -= 1
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self._depth == 0 and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            self.consts[node.targets[0].target.value] = node.value
+
+    def visit_Call(self, node: cst.Call) -> None:
+        specs = self._specs_of(node, decorator=False)
+        if specs is not None and node.args and node.args[0].keyword is None \
+                and isinstance(node.args[0].value, cst.Name):
+            self.targets[node.args[0].value.value] = specs
+
+    def _is_shard_map(self, node: cst.BaseExpression) -> bool:
+        return _dotted(node) in self.shard_map_names
+
+    def _specs_of(self, node: cst.BaseExpression, decorator: bool) -> Any:
+        if not isinstance(node, cst.Call):
+            return None
+        kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+        if "axis_names" in kw:
+            return None
+        if self._is_shard_map(node.func):
+            pass
+        elif (_dotted(node.func) or "").split(".")[-1] == "partial" and node.args \
+                and self._is_shard_map(node.args[0].value):
+            if not decorator:
+                return None
+        else:
+            return None
+        if decorator and self._is_shard_map(node.func) and node.args \
+                and node.args[0].keyword is None:
+            return None  # shard_map(f, ...) used as a decorator: not a decorator form
+        if "in_specs" in kw and "out_specs" in kw:
+            return kw["in_specs"], kw["out_specs"]
+        return None
+
+
+def _asname(alias: cst.ImportAlias) -> str | None:
+    if alias.asname is None:
+        return None
+    name = alias.asname.name
+    return name.value if isinstance(name, cst.Name) else None
+
+
+# ------------------------------------------------------------------- pass 2: rewrite
+
+
+class _Port(cst.CSTTransformer):
+    def __init__(self, info: _Collect) -> None:
+        self.info = info
+        self.st = info.st_alias or "st"
+        self.need_st = False
+        self.hints_used: set[str] = set()
+        self.changes: list[str] = []
+
+    # imports
+    def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine,
+                                  updated: cst.SimpleStatementLine) -> Any:
+        if len(updated.body) != 1 or not isinstance(updated.body[0], cst.ImportFrom):
+            return updated
+        node = updated.body[0]
+        mod = _module_name(node.module)
+        if isinstance(node.names, cst.ImportStar):
+            return updated
+        if mod == "jax.lax":
+            self.changes.append("from jax.lax import -> from spmdtyped.lax import")
+            return updated.with_changes(
+                body=[node.with_changes(module=cst.parse_expression("spmdtyped.lax"))])
+        if mod not in _SHARD_MAP_MODULES:
+            return updated
+        keep, extra = [], []
+        for alias in node.names:
+            name = alias.name.value if isinstance(alias.name, cst.Name) else None
+            asname = _asname(alias)
+            if mod == "jax" and name == "lax":
+                extra.append(f"from spmdtyped import lax{' as ' + asname if asname else ''}")
+                self.changes.append("from jax import lax -> from spmdtyped import lax")
+            elif name == "shard_map":
+                extra.append(f"from spmdtyped.adapters import typed_shard_map as "
+                             f"{asname or 'shard_map'}")
+                self.changes.append("shard_map -> spmdtyped.adapters.typed_shard_map")
+            else:
+                keep.append(alias)
+        if not extra:
+            return updated
+        lines: list[Any] = []
+        if keep:
+            keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            lines.append(updated.with_changes(body=[node.with_changes(names=keep)]))
+        for i, text in enumerate(extra):
+            line = cst.parse_statement(text)
+            if i == 0 and not keep:
+                line = line.with_changes(leading_lines=updated.leading_lines)
+            lines.append(line)
+        return cst.FlattenSentinel(lines)
+
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> Any:
+        new = []
+        changed = False
+        for alias in updated.names:
+            if _dotted(alias.name) == "jax.lax" and alias.asname is not None:
+                new.append(alias.with_changes(name=cst.parse_expression("spmdtyped.lax")))
+                changed = True
+            else:
+                new.append(alias)
+        if changed:
+            self.changes.append("import jax.lax as ... -> import spmdtyped.lax as ...")
+            return updated.with_changes(names=new)
+        return updated
+
+    # jax.lax.<collective>, jax.shard_map
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> Any:
+        name = _dotted(original)
+        if name is None:
+            return updated
+        if name.startswith("jax.lax.") and name[len("jax.lax."):] in _CHECKED:
+            self.need_st = True
+            self.changes.append(f"{name} -> {self.st}.lax.{original.attr.value}")
+            return cst.parse_expression(f"{self.st}.lax.{original.attr.value}")
+        if name in ("jax.shard_map", "jax.experimental.shard_map.shard_map"):
+            self.need_st = True
+            self.changes.append(f"{name} -> {self.st}.adapters.typed_shard_map")
+            return cst.parse_expression(f"{self.st}.adapters.typed_shard_map")
+        return updated
+
+    # annotations
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> Any:
+        specs = self.info.decorated.get(id(original)) or self.info.targets.get(original.name.value)
+        if specs is None:
+            return updated
+        in_specs, out_specs = specs
+        consts = self.info.consts
+        used: set[str] = set()
+        params = list(updated.params.params)
+        in_node = in_specs
+        if isinstance(in_node, cst.Name) and in_node.value in consts:
+            in_node = consts[in_node.value]
+        entries = [e.value for e in in_node.elements] if isinstance(in_node, (cst.Tuple, cst.List)) \
+            else [in_node] * len(params)
+        new_params = []
+        for i, p in enumerate(params):
+            h = _spec_hint(entries[i], consts, used) if i < len(entries) and len(entries) == len(params) else None
+            if p.annotation is None and h is not None:
+                p = p.with_changes(annotation=cst.Annotation(cst.parse_expression(h)))
+            new_params.append(p)
+        ret = updated.returns
+        if ret is None:
+            h = _spec_hint(out_specs, consts, used)
+            if h is not None:
+                ret = cst.Annotation(cst.parse_expression(h))
+        if new_params == params and ret is updated.returns:
+            return updated
+        self.hints_used |= used
+        self.changes.append(f"annotated {original.name.value}")
+        return updated.with_changes(params=updated.params.with_changes(params=new_params),
+                                    returns=ret)
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        imports = []
+        if self.need_st and self.info.st_alias is None:
+            imports.append(cst.parse_statement("import spmdtyped as st"))
+        if self.hints_used:
+            names = ", ".join(sorted(self.hints_used))
+            imports.append(cst.parse_statement(f"from spmdtyped import {names}"))
+        if not imports:
+            return updated
+        body = list(updated.body)
+        # after the docstring, __future__ imports and the leading import block
+        i = 0
+        while i < len(body) and _is_header(body[i]):
+            i += 1
+        return updated.with_changes(body=[*body[:i], *imports, *body[i:]])
+
+
+def _is_header(stmt: cst.CSTNode) -> bool:
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    return all(isinstance(s, (cst.Import, cst.ImportFrom)) or
+               (isinstance(s, cst.Expr) and isinstance(s.value, cst.SimpleString))
+               for s in stmt.body)
+
+
+def port_source(source: str) -> tuple[str, list[str]]:
+    """The ported source text and a list of the changes made.
+
+    **Arguments:** `source`: Python source of a module with raw shard_map code.
+
+    **Returns:** `(new_source, changes)`; `new_source == source` when nothing applies.
+    """
+    module = cst.parse_module(source)
+    info = _Collect()
+    module.visit(info)
+    port = _Port(info)
+    new = module.visit(port)
+    return new.code, port.changes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m spmdtyped port",
+        description="Rewrite raw jax.shard_map code to spmdtyped: checked collectives, "
+                    "checked shard_map, annotations from the specs.")
+    parser.add_argument("files", nargs="+", metavar="FILE")
+    parser.add_argument("--write", action="store_true", help="rewrite the files in place")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if any file would change (prints the diff)")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    changed = 0
+    for path in args.files:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                old = fh.read()
+            new, _changes = port_source(old)
+        except (OSError, cst.ParserSyntaxError) as e:
+            print(f"{path}: error: {e}", file=sys.stderr)
+            return 2
+        if new == old:
+            continue
+        changed += 1
+        if args.write:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(new)
+            print(f"ported {path}")
+        else:
+            sys.stdout.writelines(difflib.unified_diff(
+                old.splitlines(keepends=True), new.splitlines(keepends=True),
+                fromfile=f"a/{path}", tofile=f"b/{path}"))
+    if changed == 0:
+        print("nothing to port", file=sys.stderr)
+    return 1 if args.check and changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""`infer`: trace a raw per-shard function and check every equation with the strict rules."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from .. import _compat, _rules
+from .._errors import SpmdTypeError
+from .._rules import SpmdType
+from .._shard_map import _is_spec_leaf, _spec_str
+from . import _walk
+from ._typed import _manual_axes, check_outputs, checked_lax
+
+
+@dataclasses.dataclass
+class InferReport:
+    """What `infer` found.
+
+    **Attributes:**
+
+    - `ok`: no violations.
+    - `violations`: `SpmdTypeError`s, each with `.code`, `.source` (`"file:line"` of the
+      user's code), `.file` and `.line`.
+    - `in_types` / `out_types`: the `SpmdType` of each argument / output leaf, in flattening
+      order (the outputs as the function returned them, before shard_map's boundary casts).
+    - `signature`: the typed `def` line to paste, e.g.
+      `def f(x: Varying["dp"], w: Varying["tp"]) -> Varying["dp"]:`.
+    - `steps`: every checked equation (`Step`: file, line, primitive, states in and out).
+    - `mismatches`: equations where the rule table's prediction differs from JAX's state
+      without a violation (a gap in the rule table; empty for every program we know).
+    - `jaxpr`: the traced `ClosedJaxpr` (None when tracing failed).
+    """
+
+    ok: bool
+    violations: list[SpmdTypeError]
+    in_types: list[SpmdType]
+    out_types: list[SpmdType]
+    signature: str
+    steps: list[_walk.Step]
+    mismatches: list[str]
+    jaxpr: Any = None
+    mesh_axes: tuple[str, ...] = ()
+
+    def listing(self, *, file: str | None = None, casts: bool = False) -> list[str]:
+        """The per-line type listing: `file:line  op: (in states) -> out states`, in order
+        (`casts=True` also lists the pvary casts JAX inserted by itself)."""
+        out = []
+        for s in self.steps:
+            if (file is not None and s.file != file) or (s.auto and not casts):
+                continue
+            loc = f"{os.path.basename(s.file)}:{s.line}" if s.file else "<jax>"
+            out.append(f"{loc:>20s}  {s.describe()}")
+        return out
+
+    def __str__(self) -> str:
+        lines = [self.signature]
+        if self.violations:
+            lines.append(f"{len(self.violations)} violation(s):")
+            lines += [f"  {getattr(v, 'source', '?')}: {v.code} {v.headline}"
+                      for v in self.violations]
+        else:
+            lines.append("ok: no violations")
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------- hints as source text
+
+
+def hint(t: SpmdType, order: Sequence[str] | None = None) -> str:
+    """The annotation for a state, e.g. `Varying["dp", "tp"]` or
+    `Typed[Varying["dp"], Reduced["tp"]]` (axes in mesh order)."""
+    def axes(s: frozenset[str]) -> str:
+        names = [a for a in order if a in s] if order else sorted(s)
+        names += sorted(s - set(names))
+        return ", ".join(f'"{a}"' for a in names)
+
+    parts = [f"{label}[{axes(s)}]" for label, s in (("Varying", t.varying),
+                                                    ("Unreduced", t.unreduced),
+                                                    ("Reduced", t.reduced)) if s]
+    if not parts:
+        return "Invariant"
+    return parts[0] if len(parts) == 1 else f"Typed[{', '.join(parts)}]"
+
+
+def _tree_hint(tree: Any, types: Sequence[SpmdType], order: Sequence[str]) -> str:
+    """Annotation for a pytree whose leaves (in order) have `types`."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    if len(leaves) == 1 and jax.tree_util.treedef_is_leaf(treedef):
+        return hint(types[0], order)
+    if isinstance(tree, (tuple, list)) and not hasattr(tree, "_fields"):
+        parts, i = [], 0
+        for sub in tree:
+            n = len(jax.tree_util.tree_leaves(sub))
+            parts.append(_tree_hint(sub, types[i:i + n], order))
+            i += n
+        return f"tuple[{', '.join(parts)}]" if isinstance(tree, tuple) else \
+            f"list[{parts[0] if len(set(parts)) == 1 else 'Any'}]"
+    kinds = {hint(t, order) for t in types}
+    return kinds.pop() if len(kinds) == 1 else "Any"
+
+
+def signature_line(f: Callable[..., Any], args: Sequence[Any], in_types: Sequence[SpmdType],
+                   out_tree: Any, out_types: Sequence[SpmdType], order: Sequence[str]) -> str:
+    """`def name(p: Hint, ...) -> Hint:` for `f`'s positional parameters."""
+    name = getattr(f, "__name__", "f")
+    try:
+        params = [p.name for p in inspect.signature(f).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    params += [f"arg{i}" for i in range(len(params), len(args))]
+    parts, i = [], 0
+    for pname, a in zip(params, args, strict=False):
+        n = len(jax.tree_util.tree_leaves(a))
+        parts.append(f"{pname}: {_tree_hint(a, in_types[i:i + n], order)}")
+        i += n
+    ret = _tree_hint(out_tree, out_types, order) if out_types else "None"
+    return f"def {name}({', '.join(parts)}) -> {ret}:"
+
+
+# ------------------------------------------------------------------- tracing
+
+
+def _abstract(args: Sequence[Any], in_specs: Any, mesh: Any) -> tuple[Any, ...]:
+    """Global arrays or ShapeDtypeStructs -> ShapeDtypeStructs sharded as their in_specs
+    say (tracing needs no data; an Explicit mesh needs the shardings to match)."""
+    specs = in_specs if isinstance(in_specs, tuple) else (in_specs,) * len(args)
+
+    def one(spec: Any, sub: Any) -> Any:
+        spec = PartitionSpec() if spec is None else spec
+        sharding = NamedSharding(mesh, spec)
+        return jax.tree_util.tree_map(
+            lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), sub)
+
+    return tuple(jax.tree_util.tree_map(one, specs, tuple(args), is_leaf=_is_spec_leaf))
+
+
+def infer(f: Callable[..., Any], *args: Any, mesh: Any, in_specs: Any, out_specs: Any,
+          axis_names: Any = frozenset()) -> InferReport:
+    """Trace a raw per-shard function and check it with the strict rules, without editing it.
+
+    `f` is traced under `jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)`
+    to a jaxpr, and every equation, including those inside scan/while/cond/jit/remat/
+    custom_jvp/custom_vjp, is checked with `_rules` (collectives with `axis_op`, elementwise
+    and structural primitives with `combine`/`unary` through `_rules.PRIMITIVES`). This finds
+    the programs JAX accepts and computes wrongly: a double psum or a pmean of gradients
+    that are already summed (JAX auto-inserts a `pvary`: SPMD103), cumsum/`**`/flip of an
+    Unreduced value (SPMD202), a Varying output declared unreduced on jax 0.10 (SPMD401).
+    If JAX rejects the program, it is traced again with `jax.lax` routed through
+    `spmdtyped.lax`, so the report carries spmdtyped's code instead of JAX's ValueError.
+
+    **Arguments:**
+
+    - `f`: the per-shard function (raw JAX code).
+    - `*args`: global arrays or `jax.ShapeDtypeStruct`s (only shapes and dtypes are used).
+    - `mesh`, `in_specs`, `out_specs`, `axis_names`: as for `jax.shard_map`.
+
+    **Returns:** an `InferReport` (`ok`, `violations`, `in_types`, `out_types`, `signature`,
+    `steps`, `mismatches`).
+
+    **Raises:** JAX's own exception when the program fails for a reason spmdtyped has no
+    code for (e.g. a shape error).
+
+    !!! Example
+        ```python
+        rep = st.adapters.infer(mlp, x, w1, w2, mesh=mesh,
+                                in_specs=(P("dp"), P(None, "tp"), P("tp")), out_specs=P("dp"))
+        print(rep.signature)   # def mlp(x: Varying["dp"], w1: Varying["tp"], ...) -> Varying["dp"]:
+        for v in rep.violations:
+            print(v.source, v.code)
+        ```
+    """
+    return run_infer(f, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                     axis_names=axis_names, where=f"infer({getattr(f, '__name__', 'f')})")
+
+
+def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs: Any,
+              out_specs: Any, axis_names: Any, where: str) -> InferReport:
+    """`infer`, with `where` naming the API in boundary messages (`typed_shard_map(f)`)."""
+    order = _compat.mesh_axis_names(mesh)
+    manual = _manual_axes(mesh, axis_names)
+    sds = _abstract(args, in_specs, mesh)
+    spec_types = [_spec_type(s, manual) for s in _flat_specs(in_specs, sds)]
+    smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                axis_names=axis_names, check_vma=True)
+    try:
+        closed, out_shape = jax.make_jaxpr(smapped, return_shape=True)(*sds)
+    except SpmdTypeError as e:  # f already uses spmdtyped.lax / st.*
+        return _failed(f, args, spec_types, e, order)
+    except Exception as jax_error:  # noqa: BLE001 - JAX rejected it: find spmdtyped's code
+        def body(*a: Any) -> Any:
+            with checked_lax():
+                out = f(*a)
+            check_outputs(out, out_specs, manual, where)
+            return out
+
+        functools_wraps(body, f)
+        try:
+            jax.make_jaxpr(_compat.shard_map(body, mesh=mesh, in_specs=in_specs,
+                                             out_specs=out_specs, axis_names=axis_names,
+                                             check_vma=True))(*sds)
+        except SpmdTypeError as e:
+            return _failed(f, args, spec_types, e, order)
+        except Exception:  # noqa: BLE001
+            pass
+        raise jax_error
+
+    walk = _walk.Walk()
+    (eqn,) = [e for e in closed.jaxpr.eqns if _compat.primitive_name(e) == "shard_map"][:1] or [None]
+    if eqn is None:  # pragma: no cover - jax.shard_map always leaves one equation
+        raise RuntimeError("infer: no shard_map equation in the traced program")
+    inner = eqn.params["jaxpr"]
+    producers = walk.jaxpr(inner)
+    in_types = [_compat.aval_type(v.aval) for v in inner.invars]
+    returned = [_walk.boundary_source(v, producers) for v in inner.outvars]
+    out_types = [_compat.aval_type(v.aval) for v in returned]
+    for t, spec in zip(out_types, eqn.params["out_specs"], strict=True):
+        part, un, red, _kind = _compat.spec_parts(spec)
+        try:
+            _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_spec_str(spec))
+        except SpmdTypeError as e:
+            walk.violation(e, _walk.function_source(f), "at the shard_map boundary")
+    sig = signature_line(f, args, in_types, out_shape, out_types, order)
+    return InferReport(not walk.violations, walk.violations, in_types, out_types, sig,
+                       walk.steps, walk.mismatches, closed, order)
+
+
+def functools_wraps(body: Callable[..., Any], f: Callable[..., Any]) -> None:
+    try:
+        body.__name__ = f.__name__
+        body.__qualname__ = getattr(f, "__qualname__", f.__name__)
+    except AttributeError:
+        pass
+
+
+def _failed(f: Callable[..., Any], args: Sequence[Any], spec_types: list[SpmdType],
+            e: SpmdTypeError, order: Sequence[str]) -> InferReport:
+    where = _walk.exception_source(e)
+    if e.code.startswith("SPMD4") and _walk.function_source(f) is not None:
+        # a boundary error belongs to the function, not to the line that traced it
+        where = _walk.function_source(f)
+    v = _walk.located(e, where)
+    sig = signature_line(f, args, spec_types, None, [], order).replace("-> None:", "-> ...:")
+    return InferReport(False, [v], spec_types, [], sig, [], [], None, tuple(order))
+
+
+def _flat_specs(in_specs: Any, sds: tuple[Any, ...]) -> list[Any]:
+    specs = in_specs if isinstance(in_specs, tuple) else (in_specs,) * len(sds)
+    out: list[Any] = []
+    jax.tree_util.tree_map(lambda s, sub: out.extend([s] * len(jax.tree_util.tree_leaves(sub))),
+                           specs, sds, is_leaf=_is_spec_leaf)
+    return out
+
+
+def _spec_type(spec: Any, manual: Sequence[str]) -> SpmdType:
+    part, un, red, kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
+    return _rules.in_spec_type(part, un, red, manual, kind)

@@ -1,0 +1,186 @@
+"""`typed_shard_map`: run an existing raw per-shard function with spmdtyped's checks.
+
+Design (checks at three places, two mechanisms):
+
+1. **Collectives** are checked as they are traced: while the body is traced, `jax.lax`'s
+   collectives are routed through `spmdtyped.lax` (`checked_lax()`), so a collective JAX would
+   reject (psum of a Reduced value, ppermute of an Unreduced one, an unknown axis) raises the
+   SpmdTypeError with its code first, at the user's line.
+2. **Everything JAX accepts but the strict rules reject** (a double psum hidden behind JAX's
+   auto-pvary, cumsum of an Unreduced value, a collective reached through
+   `from jax.lax import psum`, which routing cannot see) is found by walking the traced jaxpr
+   with `_walk` (that is, `infer`), once per input signature, before the program runs; the
+   first violation in program order is raised.
+3. **Outputs** are checked against `out_specs` with `_rules.check_out_spec` (SPMD401) before
+   JAX's own check, inputs against `in_specs` (structure SPMD402, unknown axes SPMD501, JAX's
+   sharding mismatch as SPMD403).
+
+Routing alone would miss (2); walking alone would only ever see programs JAX accepted, and
+report JAX's ValueError for the rest. The executed program is `jax.shard_map(f)`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+from jax.sharding import PartitionSpec
+
+from .. import _compat, _rules
+from .. import lax as _slax
+from .._errors import SpmdTypeError, error
+from .._shard_map import _broadcast_prefix, _check_spec_axes, _is_spec_leaf, _spec_str
+from . import _walk
+
+_ROUTE_LOCK = threading.RLock()
+_ROUTE_DEPTH = [0]
+_SAVED: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def checked_lax() -> Iterator[None]:
+    """Route `jax.lax`'s collectives through `spmdtyped.lax` inside the block.
+
+    Code that calls `jax.lax.psum(...)` or `lax.psum(...)` after `from jax import lax` is
+    checked; names imported before (`from jax.lax import psum`) are not (the jaxpr walk of
+    `typed_shard_map` still sees them). Process-wide while active: meant for tracing.
+
+    !!! Example
+        ```python
+        with st.adapters.checked_lax():
+            jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...))(x)
+        ```
+    """
+    with _ROUTE_LOCK:
+        if _ROUTE_DEPTH[0] == 0:
+            for name in _slax.CHECKED:
+                _SAVED[name] = getattr(jax.lax, name)
+                setattr(jax.lax, name, getattr(_slax, name))
+        _ROUTE_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        with _ROUTE_LOCK:
+            _ROUTE_DEPTH[0] -= 1
+            if _ROUTE_DEPTH[0] == 0:
+                for name, fn in _SAVED.items():
+                    setattr(jax.lax, name, fn)
+                _SAVED.clear()
+
+
+def _manual_axes(mesh: Any, axis_names: Any) -> tuple[str, ...]:
+    mesh_axes = _compat.mesh_axis_names(mesh)
+    names = {axis_names} if isinstance(axis_names, str) else set(axis_names or ())
+    return tuple(a for a in mesh_axes if not names or a in names)
+
+
+def check_outputs(out: Any, out_specs: Any, manual: tuple[str, ...], where: str,
+                  types: list[_rules.SpmdType] | None = None) -> None:
+    """SPMD401 unless each output leaf's state fits its out_spec (`types`: given, or read
+    from the raw values)."""
+    pairs = _broadcast_prefix(out_specs, out, "out_specs", where)
+    for i, (spec, leaf) in enumerate(pairs):
+        part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
+        t = types[i] if types is not None else _compat.typeof_raw(leaf)
+        _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_spec_str(spec))
+
+
+def _signature_key(args: Any) -> Any:
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    return tree, tuple(str(jax.typeof(leaf)) if hasattr(leaf, "shape") else repr(leaf)
+                       for leaf in leaves)
+
+
+def typed_shard_map(f: Callable[..., Any] | None = None, /, *, mesh: Any, in_specs: Any,
+                    out_specs: Any, axis_names: Any = frozenset(),
+                    check_vma: bool = True) -> Any:
+    """`jax.shard_map` for an existing raw per-shard function, with spmdtyped's checks.
+
+    `f` is unchanged: it receives and returns raw JAX values. Its collectives, outputs and
+    inputs are checked (see the module docs); the executed program is `jax.shard_map`'s.
+    Decorator form too. With `check_vma=False` it is plain `jax.shard_map`.
+
+    **Arguments:** as `jax.shard_map`.
+
+    **Returns:** the shard-mapped function (global arrays in, global arrays out).
+
+    **Raises:** on the first call with a given input signature, the first `SpmdTypeError`:
+    SPMD1xx/2xx/3xx at the user's line (`err.source`), SPMD401/402/403 at the boundary,
+    SPMD501 for unknown axes.
+
+    !!! Example
+        ```python
+        step = st.adapters.typed_shard_map(raw_step, mesh=mesh,
+                                           in_specs=(P(), P("dp")), out_specs=P())
+        loss = step(params, batch)
+        ```
+    """
+    if f is None:
+        return functools.partial(typed_shard_map, mesh=mesh, in_specs=in_specs,
+                                 out_specs=out_specs, axis_names=axis_names, check_vma=check_vma)
+    mesh_axes = _compat.mesh_axis_names(mesh)
+    manual = _manual_axes(mesh, axis_names)
+    name = getattr(f, "__name__", repr(f))
+    where = f"typed_shard_map({name})"
+    _check_spec_axes(in_specs, mesh_axes, where, "in_specs")
+    _check_spec_axes(out_specs, mesh_axes, where, "out_specs")
+
+    def body(*args: Any) -> Any:
+        try:
+            with checked_lax():
+                out = f(*args)
+        except SpmdTypeError as e:
+            raise _walk.located(e, _walk.exception_source(e)) from None
+        if check_vma and _compat.check_vma_enabled():
+            try:
+                check_outputs(out, out_specs, manual, where)
+            except SpmdTypeError as e:
+                raise _walk.located(e, _walk.function_source(f)) from None
+        return out
+
+    functools.update_wrapper(body, f)
+    smapped = _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                axis_names=axis_names, check_vma=check_vma)
+    checked: set[Any] = set()
+
+    @functools.wraps(f)
+    def wrapped(*args: Any) -> Any:
+        if in_specs is not None and not _is_spec_leaf(in_specs):
+            if isinstance(in_specs, tuple) and len(in_specs) != len(args):
+                raise error("SPMD402", f"{where}: in_specs has {len(in_specs)} entries for "
+                            f"{len(args)} arguments", op="typed_shard_map",
+                            fix="give one PartitionSpec per positional argument")
+            _broadcast_prefix(in_specs, tuple(args), "in_specs", where)
+        try:
+            if check_vma:
+                key = _signature_key(args)
+                if key not in checked:
+                    # the jaxpr walk reports violations in program order (a routed collective
+                    # could only report a later consequence of, e.g., a cumsum of an
+                    # Unreduced value); routing takes over where JAX rejects the program
+                    from ._infer import run_infer
+
+                    rep = run_infer(f, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                    axis_names=axis_names, where=where)
+                    if rep.violations:
+                        raise rep.violations[0]
+                    checked.add(key)
+            return smapped(*args)
+        except SpmdTypeError:
+            raise
+        except ValueError as e:
+            msg = str(e)
+            if "in_specs" in msg.split("\n")[0]:
+                raise error("SPMD403", f"{where}: JAX rejected in_specs: {msg.splitlines()[0]}",
+                            op="typed_shard_map",
+                            fix="shard the argument to match its spec (jax.device_put with "
+                                "NamedSharding(mesh, spec)), or use an Explicit mesh for "
+                                "reduced/unreduced specs") from e
+            raise
+
+    wrapped.__wrapped_shard_map__ = smapped  # type: ignore[attr-defined]
+    return wrapped

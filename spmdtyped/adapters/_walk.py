@@ -1,0 +1,266 @@
+"""Walk a traced jaxpr with the strict rules of `_rules`: the engine of `infer` and of
+`typed_shard_map`'s check.
+
+Each equation is checked on the states JAX recorded for its inputs (`aval.manual_axis_type`),
+so nested jaxprs (jit, scan, while, cond, custom_jvp/vjp, remat) need no argument mapping:
+they are walked with their own avals. For every equation with a rule, the rule's prediction
+is compared with JAX's output state; a difference without a violation is a rule-table gap
+(`mismatches`). Two things JAX hides are recovered from the equation's Python stack:
+
+- a `pvary` JAX auto-inserted in front of a collective (psum/pmean/ppermute/all_gather of an
+  Invariant value): the collective is checked on the value *before* that pvary, which is the
+  strict rule's SPMD103 (double counting);
+- the casts shard_map inserts at its boundary (`add_implicit_pvary*`): outputs are reported,
+  and checked against out_specs, with the state the function returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import sysconfig
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+
+from .. import _compat, _rules
+from .._errors import SpmdTypeError, error
+from .._rules import SpmdType
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: frames in these directories are library code: JAX, jaxlib, spmdtyped, the standard library
+_SKIP_DIRS = tuple(
+    os.path.dirname(os.path.abspath(file)) + os.sep
+    for file in (getattr(m, "__file__", None) for m in (jax, sys.modules.get("jaxlib")))
+    if file
+) + (_PKG_DIR + os.sep, os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep)
+
+#: user-facing collectives, looked up on the stack to name the API a primitive came from
+_API_NAMES = ("psum", "pmean", "pmax", "pmin", "ppermute", "pshuffle", "pbroadcast",
+              "all_gather", "psum_scatter", "all_to_all", "pcast", "axis_index")
+
+
+def _is_library(file: str) -> bool:
+    f = os.path.abspath(file)
+    return f.startswith(_SKIP_DIRS) or file.startswith("<")
+
+
+def user_frame(frames: Sequence[tuple[str, int, str]]) -> tuple[str, int] | None:
+    """The innermost frame outside JAX, spmdtyped and the standard library."""
+    for file, line, _fn in frames:
+        if not _is_library(file):
+            return file, line
+    return None
+
+
+def _library_functions(frames: Sequence[tuple[str, int, str]]) -> list[str]:
+    """Function names of the library frames between the bind and the user's code."""
+    out = []
+    for file, _line, fn in frames:
+        if not _is_library(file):
+            break
+        out.append(fn)
+    return out
+
+
+def _api_name(frames: Sequence[tuple[str, int, str]], default: str) -> str:
+    fns = _library_functions(frames)
+    for fn in reversed(fns):  # outermost library frame first: the API the user called
+        if fn in _API_NAMES:
+            return f"jax.lax.{fn}"
+    return default
+
+
+def _is_boundary_cast(frames: Sequence[tuple[str, int, str]]) -> bool:
+    return any("add_implicit_pvary" in fn for fn in _library_functions(frames))
+
+
+def _is_auto_pvary(frames: Sequence[tuple[str, int, str]]) -> bool:
+    """A pvary JAX inserted itself (not `jax.lax.pcast`/`st.pvary`)."""
+    fns = _library_functions(frames)
+    if "pcast" in fns:
+        return False
+    return bool(fns) and fns[-1] != "pvary"  # a direct core.pvary call is the user's
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One checked equation: where it came from and the states in and out."""
+
+    file: str | None
+    line: int | None
+    primitive: str
+    op: str
+    in_types: tuple[SpmdType, ...]
+    out_types: tuple[SpmdType, ...]
+    depth: int
+    #: a cast JAX inserted itself (auto-pvary of an operand, shard_map's boundary casts)
+    auto: bool = False
+    #: the code of the violation found at this equation, if any
+    violation: str | None = None
+
+    def describe(self, order: Sequence[str] | None = None) -> str:
+        ins = ", ".join(str(t) for t in self.in_types) or "-"
+        outs = ", ".join(str(t) for t in self.out_types)
+        what = self.primitive if self.op == self.primitive else f"{self.primitive} ({self.op})"
+        flag = f"   <-- {self.violation}" if self.violation else ""
+        return f"{'  ' * self.depth}{what}: ({ins}) -> {outs}{flag}"
+
+
+def exception_source(e: BaseException) -> tuple[str, int] | None:
+    """The innermost user frame of an exception raised while tracing."""
+    frames = [(fs.filename, fs.lineno or 0, fs.name) for fs in traceback.extract_tb(e.__traceback__)]
+    return user_frame(frames[::-1])
+
+
+def function_source(f: Any) -> tuple[str, int] | None:
+    """`f`'s `def` line: where a boundary (out_specs) error belongs."""
+    code = getattr(f, "__code__", None)
+    return (code.co_filename, code.co_firstlineno) if code is not None else None
+
+
+def located(e: SpmdTypeError, where: tuple[str, int] | None, extra: str | None = None) -> SpmdTypeError:
+    """A copy of `e` that names the user's source line (`.file`, `.line`, `.source`)."""
+    if getattr(e, "source", None) is not None:
+        return e
+    details = list(e.details)
+    if extra:
+        details.append(extra)
+    if where is not None:
+        details.append(f"at {where[0]}:{where[1]}")
+    new = error(e.code, e.headline, axes=e.axes, states=e.states, fix=e.fix, op=e.op,
+                details=details)
+    new.file, new.line = where if where is not None else (None, None)  # type: ignore[attr-defined]
+    new.source = f"{where[0]}:{where[1]}" if where is not None else None  # type: ignore[attr-defined]
+    return new
+
+
+@dataclasses.dataclass
+class Walk:
+    """Accumulates steps, violations and rule-table mismatches over a jaxpr and its children."""
+
+    features: _rules.Features = dataclasses.field(default_factory=lambda: _compat.FEATURES)
+    steps: list[Step] = dataclasses.field(default_factory=list)
+    violations: list[SpmdTypeError] = dataclasses.field(default_factory=list)
+    mismatches: list[str] = dataclasses.field(default_factory=list)
+    _seen: set[tuple[str, Any, Any]] = dataclasses.field(default_factory=set)
+
+    def violation(self, e: SpmdTypeError, where: tuple[str, int] | None, extra: str) -> None:
+        key = (e.code, where, e.headline)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.violations.append(located(e, where, extra))
+
+    def jaxpr(self, jaxpr: Any, depth: int = 0,
+              parent: tuple[str, int] | None = None) -> dict[int, Any]:
+        producers: dict[int, Any] = {}
+        for eqn in jaxpr.eqns:
+            self.eqn(eqn, producers, depth, parent)
+            for v in eqn.outvars:
+                producers[id(v)] = eqn
+        return producers
+
+    def eqn(self, eqn: Any, producers: dict[int, Any], depth: int,
+            parent: tuple[str, int] | None = None) -> None:
+        name = _compat.primitive_name(eqn)
+        frames = _compat.eqn_frames(eqn)
+        # equations of a cached inner jaxpr (jnp.cumsum's jit) may have no user frame: they
+        # belong to the line of the enclosing equation
+        where = user_frame(frames) or parent
+        ins = tuple(_compat.aval_type(v.aval) for v in eqn.invars)
+        outs = tuple(_compat.aval_type(v.aval) for v in eqn.outvars)
+        subs = _compat.sub_jaxprs(eqn)
+        op = name
+        predicted: list[SpmdType] | None = None
+        code = None
+        try:
+            if name in _rules.AXIS_PRIMITIVES:
+                rule = _rules.AXIS_PRIMITIVES[name]
+                op = _api_name(frames, name)
+                ins = self._effective(eqn, rule, ins, producers)
+                predicted = [_rules.axis_op(rule, t, _axes(eqn), self.features, op=op)
+                             for t in ins]
+            elif name in _rules.PRIMITIVES:
+                predicted = self._elementwise(eqn, name, ins)
+            elif not subs:
+                self._drops_unreduced(name, ins, outs)
+        except SpmdTypeError as e:
+            code = e.code
+            self.violation(e, where, f"primitive: {name}")
+        else:
+            if predicted is not None and tuple(predicted) != outs[:len(predicted)]:
+                loc = f"{where[0]}:{where[1]}" if where else "?"
+                self.mismatches.append(
+                    f"{loc}: {name}: the rule table predicts "
+                    f"{', '.join(map(str, predicted))}, JAX computed {', '.join(map(str, outs))}")
+        auto = (name == "pvary" and _is_auto_pvary(frames)) or _is_boundary_cast(frames)
+        self.steps.append(Step(where[0] if where else None, where[1] if where else None, name, op,
+                               ins, outs, depth, auto, code))
+        for sub in subs:
+            self.jaxpr(sub, depth + 1, where)
+
+    # -- collectives and casts
+    def _effective(self, eqn: Any, rule: str, ins: tuple[SpmdType, ...],
+                   producers: dict[int, Any]) -> tuple[SpmdType, ...]:
+        """The states the user passed to a collective: before a pvary JAX inserted for it."""
+        axes = _axes(eqn)
+        out: list[SpmdType] = []
+        is_cast = _rules.AXIS_OPS[rule].is_cast
+        for v, t in zip(eqn.invars, ins, strict=True):
+            src = producers.get(id(v))
+            if (not is_cast and src is not None and _compat.primitive_name(src) == "pvary"
+                    and set(src.params.get("axes", ())) & set(axes)
+                    and _is_auto_pvary(_compat.eqn_frames(src))):
+                # JAX pvary'd an Invariant input to make the collective type-check: check the
+                # collective on the value the user passed (strict: SPMD103)
+                t = _compat.aval_type(src.invars[0].aval)
+            out.append(t)
+        return tuple(out)
+
+    # -- elementwise, structural, reductions
+    def _elementwise(self, eqn: Any, name: str, ins: Sequence[SpmdType]) -> list[SpmdType]:
+        rule = _rules.PRIMITIVES[name]
+        n = _rules.PRIMITIVE_OPERANDS.get(name)
+        ops = list(ins[:n] if n else ins)
+        if name == "select_n":
+            ops = [ops[0], *ops[:0:-1]]
+        if len(ops) == 1:
+            t = _rules.unary(rule, ops[0], self.features, op=name)
+        else:
+            t = _rules.combine(rule, ops, self.features, op=name).type
+        return [t] * len(eqn.outvars)
+
+    def _drops_unreduced(self, name: str, ins: Sequence[SpmdType], outs: Sequence[SpmdType]) -> None:
+        """A primitive without a rule that loses an input's Unreduced state: JAX has no
+        Unreduced rule for it and silently computes on the partial values (reference Q2)."""
+        u = frozenset().union(*(t.unreduced for t in ins)) if ins else frozenset()
+        if not u:
+            return
+        kept = frozenset().union(*(t.unreduced for t in outs)) if outs else frozenset()
+        lost = sorted(u - kept)
+        if lost:
+            t = next(t for t in ins if t.unreduced)
+            raise error("SPMD202", f"{name} has no Unreduced rule, but its input is Unreduced on "
+                        f"{lost} (JAX silently drops the state and computes on partial values)",
+                        axes=lost, states=t.states(lost), op=name,
+                        fix=f"{name}(jax.lax.psum(x, {tuple(lost) if len(lost) > 1 else lost[0]!r}))")
+
+
+def _axes(eqn: Any) -> tuple[str, ...]:
+    """The mesh axes a collective equation acts on (`axes` or `axis_name` param)."""
+    raw = eqn.params.get("axes", eqn.params.get("axis_name", ()))
+    if isinstance(raw, str):
+        raw = (raw,)
+    return tuple(a for a in raw if isinstance(a, str))
+
+
+def boundary_source(var: Any, producers: dict[int, Any]) -> Any:
+    """The value the function returned, before shard_map's boundary casts."""
+    src = producers.get(id(var))
+    while src is not None and _is_boundary_cast(_compat.eqn_frames(src)):
+        var = src.invars[0]
+        src = producers.get(id(var))
+    return var
