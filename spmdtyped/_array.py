@@ -80,13 +80,15 @@ def check_mode(on: bool) -> Iterator[None]:
 
 def checked(op: str, out: Any, predicted: SpmdType) -> Any:
     """Compare JAX's state of `out` with the table's prediction (SPMD901), then wrap."""
+    cls = state_class(predicted)
     if _CHECK[0] and not _vma_off():
         actual = _compat.typeof_raw(out)
-        if actual != predicted:
+        # `actual` is a state class's own SpmdType (see _compat.mat_to_spmd): identity first
+        if actual is not cls._spmd_type and actual != predicted:
             raise error("SPMD901", f"{op}: the rule table predicted {predicted}, JAX computed "
                         f"{actual} ({_compat.FEATURES.name})", op=op,
                         details=(f"jax {jax.__version__}",))
-    return _new(state_class(predicted), out)
+    return _new(cls, out)
 
 
 _VMA_OFF = [0]
@@ -237,8 +239,13 @@ def _is_dynamic_index(idx: Any) -> bool:
 
 def getitem(x: SArray, idx: Any) -> Any:
     if _is_dynamic_index(idx):
+        items = idx if isinstance(idx, tuple) else (idx,)
+        idx_types = [typeof(i) for i in items
+                     if is_typed(i) or isinstance(i, (jax.Array, jax.core.Tracer))]
         idx = unwrap(idx)
-        return unary_op("dynamic_slice", x, lambda r: r[idx], op="indexing")
+        raw, t = operand(x)
+        out_t = _rules.dynamic_index_type(t, idx_types, _compat.FEATURES, op="indexing")  # type: ignore[arg-type]
+        return checked("indexing", raw[idx], out_t)
     return unary_op("getitem", x, lambda r: r[idx], op="indexing")
 
 

@@ -51,9 +51,23 @@ def _axis_op(rule: str, op: str, x: Any, axis_name: Any,
             t = _rules.INVARIANT
         assert isinstance(t, SpmdType)
         out_t = _rules.axis_op(rule, t, axes, _compat.FEATURES, op=op)
+        if out_t.unreduced or out_t.reduced:
+            _full_manual_only(op)
         return checked(op, bind(raw, jax_axis), out_t)
 
     return _leaves_map(one, x)
+
+
+def _full_manual_only(op: str) -> None:
+    """Unreduced/Reduced values exist only in full-manual shard_map: in a partial-manual one JAX
+    raises a bare AssertionError on every op on them (reference Q15, differential tests)."""
+    mesh_axes, manual = _compat.current_mesh()
+    if len(manual) < len(mesh_axes):
+        raise error("SPMD403", f"{op}: Unreduced/Reduced values need a full-manual shard_map, "
+                    f"but only {list(manual)} of {list(mesh_axes)} are manual here (JAX fails "
+                    f"with a bare AssertionError on any op on such a value)", op=op,
+                    fix="make every mesh axis manual (st.shard_map without axis_names), or keep "
+                        "the value Varying")
 
 
 def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:

@@ -14,7 +14,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec
 
-from ._rules import JAX_0_10, JAX_0_12, Features, SpmdType
+from ._hints import state_class
+from ._rules import INVARIANT, JAX_0_10, JAX_0_12, Features, SpmdType
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -38,14 +39,24 @@ def _kind_name(kind: Any) -> str | None:
     return str(getattr(kind, "name", kind)).split(".")[-1]
 
 
+#: ManualAxisType -> SpmdType. JAX interns ManualAxisType (0.10 and 0.12: weak_value_interner,
+#: identity hash), so this is one dict look-up per value; the strong keys keep them interned.
+_MAT_TYPES: dict[Any, SpmdType] = {}
+
+
 def mat_to_spmd(mat: Any) -> SpmdType:
-    return _mat_to_spmd(mat.varying, mat.unreduced, mat.reduced,
-                        getattr(mat, "unreduced_kind", None))
+    t = _MAT_TYPES.get(mat)
+    if t is None:
+        t = _MAT_TYPES[mat] = _mat_to_spmd(mat.varying, mat.unreduced, mat.reduced,
+                                           getattr(mat, "unreduced_kind", None))
+    return t
 
 
 @functools.lru_cache(maxsize=1024)
 def _mat_to_spmd(v: frozenset[str], u: frozenset[str], r: frozenset[str], kind: Any) -> SpmdType:
-    return SpmdType(v, u, r, _kind_name(kind))
+    # the state class's own SpmdType: `typeof_raw(x) is type(typed)._spmd_type` for equal
+    # states, so hint checks and check mode compare by identity first
+    return state_class(SpmdType(v, u, r, _kind_name(kind)))._spmd_type  # type: ignore[return-value]
 
 
 def typeof_raw(x: Any) -> SpmdType:
@@ -53,12 +64,16 @@ def typeof_raw(x: Any) -> SpmdType:
     aval = jax.typeof(x)
     mat = getattr(aval, "manual_axis_type", None)
     if mat is None:
-        return SpmdType()
+        return INVARIANT
     return mat_to_spmd(mat)
 
 
+_Tracer = jax.core.Tracer  # public in 0.10 and 0.12
+
+
 def typeof_raw_or_none(x: Any) -> SpmdType | None:
-    if isinstance(x, (jax.Array, jax.core.Tracer)):
+    # a Tracer first: a plain class test, where jax.Array's ABC check costs ~1 us
+    if isinstance(x, _Tracer) or isinstance(x, jax.Array):
         try:
             return typeof_raw(x)
         except TypeError:
@@ -81,7 +96,8 @@ def current_mesh() -> tuple[tuple[str, ...], tuple[str, ...]]:
 def asarray_like(c: Any, like: Any) -> Any:
     # jnp.asarray gives a traced constant that pcast(to='reduced') accepts; lax.full and NumPy
     # scalars hit the bare AssertionError of reference Q13 on 0.10.
-    return jnp.asarray(c, dtype=jnp.result_type(like) if hasattr(like, "dtype") else None)
+    # An explicit dtype is needed: jnp.asarray(2.0) (no dtype) also hits Q13 on 0.10 and 0.12.
+    return jnp.asarray(c, dtype=jnp.result_type(like) if hasattr(like, "dtype") else jnp.result_type(c))
 
 
 # ------------------------------------------------------------------- binding collectives

@@ -215,6 +215,30 @@ REGISTRY: dict[str, ErrorInfo] = {
             ("SPMD102",),
         ),
         _info(
+            "SPMD107", "custom-op-requires", AxisStateError,
+            "a custom op was given a value whose state differs from its declared `requires`",
+            "`st.custom_op(requires=...)` declares the state each input must have on each axis, as "
+            "a collective does: a custom all-reduce needs Varying input, a kernel consuming partial "
+            "sums needs Unreduced input. Calling it on a value in another state would run the "
+            "kernel on data it does not expect (JAX cannot check opaque kernels, callbacks or FFI "
+            "calls at all).",
+            (
+                "Cast the argument: `st.pvary(x, axis)` (Invariant -> Varying), `st.pcast(x, axis, "
+                "to=\"varying\")` (Reduced -> Varying).",
+                "Reduce it first if it is Unreduced: `st.psum(x, axis)`.",
+                "If the declaration is too strict, fix `requires=` (one `{axis: state}` for every "
+                "argument, or `{parameter: {axis: state}}`).",
+            ),
+            '@st.custom_op(requires={"tp": "varying"}, produces={"tp": "invariant"})\n'
+            "def my_allreduce(x): ...\n"
+            "y = my_allreduce(w)                  # w: Invariant",
+            'y = my_allreduce(st.pvary(w, "tp"))',
+            "Custom collectives, Pallas/FFI kernels and callbacks wrapped with `st.custom_op`, "
+            "called on a value that is Invariant, Reduced or Unreduced where the declaration "
+            "wants another state.",
+            ("SPMD103", "SPMD507", "SPMD902"),
+        ),
+        _info(
             "SPMD201", "unreduced-mismatch", CombineError,
             "an Unreduced value was combined with a value that is not Unreduced on the same axes",
             "Σ_d a_d + b is not Σ_d (a_d + b): adding a non-partial value to partial sums would count "
@@ -315,6 +339,36 @@ REGISTRY: dict[str, ErrorInfo] = {
             ("SPMD101", "SPMD102"),
         ),
         _info(
+            "SPMD302", "carry-state", CastError,
+            "a loop carry or branch output changes state in a way no free cast can fix",
+            "A loop carry has one state on every iteration, and each output of cond/switch one "
+            "state in every branch. spmdtyped joins differing states with the free casts that keep "
+            "the value (Invariant -> Varying, Invariant -> Reduced, Reduced -> Varying), casting "
+            "the initial carry or a branch's output and retracing. Nothing casts into or out of "
+            "Unreduced without changing what the value means, so a carry that is Unreduced on one "
+            "side only, or Unreduced under a loop condition or branch predicate that varies across "
+            "devices, cannot be joined. JAX reports these as `scan body function carry input and "
+            "carry output must have equal types` or `cond branches must have equal output types`.",
+            (
+                "Keep the carry Unreduced through the loop and reduce after it: "
+                "`st.psum(st.fori_loop(...), axis)`.",
+                "Start an Unreduced accumulator Unreduced: `st.pcast(st.pvary(jnp.zeros(shape), "
+                "axis), axis, to=\"unreduced\")` (zero is a valid partial sum).",
+                "Make a varying predicate Invariant first (`st.pmax(pred, axis)`) if every device "
+                "should take the same branch or iteration count.",
+            ),
+            "def body(i, acc):                       # acc: Unreduced['tp']\n"
+            '    return st.psum(acc + part(i), "tp")  # Invariant after the body\n'
+            "acc = st.fori_loop(0, n, body, acc0)",
+            "def body(i, acc):\n"
+            "    return acc + part(i)                 # stays Unreduced['tp']\n"
+            'acc = st.psum(st.fori_loop(0, n, body, acc0), "tp")',
+            "A loop body that reduces its Unreduced carry (or returns partial sums for a reduced "
+            "one); cond/switch branches where one returns partial sums and another a reduced "
+            "value; an Unreduced carry of a while_loop whose condition varies across devices.",
+            ("SPMD301", "SPMD201"),
+        ),
+        _info(
             "SPMD401", "out-spec-state", BoundaryError,
             "a shard_map output's state does not fit its out_specs entry",
             "Every axis an output is Varying, Unreduced or Reduced on must be mentioned by its "
@@ -356,6 +410,71 @@ REGISTRY: dict[str, ErrorInfo] = {
             "Reduced/Unreduced specs on an Auto mesh, in partial-manual mode, or on jax versions "
             "without them.",
             ("SPMD402",),
+        ),
+        _info(
+            "SPMD404", "cotangent-state", BoundaryError,
+            "a cotangent given to a vjp pullback does not have the state of the output's cotangent",
+            "A cotangent has its primal's state with Unreduced and Reduced swapped (Varying and "
+            "Invariant are kept): a Reduced output needs an Unreduced cotangent, an Unreduced output "
+            "a Reduced one. JAX raises `unexpected JAX type (e.g. shape/dtype) for argument to VJP "
+            "function` for any other state.",
+            (
+                "Give each cotangent the state `st.cotangent_type(y)` for its output `y`.",
+                "For an Unreduced output, reduce it inside the function (`st.psum`) and pass an "
+                "Invariant cotangent.",
+            ),
+            "y, pull = st.vjp(f, w)     # y: Unreduced['tp']\n"
+            "(g,) = pull(jnp.ones_like(y.raw))",
+            "y, pull = st.vjp(lambda w: st.psum(f(w), 'tp'), w)\n"
+            "(g,) = pull(jnp.ones_like(y.raw))",
+            "Calling a pullback with the primal output's state (Reduced for Reduced), or with an "
+            "Invariant cotangent for an Unreduced or Reduced output.",
+            ("SPMD405",),
+        ),
+        _info(
+            "SPMD405", "grad-loss-state", BoundaryError,
+            "grad/value_and_grad was given a loss that is Unreduced or Reduced",
+            "`grad` seeds the loss's cotangent with ones of the loss's cotangent state. An "
+            "Invariant or Varying loss has an Invariant or Varying cotangent; an Unreduced loss "
+            "needs a Reduced cotangent and a Reduced loss an Unreduced one, which a seed of ones "
+            "would get wrong (JAX: `unexpected JAX type ... but expected float32[]{U:i}`).",
+            (
+                "Reduce an Unreduced loss inside the function: `st.psum(loss, axis)`.",
+                "For a Reduced loss, cast it per device (`st.pcast(loss, axis, to=\"varying\")`) "
+                "or use `st.vjp` with an explicit Unreduced cotangent.",
+            ),
+            "g = st.grad(partial_loss)(w)         # partial_loss returns Unreduced['tp']",
+            'g = st.grad(lambda w: st.psum(partial_loss(w), "tp"))(w)',
+            "Differentiating a loss built from partial sums (a row-parallel matmul) or from "
+            "Reduced (ZeRO) parameters alone.",
+            ("SPMD404", "SPMD201"),
+        ),
+        _info(
+            "SPMD406", "loop-reduced-transpose", BoundaryError,
+            "JAX cannot differentiate a loop whose carry or closed-over values are Reduced",
+            "The cotangent of a Reduced value is Unreduced. JAX's transpose of scan/fori_loop/"
+            "while_loop does not swap the state for loop carries and loop constants, and fails "
+            "with `Scan carry input and output got mismatched varying manual axes` or `Expected "
+            "cotangent type float32[...] but got float32[...]{U:...}` (jax 0.10.2 and 0.12.0.1). "
+            "Casting the Reduced value to Varying before the loop is free and keeps its gradient "
+            "Unreduced (the cast Reduced -> Varying transposes to Varying -> Unreduced).",
+            (
+                "Cast Reduced values to Varying before the loop: `w = st.pcast(w, axis, "
+                "to=\"varying\")`; the gradient with respect to the Reduced `w` stays Unreduced.",
+                "Or gather ZeRO parameters with `st.all_gather(..., to=\"varying\")` inside the "
+                "loop body.",
+            ),
+            "def loss(w):                          # w: Reduced['dp']\n"
+            "    return st.fori_loop(0, n, lambda i, h: st.numpy.tanh(h @ w), x).sum()\n"
+            "g = st.grad(loss)(w)",
+            "def loss(w):\n"
+            "    wv = st.pcast(w, 'dp', to='varying')  # free; the gradient of w stays Unreduced\n"
+            "    return st.fori_loop(0, n, lambda i, h: st.numpy.tanh(h @ wv), x).sum()\n"
+            "g = st.grad(loss)(w)                  # Unreduced['dp']",
+            "Differentiating a scan over layers whose weights are ZeRO parameters gathered with "
+            "`all_gather(to=\"reduced\")` or declared `P(reduced=...)`, or a loop with a Reduced "
+            "carry.",
+            ("SPMD404", "SPMD405"),
         ),
         _info(
             "SPMD501", "unknown-axis", UsageError,
@@ -425,6 +544,20 @@ REGISTRY: dict[str, ErrorInfo] = {
             ("SPMD501",),
         ),
         _info(
+            "SPMD507", "custom-op-declaration", UsageError,
+            "an st.custom_op declaration is malformed",
+            "`requires=` is `{axis: state}` (every array argument) or `{parameter: {axis: state}}`; "
+            "`produces=` is `{axis: state}` or a function of the input types. States are "
+            "\"invariant\", \"varying\", \"unreduced\" or \"reduced\" (or `st.State` members), and "
+            "every axis must be a manual axis of the enclosing shard_map.",
+            ("Fix the state name, axis or parameter name the message points at.",),
+            '@st.custom_op(requires={"tp": "vary"})',
+            '@st.custom_op(requires={"tp": "varying"})',
+            "Typos in state names, parameters that the function does not have, axes of another "
+            "mesh.",
+            ("SPMD107", "SPMD501"),
+        ),
+        _info(
             "SPMD901", "internal-mismatch", InternalConsistencyError,
             "JAX computed a different state than spmdtyped's rule table predicted",
             "Check mode (on by default) compares every collective's result with JAX's own type. A "
@@ -435,6 +568,27 @@ REGISTRY: dict[str, ErrorInfo] = {
             "y = st.psum(x, 'dp')   # with st.set_check_mode(False) until fixed",
             "A JAX version whose rules changed.",
             (),
+        ),
+        _info(
+            "SPMD902", "custom-op-mismatch", InternalConsistencyError,
+            "a custom op's result is in a state its declaration cannot be reached from",
+            "`st.custom_op` trusts its declaration and brings each result to the declared state "
+            "with free casts (Invariant -> Varying/Reduced/Unreduced, Reduced -> Varying, Varying "
+            "-> Unreduced), which cost nothing. A result JAX types as more varying than declared "
+            "(Varying where the declaration says Invariant) cannot be cast: JAX has no free cast "
+            "into Invariant, so the declaration would disagree with every later JAX check.",
+            (
+                "Build the kernel's outputs in the declared state (for pallas_call, ffi_call and "
+                "pure_callback: result shapes with the declared `vma`).",
+                "Declare the state JAX computes and reduce with a typed collective afterwards.",
+                "For an undeclared `st.opaque` function that varies by itself (e.g. it calls "
+                "axis_index), declare `produces={axis: \"varying\"}`.",
+            ),
+            "noisy = st.opaque(lambda x: x + jax.lax.axis_index('dp'))(x)   # x: Invariant",
+            "noisy = st.custom_op(produces={'dp': 'varying'})(lambda x: x + jax.lax.axis_index('dp'))(x)",
+            "Opaque functions that use collectives or axis_index internally; kernels whose result "
+            "types are built without the declared manual-axis state.",
+            ("SPMD901", "SPMD107"),
         ),
     ]
 }

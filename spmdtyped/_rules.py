@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal as _Lit
 from typing import Union
 
+from . import _errors
 from ._errors import SpmdTypeError, allowed, error
 
 # ---------------------------------------------------------------------------------------------
@@ -199,10 +200,12 @@ class Features:
     reduce_max_keeps_reduced: bool  # 0.12: jnp.max(R) -> R; 0.10 drops R
     pmax_uniform: bool            # 0.12: pmax/pmin require one state over the named axes
     gather_keeps_reduced: bool = False  # 0.12: jnp.take(R) -> R; 0.10 drops R
+    mod_reduced_divisor: bool = False   # 0.12: mod(V:i, R:i) -> V:i; 0.10 rejects a Reduced divisor
 
 
 JAX_0_10 = Features("jax 0.10", False, False, False, False, False)
-JAX_0_12 = Features("jax 0.12", True, True, True, True, True, gather_keeps_reduced=True)
+JAX_0_12 = Features("jax 0.12", True, True, True, True, True, gather_keeps_reduced=True,
+                    mod_reduced_divisor=True)
 #: What the mypy plugin assumes unless configured: only what every supported JAX allows.
 CONSERVATIVE = JAX_0_10
 
@@ -437,6 +440,27 @@ def axis_index_type(axes: Sequence[str]) -> SpmdType:
     return SpmdType(varying=axes)
 
 
+def dynamic_index_type(t: SpmdType, index_types: Sequence[SpmdType],
+                       features: Features = CONSERVATIVE, *, op: str = "indexing") -> SpmdType:
+    """`x[i]` with traced indices (dynamic_slice): the value's unary rule (Unreduced rejected,
+    Reduced kept), then JAX's auto-cast of the value to the indices' varying axes (reduced ->
+    varying on exactly its reduced axes, else pvary). The indices get no reduced check:
+    `x[axis_index('j')]` on `Reduced['i']` is `Typed[Varying['j'], Reduced['i']]`."""
+    out = unary("dynamic_slice", t, features, op=op)
+    rest = frozenset().union(*(i.varying for i in index_types)) - out.varying
+    if not rest:
+        return out
+    if out.reduced == rest:
+        return out.replace(reduced=frozenset(), varying=out.varying | rest)
+    bad = out.reduced & rest
+    if bad:
+        raise error("SPMD205", f"{op}: the value is Reduced on {sorted(out.reduced)} but the index "
+                    f"is Varying on {sorted(rest)}: JAX casts Reduced to Varying only on exactly "
+                    f"the Reduced axes", axes=sorted(bad), states=out.states(sorted(bad)), op=op,
+                    fix=f"st.pcast(x, {_fmt_axes(sorted(out.reduced))}, to='varying')")
+    return out.replace(varying=out.varying | rest)
+
+
 # ---------------------------------------------------------------------------------------------
 # Elementwise ops, matmul, reductions: the combination rule (reference §3).
 
@@ -480,19 +504,23 @@ _A, _M, _D, _DOT, _SEL, _N, _L = (Linearity.ADDITIVE, Linearity.MULTIPLICATIVE, 
 
 _LINEAR_UNARY = ("reshape", "transpose", "squeeze", "expand_dims", "broadcast_to", "getitem",
                  "pad", "astype", "copy", "stop_gradient", "split", "roll",
-                 "tile", "repeat", "conj", "real", "imag", "sum", "ravel", "swapaxes", "moveaxis")
+                 "tile", "repeat", "conj", "sum", "ravel", "swapaxes", "moveaxis")
 _NONLINEAR_UNARY = ("exp", "log", "tanh", "sin", "cos", "sqrt", "rsqrt", "abs", "square",
-                    "sign", "log1p", "expm1", "sigmoid", "silu", "softplus",
+                    "sign", "log1p", "expm1", "sigmoid", "silu",
                     "floor", "ceil", "round", "logical_not", "isnan", "isfinite",
-                    "erf", "norm")
+                    "erf", "norm",
+                    # JAX has no Unreduced rule for the real/imag primitives (complex inputs;
+                    # jnp.real/imag of a real array need no primitive: st.numpy handles that)
+                    "real", "imag")
 _NONLINEAR_NARY = ("maximum", "minimum", "pow", "lt", "le", "gt", "ge", "eq", "ne", "and", "or",
                    "xor", "arctan2")
 _JAX_DROPS = ("cumsum", "cumprod", "cummax", "cummin", "flip", "argmax", "argmin",
-              "integer_pow", "prod", "at_set", "dynamic_slice",
+              "integer_pow", "prod", "at_set",
               "reciprocal")  # jnp.reciprocal is integer_pow(x, -1) (differential tests)
 #: jax.nn functions that mix an Invariant constant into their input: JAX rejects a Reduced input
-#: (`Inputs cannot be replicated...`, reference Q20); silu/sigmoid/softplus do not.
-_NONLINEAR_NO_REDUCED = ("relu", "gelu", "softmax", "log_softmax", "logsumexp",
+#: (`Inputs cannot be replicated...`, reference Q20); silu and sigmoid do not.
+_NONLINEAR_NO_REDUCED = ("relu", "gelu", "softplus", "softmax", "log_softmax", "logsumexp",
+                         "one_hot",
                          # jnp.var/std/mod/floor_divide do too, for every dtype (differential
                          # tests, jax 0.10.2 and 0.12.0.1)
                          "var", "std", "mod", "floordiv")
@@ -511,6 +539,8 @@ ELEMENTWISE: dict[str, ElementwiseRule] = {
         _ew("min", _N, on_unreduced=REJECT, reduced_feature="reduce_max_keeps_reduced"),
         _ew("mean", _L, on_unreduced=KEEP),  # sum, then a literal-cast division
         _ew("sort", _N, on_unreduced=JAX_KEEPS),
+        # x[i] with a traced i: JAX raises NotImplementedError on U, keeps R (both versions)
+        _ew("dynamic_slice", _N),
         *(_ew(n, _L, on_unreduced=KEEP) for n in _LINEAR_UNARY),
         *(_ew(n, _N) for n in _NONLINEAR_UNARY),
         *(_ew(n, _N) for n in _NONLINEAR_NARY),
@@ -586,9 +616,8 @@ def binary(name: str, a: Operand, b: Operand, features: Features = CONSERVATIVE,
 
 
 def _active_allowances() -> frozenset[str]:
-    from ._errors import _ALLOWED
-
-    return _ALLOWED.get()
+    # the module, not a function-level import: that import cost ~2 us per op while tracing
+    return _errors._ALLOWED.get()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -622,6 +651,14 @@ def _combine(name: str, operands: tuple[Operand, ...], features: Features, op: s
 
     if n == 1:
         return Combined(_unary(rule, types[0], features, fail))
+
+    # 0. mod/floor_divide compare their divisor with an Invariant 0 (jnp.remainder): jax 0.10
+    # rejects a Reduced divisor whatever the other operand is (differential tests)
+    if rule.on_reduced == REJECT and n == 2 and types[1].reduced \
+            and not features.mod_reduced_divisor:
+        raise fail("SPMD203", f"{name} cannot take a Reduced divisor: JAX compares it with an "
+                   f"Invariant constant", types[1].reduced, types[1],
+                   fix=f"st.pcast(y, {_fmt_axes(sorted(types[1].reduced))}, to='varying') first")
 
     # 1. auto-cast (core.auto_insert_reshard): agree on the union of varying axes
     out_v = frozenset().union(*(t.varying for t in types))
@@ -810,13 +847,20 @@ STRICTER_THAN_JAX: tuple[tuple[str, str, str], ...] = (
     ("SPMD104", "ppermute/all_gather/all_to_all/pmax(0.10) over axes in mixed Varying/Invariant "
      "states", "JAX pvarys the Invariant axes"),
     ("SPMD202", "cumsum/cumprod/flip/argmax/integer_pow/reciprocal/prod/take/.at[].set/"
-     "dynamic_slice/sort/where on an Unreduced value", "JAX drops (or keeps) the Unreduced state: wrong numbers"),
+     "sort/where on an Unreduced value", "JAX drops (or keeps) the Unreduced state: wrong numbers"),
     ("SPMD401", "a Varying output under out_specs P(unreduced=...) (jax 0.10 casts it)",
      "jax 0.10 inserts vary_unreduced_cast; jax 0.12 rejects it"),
     ("SPMD203", "where(c, r, r) with c Invariant on r's reduced axes (and where(c, r, I) / "
      "where(c, I, r))", "JAX accepts (verified on 0.10.2 and 0.12.0.1 by the differential "
      "tests): select_n has no reduced check and takes R from the false branch only, so "
      "where(c, r, I) -> I and where(c, I, r) -> R; spmdtyped applies the n-ary reduced check"),
+    ("SPMD201", "concatenate/stack of an Unreduced array with a non-Unreduced one",
+     "JAX types the result Unreduced, so the other part is counted once per device"),
+    ("SPMD203", "concatenate/stack of a Reduced array with an Invariant one",
+     "JAX types the result Reduced; spmdtyped applies the add rule"),
+    ("SPMD302", "st.cond/st.while_loop/st.fori_loop whose predicate or bounds vary: outputs and "
+     "carries become Varying (an Unreduced one is rejected)",
+     "JAX types such results Invariant although devices may take different paths"),
 )
 
 LOOSER_THAN_JAX: tuple[tuple[str, str], ...] = (
@@ -860,7 +904,10 @@ PRIMITIVES: dict[str, str] = {
     "add": "add", "add_any": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg",
     "dot_general": "matmul", "select_n": "where",
     # n-ary structural ops: U only with U on the same axes, like add (JAX's nary reduced rule)
-    "concatenate": "add", "dynamic_update_slice": "add",
+    "concatenate": "concatenate", "dynamic_update_slice": "add",
+    "scatter-add": "at_add", "scatter_add": "at_add", "scatter-mul": "at_mul",
+    "scatter_mul": "at_mul", "scatter-min": "at_min", "scatter_min": "at_min",
+    "scatter-max": "at_max", "scatter_max": "at_max",
     "max": "maximum", "min": "minimum", "pow": "pow", "atan2": "arctan2", "rem": "mod",
     "clamp": "maximum", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne",
     "and": "and", "or": "or", "xor": "xor", "not": "logical_not",
@@ -885,7 +932,9 @@ PRIMITIVES: dict[str, str] = {
 #: (pred, *cases[::-1]), so that `where`'s last operand is JAX's first case, as in
 #: `jnp.where(c, x, y)`.
 PRIMITIVE_OPERANDS: dict[str, int] = {
-    **{p: 1 for p in ("pad", "dynamic_slice", "gather", "scatter", "sort", "split", "rev",
+    **{p: 1 for p in ("pad", "dynamic_slice", "gather", "scatter", "scatter-add", "scatter_add",
+                      "scatter-mul", "scatter_mul", "scatter-min", "scatter_min", "scatter-max",
+                      "scatter_max", "sort", "split", "rev",
                       "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "argmax",
                       "argmin", "integer_pow")},
     "dynamic_update_slice": 2,

@@ -71,6 +71,13 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
     where = f"st.shard_map({name})"
     _check_spec_axes(in_specs, mesh_axes, where, "in_specs")
     _check_spec_axes(out_specs, mesh_axes, where, "out_specs")
+    if len(manual) < len(mesh_axes):  # reference Q15: U/R in partial-manual -> bare asserts
+        for spec in jax.tree_util.tree_leaves(in_specs, is_leaf=_is_spec_leaf):
+            if isinstance(spec, PartitionSpec) and any(_compat.spec_parts(spec)[1:3]):
+                raise error("SPMD403", f"{where}: in_specs {_spec_str(spec)} gives an Unreduced/"
+                            f"Reduced input, which needs a full-manual shard_map (manual axes: "
+                            f"{list(manual)})", op="st.shard_map",
+                            fix="drop axis_names (make every mesh axis manual)")
 
     def spec_type(spec: Any) -> _rules.SpmdType:
         part, un, red, kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
