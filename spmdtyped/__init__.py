@@ -30,7 +30,20 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from . import adapters as adapters
     from . import lax as lax
+    from . import nn as nn
     from . import numpy as numpy
+    from ._autodiff import cotangent_type as cotangent_type
+    from ._autodiff import grad as grad
+    from ._autodiff import value_and_grad as value_and_grad
+    from ._autodiff import vjp as vjp
+    from ._control import cond as cond
+    from ._control import fori_loop as fori_loop
+    from ._control import scan as scan
+    from ._control import switch as switch
+    from ._control import while_loop as while_loop
+    from ._custom import CustomOp as CustomOp
+    from ._custom import custom_op as custom_op
+    from ._custom import opaque as opaque
     from ._static import *  # noqa: F403
 else:
     from ._hints import Invariant as Invariant
@@ -47,8 +60,13 @@ else:
             "pmean", "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pvary")},
         **{n: "._array" for n in ("typeof", "wrap", "unwrap", "set_check_mode", "check_mode")},
         "shard_map": "._shard_map",
+        **{n: "._autodiff" for n in ("cotangent_type", "grad", "value_and_grad", "vjp")},
+        **{n: "._control" for n in ("cond", "fori_loop", "scan", "switch", "while_loop")},
+        **{n: "._custom" for n in ("CustomOp", "custom_op", "opaque")},
+        # jaxtyping interop (imports jax and jaxtyping): st.Float[Varying["dp"], "batch/dp d"]
+        **{n: "._jaxtyping" for n in ("Bool", "Float", "Inexact", "Int", "Num", "Shaped")},
     }
-    _SUBMODULES = ("numpy", "lax", "adapters")
+    _SUBMODULES = ("numpy", "lax", "adapters", "nn")
 
     def __getattr__(name: str) -> Any:
         if name in _LAZY:
@@ -71,4 +89,7 @@ __all__ = sorted([
     "axis_size", "check_mode", "explain", "pbroadcast", "pcast", "pmax", "pmean", "pmin",
     "ppermute", "pshuffle", "psum", "psum_scatter", "pvary", "set_check_mode", "shard_map",
     "typeof", "unwrap", "wrap",
+    # issue 4: autodiff, control flow, custom ops
+    "CustomOp", "cond", "cotangent_type", "custom_op", "fori_loop", "grad", "opaque", "scan",
+    "switch", "value_and_grad", "vjp", "while_loop",
 ])

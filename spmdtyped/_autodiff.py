@@ -1,0 +1,260 @@
+"""Typed autodiff: `st.grad`, `st.value_and_grad`, `st.vjp`, `st.cotangent_type`.
+
+jax's signatures, on functions of typed values inside shard_map. Typed arguments are unwrapped
+at the boundary, JAX differentiates the raw function (so the program is exactly the one
+`jax.grad` builds: pvary transposes to psum, all_gather to psum_scatter, ...), and the
+cotangents come back typed with the state JAX gives them: the primal's state with Unreduced
+and Reduced swapped (`_rules.cotangent`, reference §5). A ZeRO step is therefore typed end to
+end: a parameter gathered with `st.all_gather(w, "dp", to="reduced")` is `Reduced["dp"]`, its
+gradient `Unreduced["dp"]`, reduced with `st.psum_scatter`.
+
+Plain `jax.grad` / `jax.vjp` also work on functions of typed values: typed values are pytrees,
+and a cotangent rebuilt around a JAX value whose state differs from the primal's class gets the
+class of its own state (`_array._unflatten`). `jax.grad` needs the function to return a raw
+scalar (`loss.raw`); `st.grad` accepts typed losses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from . import _rules
+from ._array import checked, is_typed, typeof, unwrap
+from ._errors import error
+from ._rules import SpmdType
+
+# JAX's transpose of scan/while mistypes the Unreduced cotangents of Reduced carries and loop
+# constants (jax 0.10.2 and 0.12.0.1, same texts): translated to SPMD406
+_LOOP_TRANSPOSE = ("Scan carry input and output got mismatched varying manual axes",
+                   "Expected cotangent type")
+_UR_AXES = re.compile(r"[UR]:\(?([A-Za-z_][\w,]*)\)?")
+
+
+@contextlib.contextmanager
+def _loop_transpose_errors(op: str) -> Iterator[None]:
+    try:
+        yield
+    except ValueError as e:
+        msg = str(e)
+        if not any(m in msg for m in _LOOP_TRANSPOSE) or not _UR_AXES.search(msg):
+            raise
+        axes = sorted({a for m in _UR_AXES.finditer(msg) for a in m.group(1).split(",")})
+        raise error("SPMD406", f"{op}: JAX cannot differentiate a loop whose carry or closed-over "
+                    f"values are Reduced over {axes}: its transpose mistypes their Unreduced "
+                    f"cotangents", axes=axes, states={a: "reduced" for a in axes}, op=op,
+                    details=(f"jax: {msg.splitlines()[0][:240]}",),
+                    fix=f"cast them to Varying before the loop: w = st.pcast(w, "
+                        f"{axes[0]!r}, to='varying') (free; the gradient of w stays "
+                        f"Unreduced)") from None
+
+
+class _Args:
+    """Flattened arguments: typed leaves remembered, so a raw function can re-wrap them."""
+
+    def __init__(self, args: Any) -> None:
+        leaves, treedef = jax.tree_util.tree_flatten(args, is_leaf=is_typed)
+        self.treedef: Any = treedef
+        self.types = [typeof(x) if _is_value(x) else None for x in leaves]
+        self.mask = [is_typed(x) for x in leaves]
+        self.raw = _unflatten(treedef, [unwrap(x) for x in leaves])
+
+    def rewrap(self, raw: Any, op: str) -> Any:
+        leaves = self.treedef.flatten_up_to(raw)
+        return self.treedef.unflatten([checked(op, r, t) if m and t is not None else r
+                                       for r, t, m in zip(leaves, self.types, self.mask, strict=True)])
+
+    def cotangents(self, raw_cts: Any, op: str) -> Any:
+        leaves = self.treedef.flatten_up_to(raw_cts)
+        return self.treedef.unflatten([_wrap_ct(r, t, op) for r, t in zip(leaves, self.types, strict=True)])
+
+
+def _unflatten(treedef: Any, leaves: list[Any]) -> Any:
+    return treedef.unflatten(leaves)
+
+
+def _is_value(x: Any) -> bool:
+    return is_typed(x) or isinstance(x, (jax.Array, jax.core.Tracer, np.ndarray, np.generic,
+                                         int, float, complex))
+
+
+def _wrap_ct(raw: Any, primal: SpmdType | None, op: str) -> Any:
+    if primal is None or getattr(raw, "dtype", None) == jax.dtypes.float0:
+        return raw  # integer inputs get float0 cotangents: no state
+    return checked(op, raw, _rules.cotangent(primal))
+
+
+def cotangent_type(x: Any) -> SpmdType:
+    """The state of the cotangent of `x`: its state with Unreduced and Reduced swapped.
+
+    **Arguments:**
+
+    - `x`: a typed value, or a raw JAX value inside shard_map, or an `SpmdType`.
+
+    **Returns:** an `SpmdType`, e.g. `Unreduced['dp']` for a `Reduced['dp']` value.
+
+    !!! Example
+        ```python
+        st.cotangent_type(w)      # w: Reduced["dp"] -> SpmdType(Unreduced['dp'])
+        ```
+    """
+    return _rules.cotangent(x if isinstance(x, SpmdType) else typeof(x))
+
+
+def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
+    """Typed `jax.vjp`: `(out, pullback)` (or `(out, pullback, aux)`) on typed values.
+
+    The pullback takes cotangents in the state `st.cotangent_type(out)` (typed or raw) and
+    returns one typed cotangent per primal, in the primal's state with Unreduced and Reduced
+    swapped.
+
+    **Arguments:** as `jax.vjp`: `fun` takes and returns (pytrees of) typed or raw values.
+
+    **Returns:** `(out, pullback)`, or `(out, pullback, aux)` with `has_aux=True`; `out` typed.
+
+    **Raises:** `BoundaryError` SPMD404 when a cotangent passed to the pullback has the wrong
+    state (before JAX's `unexpected JAX type ... for argument to VJP function`).
+
+    !!! Example
+        ```python
+        y, pull = st.vjp(lambda w: (x * w).sum(), w)    # w: Reduced["dp"], x: Varying["dp"]
+        (g,) = pull(jnp.ones_like(y.raw))               # y: Varying["dp"]; g: Unreduced["dp"]
+        ```
+    """
+    op = "st.vjp"
+    args = _Args(primals)
+    info: dict[str, Any] = {}
+
+    def raw_fun(*raw_args: Any) -> Any:
+        res = fun(*args.rewrap(raw_args, op))
+        if has_aux:
+            if not (isinstance(res, tuple) and len(res) == 2):
+                raise TypeError(f"{op}: with has_aux=True the function must return a pair "
+                                f"(out, aux), got {type(res).__name__}")
+            out, aux = res
+        leaves, treedef = jax.tree_util.tree_flatten(out if has_aux else res, is_leaf=is_typed)
+        info["types"], info["treedef"] = [typeof(x) for x in leaves], treedef
+        raw_out = _unflatten(treedef, [unwrap(x) for x in leaves])
+        return (raw_out, aux) if has_aux else raw_out
+
+    res: Any = jax.vjp(raw_fun, *args.raw, has_aux=has_aux)  # type: ignore[call-overload]
+    raw_out, raw_pull = res[0], res[1]
+    out_def: Any = info["treedef"]
+    out_types: list[SpmdType] = info["types"]
+    out = out_def.unflatten([checked(op, r, t)
+                             for r, t in zip(out_def.flatten_up_to(raw_out), out_types, strict=True)])
+
+    def pullback(ct: Any) -> Any:
+        with_path, ct_def = jax.tree_util.tree_flatten_with_path(ct, is_leaf=is_typed)
+        if ct_def == out_def:
+            for (path, leaf), t in zip(with_path, out_types, strict=True):
+                _rules.check_cotangent(t, typeof(leaf), op=f"{op} pullback",
+                                       what="output" + jax.tree_util.keystr(path))
+        # a structure mismatch is not a state problem: JAX reports it
+        with _loop_transpose_errors(f"{op} pullback"):
+            raw_cts = raw_pull(jax.tree_util.tree_map(unwrap, ct, is_leaf=is_typed))
+        return args.cotangents(raw_cts, op)
+
+    return (out, pullback, res[2]) if has_aux else (out, pullback)
+
+
+def value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
+                   has_aux: bool = False, holomorphic: bool = False,
+                   allow_int: bool = False) -> Callable[..., Any]:
+    """Typed `jax.value_and_grad`: the loss (typed) and typed gradients.
+
+    The loss must be an Invariant or Varying scalar (typed or raw). `grad` of a Varying loss
+    sums the per-device gradients of Invariant parameters (JAX transposes the implicit pvary to
+    a psum) and leaves the gradients of Reduced parameters Unreduced, for `st.psum_scatter`.
+
+    **Arguments:** as `jax.value_and_grad`.
+
+    **Returns:** a function returning `(loss, grads)` or `((loss, aux), grads)`; each gradient
+    leaf is typed with its parameter's cotangent state (`st.cotangent_type`).
+
+    **Raises:** `BoundaryError` SPMD405 for an Unreduced or Reduced loss.
+
+    !!! Example
+        ```python
+        loss, g = st.value_and_grad(loss_fn)(w, x)   # w: Reduced["dp"] -> g: Unreduced["dp"]
+        g = st.psum_scatter(g, "dp", tiled=True)     # Varying["dp"]: this device's shard
+        ```
+    """
+    return _value_and_grad(fun, argnums, has_aux, holomorphic, allow_int, "st.value_and_grad")
+
+
+def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_aux: bool,
+                    holomorphic: bool, allow_int: bool, op: str) -> Callable[..., Any]:
+    def value_and_grad_f(*call_args: Any, **kwargs: Any) -> Any:
+        args = _Args(call_args)
+        info: dict[str, Any] = {}
+
+        def raw_fun(*raw_args: Any, **kw: Any) -> Any:
+            res = fun(*args.rewrap(raw_args, op), **kw)
+            if has_aux:
+                if not (isinstance(res, tuple) and len(res) == 2):
+                    raise TypeError(f"{op}: with has_aux=True the function must return a pair "
+                                    f"(loss, aux), got {type(res).__name__}")
+                loss, aux = res
+            else:
+                loss = res
+            if is_typed(loss) or isinstance(loss, (jax.Array, jax.core.Tracer)):
+                info["type"] = typeof(loss)
+                _rules.grad_loss_type(info["type"], op=op)
+            raw = unwrap(loss)
+            return (raw, aux) if has_aux else raw
+
+        with _loop_transpose_errors(op):
+            res, raw_grads = jax.value_and_grad(raw_fun, argnums, has_aux=has_aux,
+                                                holomorphic=holomorphic,
+                                                allow_int=allow_int)(*args.raw, **kwargs)
+        raw_loss, aux = res if has_aux else (res, None)
+        loss = checked(op, raw_loss, info["type"]) if "type" in info else raw_loss
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        per_arg = [_Args(call_args[k]) for k in nums]
+        grads = [a.cotangents(g, op) for a, g in
+                 zip(per_arg, (raw_grads,) if isinstance(argnums, int) else raw_grads, strict=True)]
+        out_grads = grads[0] if isinstance(argnums, int) else tuple(grads)
+        return ((loss, aux) if has_aux else loss), out_grads
+
+    value_and_grad_f.__name__ = f"value_and_grad({getattr(fun, '__name__', 'fun')})"
+    value_and_grad_f.__doc__ = fun.__doc__
+    return value_and_grad_f
+
+
+def grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
+         holomorphic: bool = False, allow_int: bool = False) -> Callable[..., Any]:
+    """Typed `jax.grad`: typed gradients in the cotangent states JAX gives them.
+
+    **Arguments:** as `jax.grad`; the loss is an Invariant or Varying scalar (typed or raw).
+
+    **Returns:** a function returning the gradients (and `aux` with `has_aux=True`), typed:
+    Invariant parameters get Invariant gradients (already summed over the axes the loss varies
+    on), Varying ones Varying, Reduced ones Unreduced, Unreduced ones Reduced.
+
+    **Raises:** `BoundaryError` SPMD405 for an Unreduced or Reduced loss.
+
+    !!! Example
+        ```python
+        def loss_fn(w: st.Reduced["dp"], x: st.Varying["dp"]) -> st.Varying["dp"]:
+            return ((x @ w) ** 2).sum()
+        g = st.grad(loss_fn)(w, x)                   # Unreduced["dp"]
+        ```
+    """
+    vg = _value_and_grad(fun, argnums, has_aux, holomorphic, allow_int, "st.grad")
+
+    def grad_f(*args: Any, **kwargs: Any) -> Any:
+        value, g = vg(*args, **kwargs)
+        return (g, value[1]) if has_aux else g
+
+    grad_f.__name__ = f"grad({getattr(fun, '__name__', 'fun')})"
+    grad_f.__doc__ = fun.__doc__
+    return grad_f
+
+
+__all__ = ["cotangent_type", "grad", "value_and_grad", "vjp"]

@@ -1,0 +1,66 @@
+"""`st.nn`: typed `jax.nn` basics (relu, gelu, silu, sigmoid, softplus, softmax, log_softmax,
+logsumexp, one_hot).
+
+Each binds the `jax.nn` function on the raw value (the compiled program is the hand-written
+one) and types the result with its `_rules.ELEMENTWISE` rule: all are non-linear, so an
+Unreduced input is rejected (SPMD202: reduce it first). relu, gelu, softplus, softmax,
+log_softmax, logsumexp and one_hot mix an Invariant constant into their input, which JAX
+rejects next to a Reduced value (reference Q20): spmdtyped raises SPMD203 first; silu and
+sigmoid keep Reduced.
+Softmax-like functions reduce over local dimensions only (`axis`), never over mesh axes.
+
+!!! Example
+    ```python
+    p = st.nn.softmax(scores, axis=-1)        # scores: Varying["dp", "tp"] -> same state
+    ```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from ._array import unary_op, unwrap
+from ._rules import ELEMENTWISE
+
+#: st.nn function -> its `_rules.ELEMENTWISE` rule
+RULES: dict[str, str] = {}
+
+
+def _make(name: str, jfn: Callable[..., Any]) -> Callable[..., Any]:
+    op = f"st.nn.{name}"
+    rule = ELEMENTWISE[name]
+
+    def f(x: Any, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(unwrap(a) for a in args)
+        kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+        return unary_op(name, x, lambda r: jfn(r, *args, **kwargs), op=op)
+
+    f.__name__ = f.__qualname__ = name
+    f.__module__ = __name__
+    reduced = ("rejects Reduced (JAX mixes in an Invariant constant)"
+               if rule.on_reduced == "reject" else "keeps Reduced")
+    f.__doc__ = (f"Typed `jax.nn.{name}` (non-linear: rejects Unreduced; {reduced}).\n\n"
+                 f"**Arguments:** as `jax.nn.{name}`; `x` typed or raw.\n\n"
+                 f"**Returns:** a typed value in the input's state.\n\n"
+                 f"**Raises:** `CombineError` SPMD202 (Unreduced input)"
+                 f"{', SPMD203 (Reduced input)' if rule.on_reduced == 'reject' else ''}.\n\n"
+                 f"!!! Example\n    ```python\n    y = st.nn.{name}(x)\n    ```\n")
+    RULES[name] = name
+    return f
+
+
+relu = _make("relu", jax.nn.relu)
+gelu = _make("gelu", jax.nn.gelu)
+silu = _make("silu", jax.nn.silu)
+sigmoid = _make("sigmoid", jax.nn.sigmoid)
+softplus = _make("softplus", jax.nn.softplus)
+softmax = _make("softmax", jax.nn.softmax)
+log_softmax = _make("log_softmax", jax.nn.log_softmax)
+logsumexp = _make("logsumexp", jax.nn.logsumexp)
+one_hot = _make("one_hot", jax.nn.one_hot)
+
+__all__ = ["gelu", "log_softmax", "logsumexp", "one_hot", "relu", "sigmoid", "silu", "softmax",
+           "softplus"]
