@@ -1,0 +1,310 @@
+# mypy: disable-error-code="empty-body"
+"""The static view of spmdtyped: what type checkers see (imported only under `TYPE_CHECKING`).
+
+Encoding (see `shared/reference/mypy_plugin_study.md`): one generic class `SArray[V, U, R]`,
+each argument a union of `str` Literals (the axes the value is Varying, Unreduced, Reduced on)
+or `Never` for the empty set; every other axis is Invariant. `V` is covariant (an Invariant
+value is accepted where a Varying one is expected, as JAX's implicit pvary), `U` and `R` are
+invariant (exact). Only standard types are used, so mypy's cache, dmypy and pyright work
+unchanged.
+
+Without the plugin every collective, cast and operator returns `SArray[Any, Any, Any]`: no
+false errors, and boundary checks (parameters, returns, assignments) still work for the
+`Varying[Literal["dp"]]` / axis-vocabulary spellings. With `plugins = spmdtyped.mypy_plugin`
+the results are computed by `spmdtyped._rules`, exactly as at runtime.
+
+Parameters are deliberately non-generic (`SArray[Any, Any, Any]`): generic parameters give
+false "cannot infer type parameter" errors on union arguments and cost check time; the plugin
+re-infers the precise argument types itself. Raw `jax.Array` values (state unknown) are
+accepted everywhere.
+
+`to=` of `pcast`/`all_gather` is a plain `str`: a `Literal` parameter would make mypy report a
+rule error of the plugin as "no overload variant matches" (the overloads' erased fallback
+cannot match a Literal); the plugin checks the target itself (SPMD505).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Generic, Never, TypeAlias, TypeVar, overload
+from typing import Annotated as Bool  # noqa: F401  (jaxtyping interop, see _jaxtyping)
+from typing import Annotated as Float  # noqa: F401
+from typing import Annotated as Inexact  # noqa: F401
+from typing import Annotated as Int  # noqa: F401
+from typing import Annotated as Num  # noqa: F401
+from typing import Annotated as Shaped  # noqa: F401
+
+from ._rules import SpmdType
+
+if TYPE_CHECKING:  # the module is only ever read by type checkers; keep a runtime import jax-free
+    import jax
+    import numpy as np
+
+__all__ = [
+    # `Float[Varying["dp"], "batch/dp d"]` is `Annotated[Varying["dp"], ...]` for checkers, as
+    # jaxtyping does: the state is static, shapes and dtypes are checked at runtime
+    "Bool", "Float", "Inexact", "Int", "Num", "Shaped",
+    "Invariant", "Reduced", "SArray", "Typed", "Unreduced", "Varying", "all_gather", "all_to_all",
+    "axis_index", "axis_size", "check_mode", "pbroadcast", "pcast", "pmax", "pmean", "pmin",
+    "ppermute", "pshuffle", "psum", "psum_scatter", "pvary", "set_check_mode", "shard_map",
+    "typeof", "unwrap", "wrap",
+]
+
+_V = TypeVar("_V", bound=str, covariant=True)
+_U = TypeVar("_U", bound=str)
+_R = TypeVar("_R", bound=str)
+_A = TypeVar("_A", bound=str)
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: an axis name or a tuple of them (JAX's spelling)
+AxisName: TypeAlias = str | tuple[str, ...]
+#: an operand of a typed operator: a typed value, a raw JAX value (state unknown), a scalar
+Operand: TypeAlias = "SArray[Any, Any, Any] | jax.Array | np.ndarray[Any, Any] | np.generic | float | int"
+_Typed: TypeAlias = "SArray[Any, Any, Any]"
+_Input: TypeAlias = "SArray[Any, Any, Any] | jax.Array | float | int"
+
+
+class SArray(Generic[_V, _U, _R]):
+    """A typed value: Varying on the axes `V`, Unreduced on `U`, Reduced on `R`.
+
+    `shape`, `dtype`, `ndim` and `size` are the local (per-device) ones; `raw` is the JAX value.
+    """
+
+    @property
+    def raw(self) -> jax.Array: ...
+    @property
+    def spmd_type(self) -> SpmdType: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+    @property
+    def ndim(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def T(self) -> SArray[Any, Any, Any]: ...
+    @property
+    def mT(self) -> SArray[Any, Any, Any]: ...
+
+    def __init__(self, raw: Any) -> None: ...
+    def __len__(self) -> int: ...
+
+    def __add__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __radd__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __sub__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __rsub__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __mul__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __rmul__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __truediv__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __rtruediv__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __matmul__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __rmatmul__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __pow__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __rpow__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __lt__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __le__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __gt__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __ge__(self, other: Operand) -> SArray[Any, Any, Any]: ...
+    def __neg__(self) -> SArray[Any, Any, Any]: ...
+    def __pos__(self) -> SArray[_V, _U, _R]: ...
+    def __abs__(self) -> SArray[Any, Any, Any]: ...
+    def __getitem__(self, idx: Any) -> SArray[Any, Any, Any]: ...
+
+    def reshape(self, *shape: int | tuple[int, ...]) -> SArray[Any, Any, Any]: ...
+    def transpose(self, *axes: int) -> SArray[Any, Any, Any]: ...
+    def astype(self, dtype: Any) -> SArray[Any, Any, Any]: ...
+    def squeeze(self, axis: int | tuple[int, ...] | None = None) -> SArray[Any, Any, Any]: ...
+    def ravel(self) -> SArray[Any, Any, Any]: ...
+    def sum(self, axis: int | tuple[int, ...] | None = None, *, keepdims: bool = False) -> SArray[Any, Any, Any]: ...
+    def mean(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> SArray[Any, Any, Any]: ...
+    def max(self, axis: int | tuple[int, ...] | None = None, *, keepdims: bool = False) -> SArray[Any, Any, Any]: ...
+    def min(self, axis: int | tuple[int, ...] | None = None, *, keepdims: bool = False) -> SArray[Any, Any, Any]: ...
+
+
+# The hint spellings. With the plugin, `Varying["dp", "tp"]` and `Typed[...]` are also accepted
+# (and bare strings need no axis vocabulary).
+Varying: TypeAlias = SArray[_A, Never, Never]
+Unreduced: TypeAlias = SArray[Never, _A, Never]
+Reduced: TypeAlias = SArray[Never, Never, _A]
+Invariant: TypeAlias = SArray[Never, Never, Never]
+Typed: TypeAlias = SArray  # plugin-only sugar: Typed[Varying["dp"], Reduced["tp"]]
+
+
+# ---------------------------------------------------------------------------- state of anything
+
+def typeof(x: Any) -> SpmdType:
+    """The `SpmdType` of a typed value, or of a raw JAX value inside shard_map."""
+    ...
+
+
+@overload
+def wrap(raw: SArray[_V, _U, _R], spmd_type: Any = None) -> SArray[_V, _U, _R]: ...
+@overload
+def wrap(raw: jax.Array, spmd_type: Any = None) -> SArray[Any, Any, Any]: ...
+@overload
+def wrap(raw: Any, spmd_type: Any = None) -> Any: ...
+def wrap(raw: Any, spmd_type: Any = None) -> Any:
+    """A typed value for a raw JAX value (its state read from JAX)."""
+    ...
+
+
+@overload
+def unwrap(x: SArray[Any, Any, Any]) -> jax.Array: ...
+@overload
+def unwrap(x: Any) -> Any: ...
+def unwrap(x: Any) -> Any:
+    """The JAX value of a typed value (pytrees too)."""
+    ...
+
+
+def set_check_mode(on: bool) -> None: ...
+def check_mode(on: bool) -> AbstractContextManager[None]: ...
+
+
+# ---------------------------------------------------------------------------- collectives
+# One overload for arrays (typed result, made precise by the plugin) and one for pytrees.
+
+@overload
+def psum(x: _Input, axis_name: AxisName, *, axis_index_groups: None = None) -> _Typed: ...
+@overload
+def psum(x: Any, axis_name: AxisName, *, axis_index_groups: None = None) -> Any: ...
+def psum(x: Any, axis_name: AxisName, *, axis_index_groups: None = None) -> Any:
+    """Typed `jax.lax.psum`: Varying or Unreduced on the named axes -> Invariant there."""
+    ...
+
+
+@overload
+def pmean(x: _Input, axis_name: AxisName, *, axis_index_groups: None = None) -> _Typed: ...
+@overload
+def pmean(x: Any, axis_name: AxisName, *, axis_index_groups: None = None) -> Any: ...
+def pmean(x: Any, axis_name: AxisName, *, axis_index_groups: None = None) -> Any:
+    """Typed `jax.lax.pmean`."""
+    ...
+
+
+@overload
+def pmax(x: _Input, axis_name: AxisName, *, axis_index_groups: None = None) -> _Typed: ...
+@overload
+def pmax(x: Any, axis_name: AxisName, *, axis_index_groups: None = None) -> Any: ...
+def pmax(x: Any, axis_name: AxisName, *, axis_index_groups: None = None) -> Any:
+    """Typed `jax.lax.pmax`."""
+    ...
+
+
+@overload
+def pmin(x: _Input, axis_name: AxisName, *, axis_index_groups: None = None) -> _Typed: ...
+@overload
+def pmin(x: Any, axis_name: AxisName, *, axis_index_groups: None = None) -> Any: ...
+def pmin(x: Any, axis_name: AxisName, *, axis_index_groups: None = None) -> Any:
+    """Typed `jax.lax.pmin`."""
+    ...
+
+
+@overload
+def ppermute(x: _Input, axis_name: AxisName, perm: Sequence[tuple[int, int]]) -> _Typed: ...
+@overload
+def ppermute(x: Any, axis_name: AxisName, perm: Sequence[tuple[int, int]]) -> Any: ...
+def ppermute(x: Any, axis_name: AxisName, perm: Sequence[tuple[int, int]]) -> Any:
+    """Typed `jax.lax.ppermute`."""
+    ...
+
+
+@overload
+def pshuffle(x: _Input, axis_name: AxisName, perm: Sequence[int]) -> _Typed: ...
+@overload
+def pshuffle(x: Any, axis_name: AxisName, perm: Sequence[int]) -> Any: ...
+def pshuffle(x: Any, axis_name: AxisName, perm: Sequence[int]) -> Any:
+    """Typed `jax.lax.pshuffle`."""
+    ...
+
+
+@overload
+def pbroadcast(x: _Input, axis_name: AxisName, source: int) -> _Typed: ...
+@overload
+def pbroadcast(x: Any, axis_name: AxisName, source: int) -> Any: ...
+def pbroadcast(x: Any, axis_name: AxisName, source: int) -> Any:
+    """Typed `jax.lax.pbroadcast`."""
+    ...
+
+
+@overload
+def all_gather(x: _Input, axis_name: AxisName, *, axis_index_groups: None = None, axis: int = 0,
+               tiled: bool = False, to: str = "varying") -> _Typed: ...
+@overload
+def all_gather(x: Any, axis_name: AxisName, *, axis_index_groups: None = None, axis: int = 0,
+               tiled: bool = False, to: str = "varying") -> Any: ...
+def all_gather(x: Any, axis_name: AxisName, *, axis_index_groups: None = None, axis: int = 0,
+               tiled: bool = False, to: str = "varying") -> Any:
+    """Typed `jax.lax.all_gather`."""
+    ...
+
+
+@overload
+def psum_scatter(x: _Input, axis_name: AxisName, *, scatter_dimension: int = 0,
+                 axis_index_groups: None = None, tiled: bool = False) -> _Typed: ...
+@overload
+def psum_scatter(x: Any, axis_name: AxisName, *, scatter_dimension: int = 0,
+                 axis_index_groups: None = None, tiled: bool = False) -> Any: ...
+def psum_scatter(x: Any, axis_name: AxisName, *, scatter_dimension: int = 0,
+                 axis_index_groups: None = None, tiled: bool = False) -> Any:
+    """Typed `jax.lax.psum_scatter`."""
+    ...
+
+
+@overload
+def all_to_all(x: _Input, axis_name: AxisName, split_axis: int, concat_axis: int, *,
+               axis_index_groups: None = None, tiled: bool = False) -> _Typed: ...
+@overload
+def all_to_all(x: Any, axis_name: AxisName, split_axis: int, concat_axis: int, *,
+               axis_index_groups: None = None, tiled: bool = False) -> Any: ...
+def all_to_all(x: Any, axis_name: AxisName, split_axis: int, concat_axis: int, *,
+               axis_index_groups: None = None, tiled: bool = False) -> Any:
+    """Typed `jax.lax.all_to_all`."""
+    ...
+
+
+@overload
+def pvary(x: _Input, axis_name: AxisName) -> _Typed: ...
+@overload
+def pvary(x: Any, axis_name: AxisName) -> Any: ...
+def pvary(x: Any, axis_name: AxisName) -> Any:
+    """Invariant -> Varying on the named axes."""
+    ...
+
+
+@overload
+def pcast(x: _Input, axis_name: AxisName, *,
+          to: str) -> _Typed: ...
+@overload
+def pcast(x: Any, axis_name: AxisName, *, to: str) -> Any: ...
+def pcast(x: Any, axis_name: AxisName, *, to: str) -> Any:
+    """Typed `jax.lax.pcast`."""
+    ...
+
+
+def axis_index(axis_name: AxisName) -> SArray[Any, Never, Never]:
+    """Typed `jax.lax.axis_index`: Varying on the named axes."""
+    ...
+
+
+def axis_size(axis_name: AxisName) -> int:
+    """The number of devices along the named axes."""
+    ...
+
+
+# ---------------------------------------------------------------------------- shard_map
+
+@overload
+def shard_map(f: _F, /, *, out_specs: Any, in_specs: Any = None, mesh: Any,
+              axis_names: Any = frozenset(), check_vma: bool = True) -> Callable[..., Any]: ...
+@overload
+def shard_map(f: None = None, /, *, out_specs: Any, in_specs: Any = None, mesh: Any,
+              axis_names: Any = frozenset(),
+              check_vma: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+def shard_map(f: Any = None, /, *, out_specs: Any, in_specs: Any = None, mesh: Any,
+              axis_names: Any = frozenset(), check_vma: bool = True) -> Any:
+    """Typed `jax.shard_map` (decorator form too): the result takes and returns raw arrays."""
+    ...
+

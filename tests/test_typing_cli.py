@@ -1,0 +1,88 @@
+"""`python -m spmdtyped check PATH...`: mypy with the plugin added to the user's configuration."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from test_typing import CACHE, REPO
+
+from spmdtyped import _cli_check
+
+# jax and numpy are not needed to exercise the CLI: keep the runs fast
+FAST = ("--no-site-packages", "--ignore-missing-imports")
+
+PROGRAM = """\
+import spmdtyped as st
+from spmdtyped import Reduced, Varying
+
+def f(w: Reduced["tp"], x: Varying["dp"]) -> None:
+    st.psum(w, "tp")
+    st.psum(st.psum(x, "dp"), "dp")
+"""
+
+
+def check(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "spmdtyped", "check", *args, *FAST,
+                           "--cache-dir", str(CACHE / f"cli-{tmp.name}")],
+                          cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_check_reports_with_the_plugin(tmp_path: Path) -> None:
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    proc = check(tmp_path, "prog.py")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "prog.py:5: error: st.psum over 'tp': the value is Reduced" in proc.stdout
+    assert "[spmd-reduced-operand]" in proc.stdout
+    assert "prog.py:6: error:" in proc.stdout and "[spmd-invariant-operand]" in proc.stdout
+
+
+def test_check_clean_exit_code(tmp_path: Path) -> None:
+    (tmp_path / "ok.py").write_text("import spmdtyped as st\nfrom spmdtyped import Varying\n\n"
+                                    "def f(x: Varying['dp']) -> st.Invariant:\n"
+                                    "    return st.psum(x, 'dp')\n")
+    proc = check(tmp_path, "ok.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_check_extends_the_users_pyproject(tmp_path: Path) -> None:
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.mypy]\ndisable_error_code = ["spmd-invariant-operand"]\nwarn_unused_ignores = true\n'
+        '[[tool.mypy.overrides]]\nmodule = ["legacy.*"]\nignore_errors = true\n')
+    proc = check(tmp_path, "prog.py")
+    assert proc.returncode == 1
+    assert "[spmd-reduced-operand]" in proc.stdout
+    assert "spmd-invariant-operand" not in proc.stdout, proc.stdout
+
+
+def test_check_usage_errors(tmp_path: Path) -> None:
+    proc = check(tmp_path, "--config-file", "missing.ini", "x.py")
+    assert proc.returncode == 2
+    assert "no such config file" in proc.stderr
+
+
+def test_merged_config_keeps_user_plugins(tmp_path: Path) -> None:
+    user = tmp_path / "mypy.ini"
+    user.write_text("[mypy]\nplugins = pydantic.mypy\nstrict = True\n[mypy-foo.*]\nignore_errors = True\n")
+    assert _cli_check.find_config(None, tmp_path) == user
+    ini = _cli_check.merged_config(user, tmp_path)
+    cp = configparser.ConfigParser(interpolation=None)
+    cp.read(ini)
+    assert cp["mypy"]["plugins"] == "pydantic.mypy, spmdtyped.mypy_plugin"
+    assert cp["mypy"]["strict"] == "True"
+    assert cp["mypy-foo.*"]["ignore_errors"] == "True"
+
+
+def test_find_config_order(tmp_path: Path) -> None:
+    assert _cli_check.find_config(None, tmp_path) is None
+    (tmp_path / "setup.cfg").write_text("[metadata]\nname = x\n")
+    assert _cli_check.find_config(None, tmp_path) is None  # no [mypy] section
+    (tmp_path / "pyproject.toml").write_text("[tool.mypy]\nstrict = true\n")
+    assert _cli_check.find_config(None, tmp_path) == tmp_path / "pyproject.toml"
+    (tmp_path / ".mypy.ini").write_text("[mypy]\n")
+    assert _cli_check.find_config(None, tmp_path) == tmp_path / ".mypy.ini"
