@@ -16,14 +16,24 @@ demo: $(STAMP)
 	$(PY) -m spmdtyped demo
 	$(PY) examples/_main_job.py
 
-test: $(STAMP)
-	$(PY) -m pytest -q tests
+# A second interpreter with mypy 1.x: the plugin's typing tests also run under it, so the
+# supported range (mypy>=1.15,<3) is tested at both major versions.
+MYPY1 := $(VENV)-mypy1/bin/python
+$(MYPY1):
+	$(PYTHON) -m venv $(VENV)-mypy1
+	$(MYPY1) -m pip install -q 'mypy==1.20.2'
+
+test: $(STAMP) $(MYPY1)
+	SPMDTYPED_MYPY_PYTHONS=$(abspath $(MYPY1)) $(PY) -m pytest -q tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -x tests -m "not slow"
+
+bench: $(STAMP)
+	$(PY) benchmarks/run.py
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d site
 
 clean:
-	rm -rf $(VENV) .venv312 build dist .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(VENV)-mypy1 .venv312 .venv312-mypy1 build dist .pytest_cache .mypy_cache
