@@ -99,10 +99,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
                 specs, tuple(raw_args), is_leaf=_is_spec_leaf)
             with vma_off():
                 out = f(*args)
-        for spec, leaf in _broadcast_prefix(out_specs, out, "out_specs", where):
-            part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
-            _rules.check_out_spec(typeof(leaf), part, un, red, manual, where=where,
-                                  spec=_spec_str(spec))
+        check_outputs(out, out_specs, manual, where)
         return unwrap(out)
 
     smapped = _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
@@ -110,12 +107,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
 
     @functools.wraps(f)
     def wrapped(*args: Any) -> Any:
-        if in_specs is not None and not _is_spec_leaf(in_specs):
-            if isinstance(in_specs, tuple) and len(in_specs) != len(args):
-                raise error("SPMD402", f"{where}: in_specs has {len(in_specs)} entries for "
-                            f"{len(args)} arguments", op="st.shard_map",
-                            fix="give one PartitionSpec per positional argument")
-            _broadcast_prefix(in_specs, tuple(args), "in_specs", where)
+        check_in_structure(in_specs, args, where, "st.shard_map")
         raw_args = unwrap(list(args))
         try:
             return smapped(*raw_args)
@@ -133,6 +125,26 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
 
     wrapped.__wrapped_shard_map__ = smapped  # type: ignore[attr-defined]
     return wrapped
+
+
+def check_in_structure(in_specs: Any, args: tuple[Any, ...], where: str, op: str) -> None:
+    """SPMD402 unless `in_specs` is a pytree prefix of the positional arguments."""
+    if in_specs is None or _is_spec_leaf(in_specs):
+        return
+    if isinstance(in_specs, tuple) and len(in_specs) != len(args):
+        raise error("SPMD402", f"{where}: in_specs has {len(in_specs)} entries for {len(args)} "
+                    f"arguments", op=op, fix="give one PartitionSpec per positional argument")
+    _broadcast_prefix(in_specs, tuple(args), "in_specs", where)
+
+
+def check_outputs(out: Any, out_specs: Any, manual: tuple[str, ...], where: str,
+                  types: list[_rules.SpmdType] | None = None) -> None:
+    """SPMD401 unless each output leaf's state fits its out_spec (`types`: given, or read from
+    the values: typed values carry theirs, raw ones are read from JAX)."""
+    for i, (spec, leaf) in enumerate(_broadcast_prefix(out_specs, out, "out_specs", where)):
+        part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
+        t = types[i] if types is not None else typeof(leaf)
+        _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_spec_str(spec))
 
 
 def _check_spec_axes(specs: Any, mesh_axes: tuple[str, ...], where: str, what: str) -> None:

@@ -14,9 +14,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 from .. import _compat, _rules
 from .._errors import SpmdTypeError
 from .._rules import SpmdType
-from .._shard_map import _is_spec_leaf, _spec_str
+from .._shard_map import _is_spec_leaf, _spec_str, check_outputs
 from . import _walk
-from ._typed import _manual_axes, check_outputs, checked_lax
+from ._typed import _manual_axes, checked_lax
 
 
 @dataclasses.dataclass

@@ -28,12 +28,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
-from jax.sharding import PartitionSpec
 
-from .. import _compat, _rules
+from .. import _compat
 from .. import lax as _slax
 from .._errors import SpmdTypeError, error
-from .._shard_map import _broadcast_prefix, _check_spec_axes, _is_spec_leaf, _spec_str
+from .._shard_map import _check_spec_axes, check_in_structure, check_outputs
 from . import _walk
 
 _ROUTE_LOCK = threading.RLock()
@@ -76,17 +75,6 @@ def _manual_axes(mesh: Any, axis_names: Any) -> tuple[str, ...]:
     mesh_axes = _compat.mesh_axis_names(mesh)
     names = {axis_names} if isinstance(axis_names, str) else set(axis_names or ())
     return tuple(a for a in mesh_axes if not names or a in names)
-
-
-def check_outputs(out: Any, out_specs: Any, manual: tuple[str, ...], where: str,
-                  types: list[_rules.SpmdType] | None = None) -> None:
-    """SPMD401 unless each output leaf's state fits its out_spec (`types`: given, or read
-    from the raw values)."""
-    pairs = _broadcast_prefix(out_specs, out, "out_specs", where)
-    for i, (spec, leaf) in enumerate(pairs):
-        part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
-        t = types[i] if types is not None else _compat.typeof_raw(leaf)
-        _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_spec_str(spec))
 
 
 def _signature_key(args: Any) -> Any:
@@ -149,12 +137,7 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, mesh: Any, in_spe
 
     @functools.wraps(f)
     def wrapped(*args: Any) -> Any:
-        if in_specs is not None and not _is_spec_leaf(in_specs):
-            if isinstance(in_specs, tuple) and len(in_specs) != len(args):
-                raise error("SPMD402", f"{where}: in_specs has {len(in_specs)} entries for "
-                            f"{len(args)} arguments", op="typed_shard_map",
-                            fix="give one PartitionSpec per positional argument")
-            _broadcast_prefix(in_specs, tuple(args), "in_specs", where)
+        check_in_structure(in_specs, args, where, "typed_shard_map")
         try:
             if check_vma:
                 key = _signature_key(args)
