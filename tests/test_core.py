@@ -356,3 +356,13 @@ def test_check_vma_false_tracks_states_itself(mesh):
 
     with pytest.raises(st.BoundaryError):
         forgot_psum(*args)
+
+
+def test_readme_strict_and_loose_tables_match_the_rule_table():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for code, what, jax_does in _rules.STRICTER_THAN_JAX:
+        assert f"| {code} | {what} | {jax_does} |" in readme, code
+    for what, how in _rules.LOOSER_THAN_JAX:
+        assert f"| {what} | {how} |" in readme, what
