@@ -7,6 +7,7 @@ names the version and why.
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import jax
@@ -29,6 +30,17 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 JAX_VERSION = _version_tuple(jax.__version__)
 #: the rule differences of the installed JAX (see `_rules.Features`)
 FEATURES: Features = JAX_0_12 if JAX_VERSION >= (0, 11) else JAX_0_10
+
+# jax.extend.source_info_util.register_exclusion (0.10 and 0.12): spmdtyped's frames are not
+# the user's, as jax's own are not. The source locations JAX records for every equation (HLO
+# metadata, debug info, JAX's messages) then name the user's line, as in the raw program,
+# not spmdtyped/_array.py; and lowering turns fewer frames into locations.
+try:
+    from jax.extend import source_info_util as _source_info_util
+
+    _source_info_util.register_exclusion(os.path.dirname(os.path.abspath(__file__)) + os.sep)
+except (ImportError, AttributeError):  # pragma: no cover - an older/newer jax.extend
+    pass
 
 
 def _kind_name(kind: Any) -> str | None:

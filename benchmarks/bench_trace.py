@@ -1,0 +1,97 @@
+"""Trace + lower time, typed / raw: `examples/transformer.py` with `layers=32` (dp=2 x tp=4),
+forward and backward, `jax.jit(...).lower(*inputs)`.
+
+Each measurement lowers a program built fresh by `programs(mesh, layers=...)` (untimed), so
+no jit cache has seen it; JAX's own per-primitive caches are warm for both after one warm-up
+lowering each. Typed and raw alternate round by round; the main clock is the thread's CPU
+time (`time.thread_time`: tracing and lowering run on the calling thread, and CPU time does
+not count the time the VM spends running other processes), with wall time alongside. A
+second, shorter series runs the typed program with `st.check_mode(False)` (no comparison of
+each predicted state with JAX's).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from _common import Timings, import_example, interleaved
+
+
+@dataclass
+class TraceResult:
+    layers: int
+    cpu: Timings           # thread CPU seconds, check mode on (the default)
+    wall: Timings          # wall seconds, same runs
+    check_off: Timings     # typed with st.check_mode(False) vs raw, thread CPU seconds
+
+
+def run(layers: int = 32, rounds: int = 10, check_off_rounds: int = 4) -> TraceResult:
+    import spmdtyped as st
+
+    m = import_example("transformer")
+    mesh = m.make_mesh()
+    args = m.make_inputs(mesh, layers=layers)
+
+    def fresh(which: int) -> Any:
+        return m.programs(mesh, layers=layers)[which]
+
+    for which in (0, 1):  # warm JAX's per-primitive caches for both
+        fresh(which).lower(*args)
+
+    def lower(program: Any) -> None:
+        program.lower(*args)
+
+    def lower_unchecked(program: Any) -> None:
+        with st.check_mode(False):
+            program.lower(*args)
+
+    wall, cpu = interleaved(lower, lower, rounds, cpu_clock=time.thread_time, prepare=fresh)
+    _, off = interleaved(lower_unchecked, lower, check_off_rounds, cpu_clock=time.thread_time,
+                         prepare=fresh)
+    return TraceResult(layers, cpu, wall, off)
+
+
+def profile(layers: int = 32) -> tuple[float, float]:
+    """Noise-free view of the same work: (Python function calls typed / raw, share of the
+    typed trace + lower spent in spmdtyped's own frames), from one cProfile run of each."""
+    import cProfile
+    import pstats
+
+    import spmdtyped as st
+
+    m = import_example("transformer")
+    mesh = m.make_mesh()
+    args = m.make_inputs(mesh, layers=layers)
+    stats = []
+    for which in (0, 1):
+        m.programs(mesh, layers=layers)[which].lower(*args)  # warm, as in `run`
+        program = m.programs(mesh, layers=layers)[which]
+        prof = cProfile.Profile()
+        prof.enable()
+        program.lower(*args)
+        prof.disable()
+        stats.append(pstats.Stats(prof).stats)  # type: ignore[attr-defined]
+    calls = [sum(v[1] for v in s.values()) for s in stats]
+    total = sum(v[2] for v in stats[0].values())
+    package = str(Path(st.__file__).resolve().parent)
+    own = sum(v[2] for k, v in stats[0].items() if k[0].startswith(package))
+    return calls[0] / calls[1], own / total
+
+
+if __name__ == "__main__":
+    import os
+    import sys
+
+    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    from _common import setup_path
+
+    setup_path()
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    r = run(rounds=rounds)
+    print(f"cpu   typed/raw {r.cpu.ratio:.3f}  typed min {min(r.cpu.a):.3f}s raw min {min(r.cpu.b):.3f}s  "
+          f"{r.cpu.spread()}")
+    print(f"wall  typed/raw {r.wall.ratio:.3f}  {r.wall.spread()}")
+    print(f"check off: typed/raw {r.check_off.ratio:.3f}  {r.check_off.spread()}")
