@@ -90,7 +90,7 @@ def run(verbose: bool = False, steps: int = 50) -> dict[str, float]:
         np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-4, atol=1e-6)
     assert np.array_equal(np.asarray(w), np.asarray(wr))
     np.testing.assert_allclose(np.asarray(w), np.asarray(ref[0]), rtol=1e-4, atol=1e-5)
-    assert float(loss) < first
+    assert first is not None and float(loss) < first
     if verbose:
         print(f"data parallel: loss {first:.4f} -> {float(loss):.6f} in {steps} steps "
               f"(matches the single-device reference)")

@@ -3,8 +3,9 @@
 Each state (an `SpmdType`) has exactly one cached class, and every typed value's concrete
 class *is* its state class, so an exact `isinstance`/beartype check is one class test
 (CPython short-circuits `type(obj) is cls`). The metaclass `__instancecheck__` only runs for
-the covariant case (a value less varying than the hint) and for raw JAX values inside
-shard_map, whose state is read from JAX.
+the covariant case (a value less varying than the hint; its verdict is cached per pair of
+classes, one dict lookup) and for raw JAX values inside shard_map, whose state is read from
+JAX each time.
 
 Imports no JAX: operator methods reach `_array` lazily, raw-value checks go through
 `_compat` only when JAX is already imported.
@@ -30,13 +31,21 @@ _class_hooks: list[Callable[[type], None]] = []
 _made: list[type] = []
 
 
+#: `_compat.typeof_raw_or_none`, bound on first use (a function-level import per check cost
+#: ~1 us of the per-argument budget)
+_typeof_raw_or_none: Callable[[object], SpmdType | None] | None = None
+
+
 def _raw_typeof(obj: object) -> SpmdType | None:
     """The state of a raw JAX value (None when `obj` is not one, or JAX is not in use)."""
-    if "jax" not in sys.modules:
-        return None
-    from . import _compat
+    global _typeof_raw_or_none
+    if _typeof_raw_or_none is None:
+        if "jax" not in sys.modules:
+            return None
+        from . import _compat
 
-    return _compat.typeof_raw_or_none(obj)
+        _typeof_raw_or_none = _compat.typeof_raw_or_none
+    return _typeof_raw_or_none(obj)
 
 
 def spmd_type_of(obj: object) -> SpmdType | None:
@@ -49,15 +58,31 @@ class _StateMeta(type):
     """Metaclass of state classes. Never override `__repr__` here (beartype compares reprs)."""
 
     _spmd_type: SpmdType | None
+    #: value class -> isinstance verdict, for typed values (each state class has its own dict)
+    _verdicts: dict[type, bool]
 
     def __instancecheck__(cls, obj: object) -> bool:
-        if type(obj) is cls:
+        tp = type(obj)
+        if tp is cls:
             return True
-        want = cls._spmd_type
-        t = spmd_type_of(obj)
+        # a typed value of another state class (an Invariant value against Varying["dp"]): the
+        # verdict depends on the two classes only, one dict lookup after the first check
+        verdicts = cls._verdicts
+        verdict = verdicts.get(tp)
+        if verdict is not None:
+            return verdict
+        if isinstance(tp, _StateMeta):
+            t = tp._spmd_type
+            want = cls._spmd_type
+            verdict = t is not None and (want is None or t is want or _accepts(want, t))
+            verdicts[tp] = verdict
+            return verdict
+        # a raw JAX value: its state is read from JAX each time (never cached)
+        t = _raw_typeof(obj)
         if t is None:
             return False
-        if want is None:
+        want = cls._spmd_type
+        if want is None or t is want:
             return True
         return _accepts(want, t)
 
@@ -108,6 +133,7 @@ class SArray(metaclass=_StateMeta):
 
     __slots__ = ("raw",)
     _spmd_type: SpmdType | None = None
+    _verdicts: dict[type, bool] = {}  # noqa: RUF012 - the metaclass's per-class cache
 
     def __init__(self, raw: Any) -> None:  # noqa: D107
         if type(self)._spmd_type is None:
@@ -185,7 +211,7 @@ SArray.__len__ = lambda self: len(self.raw)  # type: ignore[attr-defined]
 def state_class(t: SpmdType) -> type[SArray]:
     """The one class of state `t` (cached: `state_class(t) is state_class(t)`)."""
     name = str(t)
-    cls = _StateMeta(name, (SArray,), {"__slots__": (), "_spmd_type": t, "__module__": "spmdtyped",
+    cls = _StateMeta(name, (SArray,), {"__slots__": (), "_spmd_type": t, "_verdicts": {}, "__module__": "spmdtyped",
                                        "__qualname__": name, "__doc__": f"Typed values in state {name}."})
     _made.append(cls)
     for hook in _class_hooks:

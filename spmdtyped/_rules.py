@@ -1162,3 +1162,62 @@ def constructor_type(name: str, like: SpmdType | None = None) -> SpmdType:
     if name in LIKE_CONSTRUCTORS or name in CONSTRUCTORS:
         return INVARIANT
     raise KeyError(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# The typed function modules (`st.numpy`, `st.nn`): each function's rule and how it is bound.
+# Plain data: `spmdtyped.numpy` / `spmdtyped.nn` build their functions from it, the mypy plugin
+# types their calls with it, the docs list it.
+
+#: how a function applies its rule to its arguments:
+#: "unary"  -- the first argument only (further arguments are shapes, axes, shifts): `unary`
+#: "binary" -- the two arguments, as the operators bind them: `binary`
+#: "nary"   -- every array argument (`where`): `combine`
+#: "join"   -- the arrays of a sequence (`concatenate`, `stack`): `combine`
+#: "einsum" -- the operands after the subscripts string: `combine`
+#: "take"   -- `unary` with a static index, `combine` of array and index with a traced one
+#: "like"   -- `constructor_type(name, like=first argument)` (full_like: joined with the fill)
+#: "new"    -- `constructor_type(name)` (full: joined with the fill)
+FUNCTION_BINDINGS: tuple[str, ...] = ("unary", "binary", "nary", "join", "einsum", "take", "like", "new")
+
+_NUMPY_TABLE: tuple[tuple[str, str, str], ...] = (
+    # (st.numpy name, rule, binding)
+    *((n, n, "unary") for n in ("exp", "log", "tanh", "sqrt", "sin", "cos", "abs", "square",
+                                "sign", "log1p", "expm1", "reciprocal", "floor", "ceil",
+                                "round", "isnan", "isfinite", "conj", "copy")),
+    ("absolute", "abs", "unary"), ("negative", "neg", "unary"),
+    *((n, r, "binary") for n, r in (
+        ("add", "add"), ("subtract", "sub"), ("multiply", "mul"), ("divide", "div"),
+        ("true_divide", "div"), ("power", "pow"), ("maximum", "maximum"), ("minimum", "minimum"),
+        ("less", "lt"), ("less_equal", "le"), ("greater", "gt"), ("greater_equal", "ge"),
+        ("equal", "eq"), ("not_equal", "ne"), ("arctan2", "arctan2"), ("mod", "mod"),
+        ("remainder", "mod"), ("floor_divide", "floordiv"))),
+    ("logical_not", "logical_not", "unary"), ("logical_and", "and", "binary"),
+    ("logical_or", "or", "binary"), ("logical_xor", "xor", "binary"),
+    # real/imag of a real array need no primitive (st.numpy types them as copy / zeros_like);
+    # the rule here is the complex one
+    ("imag", "imag", "unary"), ("real", "real", "unary"),
+    ("where", "where", "nary"),
+    *((n, r, "unary") for n, r in (("sum", "sum"), ("max", "max"), ("min", "min"),
+                                   ("amax", "max"), ("amin", "min"), ("prod", "prod"),
+                                   ("var", "var"), ("std", "std"), ("mean", "mean"))),
+    *((n, n, "unary") for n in ("cumsum", "cumprod", "argmax", "argmin", "flip", "sort")),
+    *((n, n, "unary") for n in ("reshape", "transpose", "swapaxes", "moveaxis", "expand_dims",
+                                "squeeze", "ravel", "broadcast_to", "roll", "tile", "repeat",
+                                "pad")),
+    ("concatenate", "concatenate", "join"), ("stack", "stack", "join"),
+    ("einsum", "einsum", "einsum"), ("dot", "dot", "binary"), ("matmul", "matmul", "binary"),
+    ("take", "take", "take"),
+    *((n, n, "like") for n in LIKE_CONSTRUCTORS),
+    *((n, n, "new") for n in CONSTRUCTORS),
+)
+
+#: st.numpy function -> its rule (an `ELEMENTWISE` key, or a constructor name)
+NUMPY_FUNCTIONS: dict[str, str] = {n: r for n, r, _ in _NUMPY_TABLE}
+#: st.numpy function -> its binding (one of `FUNCTION_BINDINGS`)
+NUMPY_BINDINGS: dict[str, str] = {n: b for n, _, b in _NUMPY_TABLE}
+
+#: st.nn function -> its rule (all non-linear, all bound on their first argument)
+NN_FUNCTIONS: dict[str, str] = {n: n for n in ("relu", "gelu", "silu", "sigmoid", "softplus",
+                                               "softmax", "log_softmax", "logsumexp", "one_hot")}
+NN_BINDINGS: dict[str, str] = dict.fromkeys(NN_FUNCTIONS, "unary")

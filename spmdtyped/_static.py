@@ -296,6 +296,25 @@ def axis_size(axis_name: AxisName) -> int:
 
 # ---------------------------------------------------------------------------- shard_map
 
+_E = TypeVar("_E", bound=str)
+
+
+class OutSpecMismatch(Generic[_E]):
+    """What the mypy plugin makes of `st.shard_map(f, out_specs=...)` when `f`'s declared outputs
+    do not fit its out_specs (SPMD401): calling it is reported, as calling it raises at runtime.
+    `E` carries the error (a str Literal). Never seen without the plugin."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class ShardMapDecorator(Generic[_E]):
+    """What the mypy plugin makes of the decorator form `st.shard_map(mesh=..., out_specs=...)`
+    when the out_specs are literals (`E` carries them): applied to a function, it checks the
+    function's declared outputs. Never seen without the plugin."""
+
+    def __call__(self, f: Callable[..., Any], /) -> Callable[..., Any]: ...
+
+
 @overload
 def shard_map(f: _F, /, *, out_specs: Any, in_specs: Any = None, mesh: Any,
               axis_names: Any = frozenset(), check_vma: bool = True) -> Callable[..., Any]: ...

@@ -10,11 +10,16 @@ How it works (see `shared/reference/mypy_plugin_study.md` and `docs/static.md`):
   strings need no declaration; when the module has an axis vocabulary
   (`dp: TypeAlias = Literal["dp"]`), an undeclared axis stays a `name-defined` error. Hints are
   validated by the runtime's own `_hints._subscript`.
-- **Results.** Every collective, cast, operator, array method, `st.numpy` function named after
-  its rule and `st.grad`/`st.value_and_grad` converts its operands to `_rules.SpmdType`, calls
-  the rule table (`_rules.axis_op`, `combine`, `unary`, `normalize_axes`, `cotangent`,
-  `grad_loss_type`) with `_rules.CONSERVATIVE` features (or one JAX version's, configured with
-  `[spmdtyped] jax = 0.12`) and converts the result back. No rule is encoded here.
+- **Results.** Every collective, cast, operator, array method, `st.numpy` / `st.nn` function
+  (named in `_rules.NUMPY_FUNCTIONS` / `NN_FUNCTIONS`, bound as `NUMPY_BINDINGS` says),
+  `st.grad`/`st.value_and_grad`/`st.vjp` and control flow (`st.fori_loop`, `while_loop`,
+  `scan`, `cond`, `switch`) converts its operands to `_rules.SpmdType`, calls the rule table
+  (`_rules.axis_op`, `combine`, `binary`, `unary`, `constructor_type`, `normalize_axes`,
+  `cotangent`, `grad_loss_type`, `join_carry`, `predicate_type`, `check_out_spec`) with
+  `_rules.CONSERVATIVE` features (or one JAX version's, configured with `[spmdtyped] jax =
+  0.12`) and converts the result back. No rule is encoded here.
+- **Boundary.** `st.shard_map(f, out_specs=P(...))` checks `f`'s declared outputs against the
+  literal specs; a mismatch (SPMD401) is reported where the result is called, as at runtime.
 - **Errors.** A `SpmdTypeError` is reported with its runtime headline under the error code
   `spmd-<slug>` of its SPMD code (a sub-code of `spmd`), followed by a note with the fix.
 - **Unknown states.** Raw `jax.Array` values, `Any`, non-literal axis names: no error, the
@@ -27,10 +32,13 @@ table as its configuration data so that cached results are invalidated when the 
 
 from __future__ import annotations
 
+import ast
 import configparser
 import hashlib
 import itertools
+import json
 import os
+import re
 import sys
 import tomllib
 from collections.abc import Callable, Sequence
@@ -40,10 +48,18 @@ from typing import Any, Final, TypeVar
 from mypy import errorcodes
 from mypy.errorcodes import ErrorCode
 from mypy.nodes import (
+    ARG_NAMED,
+    ARG_POS,
+    CallExpr,
     Context,
     Expression,
+    FloatExpr,
     IntExpr,
+    LambdaExpr,
     ListExpr,
+    MemberExpr,
+    NameExpr,
+    RefExpr,
     SetExpr,
     StrExpr,
     TupleExpr,
@@ -55,14 +71,17 @@ from mypy.plugin import (
     AnalyzeTypeContext,
     AttributeContext,
     FunctionContext,
+    FunctionSigContext,
     MethodContext,
     Plugin,
     ReportConfigContext,
 )
+from mypy.subtypes import is_same_type
 from mypy.typeops import make_simplified_union
 from mypy.types import (
     AnyType,
     CallableType,
+    FunctionLike,
     Instance,
     LiteralType,
     ProperType,
@@ -638,14 +657,11 @@ def abs_hook(ctx: FunctionContext) -> Type:
                   lambda t: _rules.unary("abs", t, CONFIG.features, op="abs"))
 
 
-# How `st.numpy` binds each rule (spmdtyped/numpy.py): joins take a sequence, these take every
-# array argument, the rest act on their first argument only (further arguments are shapes,
-# axes, shifts). Only functions named after their rule are typed here; numpy.py's `RULES`
-# (aliases such as subtract -> sub) lives in a JAX-importing module the plugin cannot load.
-_NUMPY_JOINS: Final = frozenset({"concatenate", "stack"})
-_NUMPY_NARY: Final = frozenset({"where", "einsum", "add", "maximum", "minimum", "arctan2", "mod",
-                                "dot", "matmul"})
-_NUMPY_SKIP: Final = frozenset({"take"})  # its rule depends on the index's state at runtime
+# `st.numpy` and `st.nn`: each function's rule and binding come from `_rules.NUMPY_FUNCTIONS` /
+# `NUMPY_BINDINGS` and `NN_FUNCTIONS` / `NN_BINDINGS`, the tables spmdtyped/numpy.py and nn.py
+# are built from (see `_rules.FUNCTION_BINDINGS` for what each binding means).
+_ARRAY_LIKE_STATIC: Final = frozenset({"builtins.list", "builtins.tuple", "builtins.int",
+                                       "builtins.bool", "builtins.slice"})
 
 
 def _positional(ctx: FunctionContext) -> list[tuple[Expression, Type]]:
@@ -657,22 +673,84 @@ def _positional(ctx: FunctionContext) -> list[tuple[Expression, Type]]:
     return out
 
 
-def numpy_hook(name: str) -> Callable[[FunctionContext], Type]:
-    """`st.numpy.<name>(...)`: the table's rule on the array/scalar arguments."""
-    op = f"st.numpy.{name}"
+def _keyword(ctx: FunctionContext, name: str) -> tuple[Expression, Type] | None:
+    for names, exprs, types in zip(ctx.arg_names, ctx.args, ctx.arg_types, strict=True):
+        for n, expr, t in zip(names, exprs, types, strict=True):
+            if n == name:
+                return expr, t
+    return None
+
+
+def _fill_alternatives(ctx: FunctionContext, fill: tuple[Expression, Type] | None
+                       ) -> list[Known] | None:
+    """A constructor's fill value (None: unknown): a scalar or a typed value."""
+    if fill is None:
+        return [LITERAL]
+    return _alternatives(ctx.api, fill[1], fill[0])
+
+
+def function_hook(module: str, name: str, rule: str, binding: str) -> Callable[[FunctionContext], Type]:
+    """`st.<module>.<name>(...)`: the table's rule, bound as the runtime binds it."""
+    op = f"st.{module}.{name}"
+
+    def constructor(ctx: FunctionContext, args: list[tuple[Expression, Type]]) -> Type:
+        default = ctx.default_return_type
+        if binding == "like":
+            if not args:
+                return default
+            like = _alternatives(ctx.api, args[0][1], args[0][0])
+            if like is None:
+                return default
+            likes = [_rules.INVARIANT if o is LITERAL else o for o in like]
+            bases: list[SpmdType] = [_rules.constructor_type(rule, t) for t in likes]  # type: ignore[arg-type]
+        else:
+            bases = [_rules.constructor_type(rule)]
+        fill_at = 1  # full(shape, fill_value) / full_like(a, fill_value)
+        if rule not in ("full", "full_like"):
+            return make_simplified_union([from_spmd(ctx.api, t) for t in bases])
+        fill = args[fill_at] if len(args) > fill_at else _keyword(ctx, "fill_value")
+        fills = _fill_alternatives(ctx, fill)
+        if fills is None:
+            return default
+
+        def fn(base: SpmdType, f: Known) -> SpmdType:
+            if f is LITERAL:
+                return base
+            return _rules.combine("add", [base, f], CONFIG.features, op=op).type
+
+        return _apply(ctx.api, ctx.context, default, [list[Known](bases), fills], fn)
 
     def hook(ctx: FunctionContext) -> Type:
         default = ctx.default_return_type
         args = _positional(ctx)
+        if binding in ("like", "new"):
+            return constructor(ctx, args)
         if not args:
             return default
-        if name in _NUMPY_JOINS:
+        if binding == "join":
             seq = args[0][0]
             if not isinstance(seq, (ListExpr, TupleExpr)):
                 return default
             operands = [(item, ctx.api.get_expression_type(item, None)) for item in seq.items]
-        elif name in _NUMPY_NARY:
+        elif binding in ("nary", "einsum"):
             operands = [(e, t) for e, t in args if not _is_str(t)]  # einsum's subscripts
+        elif binding == "binary":
+            if len(args) < 2:
+                return default
+            operands = args[:2]
+        elif binding == "take":
+            index = args[1] if len(args) > 1 else _keyword(ctx, "indices")
+            if index is None:
+                return default
+            it = get_proper_type(index[1])
+            io = to_operand(it)
+            if isinstance(io, SpmdType) and io.axes:
+                operands = [args[0], index]  # a traced index with a state: both operands
+            elif io is LITERAL or isinstance(io, SpmdType) or isinstance(it, TupleType) or (
+                    isinstance(it, Instance) and it.type.fullname in _ARRAY_LIKE_STATIC):
+                operands = args[:1]  # a static (or Invariant) index: unary on the array
+            else:
+                return default  # a raw JAX index: its state is unknown statically
         else:
             operands = args[:1]
         alts: list[list[Known]] = []
@@ -683,14 +761,204 @@ def numpy_hook(name: str) -> Callable[[FunctionContext], Type]:
             alts.append(a)
         if not alts or all(a == [LITERAL] for a in alts):
             return default
-        if len(alts) == 1 and name not in _NUMPY_JOINS | _NUMPY_NARY:
+        if len(alts) == 1 and binding not in ("join", "nary", "einsum"):
             alts = [[_rules.INVARIANT if o is LITERAL else o for o in alts[0]]]
             return _apply(ctx.api, ctx.context, default, alts,
-                          lambda t: _rules.unary(name, t, CONFIG.features, op=op))
+                          lambda t: _rules.unary(rule, t, CONFIG.features, op=op))
+        if binding == "binary" and len(alts) == 2:
+            is_int = _is_int(get_proper_type(operands[1][1]))
+            return _apply(ctx.api, ctx.context, default, alts,
+                          lambda a, b: _rules.binary(rule, a, b, CONFIG.features, op=op,
+                                                     int_literal=is_int).type)
         return _apply(ctx.api, ctx.context, default, alts,
-                      lambda *ts: _rules.combine(name, list(ts), CONFIG.features, op=op).type)
+                      lambda *ts: _rules.combine(rule, list(ts), CONFIG.features, op=op).type)
 
     return hook
+
+
+#: `st.numpy` / `st.nn` function fullname -> (module label, name, rule, binding)
+_TABLE_FUNCTIONS: Final = {
+    **{f"spmdtyped.numpy.{n}": ("numpy", n, r, _rules.NUMPY_BINDINGS[n])
+       for n, r in _rules.NUMPY_FUNCTIONS.items()},
+    **{f"spmdtyped.nn.{n}": ("nn", n, r, _rules.NN_BINDINGS[n])
+       for n, r in _rules.NN_FUNCTIONS.items()},
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# shard_map: declared outputs against out_specs (SPMD401, reported where the function is called)
+
+OUT_SPEC_MISMATCH: Final = f"{_STATIC}.OutSpecMismatch"
+SHARD_MAP_DECORATOR: Final = f"{_STATIC}.ShardMapDecorator"
+_SHARD_MAP: Final = frozenset({f"{m}.shard_map" for m in (_STATIC, "spmdtyped", "spmdtyped._shard_map")})
+_PARTITION_SPEC: Final = frozenset({"jax.sharding.PartitionSpec", "jax._src.partition_spec.PartitionSpec"})
+
+#: a PartitionSpec read from source: (partitioned axes, unreduced, reduced, its repr)
+_Spec = tuple[tuple[str, ...], frozenset[str], frozenset[str], str]
+
+
+def _str_set(expr: Expression) -> frozenset[str] | None:
+    if isinstance(expr, StrExpr):
+        return frozenset((expr.value,))
+    if isinstance(expr, (SetExpr, TupleExpr, ListExpr)) and all(isinstance(i, StrExpr) for i in expr.items):
+        return frozenset(i.value for i in expr.items if isinstance(i, StrExpr))
+    if isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr) and \
+            expr.callee.fullname in ("builtins.frozenset", "builtins.set") and len(expr.args) == 1:
+        return _str_set(expr.args[0])
+    return None
+
+
+def _read_spec(expr: Expression) -> _Spec | list[object] | None:
+    """An out_specs expression: a spec, a list for a tuple of them, None when not static."""
+    if isinstance(expr, TupleExpr):
+        return [_read_spec(i) for i in expr.items]
+    if isinstance(expr, NameExpr) and expr.fullname == "builtins.None":
+        return ((), frozenset(), frozenset(), "P()")
+    if not (isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr)
+            and expr.callee.fullname in _PARTITION_SPEC):
+        return None
+    part: list[str] = []
+    shown: list[str] = []
+    extra: dict[str, frozenset[str]] = {}
+    for kind, name, arg in zip(expr.arg_kinds, expr.arg_names, expr.args, strict=True):
+        if kind == ARG_POS:
+            if isinstance(arg, NameExpr) and arg.fullname == "builtins.None":
+                shown.append("None")
+            elif isinstance(arg, StrExpr):
+                part.append(arg.value)
+                shown.append(repr(arg.value))
+            elif isinstance(arg, TupleExpr) and all(isinstance(i, StrExpr) for i in arg.items):
+                names = tuple(i.value for i in arg.items if isinstance(i, StrExpr))
+                part.extend(names)
+                shown.append(repr(names))
+            else:
+                return None
+        elif kind == ARG_NAMED and name in ("unreduced", "reduced"):
+            axes = _str_set(arg)
+            if axes is None:
+                return None
+            extra[name] = axes
+        else:
+            return None
+    text = ", ".join(shown) + ("," if len(shown) == 1 and not extra else "")
+    text += "".join(f"{', ' if text else ''}{k}={set(sorted(v))!r}" for k, v in extra.items())
+    return (tuple(part), extra.get("unreduced", frozenset()), extra.get("reduced", frozenset()),
+            f"P({text})")
+
+
+def _out_spec_errors(spec: object, t: Type, manual: frozenset[str] | None, where: str
+                     ) -> SpmdTypeError | None:
+    """The first SPMD401 of declared output type `t` under `spec` (a prefix of the output)."""
+    p = get_proper_type(t)
+    if isinstance(spec, list):
+        if not (isinstance(p, TupleType) and len(p.items) == len(spec)):
+            return None  # a structure mismatch (SPMD402) or a pytree the plugin does not read
+        for sub, item in zip(spec, p.items, strict=True):
+            err = _out_spec_errors(sub, item, manual, where)
+            if err:
+                return err
+        return None
+    if not isinstance(spec, tuple):
+        return None
+    if isinstance(p, TupleType):  # one spec for every leaf under it
+        for item in p.items:
+            err = _out_spec_errors(spec, item, manual, where)
+            if err:
+                return err
+        return None
+    o = to_operand(p)
+    if not isinstance(o, SpmdType):
+        return None
+    part, un, red, text = spec
+    axes = manual if manual is not None else o.axes | set(part) | un | red
+    try:
+        _rules.check_out_spec(o, part, un, red, tuple(sorted(axes)), where=where, spec=text)
+    except SpmdTypeError as err:
+        return err
+    return None
+
+
+def _spec_to_json(spec: object) -> object:
+    if isinstance(spec, list):
+        return [_spec_to_json(s) for s in spec]
+    if isinstance(spec, tuple):
+        part, un, red, text = spec
+        return {"p": list(part), "u": sorted(un), "r": sorted(red), "s": text}
+    return None
+
+
+def _spec_from_json(obj: object) -> object:
+    if isinstance(obj, list):
+        return [_spec_from_json(o) for o in obj]
+    if isinstance(obj, dict):
+        return (tuple(obj["p"]), frozenset(obj["u"]), frozenset(obj["r"]), obj["s"])
+    return None
+
+
+def _mismatch(api: Any, ft: CallableType, spec: object, manual: frozenset[str] | None,
+              default: Type) -> Type:
+    """`OutSpecMismatch` carrying the first SPMD401 of `ft`'s declared outputs, or `default`."""
+    err = _out_spec_errors(spec, ft.ret_type, manual or None, f"st.shard_map({ft.name or 'f'})")
+    if err is None:
+        return default
+    payload = "\n".join((err.code, err.headline, err.fix or ""))
+    return _named(api, OUT_SPEC_MISMATCH, [LiteralType(payload, _named(api, "builtins.str", []))])
+
+
+def shard_map_hook(ctx: FunctionContext) -> Type:
+    """`st.shard_map(f, out_specs=...)`: when `f`'s declared return type does not fit the
+    out_specs read from source (`P(...)` literals), the result is an `OutSpecMismatch` whose call
+    is reported (SPMD401), as the runtime raises it when the function is called. The decorator
+    form returns a `ShardMapDecorator` carrying the specs, checked when it is applied."""
+    default = ctx.default_return_type
+    fun = _arg(ctx, "f")
+    if fun is None and ctx.args and ctx.args[0]:
+        fun = ctx.args[0][0], ctx.arg_types[0][0]
+    specs = _arg(ctx, "out_specs")
+    if specs is None:
+        return default
+    manual: frozenset[str] | None = None
+    names = _arg(ctx, "axis_names")
+    if names is not None:
+        manual = _str_set(names[0])
+        if manual is None:
+            return default
+    spec = _read_spec(specs[0])
+    if fun is None:  # the decorator form
+        if spec is None:
+            return default
+        payload = json.dumps({"spec": _spec_to_json(spec), "manual": sorted(manual or ())})
+        return _named(ctx.api, SHARD_MAP_DECORATOR,
+                      [LiteralType(payload, _named(ctx.api, "builtins.str", []))])
+    ft = get_proper_type(fun[1])
+    if not isinstance(ft, CallableType):
+        return default
+    return _mismatch(ctx.api, ft, spec, manual, default)
+
+
+def decorator_call_hook(ctx: MethodContext) -> Type:
+    """`@st.shard_map(mesh=..., out_specs=P(...))` applied to a function (see shard_map_hook)."""
+    p = get_proper_type(ctx.type)
+    payload = get_proper_type(p.args[0]) if isinstance(p, Instance) and p.args else None
+    ft = get_proper_type(ctx.arg_types[0][0]) if ctx.arg_types and ctx.arg_types[0] else None
+    if not (isinstance(payload, LiteralType) and isinstance(payload.value, str)
+            and isinstance(ft, CallableType)):
+        return ctx.default_return_type
+    data = json.loads(payload.value)
+    return _mismatch(ctx.api, ft, _spec_from_json(data["spec"]), frozenset(data["manual"]),
+                     ctx.default_return_type)
+
+
+def out_spec_call_hook(ctx: MethodContext) -> Type:
+    """A call of an `OutSpecMismatch`: report the SPMD401 its type carries."""
+    p = get_proper_type(ctx.type)
+    if isinstance(p, Instance) and p.args:
+        payload = get_proper_type(p.args[0])
+        if isinstance(payload, LiteralType) and isinstance(payload.value, str):
+            code, headline, fix = (payload.value.split("\n") + ["", ""])[:3]
+            err = error(code, headline, fix=fix or None)
+            report(ctx.api, err, ctx.context)
+    return AnyType(TypeOfAny.special_form)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -707,10 +975,42 @@ def _argnums(expr: Expression | None) -> int | tuple[int, ...] | None:
     return None
 
 
+def _cotangent_of(api: Any, t: Type) -> Type | None:
+    """The gradient type of a parameter or argument of type `t` (`_rules.cotangent` on each
+    leaf of a tuple/list/dict pytree); None when a leaf's state is unknown."""
+    p = get_proper_type(t)
+    if isinstance(p, Instance) and p.type.fullname == SARRAY:
+        o = to_operand(p)
+        return from_spmd(api, _rules.cotangent(o)) if isinstance(o, SpmdType) else None
+    if isinstance(p, TupleType):
+        items = [_cotangent_of(api, i) for i in p.items]
+        return None if any(i is None for i in items) else \
+            p.copy_modified(items=[i for i in items if i is not None])
+    if isinstance(p, Instance) and p.type.fullname in ("builtins.dict", "builtins.list",
+                                                       "builtins.tuple") and p.args:
+        leaf = _cotangent_of(api, p.args[-1])
+        return None if leaf is None else p.copy_modified(args=[*p.args[:-1], leaf])
+    return None
+
+
+def _grad_name(name: str, fun: str | None, nums: int | tuple[int, ...], has_aux: bool) -> str:
+    """The name of the function `st.grad(f, ...)` returns, as mypy prints it in messages; it also
+    tells `grad_call_hook` how to type a direct call (`st.grad(f)(x)`)."""
+    fun = fun if fun and fun.isidentifier() else "fun"
+    return (f"st.{name}({fun}" + (f", argnums={nums!r}" if nums != 0 else "")
+            + (", has_aux=True" if has_aux else "") + ")")
+
+
+_GRAD_NAME: Final = re.compile(r"st\.(grad|value_and_grad)\((\w+)(?:, argnums=([\d(), ]+?))?"
+                               r"(, has_aux=True)?\)")
+
+
 def autodiff_hook(name: str) -> Callable[[FunctionContext], Type]:
     """`st.grad(f, argnums)` / `st.value_and_grad(f, argnums)`: a function with `f`'s parameters
     whose gradients have the cotangent state of each differentiated parameter's annotation
-    (`_rules.cotangent`), and whose loss is checked with `_rules.grad_loss_type` (SPMD405)."""
+    (`_rules.cotangent`, leaf by leaf of a pytree), and whose loss is checked with
+    `_rules.grad_loss_type` (SPMD405). A direct call (`st.grad(f)(w, x)`) types the gradients
+    from the arguments' own states (`grad_call_hook`), as the runtime does."""
     op = f"st.{name}"
 
     def hook(ctx: FunctionContext) -> Type:
@@ -742,8 +1042,7 @@ def autodiff_hook(name: str) -> Callable[[FunctionContext], Type]:
         for k in (nums,) if isinstance(nums, int) else nums:
             if k >= len(ft.arg_types):
                 return default
-            t = to_operand(ft.arg_types[k])
-            grads.append(from_spmd(ctx.api, _rules.cotangent(t)) if isinstance(t, SpmdType) else any_t)
+            grads.append(_cotangent_of(ctx.api, ft.arg_types[k]) or any_t)
         tuple_fallback = _named(ctx.api, "builtins.tuple", [any_t])
         grads_t = grads[0] if isinstance(nums, int) else TupleType(grads, tuple_fallback)
         if name == "grad":
@@ -751,9 +1050,318 @@ def autodiff_hook(name: str) -> Callable[[FunctionContext], Type]:
         else:
             value_t = TupleType([loss_t, aux_t], tuple_fallback) if has_aux else loss_t
             ret_t = TupleType([value_t, grads_t], tuple_fallback)
-        return ft.copy_modified(ret_type=ret_t)
+        return ft.copy_modified(ret_type=ret_t, name=_grad_name(name, ft.name, nums, has_aux))
 
     return hook
+
+
+def grad_call_hook(ctx: FunctionContext) -> Type:
+    """A direct call of the function `st.grad`/`st.value_and_grad` returned (named by
+    `_grad_name`): each gradient has the cotangent state of its *argument* where that is known
+    (an Invariant value passed for a `Varying` parameter has an Invariant gradient, as at
+    runtime), else of its parameter's annotation."""
+    default = ctx.default_return_type
+    # the callee's type as already inferred (inferring it again would repeat its errors)
+    callee = get_proper_type(ctx.api.lookup_type(ctx.context.callee)) \
+        if isinstance(ctx.context, CallExpr) and ctx.api.has_type(ctx.context.callee) else None
+    m = _GRAD_NAME.fullmatch(callee.name or "") if isinstance(callee, CallableType) else None
+    if m is None:
+        return default
+    name, has_aux = m.group(1), bool(m.group(4))
+    nums = ast.literal_eval(m.group(3)) if m.group(3) else 0
+    ks = (nums,) if isinstance(nums, int) else tuple(nums)
+    ret = get_proper_type(default)
+    # where the gradients sit in the result (see autodiff_hook)
+    if name == "grad" and not has_aux:
+        grads_t, rebuild = ret, (lambda g: g)
+    elif isinstance(ret, TupleType) and len(ret.items) == 2:
+        if name == "grad":
+            grads_t, rebuild = ret.items[0], (lambda g: ret.copy_modified(items=[g, ret.items[1]]))
+        else:
+            grads_t, rebuild = ret.items[1], (lambda g: ret.copy_modified(items=[ret.items[0], g]))
+    else:
+        return default
+    grads_p = get_proper_type(grads_t)
+    old = [grads_t] if isinstance(nums, int) else \
+        list(grads_p.items) if isinstance(grads_p, TupleType) and len(grads_p.items) == len(ks) else None
+    if old is None:
+        return default
+    new: list[Type] = []
+    for k, before in zip(ks, old, strict=True):
+        actual = ctx.arg_types[k][0] if k < len(ctx.arg_types) and len(ctx.arg_types[k]) == 1 else None
+        new.append((_cotangent_of(ctx.api, actual) if actual is not None else None) or before)
+    if isinstance(nums, int):
+        return rebuild(new[0])
+    assert isinstance(grads_p, TupleType)
+    return rebuild(grads_p.copy_modified(items=new))
+
+
+# ---------------------------------------------------------------------------------------------
+# Control flow (st.fori_loop, while_loop, scan, cond, switch) and st.vjp: result types from the
+# declared types of the bodies/branches, joined with `_rules.join_carry` as the runtime joins
+# them. Where a body's result is not known (an unannotated body, a lambda over Any), the result
+# stays Any: the runtime may widen the carry, and the initial carry's type would be too narrow.
+
+_CONTROL: Final = {f"spmdtyped.{m}{n}": n for m in ("", "_control.")
+                   for n in ("fori_loop", "while_loop", "scan", "cond", "switch")}
+_VJP: Final = frozenset({"spmdtyped.vjp", "spmdtyped._autodiff.vjp"})
+
+
+class _Join(Exception):
+    """Two carry/output types the plugin cannot join statically (unknown leaves, structures)."""
+
+
+def _items(t: Type, n: int) -> list[Type] | None:
+    """The `n` items of a tuple type (a fixed tuple, or `tuple[X, ...]`)."""
+    p = get_proper_type(t)
+    if isinstance(p, TupleType):
+        return list(p.items) if len(p.items) == n else None
+    if isinstance(p, Instance) and p.type.fullname == "builtins.tuple" and len(p.args) == 1:
+        return [p.args[0]] * n
+    return None
+
+
+def _join_types(api: Any, a: Type, b: Type, *, op: str, what: str,
+                labels: tuple[str, str]) -> Type:
+    """The join of two (pytrees of) typed values by free casts (`_rules.join_carry`); raises
+    `_Join` when a leaf is unknown, `SpmdTypeError` (SPMD302) when no free cast joins them."""
+    pa, pb = get_proper_type(a), get_proper_type(b)
+    if isinstance(pa, TupleType):
+        items = _items(pb, len(pa.items))
+        if items is None:
+            raise _Join
+        return pa.copy_modified(items=[_join_types(api, x, y, op=op, what=f"{what}[{i}]", labels=labels)
+                                       for i, (x, y) in enumerate(zip(pa.items, items, strict=True))])
+    if isinstance(pb, TupleType):
+        return _join_types(api, b, a, op=op, what=what, labels=(labels[1], labels[0]))
+    ta, tb = to_operand(pa), to_operand(pb)
+    if not (isinstance(ta, SpmdType) and isinstance(tb, SpmdType)):
+        raise _Join
+    return from_spmd(api, _rules.join_carry(ta, tb, op=op, what=what, labels=labels))
+
+
+def _widen(api: Any, t: Type, varying: frozenset[str], *, op: str, what: str, kind: str) -> Type:
+    """Every leaf made Varying on `varying`: devices may take different paths under a `kind`
+    ("trip count", "condition", "predicate") that varies there (as `_control._pred_join`)."""
+    if not varying:
+        return t
+    p = get_proper_type(t)
+    if isinstance(p, TupleType):
+        return p.copy_modified(items=[_widen(api, i, varying, op=op, what=f"{what}[{k}]", kind=kind)
+                                      for k, i in enumerate(p.items)])
+    o = to_operand(p)
+    if not isinstance(o, SpmdType):
+        raise _Join
+    labels = ("in the branches" if kind == "predicate" else "in the loop",
+              f"under a {kind} Varying over {sorted(varying)}")
+    return from_spmd(api, _rules.join_carry(o, o.with_states(varying, _rules.V), op=op, what=what,
+                                            labels=labels))
+
+
+def _predicate_varying(t: Type | None) -> frozenset[str]:
+    """The axes a predicate / trip count / index of type `t` varies over (`_Join`: unknown)."""
+    if t is None:
+        return frozenset()
+    p = get_proper_type(t)
+    if _is_scalar(p):
+        return frozenset()
+    o = to_operand(p)
+    if not isinstance(o, SpmdType):
+        raise _Join
+    return _rules.predicate_type(o).varying
+
+
+def _ret(t: Type | None) -> Type:
+    p = get_proper_type(t) if t is not None else None
+    if not isinstance(p, CallableType):
+        raise _Join
+    return p.ret_type
+
+
+def _stable(ctx: FunctionContext, body: str, init: Type, joined: Type) -> Type:
+    """A lambda body was inferred on the initial carry's types: its result is exact only if the
+    carry did not widen (the runtime retraces it on the widened carry); else unknown."""
+    b = _arg(ctx, body)
+    if b is not None and isinstance(b[0], LambdaExpr) and not is_same_type(init, joined):
+        raise _Join
+    return joined
+
+
+def control_hook(name: str) -> Callable[[FunctionContext], Type]:
+    op = f"st.{name}"
+    body_labels = ("before the body", "after the body")
+
+    def arg_t(ctx: FunctionContext, param: str) -> Type | None:
+        a = _arg(ctx, param)
+        return a[1] if a else None
+
+    def hook(ctx: FunctionContext) -> Type:
+        default = ctx.default_return_type
+        api = ctx.api
+        try:
+            if name == "fori_loop":
+                init = arg_t(ctx, "init_val")
+                if init is None:
+                    return default
+                varying = _predicate_varying(arg_t(ctx, "lower")) | _predicate_varying(arg_t(ctx, "upper"))
+                carry = _widen(api, init, varying, op=op, what="init_val", kind="trip count")
+                return _stable(ctx, "body_fun", carry, _join_types(
+                    api, carry, _ret(arg_t(ctx, "body_fun")), op=op, what="init_val",
+                    labels=body_labels))
+            if name == "while_loop":
+                init = arg_t(ctx, "init_val")
+                if init is None:
+                    return default
+                carry = _stable(ctx, "body_fun", init, _join_types(
+                    api, init, _ret(arg_t(ctx, "body_fun")), op=op, what="init_val",
+                    labels=body_labels))
+                varying = _predicate_varying(_ret(arg_t(ctx, "cond_fun")))
+                return _widen(api, carry, varying, op=op, what="init_val", kind="condition")
+            if name == "scan":
+                init = arg_t(ctx, "init")
+                if init is None:
+                    return default
+                out = _items(_ret(arg_t(ctx, "f")), 2)
+                if out is None:
+                    return default
+                carry = _stable(ctx, "f", init, _join_types(api, init, out[0], op=op, what="init",
+                                                            labels=body_labels))
+                any_t = AnyType(TypeOfAny.special_form)
+                return TupleType([carry, out[1]], _named(api, "builtins.tuple", [any_t]))
+            # cond / switch: the branches' outputs joined, widened by a varying predicate
+            if name == "cond":
+                fns: list[Type | None] = [arg_t(ctx, "true_fun"), arg_t(ctx, "false_fun")]
+                pred = arg_t(ctx, "pred")
+            else:
+                branches = _arg(ctx, "branches")
+                if branches is None or not isinstance(branches[0], (ListExpr, TupleExpr)):
+                    return default
+                # as inferred with the signature hook's context (lambdas on typed operands)
+                fns = [api.lookup_type(e) if api.has_type(e) else api.get_expression_type(e, None)
+                       for e in branches[0].items]
+                pred = arg_t(ctx, "index")
+            if not fns:
+                return default
+            out_t = _ret(fns[0])
+            for k, fn in enumerate(fns[1:], 1):
+                out_t = _join_types(api, out_t, _ret(fn), op=op, what="output",
+                                    labels=(f"in branch {', '.join(map(str, range(k)))}",
+                                            f"in branch {k}"))
+            varying = _predicate_varying(pred)
+            return _widen(api, out_t, varying, op=op, what="output", kind="predicate")
+        except _Join:
+            return default
+        except SpmdTypeError as err:
+            report(api, err, ctx.context)
+            return default
+
+    return hook
+
+
+def _simple_type(api: Any, expr: Expression | None) -> Type | None:
+    """The type of an argument whose inference has no side effects (names, attributes of
+    names, literals, tuples of them): safe to infer once more for a signature hook."""
+    if isinstance(expr, TupleExpr):
+        items = [_simple_type(api, i) for i in expr.items]
+        if any(i is None for i in items):
+            return None
+        any_t = AnyType(TypeOfAny.special_form)
+        return TupleType([i for i in items if i is not None], _named(api, "builtins.tuple", [any_t]))
+    if isinstance(expr, (NameExpr, IntExpr, FloatExpr)) or (
+            isinstance(expr, MemberExpr) and isinstance(expr.expr, NameExpr)):
+        return api.get_expression_type(expr, None)  # type: ignore[no-any-return]
+    return None
+
+
+def control_signature_hook(name: str) -> Callable[[FunctionSigContext], FunctionLike]:
+    """Give the bodies/branches of `st.<name>` the carry's (operands') types as parameter types,
+    so that a lambda body is inferred on typed values (`lambda i, c: c + x`)."""
+
+    def hook(ctx: FunctionSigContext) -> FunctionLike:
+        sig = ctx.default_signature
+        names = sig.arg_names
+        any_t = AnyType(TypeOfAny.special_form)
+
+        def expr(param: str) -> Expression | None:
+            i = names.index(param) if param in names else -1
+            return ctx.args[i][0] if i >= 0 and len(ctx.args[i]) == 1 else None
+
+        def fn(params: list[Type]) -> CallableType:
+            return CallableType(params, [ARG_POS] * len(params), [None] * len(params), any_t,
+                                _named(ctx.api, "builtins.function", []))
+
+        bodies: dict[str, Type] = {}
+        if name in ("fori_loop", "while_loop"):
+            init = _simple_type(ctx.api, expr("init_val"))
+            if init is None:
+                return sig
+            if name == "fori_loop":
+                bodies["body_fun"] = fn([any_t, init])
+            else:
+                bodies["body_fun"] = bodies["cond_fun"] = fn([init])
+        elif name == "scan":
+            init = _simple_type(ctx.api, expr("init"))
+            xs = expr("xs")
+            x_t = _simple_type(ctx.api, xs) if xs is not None else any_t
+            if init is None or x_t is None:
+                return sig
+            bodies["f"] = fn([init, x_t])
+        else:  # cond / switch: the branches take the operands
+            if "operands" not in names:
+                return sig
+            ops = [_simple_type(ctx.api, e) for e in ctx.args[names.index("operands")]]
+            if not ops or any(o is None for o in ops):
+                return sig
+            branch = fn([o for o in ops if o is not None])
+            if name == "cond":
+                bodies["true_fun"] = bodies["false_fun"] = branch
+            else:
+                bodies["branches"] = _named(ctx.api, "typing.Sequence", [branch])
+        def is_lambda(param: str) -> bool:
+            # only lambdas take the context: a `def` body keeps its own annotations, which may
+            # be wider than the initial carry (the runtime casts the carry, e.g. Reduced ->
+            # Varying)
+            if param == "branches":
+                e = expr(param)
+                return isinstance(e, (ListExpr, TupleExpr)) and bool(e.items) and \
+                    all(isinstance(i, LambdaExpr) for i in e.items)
+            return isinstance(expr(param), LambdaExpr)
+
+        types = [bodies[n] if n in bodies and is_lambda(n) else t
+                 for n, t in zip(names, sig.arg_types, strict=True)]
+        return sig.copy_modified(arg_types=types)
+
+    return hook
+
+
+def vjp_hook(ctx: FunctionContext) -> Type:
+    """`st.vjp(fun, *primals)`: `(out, pullback)` (`(out, pullback, aux)` with has_aux), `out`
+    of `fun`'s declared result, the pullback returning one cotangent per primal in the primal's
+    cotangent state (`_rules.cotangent`; Any where a primal's state is unknown)."""
+    default = ctx.default_return_type
+    fun = _arg(ctx, "fun")
+    aux = _arg(ctx, "has_aux")
+    has_aux = False if aux is None else _literal_value(aux[1])
+    ft = get_proper_type(fun[1]) if fun else None
+    if not isinstance(ft, CallableType) or not isinstance(has_aux, bool):
+        return default
+    try:
+        i = ctx.callee_arg_names.index("primals")
+    except ValueError:
+        return default
+    any_t = AnyType(TypeOfAny.special_form)
+    cts = [_cotangent_of(ctx.api, t) or any_t for t in ctx.arg_types[i]]
+    out_t: Type = ft.ret_type
+    aux_t: Type = any_t
+    if has_aux:
+        items = _items(ft.ret_type, 2)
+        if items is None:
+            return default
+        out_t, aux_t = items
+    tuple_fallback = _named(ctx.api, "builtins.tuple", [any_t])
+    pullback = CallableType([any_t], [ARG_POS], [None], TupleType(cts, tuple_fallback),
+                            _named(ctx.api, "builtins.function", []), name="st.vjp pullback")
+    return TupleType([out_t, pullback, *([aux_t] if has_aux else [])], tuple_fallback)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -778,6 +1386,19 @@ def _guarded(hook: Callable[[_Ctx], Type]) -> Callable[[_Ctx], Type]:
             if isinstance(ctx, AttributeContext):
                 return ctx.default_attr_type
             return AnyType(TypeOfAny.special_form)
+
+    return guarded
+
+
+def _guarded_sig(hook: Callable[[FunctionSigContext], FunctionLike]
+                 ) -> Callable[[FunctionSigContext], FunctionLike]:
+    def guarded(ctx: FunctionSigContext) -> FunctionLike:
+        try:
+            return hook(ctx)
+        except Exception:
+            if DEBUG:
+                raise
+            return ctx.default_signature
 
     return guarded
 
@@ -822,18 +1443,34 @@ class SpmdPlugin(Plugin):
         hook: Callable[[FunctionContext], Type] | None = None
         if fullname in _FUNCTIONS:
             hook = collective_hook(_FUNCTIONS[fullname])
+        elif fullname in _CONTROL:
+            hook = control_hook(_CONTROL[fullname])
+        elif fullname in _VJP:
+            hook = vjp_hook
+        elif fullname in _SHARD_MAP:
+            hook = shard_map_hook
         elif fullname == "builtins.abs":
             hook = abs_hook
         elif fullname in _AUTODIFF:
             hook = autodiff_hook(_AUTODIFF[fullname])
-        elif fullname.startswith("spmdtyped.numpy."):
-            short = fullname.rpartition(".")[2]
-            if short in _rules.ELEMENTWISE and short not in _NUMPY_SKIP:
-                hook = numpy_hook(short)
+        elif fullname.startswith(("st.grad(", "st.value_and_grad(")):
+            hook = grad_call_hook
+        elif fullname in _TABLE_FUNCTIONS:
+            hook = function_hook(*_TABLE_FUNCTIONS[fullname])
         return _guarded(hook) if hook else None
+
+    def get_function_signature_hook(self, fullname: str
+                                    ) -> Callable[[FunctionSigContext], FunctionLike] | None:
+        if fullname in _CONTROL:
+            return _guarded_sig(control_signature_hook(_CONTROL[fullname]))
+        return None
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         cls, _, method = fullname.rpartition(".")
+        if cls == OUT_SPEC_MISMATCH and method == "__call__":
+            return _guarded(out_spec_call_hook)
+        if cls == SHARD_MAP_DECORATOR and method == "__call__":
+            return _guarded(decorator_call_hook)
         if cls != SARRAY:
             return None
         if method in _BINARY:

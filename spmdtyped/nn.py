@@ -23,20 +23,22 @@ from typing import Any
 import jax
 
 from ._array import unary_op, unwrap
-from ._rules import ELEMENTWISE
+from ._rules import ELEMENTWISE, NN_FUNCTIONS
 
-#: st.nn function -> its `_rules.ELEMENTWISE` rule
-RULES: dict[str, str] = {}
+#: st.nn function -> its `_rules.ELEMENTWISE` rule: `_rules.NN_FUNCTIONS`, the one table (read
+#: by the mypy plugin and the docs too)
+RULES: dict[str, str] = NN_FUNCTIONS
 
 
 def _make(name: str, jfn: Callable[..., Any]) -> Callable[..., Any]:
     op = f"st.nn.{name}"
-    rule = ELEMENTWISE[name]
+    rule_name = RULES[name]
+    rule = ELEMENTWISE[rule_name]
 
     def f(x: Any, *args: Any, **kwargs: Any) -> Any:
         args = tuple(unwrap(a) for a in args)
         kwargs = {k: unwrap(v) for k, v in kwargs.items()}
-        return unary_op(name, x, lambda r: jfn(r, *args, **kwargs), op=op)
+        return unary_op(rule_name, x, lambda r: jfn(r, *args, **kwargs), op=op)
 
     f.__name__ = f.__qualname__ = name
     f.__module__ = __name__
@@ -48,7 +50,6 @@ def _make(name: str, jfn: Callable[..., Any]) -> Callable[..., Any]:
                  f"**Raises:** `CombineError` SPMD202 (Unreduced input)"
                  f"{', SPMD203 (Reduced input)' if rule.on_reduced == 'reject' else ''}.\n\n"
                  f"!!! Example\n    ```python\n    y = st.nn.{name}(x)\n    ```\n")
-    RULES[name] = name
     return f
 
 
@@ -61,6 +62,9 @@ softmax = _make("softmax", jax.nn.softmax)
 log_softmax = _make("log_softmax", jax.nn.log_softmax)
 logsumexp = _make("logsumexp", jax.nn.logsumexp)
 one_hot = _make("one_hot", jax.nn.one_hot)
+
+assert set(RULES) == {n for n, v in globals().items() if getattr(v, "__module__", None) == __name__
+                      and callable(v) and not n.startswith("_")}
 
 __all__ = ["gelu", "log_softmax", "logsumexp", "one_hot", "relu", "sigmoid", "silu", "softmax",
            "softplus"]

@@ -7,7 +7,8 @@ and returns a typed value whose state comes from the rule table: `_rules.ELEMENT
 `_array.binary` and `_array.nary`, or `_rules.constructor_type` for constructors. In check
 mode each result's state is compared with JAX's own (SPMD901).
 
-`RULES` maps each function to its rule, so the docs and the mypy plugin see the same table.
+Each function's rule and binding come from `_rules.NUMPY_FUNCTIONS` / `_rules.NUMPY_BINDINGS`
+(plain data, read by the mypy plugin and the docs too); `RULES` is that table.
 
 !!! Example
     ```python
@@ -29,8 +30,10 @@ from ._array import binary, checked, is_typed, nary, operand, typeof, unary_op, 
 from ._array import mean as _mean
 from ._rules import LITERAL, SpmdType
 
-#: st.numpy function -> its rule (an `_rules.ELEMENTWISE` key, or a `_rules` constructor)
-RULES: dict[str, str] = {}
+#: st.numpy function -> its rule (an `_rules.ELEMENTWISE` key, or a `_rules` constructor):
+#: `_rules.NUMPY_FUNCTIONS`, the one table
+RULES: dict[str, str] = _rules.NUMPY_FUNCTIONS
+_REGISTERED: set[str] = set()
 
 
 def _doc(name: str, rule: str, kind: str) -> str:
@@ -53,17 +56,17 @@ def _doc(name: str, rule: str, kind: str) -> str:
             f"!!! Example\n    ```python\n    y = st.numpy.{name}(...)\n    ```\n")
 
 
-def _register(name: str, rule: str, fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
+def _register(name: str, fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
     fn.__name__ = fn.__qualname__ = name
     fn.__module__ = __name__
-    fn.__doc__ = _doc(name, rule, kind)
-    RULES[name] = rule
+    fn.__doc__ = _doc(name, RULES[name], kind)
+    _REGISTERED.add(name)
     globals()[name] = fn
     return fn
 
 
-def _unary(name: str, rule: str | None = None, jfn: Callable[..., Any] | None = None) -> None:
-    rule = rule or name
+def _unary(name: str, jfn: Callable[..., Any] | None = None) -> None:
+    rule = RULES[name]
     jfn = jfn or getattr(jnp, name)
     op = f"st.numpy.{name}"
 
@@ -72,38 +75,33 @@ def _unary(name: str, rule: str | None = None, jfn: Callable[..., Any] | None = 
         kwargs = {k: unwrap(v) for k, v in kwargs.items()}
         return unary_op(rule, x, lambda r: jfn(r, *args, **kwargs), op=op)
 
-    _register(name, rule, f, "unary")
+    _register(name, f, "unary")
 
 
-def _binary(name: str, rule: str, jfn: Callable[..., Any] | None = None) -> None:
+def _binary(name: str, jfn: Callable[..., Any] | None = None) -> None:
+    rule = RULES[name]
     jfn = jfn or getattr(jnp, name)
     op = f"st.numpy.{name}"
 
     def f(x1: Any, x2: Any, /) -> Any:
         return binary(rule, x1, x2, op=op, bind=jfn)
 
-    _register(name, rule, f, "binary")
+    _register(name, f, "binary")
 
 
 # ----------------------------------------------------------------------- elementwise, unary
 
-for _n, _r in [("exp", None), ("log", None), ("tanh", None), ("sqrt", None), ("sin", None),
-               ("cos", None), ("abs", None), ("absolute", "abs"), ("square", None),
-               ("sign", None), ("log1p", None), ("expm1", None), ("reciprocal", None),
-               ("floor", None), ("ceil", None), ("round", None),
-               ("isnan", None), ("isfinite", None), ("negative", "neg"), ("conj", None),
-               ("copy", None)]:
-    _unary(_n, _r)
+for _n in ("exp", "log", "tanh", "sqrt", "sin", "cos", "abs", "absolute", "square", "sign",
+           "log1p", "expm1", "reciprocal", "floor", "ceil", "round", "isnan", "isfinite",
+           "negative", "conj", "copy"):
+    _unary(_n)
 
 # ----------------------------------------------------------------------- elementwise, binary
 
-for _n, _r in [("add", "add"), ("subtract", "sub"), ("multiply", "mul"), ("divide", "div"),
-               ("true_divide", "div"), ("power", "pow"), ("maximum", "maximum"),
-               ("minimum", "minimum"), ("less", "lt"), ("less_equal", "le"), ("greater", "gt"),
-               ("greater_equal", "ge"), ("equal", "eq"), ("not_equal", "ne"),
-               ("arctan2", "arctan2"), ("mod", "mod"), ("remainder", "mod"),
-               ("floor_divide", "floordiv")]:
-    _binary(_n, _r)
+for _n in ("add", "subtract", "multiply", "divide", "true_divide", "power", "maximum",
+           "minimum", "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
+           "arctan2", "mod", "remainder", "floor_divide"):
+    _binary(_n)
 
 
 # dtype-dependent spellings: the rule table is dtype-agnostic, so these wrappers say which
@@ -116,7 +114,8 @@ def _nonbool_compare(x: Any, op: str) -> None:
         _rules.combine("ne", [t, _rules.INVARIANT], _compat.FEATURES, op=op)
 
 
-def _logical(name: str, rule: str) -> None:
+def _logical(name: str) -> None:
+    rule = RULES[name]
     jfn = getattr(jnp, name)
     op = f"st.numpy.{name}"
 
@@ -130,12 +129,11 @@ def _logical(name: str, rule: str) -> None:
             _nonbool_compare(y, op)
             return binary(rule, x, y, op=op, bind=jfn)
 
-    _register(name, rule, f, "logical")
+    _register(name, f, "logical")
 
 
-for _n, _r in [("logical_not", "logical_not"), ("logical_and", "and"), ("logical_or", "or"),
-               ("logical_xor", "xor")]:
-    _logical(_n, _r)
+for _n in ("logical_not", "logical_and", "logical_or", "logical_xor"):
+    _logical(_n)
 
 
 def _imag(val: Any, /) -> Any:
@@ -156,8 +154,8 @@ def _real(val: Any, /) -> Any:
     return unary_op("real", val, jnp.real, op="st.numpy.real")
 
 
-_register("imag", "imag", _imag, "unary")
-_register("real", "real", _real, "unary")
+_register("imag", _imag, "unary")
+_register("real", _real, "unary")
 
 
 def _where(condition: Any, x: Any = None, y: Any = None, /) -> Any:
@@ -167,25 +165,26 @@ def _where(condition: Any, x: Any = None, y: Any = None, /) -> Any:
     return nary("where", [condition, x, y], jnp.where, op="st.numpy.where")
 
 
-_register("where", "where", _where, "selection")
+_register("where", _where, "selection")
 
 # ----------------------------------------------------------------------- reductions over local dims
 
 
-def _reduction(name: str, rule: str, jfn: Callable[..., Any]) -> None:
+def _reduction(name: str, jfn: Callable[..., Any]) -> None:
+    rule = RULES[name]
     op = f"st.numpy.{name}"
 
     def f(a: Any, axis: Any = None, *, keepdims: bool = False, **kwargs: Any) -> Any:
         return unary_op(rule, a, lambda r: jfn(r, axis=axis, keepdims=keepdims, **kwargs), op=op)
 
-    _register(name, rule, f, "reduction over local dimensions")
+    _register(name, f, "reduction over local dimensions")
 
 
-_REDUCTIONS: list[tuple[str, str, Callable[..., Any]]] = [("sum", "sum", jnp.sum), ("max", "max", jnp.max), ("min", "min", jnp.min),
-                   ("amax", "max", jnp.max), ("amin", "min", jnp.min), ("prod", "prod", jnp.prod),
-                   ("var", "var", jnp.var), ("std", "std", jnp.std)]
-for _n, _r, _f in _REDUCTIONS:
-    _reduction(_n, _r, _f)
+_REDUCTIONS: list[tuple[str, Callable[..., Any]]] = [
+    ("sum", jnp.sum), ("max", jnp.max), ("min", jnp.min), ("amax", jnp.max), ("amin", jnp.min),
+    ("prod", jnp.prod), ("var", jnp.var), ("std", jnp.std)]
+for _n, _f in _REDUCTIONS:
+    _reduction(_n, _f)
 
 
 def _mean_fn(a: Any, axis: Any = None, *, keepdims: bool = False) -> Any:
@@ -194,17 +193,16 @@ def _mean_fn(a: Any, axis: Any = None, *, keepdims: bool = False) -> Any:
     return _mean(a, axis, keepdims=keepdims, op="st.numpy.mean")
 
 
-_register("mean", "mean", _mean_fn, "reduction over local dimensions")
+_register("mean", _mean_fn, "reduction over local dimensions")
 
-for _n, _r in [("cumsum", "cumsum"), ("cumprod", "cumprod"), ("argmax", "argmax"),
-               ("argmin", "argmin"), ("flip", "flip"), ("sort", "sort")]:
-    _unary(_n, _r)
+for _n in ("cumsum", "cumprod", "argmax", "argmin", "flip", "sort"):
+    _unary(_n)
 
 # ----------------------------------------------------------------------- shapes
 
 for _n in ("reshape", "transpose", "swapaxes", "moveaxis", "expand_dims", "squeeze", "ravel",
            "broadcast_to", "roll", "tile", "repeat", "pad"):
-    _unary(_n, _n)
+    _unary(_n)
 
 
 def _joined(name: str) -> None:
@@ -214,7 +212,7 @@ def _joined(name: str) -> None:
     def f(arrays: Sequence[Any], axis: int = 0, **kwargs: Any) -> Any:
         return nary(name, list(arrays), lambda *rs: jfn(rs, axis=axis, **kwargs), op=op)
 
-    _register(name, name, f, "join")
+    _register(name, f, "join")
 
 
 _joined("concatenate")
@@ -228,9 +226,9 @@ def _einsum(subscripts: str, /, *operands: Any, **kwargs: Any) -> Any:
                 op="st.numpy.einsum")
 
 
-_register("einsum", "einsum", _einsum, "contraction")
-_binary("dot", "dot")
-_binary("matmul", "matmul")
+_register("einsum", _einsum, "contraction")
+_binary("dot")
+_binary("matmul")
 
 # ----------------------------------------------------------------------- indexing
 
@@ -244,7 +242,7 @@ def _take(a: Any, indices: Any, axis: int | None = None, **kwargs: Any) -> Any:
                 lambda r, i: jnp.take(r, i, axis=axis, **kwargs), op=op)
 
 
-_register("take", "take", _take, "indexing")
+_register("take", _take, "indexing")
 
 # ----------------------------------------------------------------------- constructors
 
@@ -267,7 +265,7 @@ def _like(name: str) -> None:
         raw = jfn(unwrap(a), *(unwrap(x) for x in args), **{k: unwrap(v) for k, v in kwargs.items()})
         return checked(op, raw, t)
 
-    _register(name, name, f, "constructor")
+    _register(name, f, "constructor")
 
 
 def _new(name: str) -> None:
@@ -281,13 +279,16 @@ def _new(name: str) -> None:
         raw = jfn(*(unwrap(x) for x in args), **{k: unwrap(v) for k, v in kwargs.items()})
         return checked(op, raw, t)
 
-    _register(name, name, f, "constructor")
+    _register(name, f, "constructor")
 
 
-for _n in _rules.LIKE_CONSTRUCTORS:
-    _like(_n)
-for _n in _rules.CONSTRUCTORS:
-    _new(_n)
+for _n, _b in _rules.NUMPY_BINDINGS.items():
+    if _b == "like":
+        _like(_n)
+    elif _b == "new":
+        _new(_n)
+# every function of the table is defined here, and nothing else
+assert _REGISTERED == set(RULES), sorted(_REGISTERED ^ set(RULES))
 
 if TYPE_CHECKING:  # the functions above are made in loops; declare them for type checkers
     abs: Callable[..., Any]
