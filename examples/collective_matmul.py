@@ -63,7 +63,7 @@ def matmul_raw(x, w):  # type: ignore[no-untyped-def]
 def make_inputs(mesh: jax.sharding.Mesh, m: int = 32, k: int = 16, n: int = 64):  # type: ignore[no-untyped-def]
     kx, kw = jax.random.split(jax.random.key(4))
     arrays = (jax.random.normal(kx, (m, k)), jax.random.normal(kw, (k, n)))
-    return tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, SPECS))
+    return tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, SPECS, strict=False))
 
 
 def programs(mesh: jax.sharding.Mesh):  # type: ignore[no-untyped-def]

@@ -64,7 +64,7 @@ def make_inputs(mesh: jax.sharding.Mesh, n: int = 64, d: int = 8):  # type: igno
     true_w = jax.random.normal(kw, (d,))
     y = x @ true_w + 0.5
     arrays = (jnp.zeros((d,)), jnp.zeros(()), x, y)
-    return tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, SPECS))
+    return tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, SPECS, strict=False))
 
 
 def programs(mesh: jax.sharding.Mesh):  # type: ignore[no-untyped-def]

@@ -52,7 +52,7 @@ def make_inputs(mesh: jax.sharding.Mesh, batch: int = 8, d: int = 16, hidden: in
     arrays = (jax.random.normal(ks[0], (batch, d)), jax.random.normal(ks[1], (d, hidden)) / d**0.5,
               jax.random.normal(ks[2], (hidden,)), jax.random.normal(ks[3], (hidden, d)) / hidden**0.5,
               jax.random.normal(ks[4], (d,)))
-    return tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, SPECS))
+    return tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, SPECS, strict=False))
 
 
 def programs(mesh: jax.sharding.Mesh):  # type: ignore[no-untyped-def]

@@ -82,7 +82,7 @@ def make_inputs(mesh: jax.sharding.Mesh, tokens: int = 64, d: int = 8, hidden: i
     arrays = (jax.random.normal(ks[0], (tokens, d)), jax.random.normal(ks[1], (d, EXPERTS)),
               jax.random.normal(ks[2], (EXPERTS, d, hidden)) / d**0.5,
               jax.random.normal(ks[3], (EXPERTS, hidden, d)) / hidden**0.5)
-    return tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, SPECS))
+    return tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, SPECS, strict=False))
 
 
 def programs(mesh: jax.sharding.Mesh):  # type: ignore[no-untyped-def]

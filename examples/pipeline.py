@@ -88,7 +88,7 @@ def make_inputs(mesh: jax.sharding.Mesh, micro: int = 6, mb: int = 4, d: int = 8
     kx, kw = jax.random.split(jax.random.key(5))
     arrays = (jax.random.normal(kx, (micro, mb, d)),
               jax.random.normal(kw, (STAGES, d, d)) / d**0.5)
-    return tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, SPECS))
+    return tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, SPECS, strict=False))
 
 
 def programs(mesh: jax.sharding.Mesh):  # type: ignore[no-untyped-def]

@@ -52,7 +52,7 @@ def make_inputs(mesh: jax.sharding.Mesh, batch: int = 4, seq: int = 8, d: int = 
     ks = jax.random.split(jax.random.key(1), 3)
     arrays = (jax.random.normal(ks[0], (batch, seq, d)), jax.random.normal(ks[1], (d, hidden)) / d**0.5,
               jax.random.normal(ks[2], (hidden, d)) / hidden**0.5)
-    return tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, SPECS))
+    return tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, SPECS, strict=False))
 
 
 def programs(mesh: jax.sharding.Mesh):  # type: ignore[no-untyped-def]

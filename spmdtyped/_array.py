@@ -211,13 +211,13 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
 
 def nary(name: str, args: list[Any], bind: Callable[..., Any], *, op: str) -> Any:
     """An n-operand op (where, concatenate, einsum, ...) typed by `combine`."""
-    raws, types = zip(*(operand(a) for a in args)) if args else ((), ())
+    raws, types = zip(*(operand(a) for a in args), strict=True) if args else ((), ())
     raws = list(raws)
     res = _rules.combine(name, list(types), _compat.FEATURES, op=op)
     if res.literal_reduced:
-        like = next(r for r, t in zip(raws, types) if t is not LITERAL)
+        like = next(r for r, t in zip(raws, types, strict=True) if t is not LITERAL)
         raws = [_cast_literal(r, like, res.literal_reduced) if t is LITERAL else r
-                for r, t in zip(raws, types)]
+                for r, t in zip(raws, types, strict=True)]
     return checked(op, bind(*raws), res.type)
 
 

@@ -183,7 +183,7 @@ def mesh_axis_names(mesh: Any) -> tuple[str, ...]:
 
 def mesh_axis_sizes(mesh: Any) -> dict[str, int]:
     return dict(zip(mesh.axis_names, mesh.axis_sizes if hasattr(mesh, "axis_sizes")
-                    else mesh.devices.shape))
+                    else mesh.devices.shape, strict=True))
 
 
 # ------------------------------------------------------------------- jaxprs (adapters)

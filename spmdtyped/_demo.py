@@ -38,7 +38,7 @@ def run(verbose: bool = True) -> dict[str, Any]:
 
     out = print if verbose else (lambda *a, **k: None)
     mesh = jax.make_mesh((2, 4), ("dp", "tp"))
-    out(f"mesh: {dict(zip(mesh.axis_names, mesh.axis_sizes))} on {jax.device_count()} "
+    out(f"mesh: {dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))} on {jax.device_count()} "
         f"{jax.devices()[0].platform.upper()} devices, jax {jax.__version__}\n")
 
     batch, d, hidden = 8, 16, 32

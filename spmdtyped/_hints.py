@@ -207,7 +207,7 @@ SArray.__abs__ = lambda self: _ops().unary_op("abs", self)  # type: ignore[attr-
 SArray.__len__ = lambda self: len(self.raw)  # type: ignore[attr-defined]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def state_class(t: SpmdType) -> type[SArray]:
     """The one class of state `t` (cached: `state_class(t) is state_class(t)`)."""
     name = str(t)

@@ -26,7 +26,7 @@ from ._errors import SpmdTypeError, allowed, error
 # States
 
 
-class State(str, enum.Enum):
+class State(enum.StrEnum):
     """The state of a value on one manual mesh axis."""
 
     INVARIANT = "invariant"
@@ -39,7 +39,7 @@ class State(str, enum.Enum):
         return self.value.capitalize()
 
 
-I, V, U, R = State.INVARIANT, State.VARYING, State.UNREDUCED, State.REDUCED
+I, V, U, R = State.INVARIANT, State.VARYING, State.UNREDUCED, State.REDUCED  # noqa: E741
 
 UNREDUCED_KINDS = ("sum", "max", "min")
 
@@ -465,7 +465,7 @@ def dynamic_index_type(t: SpmdType, index_types: Sequence[SpmdType],
 # Elementwise ops, matmul, reductions: the combination rule (reference §3).
 
 
-class Linearity(str, enum.Enum):
+class Linearity(enum.StrEnum):
     ADDITIVE = "additive"        # add, sub: U only with U on the same axes
     MULTIPLICATIVE = "mul"       # mul: U x R(same axes) -> U
     DIVIDE = "div"               # div: U / R(same axes) -> U

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -109,22 +110,29 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
     def wrapped(*args: Any) -> Any:
         check_in_structure(in_specs, args, where, "st.shard_map")
         raw_args = unwrap(list(args))
-        try:
+        with in_spec_errors(where, "st.shard_map"):
             return smapped(*raw_args)
-        except SpmdTypeError:
-            raise
-        except ValueError as e:
-            msg = str(e)
-            if msg.startswith("in_specs") or "in_specs" in msg.split("\n")[0]:
-                raise error("SPMD403", f"{where}: JAX rejected in_specs: {msg.splitlines()[0]}",
-                            op="st.shard_map",
-                            fix="shard the argument to match its spec (jax.device_put with "
-                                "NamedSharding(mesh, spec)), or use an Explicit mesh for "
-                                "reduced/unreduced specs") from e
-            raise
 
     wrapped.__wrapped_shard_map__ = smapped  # type: ignore[attr-defined]
     return wrapped
+
+
+@contextlib.contextmanager
+def in_spec_errors(where: str, op: str) -> Iterator[None]:
+    """JAX's own rejection of an in_spec (e.g. an argument not sharded as its spec says) as
+    SPMD403, with the original chained; every other error passes through."""
+    try:
+        yield
+    except SpmdTypeError:
+        raise
+    except ValueError as e:
+        first = str(e).split("\n")[0]
+        if "in_specs" in first:
+            raise error("SPMD403", f"{where}: JAX rejected in_specs: {first}", op=op,
+                        fix="shard the argument to match its spec (jax.device_put with "
+                            "NamedSharding(mesh, spec)), or use an Explicit mesh for "
+                            "reduced/unreduced specs") from e
+        raise
 
 
 def check_in_structure(in_specs: Any, args: tuple[Any, ...], where: str, op: str) -> None:

@@ -31,8 +31,8 @@ import jax
 
 from .. import _compat
 from .. import lax as _slax
-from .._errors import SpmdTypeError, error
-from .._shard_map import _check_spec_axes, check_in_structure, check_outputs
+from .._errors import SpmdTypeError
+from .._shard_map import _check_spec_axes, check_in_structure, check_outputs, in_spec_errors
 from . import _walk
 
 _ROUTE_LOCK = threading.RLock()
@@ -138,7 +138,7 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, mesh: Any, in_spe
     @functools.wraps(f)
     def wrapped(*args: Any) -> Any:
         check_in_structure(in_specs, args, where, "typed_shard_map")
-        try:
+        with in_spec_errors(where, "typed_shard_map"):
             if check_vma:
                 key = _signature_key(args)
                 if key not in checked:
@@ -153,17 +153,6 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, mesh: Any, in_spe
                         raise rep.violations[0]
                     checked.add(key)
             return smapped(*args)
-        except SpmdTypeError:
-            raise
-        except ValueError as e:
-            msg = str(e)
-            if "in_specs" in msg.split("\n")[0]:
-                raise error("SPMD403", f"{where}: JAX rejected in_specs: {msg.splitlines()[0]}",
-                            op="typed_shard_map",
-                            fix="shard the argument to match its spec (jax.device_put with "
-                                "NamedSharding(mesh, spec)), or use an Explicit mesh for "
-                                "reduced/unreduced specs") from e
-            raise
 
     wrapped.__wrapped_shard_map__ = smapped  # type: ignore[attr-defined]
     return wrapped
