@@ -16,7 +16,6 @@ import difflib
 import enum
 import functools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal as _Lit
 from typing import Union
 
 from . import _errors
@@ -872,14 +871,6 @@ LOOSER_THAN_JAX: tuple[tuple[str, str], ...] = (
     ("mean over local dimensions of a Reduced or Unreduced value", "sum, then the scalar rule "
      "above; `jnp.mean(r)` fails in JAX"),
 )
-
-
-def axis_op_table() -> list[tuple[str, dict[State, Outcome]]]:
-    """(op, {input state: result state or code}) rows for the docs."""
-    return [(o.jax_name or o.name, dict(o.on)) for o in AXIS_OPS.values()]
-
-
-StateName = _Lit["invariant", "varying", "unreduced", "reduced"]
 
 
 # ---------------------------------------------------------------------------------------------
