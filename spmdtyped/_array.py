@@ -295,8 +295,6 @@ def getattr_(x: SArray, name: str) -> Any:
         return _reduction("min", x, jnp.min)
     if name == "mean":
         return lambda axis=None, keepdims=False: mean(x, axis, keepdims=keepdims)
-    if name == "spmd_type":
-        return type(x)._spmd_type
     if name == "at":
         return _At(x)
     raise AttributeError(f"{type(x).__qualname__} has no attribute {name!r} (typed values expose "

@@ -199,5 +199,3 @@ def axis_size(axis_name: Any) -> int:
 
 __all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
            "pmean", "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pvary"]
-
-_ = is_typed  # re-exported for adapters
