@@ -15,7 +15,18 @@ What it rewrites, keeping everything else byte for byte (comments, formatting):
   `Invariant`, `P(reduced={"tp"})` -> `Reduced["tp"]`, a tuple -> `tuple[...]`. The names
   are imported from spmdtyped. (An Invariant output under a partitioned out_spec is
   annotated Varying, which it is a subtype of.) Partial-manual calls (`axis_names=`) are
-  rewritten but not annotated. For exact states of every value use `python -m spmdtyped infer`.
+  rewritten but not annotated. For exact states of every value use `python -m spmdtyped infer`;
+- typed numpy/nn calls: in those functions' own bodies (not in nested defs or lambdas, which
+  are typically handed to JAX transforms that need raw results), `jnp.NAME(...)` /
+  `jax.numpy.NAME(...)` -> `st.numpy.NAME(...)` and `jax.nn.NAME(...)` -> `st.nn.NAME(...)`
+  for the names in
+  `_rules.NUMPY_FUNCTIONS` / `_rules.NN_FUNCTIONS` (the same jnp functions, bound on the raw
+  values, so the program is unchanged; the results carry spmdtyped's types, which the
+  annotations need under mypy), when the result provably stays in code that takes typed
+  values (operators, methods, `st.*`, checked collectives, `return`, locals used only so:
+  `_Stays`); a result that reaches raw JAX (`lax.scan`'s carry, a `jnp` function outside the
+  tables, a helper) keeps the raw call. Other calls, and calls outside those functions, are
+  kept.
 
 Prints a unified diff by default; `--write` rewrites the files. Exit status 0, or 1 with
 `--check` when a file would change.
@@ -31,6 +42,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import libcst as cst
+
+from spmdtyped import _rules  # plain data; imports no JAX
 
 #: the collectives `spmdtyped.lax` checks (equal to `spmdtyped.lax.CHECKED`; not imported
 #: from there so that porting does not import JAX)
@@ -124,19 +137,42 @@ class _Collect(cst.CSTVisitor):
         self.targets: dict[str, tuple[cst.BaseExpression, cst.BaseExpression]] = {}
         self.decorated: dict[int, tuple[cst.BaseExpression, cst.BaseExpression]] = {}
         self.st_alias: str | None = None
+        #: dotted names bound to jax.numpy / jax.nn (`jnp`, `jax.numpy`, `nn`, `jax.nn`)
+        self.numpy_names: set[str] = {"jax.numpy"}
+        self.nn_names: set[str] = {"jax.nn"}
+        #: names bound to (spmdtyped's, after porting) lax modules / checked collectives
+        self.lax_names: set[str] = {"jax.lax", "spmdtyped.lax"}
+        self.collective_names: set[str] = set()
         self._depth = 0
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         mod = _module_name(node.module)
-        if mod in _SHARD_MAP_MODULES and not isinstance(node.names, cst.ImportStar):
-            for alias in node.names:
-                if alias.name.value == "shard_map":
-                    self.shard_map_names.add(_asname(alias) or "shard_map")
+        if isinstance(node.names, cst.ImportStar):
+            return
+        for alias in node.names:
+            name = _dotted(alias.name)
+            if mod in _SHARD_MAP_MODULES and name == "shard_map":
+                self.shard_map_names.add(_asname(alias) or "shard_map")
+            elif mod == "jax" and name == "numpy":
+                self.numpy_names.add(_asname(alias) or "numpy")
+            elif mod == "jax" and name == "nn":
+                self.nn_names.add(_asname(alias) or "nn")
+            elif mod in ("jax", "spmdtyped") and name == "lax":
+                self.lax_names.add(_asname(alias) or "lax")
+            elif mod in ("jax.lax", "spmdtyped.lax") and name in _CHECKED:
+                self.collective_names.add(_asname(alias) or name)
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
-            if _dotted(alias.name) == "spmdtyped":
+            name = _dotted(alias.name)
+            if name == "spmdtyped":
                 self.st_alias = _asname(alias) or "spmdtyped"
+            elif name == "jax.numpy":
+                self.numpy_names.add(_asname(alias) or "jax.numpy")
+            elif name == "jax.nn":
+                self.nn_names.add(_asname(alias) or "jax.nn")
+            elif name in ("jax.lax", "spmdtyped.lax"):
+                self.lax_names.add(_asname(alias) or name)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         for dec in node.decorators:
@@ -190,16 +226,140 @@ def _asname(alias: cst.ImportAlias) -> str | None:
     return name.value if isinstance(name, cst.Name) else None
 
 
+# ------------------------------------------------------------------- typed results: where they go
+
+
+class _Parents(cst.CSTVisitor):
+    """Every node's parent, by identity."""
+
+    def __init__(self) -> None:
+        self.parent: dict[int, cst.CSTNode] = {}
+        self._stack: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._stack:
+            self.parent[id(node)] = self._stack[-1]
+        self._stack.append(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self._stack.pop()
+
+
+class _Stays:
+    """Whether a value stays in code that takes spmdtyped's typed values.
+
+    `st.numpy` / `st.nn` return typed values; raw JAX code (a `jnp` function outside the
+    tables, `lax.scan`'s carry, `jax.grad`, a helper) does not take them. A call is rewritten
+    only when its result provably reaches nothing but operators, indexing and methods of the
+    value, `st.*` calls, checked collectives, other rewritten calls, tuples and the `return`
+    of the ported function itself, or a local name all of whose uses do (conservative:
+    anything else keeps the raw call)."""
+
+    def __init__(self, info: _Collect, parents: dict[int, cst.CSTNode], st: str) -> None:
+        self.info, self.parent, self.st = info, parents, st
+        self._names: dict[tuple[int, str], bool] = {}
+
+    def candidate(self, call: cst.Call) -> str | None:
+        """`"numpy"` / `"nn"` for a `jnp` / `jax.nn` call st.numpy / st.nn provide, else None."""
+        if not isinstance(call.func, cst.Attribute):
+            return None
+        base, name = _dotted(call.func.value), call.func.attr.value
+        if base in self.info.numpy_names and name in _rules.NUMPY_FUNCTIONS:
+            return "numpy"
+        if base in self.info.nn_names and name in _rules.NN_FUNCTIONS:
+            return "nn"
+        return None
+
+    def _typed_callee(self, call: cst.Call) -> bool:
+        name = _dotted(call.func) or ""
+        head, _, last = name.rpartition(".")
+        return (self.candidate(call) is not None or name.startswith(f"{self.st}.")
+                or name in self.info.collective_names
+                or (head in self.info.lax_names and last in _CHECKED))
+
+    def _scope(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        p = self.parent.get(id(node))
+        while p is not None and not isinstance(p, (cst.FunctionDef, cst.Lambda)):
+            p = self.parent.get(id(p))
+        return p
+
+    def stays(self, node: cst.CSTNode, fn: cst.FunctionDef) -> bool:
+        """Whether the value of expression `node` (in `fn`'s own scope) stays typed-safe."""
+        if self._scope(node) is not fn:
+            return False
+        while True:
+            p = self.parent.get(id(node))
+            if isinstance(p, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison,
+                              cst.ComparisonTarget, cst.Element, cst.Tuple, cst.List)):
+                pass
+            elif isinstance(p, cst.Subscript) and p.value is node:
+                pass
+            elif isinstance(p, cst.Attribute) and p.value is node:
+                pass  # a method (`.reshape`) or property (`.T`) of the value
+            elif isinstance(p, cst.Call) and p.func is not node and not self._typed_callee(p):
+                return False
+            elif isinstance(p, cst.Call):
+                pass  # `x.reshape(...)`, or an argument of a typed-aware callee
+            elif isinstance(p, cst.Arg) and p.value is node:
+                pass
+            elif isinstance(p, cst.Return):
+                return True
+            elif isinstance(p, (cst.Assign, cst.AnnAssign)) and p.value is node:
+                targets = [t.target for t in p.targets] if isinstance(p, cst.Assign) \
+                    else [p.target]
+                return all(isinstance(t, cst.Name) and self._name_stays(t.value, fn)
+                           for t in targets)
+            else:
+                return False
+            node = p
+
+    def _name_stays(self, name: str, fn: cst.FunctionDef) -> bool:
+        key = (id(fn), name)
+        if key in self._names:
+            return self._names[key]
+        self._names[key] = True  # assumed while its uses are checked (x = f(x))
+        uses = _Uses(name, self.parent)
+        fn.body.visit(uses)
+        ok = all(self.stays(u, fn) for u in uses.found)
+        self._names[key] = ok
+        return ok
+
+
+class _Uses(cst.CSTVisitor):
+    """The loads of a name (bindings, attribute names and keywords left out)."""
+
+    def __init__(self, name: str, parents: dict[int, cst.CSTNode]) -> None:
+        self.name, self.parent = name, parents
+        self.found: list[cst.Name] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value != self.name:
+            return
+        p = self.parent.get(id(node))
+        if isinstance(p, cst.AssignTarget) or (isinstance(p, cst.AnnAssign) and p.target is node) \
+                or (isinstance(p, cst.Attribute) and p.attr is node) \
+                or (isinstance(p, cst.Arg) and p.keyword is node) or isinstance(p, cst.Param):
+            return
+        self.found.append(node)
+
+
 # ------------------------------------------------------------------- pass 2: rewrite
 
 
 class _Port(cst.CSTTransformer):
-    def __init__(self, info: _Collect) -> None:
+    def __init__(self, info: _Collect, parents: dict[int, cst.CSTNode]) -> None:
         self.info = info
         self.st = info.st_alias or "st"
+        self._stays = _Stays(info, parents, self.st)
         self.need_st = False
         self.hints_used: set[str] = set()
         self.changes: list[str] = []
+        #: one entry per enclosing function or lambda: whether it is a ported one. Calls are
+        #: rewritten in a ported function's own scope only: a nested def or lambda is typically
+        #: handed to a JAX transform (`jax.grad(loss)`, `lax.scan(body, ...)`), which needs raw
+        #: results, not spmdtyped's typed values
+        self._scopes: list[cst.FunctionDef | None] = []
 
     # imports
     def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine,
@@ -271,9 +431,35 @@ class _Port(cst.CSTTransformer):
             return cst.parse_expression(f"{self.st}.adapters.typed_shard_map")
         return updated
 
+    # jnp.NAME(...) / jax.nn.NAME(...) -> st.numpy.NAME(...) / st.nn.NAME(...) in ported functions
+    def _specs(self, node: cst.FunctionDef) -> Any:
+        return self.info.decorated.get(id(node)) or self.info.targets.get(node.name.value)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._scopes.append(node if self._specs(node) is not None else None)
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self._scopes.append(None)
+
+    def leave_Lambda(self, original: cst.Lambda, updated: cst.Lambda) -> Any:
+        self._scopes.pop()
+        return updated
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> Any:
+        fn = self._scopes[-1] if self._scopes else None
+        module = self._stays.candidate(original)
+        if fn is None or module is None or not self._stays.stays(original, fn):
+            return updated
+        assert isinstance(original.func, cst.Attribute)
+        base, name = _dotted(original.func.value), original.func.attr.value
+        self.need_st = True
+        self.changes.append(f"{base}.{name} -> {self.st}.{module}.{name}")
+        return updated.with_changes(func=cst.parse_expression(f"{self.st}.{module}.{name}"))
+
     # annotations
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> Any:
-        specs = self.info.decorated.get(id(original)) or self.info.targets.get(original.name.value)
+        self._scopes.pop()
+        specs = self._specs(original)
         if specs is None:
             return updated
         in_specs, out_specs = specs
@@ -338,7 +524,9 @@ def port_source(source: str) -> tuple[str, list[str]]:
     module = cst.parse_module(source)
     info = _Collect()
     module.visit(info)
-    port = _Port(info)
+    parents = _Parents()
+    module.visit(parents)
+    port = _Port(info, parents.parent)
     new = module.visit(port)
     return new.code, port.changes
 
