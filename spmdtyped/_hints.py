@@ -296,7 +296,8 @@ def _subscript(family: str, params: Any) -> type[SArray]:
 
 def _family(name: str, doc: str) -> type[SArray]:
     cls = _FamilyMeta(name, (SArray,), {"__slots__": (), "_spmd_type": None, "_family": name,
-                                        "__module__": "spmdtyped", "__doc__": doc})
+                                        "_verdicts": {}, "__module__": "spmdtyped",
+                                        "__doc__": doc})
     return cls  # type: ignore[return-value]
 
 
