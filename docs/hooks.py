@@ -206,21 +206,27 @@ OPERANDS: tuple[tuple[str, Any], ...] = tuple(
     [(s.title, typ(s)) for s in STATES] + [("literal", LITERAL)])
 
 
+def _pair_rows(ctx: Ctx, rule: Callable[[Any, Any, Any], Any]) -> list[list[str]]:
+    """One table row per left operand of OPERANDS, one cell per right operand: `rule(features,
+    lhs, rhs)` under both JAX versions (two literals: an empty cell)."""
+    rows = []
+    for lname, lhs in OPERANDS:
+        row = [f"**{lname}**"]
+        for _rname, rhs in OPERANDS:
+            if lhs is LITERAL and rhs is LITERAL:
+                row.append("")
+                continue
+            row.append(cell(versions(lambda f, a=lhs, b=rhs: rule(f, a, b)), ctx, abstract=True))
+        rows.append(row)
+    return rows
+
+
 def gen_binary(ctx: Ctx) -> str:
     parts = []
     for name in BINARY_SHOWN:
         if name not in _rules.ELEMENTWISE:
             continue
-        rows = []
-        for lname, lhs in OPERANDS:
-            row = [f"**{lname}**"]
-            for _rname, rhs in OPERANDS:
-                if lhs is LITERAL and rhs is LITERAL:
-                    row.append("")
-                    continue
-                row.append(cell(versions(lambda f, a=lhs, b=rhs, name=name: _rules.combine(name, [a, b], f)),
-                                ctx, abstract=True))
-            rows.append(row)
+        rows = _pair_rows(ctx, lambda f, a, b, name=name: _rules.combine(name, [a, b], f))
         same = _same_rule(name)
         also = f" Same rule: {', '.join(f'`{n}`' for n in same)}." if same else ""
         parts.append(f"#### `{name}`\n\nRows: left operand; columns: right operand "
@@ -231,16 +237,7 @@ def gen_binary(ctx: Ctx) -> str:
 
 def gen_where(ctx: Ctx) -> str:
     cond = SpmdType()
-    rows = []
-    for xname, x in OPERANDS:
-        row = [f"**{xname}**"]
-        for _yname, y in OPERANDS:
-            if x is LITERAL and y is LITERAL:
-                row.append("")
-                continue
-            row.append(cell(versions(lambda f, a=x, b=y: _rules.combine("where", [cond, a, b], f)),
-                            ctx, abstract=True))
-        rows.append(row)
+    rows = _pair_rows(ctx, lambda f, a, b: _rules.combine("where", [cond, a, b], f))
     return table(["where(c, x, y): x \\ y", *(n for n, _ in OPERANDS)], rows)
 
 
