@@ -11,6 +11,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter (nothing imported yet) from the repository root."""
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
 @pytest.mark.parametrize("module", ["spmdtyped", "spmdtyped._rules", "spmdtyped._errors",
                                     "spmdtyped._hints"])
 def test_import_does_not_import_jax(module: str) -> None:
@@ -21,8 +27,7 @@ def test_import_does_not_import_jax(module: str) -> None:
         "assert not bad, bad\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    out = _python(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 
@@ -36,13 +41,11 @@ def test_hints_work_without_jax() -> None:
         "assert h.__name__\n"
         "assert 'jax' not in sys.modules\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    out = _python(code)
     assert out.returncode == 0, out.stderr
 
 
 def test_lazy_names_load_jax() -> None:
     code = "import sys\nimport spmdtyped as st\nst.psum\nassert 'jax' in sys.modules\n"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    out = _python(code)
     assert out.returncode == 0, out.stderr
