@@ -137,7 +137,7 @@ PAGES: tuple[ErrorPage, ...] = (
     ErrorPage(
         code="SPMD105", slug="pmean-denominator", title="pmean of a value pending on another axis",
         headline="pmean of a value that is Unreduced or Reduced on another axis",
-        rule="pmean over an axis needs a value that is neither Unreduced nor Reduced on any other axis.",
+        rule="A pmean over an axis needs a value that is neither Unreduced nor Reduced on any other axis.",
         meaning="`pmean` divides by the axis size, a replicated constant; JAX cannot divide a value that is"
                 " Unreduced or Reduced on some other axis by it (`Inputs cannot be replicated...` or "
                 "`unreduced rule for div`).",
@@ -296,7 +296,7 @@ PAGES: tuple[ErrorPage, ...] = (
                 'that communicates (psum, all_gather(to="invarying")). JAX raises `Unsupported pcast '
                 'from=..., to=...`; note that `pcast(to="varying")` of a Varying value is an error, not a '
                 "no-op.",
-        fix="st.psum(x, axis)   # a change that communicates needs a collective",
+        fix='st.pcast(st.pvary(x, axis), axis, to="unreduced")   # via Varying; into Invariant needs st.psum',
         solutions=(
             "Drop the cast if the value already has the target state.",
             "Use a collective for a change that communicates: `st.psum` (Varying/Unreduced → Invariant), "

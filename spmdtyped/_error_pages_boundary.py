@@ -32,7 +32,7 @@ PAGES: tuple[ErrorPage, ...] = (
     ErrorPage(
         code="SPMD402", slug="spec-structure", title="Specs do not match the values' structure",
         headline="in_specs/out_specs do not match the structure of the arguments or outputs",
-        rule="in_specs is a pytree prefix of the arguments and out_specs a pytree prefix of the outputs.",
+        rule="The in_specs are a pytree prefix of the arguments, and the out_specs a pytree prefix of the outputs.",
         meaning="in_specs must be a pytree prefix of the arguments (a tuple with one entry per positional "
                 "argument, or a single spec for all), out_specs a prefix of the outputs.",
         fix='in_specs=(P("dp"), P())   # one spec per argument',
@@ -46,8 +46,8 @@ PAGES: tuple[ErrorPage, ...] = (
     ErrorPage(
         code="SPMD403", slug="in-spec", title="in_specs entry cannot be honoured",
         headline="an in_specs entry cannot be honoured",
-        rule="A Reduced or Unreduced in_spec needs an Explicit mesh, a full-manual shard_map and an "
-             "argument that already carries the spec.",
+        rule="An in_spec fits its argument: partitioned over manual axes that divide the dimension, and Reduced or "
+             "Unreduced only on an Explicit full-manual mesh whose argument already carries the spec.",
         meaning="`P(reduced=...)`/`P(unreduced=...)` inputs need an Explicit mesh whose argument already "
                 "carries that spec, full-manual shard_map, and a JAX version that supports them; a "
                 "partitioned dimension must divide evenly.",
@@ -67,7 +67,7 @@ PAGES: tuple[ErrorPage, ...] = (
     ErrorPage(
         code="SPMD404", slug="cotangent-state", title="Cotangent in the wrong state",
         headline="a cotangent given to a vjp pullback does not have the state of the output's cotangent",
-        rule="A cotangent has its primal's state with Unreduced and Reduced swapped.",
+        rule="The cotangent of an output has the output's state with Unreduced and Reduced swapped.",
         meaning="A cotangent has its primal's state with Unreduced and Reduced swapped (Varying and "
                 "Invariant are kept): a Reduced output needs an Unreduced cotangent, an Unreduced output a "
                 "Reduced one. JAX raises `unexpected JAX type (e.g. shape/dtype) for argument to VJP "
@@ -89,7 +89,7 @@ PAGES: tuple[ErrorPage, ...] = (
     ErrorPage(
         code="SPMD405", slug="grad-loss-state", title="Loss is Unreduced or Reduced",
         headline="grad/value_and_grad was given a loss that is Unreduced or Reduced",
-        rule="grad differentiates only a loss that is Invariant or Varying on every axis.",
+        rule="The loss given to grad is Invariant or Varying on every axis.",
         meaning="`grad` seeds the loss's cotangent with ones of the loss's cotangent state. An Invariant or"
                 " Varying loss has an Invariant or Varying cotangent; an Unreduced loss needs a Reduced "
                 "cotangent and a Reduced loss an Unreduced one, which a seed of ones would get wrong (JAX: "
@@ -167,8 +167,12 @@ PAGES: tuple[ErrorPage, ...] = (
                 "others are handled by the compiler and have no per-device state.",
         fix='st.shard_map(f, mesh=mesh, axis_names={"dp", "tp"}, in_specs=..., out_specs=...)',
         solutions=("Add the axis to `axis_names`, or leave the collective over it to the compiler.",),
-        before='st.shard_map(f, mesh=mesh, axis_names={"dp"}, ...)   # f calls st.psum(x, "tp")',
-        after='st.shard_map(f, mesh=mesh, axis_names={"dp", "tp"}, ...)',
+        before='@st.shard_map(mesh=mesh, in_specs=P("dp"), out_specs=P(), axis_names={"dp"})\n'
+               'def f(x):\n'
+               '    return st.psum(x, ("dp", "tp"))     # tp is not manual here',
+        after='@st.shard_map(mesh=mesh, in_specs=P("dp"), out_specs=P(), axis_names={"dp"})\n'
+              'def f(x):\n'
+              '    return st.psum(x, "dp")             # tp is left to the compiler',
         when="Partial-manual shard_map bodies that name an auto axis.",
         related=("SPMD501",),
     ),
@@ -188,7 +192,7 @@ PAGES: tuple[ErrorPage, ...] = (
     ErrorPage(
         code="SPMD505", slug="unknown-target", title="Unknown cast target",
         headline="an unknown `to=` target was given to a cast or all_gather",
-        rule="pcast takes to= 'varying', 'reduced' or 'unreduced'; all_gather takes to= 'varying', "
+        rule="The target of pcast is to='varying', 'reduced' or 'unreduced', and of all_gather 'varying', "
              "'invarying' or 'reduced'.",
         meaning='`pcast` takes `to="varying"|"reduced"|"unreduced"`; `all_gather` takes '
                 '`to="varying"|"invarying"|"reduced"`.',
@@ -223,8 +227,10 @@ PAGES: tuple[ErrorPage, ...] = (
                 "manual axis of the enclosing shard_map.",
         fix='@st.custom_op(requires={"tp": "varying"})',
         solutions=("Fix the state name, axis or parameter name the message points at.",),
-        before='@st.custom_op(requires={"tp": "vary"})',
-        after='@st.custom_op(requires={"tp": "varying"})',
+        before='@st.custom_op(requires={"tp": "vary"})\n'
+               'def ring_allreduce(x): ...',
+        after='@st.custom_op(requires={"tp": "varying"})\n'
+              'def ring_allreduce(x): ...',
         when="Typos in state names, parameters that the function does not have, axes of another mesh.",
         related=("SPMD107", "SPMD501"),
     ),
@@ -232,7 +238,7 @@ PAGES: tuple[ErrorPage, ...] = (
         code="SPMD508", slug="unknown-code", title="Unknown error code",
         headline="st.explain or st.allow was given a code that is not an spmdtyped error code (or one that "
                  "cannot be opted out of)",
-        rule="st.explain takes a known error code, and st.allow only a code that can be opted out of.",
+        rule="The code given to st.explain is a known error code, and the code given to st.allow a strict one.",
         meaning="Codes are `SPMD###` (case-insensitive, or the number alone), the mypy name `spmd-<slug>` "
                 "or the slug. Only the strict codes, where JAX accepts the program and computes a wrong or "
                 "surprising result, can be opted out of with `st.allow`; every other code marks a program "
