@@ -185,9 +185,13 @@ PAGES: tuple[ErrorPage, ...] = (
             "`{parameter: {axis: state}}`).",
         ),
         before='@st.custom_op(requires={"tp": "varying"}, produces={"tp": "invariant"})\n'
-               "def my_allreduce(x): ...\n"
-               "y = my_allreduce(w)                  # w: Invariant",
-        after='y = my_allreduce(st.pvary(w, "tp"))',
+               'def ring_allreduce(x):\n'
+               '    return jax.lax.psum(x, "tp")\n'
+               'y = ring_allreduce(w)                        # w: Invariant',
+        after='@st.custom_op(requires={"tp": "varying"}, produces={"tp": "invariant"})\n'
+              'def ring_allreduce(x):\n'
+              '    return jax.lax.psum(x, "tp")\n'
+              'y = ring_allreduce(st.pvary(w, "tp"))        # Varying, as declared',
         when="Custom collectives, Pallas/FFI kernels and callbacks wrapped with `st.custom_op`, called on a"
              " value that is Invariant, Reduced or Unreduced where the declaration wants another state.",
         related=("SPMD103", "SPMD507", "SPMD902"),
@@ -258,10 +262,13 @@ PAGES: tuple[ErrorPage, ...] = (
         rule="All Reduced operands of one op are Reduced on the same axes.",
         meaning="All Reduced operands of one op must be reduced over the same axes (JAX: `All inputs should"
                 " be reduced across the same mesh axes`).",
-        fix='st.pcast(a, axis, to="varying") + b',
-        solutions=('Cast one side: `st.pcast(x, axis, to="varying")` on the axes it alone is reduced on.',),
+        fix='st.pcast(a, "dp", to="varying") + st.pcast(b, "tp", to="varying")',
+        solutions=(
+            'Cast each operand to Varying on the axes it alone is Reduced on: `st.pcast(x, axis, to="varying")`.'
+            " Casting one side only leaves it Invariant where the other is Reduced (SPMD203).",
+        ),
         before="y = a + b              # a: Reduced['dp'], b: Reduced['tp']",
-        after='y = st.pcast(a, "dp", to="varying") + b',
+        after='y = st.pcast(a, "dp", to="varying") + st.pcast(b, "tp", to="varying")',
         when="Combining parameters sharded for ZeRO over different mesh axes.",
         related=("SPMD203",),
     ),

@@ -23,8 +23,8 @@ PAGES: tuple[ErrorPage, ...] = (
             "Reduce the output over the axis (`st.psum`) if it should be replicated.",
             'Or mention the axis in out_specs: `P("dp")`, `P(unreduced={"tp"})`.',
         ),
-        before='st.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P())   # f returns Varying["dp"]',
-        after='st.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"))',
+        before='st.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P())(x)     # f returns Varying["dp"]',
+        after='st.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"))(x)',
         when="Forgetting the final psum of a loss; returning a partial sum under a replicated spec; a "
              "Reduced parameter returned under a partitioned spec.",
         related=("SPMD402",),
@@ -37,8 +37,8 @@ PAGES: tuple[ErrorPage, ...] = (
                 "argument, or a single spec for all), out_specs a prefix of the outputs.",
         fix='in_specs=(P("dp"), P())   # one spec per argument',
         solutions=("Give one PartitionSpec per argument/output, or one spec for everything.",),
-        before="st.shard_map(f, mesh=mesh, in_specs=(P('dp'),), out_specs=P())   # f takes 2 arguments",
-        after="st.shard_map(f, mesh=mesh, in_specs=(P('dp'), P()), out_specs=P())",
+        before='st.shard_map(f, mesh=mesh, in_specs=(P("dp"),), out_specs=P())(x, b)   # f takes 2 arguments',
+        after='st.shard_map(f, mesh=mesh, in_specs=(P("dp"), P()), out_specs=P())(x, b)',
         when="Adding an argument without adding its spec; returning a tuple under a single spec meant for "
              "one array.",
         related=("SPMD401",),
@@ -51,15 +51,17 @@ PAGES: tuple[ErrorPage, ...] = (
         meaning="`P(reduced=...)`/`P(unreduced=...)` inputs need an Explicit mesh whose argument already "
                 "carries that spec, full-manual shard_map, and a JAX version that supports them; a "
                 "partitioned dimension must divide evenly.",
-        fix='st.shard_map(f, mesh=jax.make_mesh((2, 4), ("dp", "tp")), in_specs=P(reduced={"dp"}), '
-            "out_specs=P())",
+        fix="st.shard_map(f, mesh=mesh, in_specs=P(reduced={\"dp\"}), out_specs=P(reduced={\"dp\"}))   # full-manual",
         solutions=(
-            "Produce the argument with a shard_map whose out_specs carry the same spec, or use a "
-            "partitioned spec and cast inside.",
+            "Make every mesh axis manual (drop `axis_names`) for Reduced/Unreduced specs, on an Explicit mesh "
+            "(`jax.make_mesh`'s default).",
+            "Produce the argument with a shard_map whose out_specs carry the same spec, or use a partitioned "
+            "spec and cast inside.",
+            "Shard the argument as its spec says (`jax.device_put(x, NamedSharding(mesh, spec))`).",
         ),
-        before="st.shard_map(f, mesh=auto_mesh, in_specs=P(reduced={'dp'}), out_specs=P())",
-        after="st.shard_map(f, mesh=jax.make_mesh((2, 4), ('dp', 'tp')), in_specs=P(reduced={'dp'}), "
-              "out_specs=P())",
+        before='st.shard_map(f, mesh=mesh, in_specs=P(reduced={"dp"}), out_specs=P(reduced={"dp"}),\n'
+               '             axis_names={"dp"})                 # partial-manual',
+        after='st.shard_map(f, mesh=mesh, in_specs=P(reduced={"dp"}), out_specs=P(reduced={"dp"}))',
         when="Reduced/Unreduced specs on an Auto mesh, in partial-manual mode, or on jax versions without "
              "them.",
         related=("SPMD402",),
@@ -141,7 +143,7 @@ PAGES: tuple[ErrorPage, ...] = (
                 "shard_map's mesh. JAX reports a bare `AssertionError` or `NameError` for this.",
         fix='st.psum(x, "tp")   # an axis of the mesh',
         solutions=("Use one of the mesh's axis names (the message suggests the closest).",),
-        before='y = st.psum(x, "tpp")',
+        before='y = st.psum(x, "tpp")   # x: Varying["tp"]',
         after='y = st.psum(x, "tp")',
         when="A typo, or an axis of another mesh.",
         related=("SPMD503",),
@@ -165,14 +167,16 @@ PAGES: tuple[ErrorPage, ...] = (
         rule="Collectives and casts name only manual axes of the enclosing shard_map.",
         meaning="In a partial-manual shard_map (`axis_names=...`) only the listed axes are manual; the "
                 "others are handled by the compiler and have no per-device state.",
-        fix='st.shard_map(f, mesh=mesh, axis_names={"dp", "tp"}, in_specs=..., out_specs=...)',
+        fix='st.psum(x, "dp")   # only manual axes; or add the axis to axis_names',
         solutions=("Add the axis to `axis_names`, or leave the collective over it to the compiler.",),
         before='@st.shard_map(mesh=mesh, in_specs=P("dp"), out_specs=P(), axis_names={"dp"})\n'
                'def f(x):\n'
-               '    return st.psum(x, ("dp", "tp"))     # tp is not manual here',
+               '    return st.psum(x, ("dp", "tp"))     # tp is not manual here\n'
+               'f(x)',
         after='@st.shard_map(mesh=mesh, in_specs=P("dp"), out_specs=P(), axis_names={"dp"})\n'
               'def f(x):\n'
-              '    return st.psum(x, "dp")             # tp is left to the compiler',
+              '    return st.psum(x, "dp")             # tp is left to the compiler\n'
+              'f(x)',
         when="Partial-manual shard_map bodies that name an auto axis.",
         related=("SPMD501",),
     ),
