@@ -65,7 +65,7 @@ class SpmdTypeError(TypeError):
         self.fix = fix
         self.op = op
         self.details = tuple(details)
-        ctx = _CONTEXT.get()
+        ctx = _CONTEXT.get() or _NO_CONTEXT
         self.function = function if function is not None else ctx.function
         self.mesh = describe_mesh(mesh) if mesh is not None else ctx.describe()
         super().__init__(render(self))
@@ -160,8 +160,9 @@ class _Context:
         return None if self.mesh is None else describe_mesh(self.mesh, self.manual)
 
 
-_CONTEXT: contextvars.ContextVar[_Context] = contextvars.ContextVar(
-    "spmdtyped_error_context", default=_Context()
+_NO_CONTEXT = _Context()
+_CONTEXT: contextvars.ContextVar[_Context | None] = contextvars.ContextVar(
+    "spmdtyped_error_context", default=None
 )
 
 

@@ -106,7 +106,9 @@ def mesh() -> Any:
     return jax.make_mesh((2, 4), ("dp", "tp"))
 
 
-def _trace(mesh: Any, f: Any, in_specs: Any = P("dp"), out_specs: Any = P("dp"), **kw: Any) -> Any:
+def _trace(mesh: Any, f: Any, in_specs: Any = None, out_specs: Any = None, **kw: Any) -> Any:
+    in_specs = P("dp") if in_specs is None else in_specs
+    out_specs = P("dp") if out_specs is None else out_specs
     x = jax.ShapeDtypeStruct((8, 8), jnp.float32, sharding=NamedSharding(mesh, P("dp")))
     return jax.jit(st.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, **kw)).trace(x)
 
