@@ -266,8 +266,8 @@ def error(
 
 
 def render(err: SpmdTypeError) -> str:
-    """The message: headline (+ function and mesh) / details / axis states / rule / fix /
-    opt-out / docs anchor."""
+    """The message: headline (+ function and mesh) / details / axis states / rule / fix (the
+    raising API's, else the page's as an example) / opt-out / docs anchor."""
     entry = REGISTRY.get(err.code)
     head, sep, rest = err.headline.partition(": ")
     where = _where(err, head if sep else err.headline)
@@ -284,9 +284,10 @@ def render(err: SpmdTypeError) -> str:
             lines.append(f"  axis {axis!r}: the value is {err.states[axis]}")
     if entry is not None:
         lines.append(f"  rule: {entry.rule}")
-    fix = err.fix or (entry.fix if entry is not None else None)
-    if fix:
-        lines.append(f"  fix: {fix}")
+    if err.fix:
+        lines.append(f"  fix: {err.fix}")
+    elif entry is not None:  # the raising API has no fix of its own: the page's, as an example
+        lines.append(f"  fix (example): {entry.fix}")
     if entry is not None:
         if entry.opt_out:
             lines.append(f"  opt-out: with st.allow({entry.code!r}): ...")
