@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec
 
 from . import _compat, _rules
 from ._array import is_typed, typeof, unwrap, vma_off, wrap
-from ._errors import SpmdTypeError, error
+from ._errors import SpmdTypeError, error, error_context
 
 
 def _is_spec_leaf(s: Any) -> bool:
@@ -107,6 +107,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
                                 axis_names=axis_names, check_vma=check_vma)
 
     @functools.wraps(f)
+    @error_context(function=name, mesh=mesh, manual=manual)
     def wrapped(*args: Any) -> Any:
         check_in_structure(in_specs, args, where, "st.shard_map")
         raw_args = unwrap(list(args))

@@ -294,12 +294,12 @@ def test_spmd504_malformed_hint(make: Any) -> None:
     expect("SPMD504", make)
 
 
-def test_spmd504_allow_of_non_strict_code() -> None:
+def test_spmd508_allow_of_non_strict_code() -> None:
     def enter() -> None:
         with st.allow("SPMD101"):
             pass
 
-    expect("SPMD504", enter, fragments=("SPMD103", "SPMD202"))
+    expect("SPMD508", enter, fragments=("st.allow", "SPMD103", "SPMD202"))
 
 
 @pytest.mark.parametrize("call", [
@@ -424,9 +424,10 @@ def test_explain_page(code: str) -> None:
     assert st.explain(code.lower()) == page
 
 
-def test_explain_unknown_code() -> None:
-    with pytest.raises(KeyError, match="SPMD101"):
-        st.explain("SPMD999")
+def test_spmd508_explain_unknown_code() -> None:
+    expect("SPMD508", lambda: st.explain("SPMD999"), fragments=("st.explain", "'SPMD999'"))
+    expect("SPMD508", lambda: st.explain("SPMD1O1"), fragments=("did you mean 'SPMD101'",),
+           fix=("st.explain('SPMD101')",))
 
 
 # ------------------------------------------------------------------------------- no bare errors

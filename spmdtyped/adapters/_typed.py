@@ -31,7 +31,7 @@ import jax
 
 from .. import _compat
 from .. import lax as _slax
-from .._errors import SpmdTypeError
+from .._errors import SpmdTypeError, error_context
 from .._shard_map import _check_spec_axes, check_in_structure, check_outputs, in_spec_errors
 from . import _walk
 
@@ -136,6 +136,7 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, mesh: Any, in_spe
     checked: set[Any] = set()
 
     @functools.wraps(f)
+    @error_context(function=name, mesh=mesh, manual=manual)
     def wrapped(*args: Any) -> Any:
         check_in_structure(in_specs, args, where, "typed_shard_map")
         with in_spec_errors(where, "typed_shard_map"):
