@@ -1,7 +1,7 @@
 """Autodiff: `st.grad`, `st.value_and_grad`, `st.vjp`.
 
 `st.grad(f, argnums)` is typed as a generic function with `f`'s parameters: each
-differentiated parameter's Varying slots become type variables (bounded by the declared axes),
+differentiated parameter's state slots become type variables (bounded by the declared axes),
 and its gradient has the cotangent state of the *argument* (`_rules.cotangent`: Unreduced and
 Reduced swap, Varying kept), so a direct call `st.grad(f)(w, x)` and a later call of
 `g = st.grad(f)` both type the gradients from the arguments' own states, as the runtime does
@@ -24,6 +24,7 @@ from mypy.types import (
     TypeVarId,
     TypeVarLikeType,
     TypeVarType,
+    UninhabitedType,
     get_proper_type,
 )
 
@@ -81,29 +82,45 @@ def cotangent_of(api: Any, t: Type) -> Type | None:
     return None
 
 
+def _cotangent_slots() -> tuple[int, int, int]:
+    """Which slot of `SArray[V, U, R]` each slot of a cotangent comes from, read off
+    `_rules.cotangent` (Unreduced and Reduced swap: `(0, 2, 1)`)."""
+    probe = _rules.cotangent(SpmdType(frozenset({"v"}), frozenset({"u"}), frozenset({"r"})))
+    where = {"v": 0, "u": 1, "r": 2}
+    out = tuple(where[next(iter(s))] for s in (probe.varying, probe.unreduced, probe.reduced))
+    assert len(out) == 3 and sorted(out) == [0, 1, 2]
+    return out  # type: ignore[return-value]
+
+
+COTANGENT_SLOTS: Final = _cotangent_slots()
+
+
 class _Generic:
-    """Builds the generic parameter / gradient types of one `st.grad` call."""
+    """Builds the generic parameter / gradient types of one `st.grad` call: each non-empty
+    slot of a differentiated SArray parameter becomes a type variable bounded by the declared
+    axes, so the gradient is the cotangent of the argument's own state (a subset of them)."""
 
     def __init__(self, api: Any, namespace: str) -> None:
         self.api, self.namespace = api, namespace
         self.variables: list[TypeVarLikeType] = []
 
+    def _var(self, axes: frozenset[str]) -> TypeVarType:
+        n = len(self.variables)
+        tv = TypeVarType(f"S{n}", f"{self.namespace}.S{n}", TypeVarId(-(1000 + n), namespace=self.namespace),
+                         [], axes_type(self.api, axes), AnyType(TypeOfAny.from_omitted_generics))
+        self.variables.append(tv)
+        return tv
+
     def param_and_grad(self, t: Type) -> tuple[Type, Type] | None:
-        """(parameter type with its Varying slots generic, gradient type); None: unknown."""
+        """(parameter type with its slots generic, gradient type); None: unknown state."""
         p = get_proper_type(t)
         if isinstance(p, Instance) and p.type.fullname == SARRAY:
             o = to_operand(p)
             if not isinstance(o, SpmdType):
                 return None
-            ct = _rules.cotangent(o)
-            if not o.varying or ct.varying != o.varying:
-                return p, from_spmd(self.api, ct)
-            n = len(self.variables)
-            tv = TypeVarType(f"V{n}", f"{self.namespace}.V{n}", TypeVarId(-(1000 + n), namespace=self.namespace),
-                             [], axes_type(self.api, o.varying), AnyType(TypeOfAny.from_omitted_generics))
-            self.variables.append(tv)
-            g = from_spmd(self.api, ct)
-            return p.copy_modified(args=[tv, *p.args[1:]]), g.copy_modified(args=[tv, *g.args[1:]])
+            slots: list[Type] = [self._var(s) if s else UninhabitedType()
+                                 for s in (o.varying, o.unreduced, o.reduced)]
+            return p.copy_modified(args=slots), p.copy_modified(args=[slots[i] for i in COTANGENT_SLOTS])
         if isinstance(p, TupleType):
             items = [self.param_and_grad(i) for i in p.items]
             if any(i is None for i in items):
