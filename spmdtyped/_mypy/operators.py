@@ -92,8 +92,11 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
         a, b = (o, s) if reflected else (s, o)
         return _rules.binary(name, a, b, CONFIG.features, op=op, int_literal=int_literal).type
 
-    # `2.0 + u`: mypy tried `float.__add__` first; report the rule's error, not its fallback
-    on_error = report_past_operator_fallback if reflected and not is_sarray(other_t) else report
+    # `2.0 + u`: mypy tried `float.__add__` first and would report its generic `[operator]`
+    # error instead of the rule's; `u == 0.0`: mypy would fall back to `float.__eq__(object)`
+    # and type it `bool` silently. Report the rule's error past that fallback.
+    past = (reflected or name in ("eq", "ne")) and not is_sarray(other_t)
+    on_error = report_past_operator_fallback if past else report
     return apply(ctx.api, ctx.context, default, [self_alts, other_alts], fn, on_error)
 
 
