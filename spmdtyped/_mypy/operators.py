@@ -52,9 +52,13 @@ AT_METHODS: Final = {"set": "at_set", "add": "at_add", "multiply": "at_mul", "mi
                      "max": "at_max"}
 AT_INDEX: Final = f"{STATIC}._AtIndex"
 
+#: `0 == x`: Python's `int.__eq__` gives NotImplemented, then `x.__eq__(0)` runs (mypy would
+#: type it `bool` through `int.__eq__(object)`)
+SCALAR_COMPARISONS: Final = {f"builtins.{c}.__{m}__": f"scalar.{m}"
+                             for c in ("int", "float", "bool", "complex") for m in ("eq", "ne")}
 #: full name -> feature key of `analyze`
 METHODS: Final = {**{f"{SARRAY}.{m}": m for m in (*BINARY, *UNARY, "__getitem__")},
-                  **{f"{AT_INDEX}.{m}": f"at.{m}" for m in AT_METHODS}}
+                  **{f"{AT_INDEX}.{m}": f"at.{m}" for m in AT_METHODS}, **SCALAR_COMPARISONS}
 ATTRIBUTES: Final = {f"{SARRAY}.{a}": a for a in PROPERTIES}
 FUNCTIONS: Final = {"builtins.abs": "abs"}
 
@@ -72,6 +76,8 @@ def analyze(ctx: MethodContext | AttributeContext | FunctionContext, feature: st
         return _unary(ctx, *UNARY[feature])
     if feature == "__getitem__":
         return _getitem(ctx)
+    if feature.startswith("scalar."):
+        return _scalar_comparison(ctx, feature.partition(".")[2])
     return _at(ctx, feature.partition(".")[2])
 
 
@@ -98,6 +104,19 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
     past = (reflected or name in ("eq", "ne")) and not is_sarray(other_t)
     on_error = report_past_operator_fallback if past else report
     return apply(ctx.api, ctx.context, default, [self_alts, other_alts], fn, on_error)
+
+
+def _scalar_comparison(ctx: MethodContext, name: str) -> Type:
+    """`0 == x` with a typed `x`: the runtime's `x == 0` (`_rules.binary(name, x, 0)`)."""
+    default = ctx.default_return_type
+    if not ctx.args or not ctx.args[0] or not is_sarray(ctx.arg_types[0][0]):
+        return default
+    alts = alternatives(ctx.api, ctx.arg_types[0][0], ctx.args[0][0])
+    if alts is None:
+        return default
+    return apply(ctx.api, ctx.context, default, [alts],
+                 lambda x: _rules.binary(name, x, LITERAL, CONFIG.features,
+                                         op=f"operator {_SYMBOLS[name]}").type)
 
 
 def _unary(ctx: MethodContext | AttributeContext, name: str, op: str) -> Type:

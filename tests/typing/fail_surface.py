@@ -21,6 +21,7 @@ def logical(u: Unreduced["tp"], x: Varying["dp"]) -> None:
     (x > 0.0) & u  # E: spmd-nonlinear-unreduced
     u == 0.0  # E: spmd-nonlinear-unreduced
     u != 0.0  # E: spmd-nonlinear-unreduced
+    0.0 == u  # E: spmd-nonlinear-unreduced
     ~u  # E: spmd-nonlinear-unreduced
 
 

@@ -35,6 +35,7 @@ def comparisons(x: Varying["dp"], r: Reduced["tp"]) -> None:
     assert_type(x != 1.0, Varying["dp"])
     assert_type(x == st.axis_index("tp"), Varying["dp", "tp"])
     assert_type(r == 0.0, Reduced["tp"])
+    assert_type(0 == x, Varying["dp"])                       # Python runs x.__eq__(0)
 
 
 def scatter(x: Varying["dp"], w: Varying["tp"], r: Reduced["tp"], c: Invariant) -> None:
