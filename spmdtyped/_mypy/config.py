@@ -58,8 +58,10 @@ def read_config(config_file: str | None) -> str:
     if value not in FEATURE_SETS:
         msg = (f"spmdtyped.mypy_plugin: [spmdtyped] jax = {value!r} in {config_file}; expected "
                f"one of {sorted(FEATURE_SETS)}")
-        print(msg, file=sys.stderr)  # mypy reports only "Error constructing plugin instance"
-        raise ValueError(msg)
+        # a configuration error, as mypy reports its own: the message and exit status 2 (an
+        # exception here would be an INTERNAL ERROR with a traceback)
+        print(f"error: {msg}", file=sys.stderr)
+        raise SystemExit(2)
     return value
 
 
