@@ -57,7 +57,10 @@ class SpmdPlugin(Plugin):
     def get_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
         family = hints.FULLNAMES.get(fullname)
         if family is None and "." in fullname and not fullname.startswith(("builtins.", "typing")):
-            family = hints.family_of_alias(fullname, self.lookup_fully_qualified)  # Fam = Varying
+            try:  # `Fam = Varying`: an alias of a hint family
+                family = hints.family_of_alias(fullname, self.lookup_fully_qualified)
+            except Exception:  # noqa: BLE001 - no module table yet: not an alias we can read
+                family = None
         return guarded(functools.partial(hints.analyze, family=family)) if family else None
 
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
