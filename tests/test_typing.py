@@ -350,5 +350,16 @@ def test_jax_version_setting(tmp_path: Path) -> None:
                            "--no-site-packages", "--ignore-missing-imports", "prog.py"],
                           cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO), MYPYPATH=str(REPO)),
                           capture_output=True, text=True)
-    assert proc.returncode != 0
+    assert proc.returncode == 2
     assert "[spmdtyped] jax = '0.99'" in proc.stdout + proc.stderr
+    assert "INTERNAL ERROR" not in proc.stdout + proc.stderr
+    # unquoted: TOML reads a float (0.10 would be 0.1); the plugin reads the text as written
+    (tmp_path / "pyproject.toml").write_text('[tool.mypy]\nplugins = ["spmdtyped.mypy_plugin"]\n'
+                                             '[tool.spmdtyped]\njax = 0.10\n')
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--config-file", "pyproject.toml",
+                           "--no-site-packages", "--ignore-missing-imports", "--cache-dir",
+                           str(tmp_path / "c3"), "prog.py"],
+                          cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO), MYPYPATH=str(REPO)),
+                          capture_output=True, text=True)
+    assert "INTERNAL ERROR" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert "[spmd-nonlinear-unreduced]" in proc.stdout and "jax 0.10 has no Unreduced rule" in proc.stdout
