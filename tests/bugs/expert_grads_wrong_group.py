@@ -1,0 +1,58 @@
+"""Expert-parallel MoE: expert gradients all-reduced over the whole data-parallel world.
+
+Source: NVIDIA/Megatron-LM#7452 and #5916 (expert parameters must be reduced over the
+expert-data-parallel group, dense ones over the full data-parallel group; mixing the two
+groups mis-counts or mixes expert gradients); NVIDIA/Megatron-LM#2263.
+
+Bug line: `return lax.psum(g, ("dp", "ep"))` in `buggy_body`: `g` is Shard(ep, 0) (each device
+holds the gradient of its own expert), so summing over ep adds the gradients of different
+experts together.
+"""
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import PartitionSpec as P
+
+from tests.bugs._common import make_mesh, normal
+
+MESH_AXES = {"dp": 2, "ep": 4}
+SOURCE = "NVIDIA/Megatron-LM#7452, NVIDIA/Megatron-LM#5916"
+KIND = "grad"
+JAX_REJECTS = None
+# experts [E, d, f]; tokens already dispatched: [dp, E, tokens, d] and targets [dp, E, tokens, f]
+IN_SPECS = (P("ep"), P("dp", "ep"), P("dp", "ep"))
+OUT_SPECS = P("ep")
+mesh = make_mesh(MESH_AXES)
+
+
+def make_inputs():
+    return normal(60, (4, 4, 3)), normal(61, (2, 4, 5, 4)), normal(62, (2, 4, 5, 3))
+
+
+def _local_expert_grad(w, x, y):
+    """Gradient of this device's token loss w.r.t. its expert, before any reduction."""
+    def loss(w):
+        return 0.5 * jnp.sum((x[0, 0] @ w[0] - y[0, 0]) ** 2)
+    # Replicated over dp for the computation: the gradient is a per-device partial sum over dp.
+    return jax.grad(loss)(lax.pcast(w, "dp", to="varying"))
+
+
+def buggy_body(w, x, y):
+    g = _local_expert_grad(w, x, y)
+    return lax.psum(g, ("dp", "ep"))  # BUG
+
+
+def fixed_body(w, x, y):
+    g = _local_expert_grad(w, x, y)
+    return lax.psum(g, "dp")              # the expert-data-parallel group only
+
+
+buggy = jax.jit(jax.shard_map(buggy_body, mesh=mesh, in_specs=IN_SPECS, out_specs=OUT_SPECS))
+fixed = jax.jit(jax.shard_map(fixed_body, mesh=mesh, in_specs=IN_SPECS, out_specs=OUT_SPECS))
+
+
+def reference(w, x, y):
+    def loss(w):
+        return 0.5 * jnp.sum((jnp.einsum("iets,esf->ietf", x, w) - y) ** 2)
+    return jax.grad(loss)(w)
