@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from tests.bugs._common import normal
+from bugs._common import normal
 
 BATCH, VOCAB = 4, 16
 

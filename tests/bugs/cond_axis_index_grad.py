@@ -12,7 +12,7 @@ import jax
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from tests.bugs._common import make_mesh
+from bugs._common import make_mesh
 
 MESH_AXES = {"tp": 8}
 SOURCE = "jax-ml/jax#40823"

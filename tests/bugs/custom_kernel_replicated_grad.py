@@ -19,7 +19,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from tests.bugs._common import make_mesh, normal
+from bugs._common import make_mesh, normal
 
 MESH_AXES = {"dp": 8}
 SOURCE = "flatironinstitute/jax-finufft#226"

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from tests.bugs._common import make_mesh, normal
+from bugs._common import make_mesh, normal
 
 MESH_AXES = {"dp": 2, "ep": 4}
 SOURCE = "NVIDIA/Megatron-LM#7452, NVIDIA/Megatron-LM#5916"

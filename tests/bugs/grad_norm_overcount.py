@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from tests.bugs._common import make_mesh, normal
+from bugs._common import make_mesh, normal
 
 MESH_AXES = {"dp": 2, "tp": 4}
 SOURCE = "NVIDIA-NeMo/RL#3788; ROCm/TransformerEngine#715"

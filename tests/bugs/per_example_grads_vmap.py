@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from tests.bugs._common import make_mesh, normal
+from bugs._common import make_mesh, normal
 
 MESH_AXES = {"dp": 8}
 SOURCE = "jax-ml/jax#36886"

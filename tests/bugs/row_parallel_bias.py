@@ -12,7 +12,7 @@ import jax
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from tests.bugs._common import make_mesh, normal
+from bugs._common import make_mesh, normal
 
 MESH_AXES = {"dp": 2, "tp": 4}
 SOURCE = "huggingface/text-generation-inference#1036"

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from tests.bugs._common import make_mesh
+from bugs._common import make_mesh
 
 MESH_AXES = {"dp": 2, "tp": 4}
 SOURCE = "NVIDIA/Megatron-LM#7452 (loss normalisation over a sharded sequence)"

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from tests.bugs import _vocab_ce
-from tests.bugs._common import make_mesh
+from bugs import _vocab_ce
+from bugs._common import make_mesh
 
 MESH_AXES = {"dp": 2, "tp": 4}
 SOURCE = "NVIDIA/Megatron-LM#7452 (doubled reduction)"
