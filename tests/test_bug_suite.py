@@ -17,6 +17,7 @@ import bugs
 import jax
 import numpy as np
 import pytest
+from bugs._correct_programs import PROGRAMS as CORRECT_PROGRAMS
 
 ATOL = RTOL = 1e-5        # float32, tiny shapes: the fixed programs agree to ~1e-6
 MIN_ERROR = 1e-2          # every buggy program is off by far more than rounding
@@ -94,3 +95,12 @@ def test_programs_are_deterministic(name):
     a, b = m.make_inputs(), m.make_inputs()
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT_PROGRAMS))
+def test_false_positive_risk_programs_are_correct(name):
+    """Correct programs the issue's rules would reject: they must stay accepted (or opt out)."""
+    run, reference, make_inputs, _rule = CORRECT_PROGRAMS[name]
+    inputs = make_inputs()
+    got, want = run(*inputs), reference(*inputs)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
