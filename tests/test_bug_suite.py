@@ -17,7 +17,10 @@ import bugs
 import jax
 import numpy as np
 import pytest
+from bugs._correct_programs import BODIES as CORRECT_BODIES
 from bugs._correct_programs import PROGRAMS as CORRECT_PROGRAMS
+
+import spmdtyped as st
 
 ATOL = RTOL = 1e-5        # float32, tiny shapes: the fixed programs agree to ~1e-6
 MIN_ERROR = 1e-2          # every buggy program is off by far more than rounding
@@ -104,3 +107,24 @@ def test_false_positive_risk_programs_are_correct(name):
     inputs = make_inputs()
     got, want = run(*inputs), reference(*inputs)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- zero false positives
+# What spmdtyped must keep accepting whatever rules issue 15 adds: every fixed program and every
+# correct program above, walked by `infer` on its raw per-device body.
+
+
+@pytest.mark.parametrize("name", bugs.BUG_CLASSES)
+def test_infer_accepts_every_fixed_program(name):
+    m = _module(name)
+    rep = st.adapters.infer(m.fixed_body, *m.make_inputs(), mesh=m.mesh, in_specs=m.IN_SPECS,
+                            out_specs=m.OUT_SPECS)
+    assert rep.ok, [(v.code, getattr(v, "line", None)) for v in rep.violations]
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT_BODIES))
+def test_infer_accepts_the_false_positive_risk_programs(name):
+    body, mesh, in_specs, out_specs, make_inputs = CORRECT_BODIES[name]
+    rep = st.adapters.infer(body, *make_inputs(), mesh=mesh, in_specs=in_specs,
+                            out_specs=out_specs)
+    assert rep.ok, [(v.code, getattr(v, "line", None)) for v in rep.violations]

@@ -142,6 +142,21 @@ def _vmap_ref(params, xs):
     return jax.grad(lambda p: jnp.sum(jax.vmap(_net, in_axes=(None, 0))(p, xs)))(params)
 
 
+# name -> (per-device body, mesh, in_specs, out_specs, inputs of that body): what infer walks.
+BODIES = {
+    "bias_prescaled": (_bias_prescaled_body, mesh, (P("dp", "tp"), P("tp", None), P()),
+                       P("dp", None), _bias_inputs),
+    "split_kv_decode": (_split_kv_body, mesh, (P(), P("tp", None), P("tp", None)), P(),
+                        _split_kv_inputs),
+    "block_preconditioner": (_block_precond_body, mesh, P("tp", None), P("tp", None),
+                             _block_precond_inputs),
+    "max_shard_norm": (_max_shard_norm_body, mesh, P("tp", None), P(),
+                       lambda: (normal(250, (16, 8)),)),
+    "stacked_partials": (_total_body, mesh_dp, P("dp"), P(),
+                         lambda: (_partials(*_stacked_inputs()),)),
+    "vmap_grad_sum": (_vmap_grad_sum_body, mesh_dp, (P(), P("dp", None)), P(), _vmap_inputs),
+}
+
 PROGRAMS = {
     "bias_prescaled": (bias_prescaled, lambda h, w2, b: h @ w2 + b, _bias_inputs,
                        "3: Partial + Invariant -> error"),
