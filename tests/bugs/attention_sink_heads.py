@@ -1,9 +1,9 @@
 """Attention sinks (one learned logit per head) with the heads sharded over tp.
 
 Source: the attention-sink parameter of gpt-oss-style attention (`sinks[num_heads]`), which a
-tensor-parallel port must slice by the tp rank like the heads; the same class as per-head
-ALiBi slopes under TP in BLOOM's Megatron-DeepSpeed port. Listed in NVIDIA/Megatron-LM#7452's
-class of per-head parameters combined with TP-sharded heads.
+tensor-parallel port must slice by the tp rank like the heads (the issue's "attention-sink
+over TP-sharded heads" class); any per-head parameter (ALiBi slopes, per-head scales) has the
+same shape of bug.
 
 Bug line: the `jnp.concatenate` in `buggy_body`: `sinks[:h]` takes the sinks of heads 0..h-1 on
 every device (a constant slice of the replicated parameter), while the scores' head dim is

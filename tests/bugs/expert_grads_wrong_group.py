@@ -1,8 +1,9 @@
 """Expert-parallel MoE: expert gradients all-reduced over the whole data-parallel world.
 
-Source: NVIDIA/Megatron-LM#7452 and #5916 (expert parameters must be reduced over the
-expert-data-parallel group, dense ones over the full data-parallel group; mixing the two
-groups mis-counts or mixes expert gradients); NVIDIA/Megatron-LM#2263.
+Source: the issue's "expert gradients reduced over the wrong group" class. In Megatron, expert
+parameters are reduced over the expert-data-parallel group and dense ones over the full
+data-parallel group; NVIDIA/Megatron-LM#2263 asks which group is right with EP, and
+NVIDIA/Megatron-LM#5916 fixes the grad-norm side of the same EP/TP group confusion.
 
 Bug line: `return lax.psum(g, ("dp", "ep"))` in `buggy_body`: `g` is Shard(ep, 0) (each device
 holds the gradient of its own expert), so summing over ep adds the gradients of different
@@ -17,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 from bugs._common import make_mesh, normal
 
 MESH_AXES = {"dp": 2, "ep": 4}
-SOURCE = "NVIDIA/Megatron-LM#7452, NVIDIA/Megatron-LM#5916"
+SOURCE = "Megatron expert-data-parallel groups: NVIDIA/Megatron-LM#2263, #5916"
 KIND = "grad"
 JAX_REJECTS = None
 # experts [E, d, f]; tokens already dispatched: [dp, E, tokens, d] and targets [dp, E, tokens, f]

@@ -1,9 +1,13 @@
 """Gradient clipping with a per-device norm of tp-sharded gradients.
 
-Source: the BLOOM tensor-parallel desync class (Megatron-DeepSpeed: tp ranks that compute
-their clip coefficient from the norm of their own shards clip by different factors, so the
-model drifts apart across tp); meta-pytorch/torchtune#2420 (`clip_grad_norm` with TP),
-huggingface/transformers#36132 ("grad norms are not same on each rank").
+Source: the BLOOM tensor-parallel desync (bigscience-workshop/Megatron-DeepSpeed#270, #271,
+#307: weights that should be identical on every tp rank drifted apart and had to be forcibly
+synced) is the class: tp ranks that compute different clip coefficients update differently.
+Here the coefficient comes from the norm of each rank's own shards, as in
+meta-pytorch/torchtune#2420 (`clip_grad_norm` with TP) and huggingface/transformers#36132
+("grad norms are not same on each rank"). With a replicated parameter in the same clip, JAX's
+out_specs check would reject the now tp-varying replicated gradient; with only sharded
+gradients, as here, JAX accepts and every shard is clipped by the wrong factor.
 
 Bug line: `norm = jnp.sqrt(...)` in `buggy_body`: the sums run over tp-sharded gradients, so
 they are Partial(tp), and the square root is taken before the reduction.
@@ -17,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 from bugs._common import make_mesh, normal
 
 MESH_AXES = {"dp": 2, "tp": 4}
-SOURCE = "BLOOM tensor-parallel grad-clip desync; meta-pytorch/torchtune#2420"
+SOURCE = "bigscience-workshop/Megatron-DeepSpeed#271 (BLOOM TP desync); torchtune#2420"
 KIND = "forward"
 JAX_REJECTS = None
 MAX_NORM = 1.0

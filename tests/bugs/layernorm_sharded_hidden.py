@@ -1,8 +1,8 @@
 """LayerNorm statistics over a hidden dim that is sharded over tp.
 
-Source: norms over a TP-sharded hidden dim: OLMo-2's q/k-norm over the whole projection, which
-vLLM's TP port must all-gather or all-reduce for; NVIDIA/Megatron-LM#7452's GatedDeltaNet
-`out_norm` under TP; any RMSNorm/LayerNorm placed after a column-parallel layer.
+Source: norms over a TP-sharded hidden dim: OLMo-2's q/k-norm normalises the whole q/k
+projection, so vLLM's OLMo-2 `_apply_qk_norm` all-gathers q and k over tp before the norm;
+any RMSNorm/LayerNorm placed after a column-parallel layer has the same need.
 
 Bug line: `xc = x - jnp.mean(x, axis=-1, keepdims=True)` in `buggy_body`: the mean runs over the
 local shard of the Shard(tp, -1) hidden dim, so it is Partial(tp) (and divided by the local
@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 from bugs._common import make_mesh, normal
 
 MESH_AXES = {"dp": 2, "tp": 4}
-SOURCE = "OLMo-2 q/k-norm under TP (vLLM); NVIDIA/Megatron-LM#7452 GDN out_norm"
+SOURCE = "OLMo-2 q/k-norm under TP (vLLM olmo2 _apply_qk_norm)"
 KIND = "forward"
 JAX_REJECTS = None
 EPS = 1e-5

@@ -2,7 +2,7 @@
 
 Source: the gradient-accumulation / data-parallel loss bug fixed in
 huggingface/transformers#34191 ("mean of means" over micro-batches or devices with different
-numbers of non-padding tokens); the DP-loss variant appears in NVIDIA/Megatron-LM#7452.
+numbers of non-padding tokens), here across data-parallel devices.
 
 Bug line: `return lax.pmean(...)` in `buggy_body`: `jnp.sum(mask)` sums over the local shard of
 the dp-sharded batch, so the divisor is Partial(dp) and the per-device means are averaged with

@@ -1,9 +1,8 @@
 """Per-sequence loss normalised by the token count of the local sequence shard.
 
-Source: the sequence/context-parallel loss-normalisation class of NVIDIA/Megatron-LM#7452 (a
-per-sequence mean computed over the local shard of a sequence-sharded dim and then summed
-over the sequence-parallel group); the same shape of bug as the gradient-accumulation loss
-normalisation fixed in huggingface/transformers#34191.
+Source: the local-token-count normalisation fixed in huggingface/transformers#34191 (there over
+gradient-accumulation micro-batches), in its sequence/context-parallel form: each rank of the
+group that shards the sequence divides by its own token count before the cross-rank sum.
 
 Bug line: `return lax.psum(... / jnp.sum(mask, axis=-1), "tp")` in `buggy_body`: each device
 divides its partial loss sum by the token count of its own shard of the tp-sharded sequence
@@ -19,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 from bugs._common import make_mesh
 
 MESH_AXES = {"dp": 2, "tp": 4}
-SOURCE = "NVIDIA/Megatron-LM#7452 (loss normalisation over a sharded sequence)"
+SOURCE = "huggingface/transformers#34191, sequence-parallel form"
 KIND = "forward"
 JAX_REJECTS = None
 IN_SPECS = (P("dp", "tp"), P("dp", "tp"))     # [batch, seq]: batch over dp, sequence over tp
