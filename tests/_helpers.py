@@ -67,7 +67,7 @@ def local_sds(mesh: Any, spec: P, local: tuple[int, ...] = (8,), dtype: Any = jn
 
 def trace(mesh: Any, body: Callable[..., Any], in_specs: P | tuple[P, ...] = REPLICATED,
           out_specs: Any = None, *, args: Sequence[Any] | None = None,
-          local: tuple[int, ...] = (8,), smap: Any = st.shard_map, **shard_map_kw: Any) -> Any:
+          local: tuple[int, ...] = (8, 8), smap: Any = st.shard_map, **shard_map_kw: Any) -> Any:
     """Trace `smap(body)` under `jax.jit` (nothing compiled or run) and return the `Traced`.
 
     `in_specs`: one spec (one argument) or a tuple (one per argument). `args`: the arguments
