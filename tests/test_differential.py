@@ -33,6 +33,7 @@ import dataclasses
 import time
 from typing import Any
 
+import _programs as pg
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,9 +44,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped import _array, _compat, _rules
-
-import _programs as pg
+import spmdtyped.numpy as snp
+from spmdtyped import _compat, _rules
 
 N_PROGRAMS = 400      # traced programs per run (each traced twice: typed and raw)
 N_ALLOW = 120         # traced programs with every strict code opted out
@@ -57,51 +57,8 @@ STATS: collections.Counter[str] = collections.Counter()
 TIMES: dict[str, float] = collections.defaultdict(float)
 
 
-# ---------------------------------------------------------------------------------------------
-# The typed numpy: spmdtyped.numpy where it exists, else the same rule-table path by hand
-
-
-class _TypedNumpyShim:
-    """Fallback for `spmdtyped.numpy` functions: `_array.unary_op`/`nary` with `_rules`."""
-
-    @staticmethod
-    def exp(x: Any) -> Any:
-        return _array.unary_op("exp", x, jnp.exp, op="snp.exp")
-
-    @staticmethod
-    def tanh(x: Any) -> Any:
-        return _array.unary_op("tanh", x, jnp.tanh, op="snp.tanh")
-
-    @staticmethod
-    def cumsum(x: Any, axis: int | None = None) -> Any:
-        return _array.unary_op("cumsum", x, lambda r: jnp.cumsum(r, axis=axis), op="snp.cumsum")
-
-    @staticmethod
-    def flip(x: Any, axis: int | None = None) -> Any:
-        return _array.unary_op("flip", x, lambda r: jnp.flip(r, axis=axis), op="snp.flip")
-
-    @staticmethod
-    def where(c: Any, x: Any, y: Any) -> Any:
-        return _array.nary("where", [c, x, y], jnp.where, op="snp.where")
-
-
-def _typed_numpy() -> Any:
-    """`spmdtyped.numpy`, with the shim's functions where it lacks one."""
-    import types
-
-    try:
-        import spmdtyped.numpy as real
-    except ImportError:
-        return _TypedNumpyShim
-    ns = types.SimpleNamespace(**{n: getattr(real, n) for n in dir(real) if not n.startswith("_")})
-    for name in ("exp", "tanh", "cumsum", "flip", "where"):
-        if not hasattr(ns, name):
-            setattr(ns, name, getattr(_TypedNumpyShim, name))
-    return ns
-
-
 NAMESPACES = {
-    "typed": {"st": st, "snp": _typed_numpy(), "jnp": jnp, "lax": lax, "jax": jax},
+    "typed": {"st": st, "snp": snp, "jnp": jnp, "lax": lax, "jax": jax},
     # jax.lax.pvary is gone; pcast(to='varying') also casts Reduced, so st.pvary's twin is
     # JAX's own pvary primitive (private in 0.10 and 0.12, reference §2.1)
     "raw": {"jnp": jnp, "lax": lax, "jax": jax, "pvary": jax._src.core.pvary},
@@ -461,17 +418,6 @@ def test_render_source_runs_like_the_interpreter() -> None:
 
     collect()
     assert programs
-    try:
-        import spmdtyped.numpy  # noqa: F401
-    except ImportError:  # not built yet: the rendered `import spmdtyped.numpy` gets the shim
-        import sys
-        import types
-
-        mod = types.ModuleType("spmdtyped.numpy")
-        for name in ("exp", "tanh", "cumsum", "flip", "where"):
-            setattr(mod, name, getattr(_TypedNumpyShim, name))
-        sys.modules["spmdtyped.numpy"] = mod
-        st.numpy = mod  # type: ignore[attr-defined]
     for program in programs:
         for flavor in ("typed", "raw"):
             src = pg.render_source(program, flavor)
@@ -511,8 +457,6 @@ MATRIX_SPECS = {
 
 
 def _snp_names() -> list[str]:
-    import spmdtyped.numpy as snp
-
     return sorted(n for n in snp.RULES if n not in SNP_SKIP)
 
 
@@ -522,8 +466,6 @@ def test_numpy_function_matrix(name: str, state: str) -> None:
     """`st.numpy.<name>` on each input state: same state as `jnp.<name>`, or a documented
     difference (one or two operands: binary functions get the value twice)."""
     import inspect
-
-    import spmdtyped.numpy as snp
 
     gap = KNOWN_NUMPY_GAPS.get(name)
     if gap and any(s in state for s in gap[0]):

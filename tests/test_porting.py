@@ -300,14 +300,15 @@ def test_ported_programs_pass_mypy_with_the_plugin(tmp_path):
     to `st.numpy` / `st.nn` (megatron_mlp: `jax.nn.gelu(x @ w1 + b1)` takes an annotated value;
     moe: `jnp.sum` returns into an annotated result), which jax's stubs would reject."""
     pytest.importorskip("mypy")
-    import importlib.util
     import os
     import subprocess
 
-    if importlib.util.find_spec("spmdtyped.mypy_plugin") is None:
-        pytest.skip("spmdtyped.mypy_plugin has not landed")
     root = pathlib.Path(__file__).resolve().parent.parent
-    files = []
+    # a control file with a mistake only the plugin sees: proves that mypy ran with the plugin
+    control = tmp_path / "control_mistake.py"
+    control.write_text("import spmdtyped as st\nfrom spmdtyped import Reduced\n\n\n"
+                       "def f(w: Reduced['dp']) -> None:\n    st.psum(w, 'dp')\n")
+    files = [str(control)]
     for name in PROGRAMS:
         path = tmp_path / f"ported_{name}.py"
         path.write_text(_codemod.port_source((HERE / f"{name}.py").read_text())[0])
@@ -320,7 +321,11 @@ def test_ported_programs_pass_mypy_with_the_plugin(tmp_path):
     out = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(tmp_path / "mypy.ini"),
                           "--no-error-summary", *files], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600).stdout
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert [line for line in errors if line.startswith("control_mistake.py:6:")], out
+    assert [line for line in out.splitlines()
+            if line.startswith("control_mistake.py:6:") and "SPMD101" in line], out
     failing = {pathlib.Path(line.split(":")[0]).stem.removeprefix("ported_")
-               for line in out.splitlines() if ": error:" in line}
+               for line in errors} - {"control_mistake"}
     assert not failing, out
-    assert len(PROGRAMS) - len(failing) == len(PROGRAMS) >= 10
+    assert len(files) - 1 == len(PROGRAMS) >= 10
