@@ -1,4 +1,6 @@
-"""Focused regressions for disagreements the differential tests found (JAX is the oracle).
+"""Rule edge cases checked against JAX (the oracle): Reduced/Unreduced operands of scalars,
+comparisons, `where`, `reciprocal`, `var`/`std`, `%`/`//`, dynamic indexing, `pvary` (cases the
+differential tests once disagreed on).
 
 Each test runs the JAX program next to the spmdtyped one, so it keeps checking the claim on
 both JAX legs rather than freezing spmdtyped's current answer.
