@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import put
+from _helpers import REPLICATED, put
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
@@ -179,7 +179,10 @@ def test_reduced_input_spec(mesh_ij):
 
 # ----------------------------------------------------------------------------- collectives
 
-def _run(mesh, body, spec=P("i", "j"), out=P(), x=None):
+SPEC_IJ = P("i", "j")
+
+
+def _run(mesh, body, spec=SPEC_IJ, out=REPLICATED, x=None):
     x = jnp.arange(64.0).reshape(8, 8) if x is None else x
     return jax.jit(st.shard_map(body, mesh=mesh, in_specs=spec, out_specs=out))(put(mesh, x, spec))
 

@@ -400,7 +400,7 @@ def test_numerics_bit_identical(program: pg.Program) -> None:
     shards_r = sorted(((s.device.id, np.asarray(s.data)) for s in out_r.addressable_shards),
                       key=lambda p: p[0])
     assert len(shards_t) == len(shards_r)
-    for (dt, a), (dr, b) in zip(shards_t, shards_r):
+    for (dt, a), (dr, b) in zip(shards_t, shards_r, strict=True):
         assert dt == dr and a.dtype == b.dtype and a.shape == b.shape
         assert a.tobytes() == b.tobytes(), f"outputs differ on device {dt}\n{pg.describe(program)}"
     STATS["numeric programs executed (bit-identical)"] += 1

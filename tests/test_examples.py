@@ -131,7 +131,7 @@ def test_two_processes_equal_one_process(tmp_path):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    for p, out in zip(procs, outputs):
+    for p, out in zip(procs, outputs, strict=True):
         assert p.returncode == 0, out[-3000:]
     results = [json.loads((tmp_path / f"r{i}.json").read_text()) for i in range(2)]
     for r in results:
