@@ -313,20 +313,20 @@ def test_port_attributes_and_annotations():
         def f(x, w, u, r, c):
             return jax.lax.psum(x @ w, "tp")  # keep me
 
-        g = jax.shard_map(f, mesh=mesh_dp_tp, in_specs=SPECS, out_specs=P("dp"))
+        g = jax.shard_map(f, mesh=mesh, in_specs=SPECS, out_specs=P("dp"))
 
-        @partial(jax.shard_map, mesh=mesh_dp_tp, in_specs=(P("dp"),), out_specs=(P(), P("dp")))
+        @partial(jax.shard_map, mesh=mesh, in_specs=(P("dp"),), out_specs=(P(), P("dp")))
         def h(x: int):
             return x, x
 
-        @jax.shard_map(mesh=mesh_dp_tp, in_specs=specs_from_somewhere, out_specs=P())
+        @jax.shard_map(mesh=mesh, in_specs=specs_from_somewhere, out_specs=P())
         def k(x):
             return jax.lax.axis_index("dp")
 
         def m(x):
             return x
 
-        m2 = jax.shard_map(m, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P("dp"), axis_names={"dp"})
+        m2 = jax.shard_map(m, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"), axis_names={"dp"})
         ''')
     assert out == textwrap.dedent('''\
         """Doc."""
@@ -341,20 +341,20 @@ def test_port_attributes_and_annotations():
         def f(x: Varying["dp"], w: Varying["tp"], u: Unreduced["tp"], r: Typed[Varying["dp"], Reduced["tp"]], c: Invariant) -> Varying["dp"]:
             return st.lax.psum(x @ w, "tp")  # keep me
 
-        g = st.adapters.typed_shard_map(f, mesh=mesh_dp_tp, in_specs=SPECS, out_specs=P("dp"))
+        g = st.adapters.typed_shard_map(f, mesh=mesh, in_specs=SPECS, out_specs=P("dp"))
 
-        @partial(st.adapters.typed_shard_map, mesh=mesh_dp_tp, in_specs=(P("dp"),), out_specs=(P(), P("dp")))
+        @partial(st.adapters.typed_shard_map, mesh=mesh, in_specs=(P("dp"),), out_specs=(P(), P("dp")))
         def h(x: int) -> tuple[Invariant, Varying["dp"]]:
             return x, x
 
-        @st.adapters.typed_shard_map(mesh=mesh_dp_tp, in_specs=specs_from_somewhere, out_specs=P())
+        @st.adapters.typed_shard_map(mesh=mesh, in_specs=specs_from_somewhere, out_specs=P())
         def k(x) -> Invariant:
             return st.lax.axis_index("dp")
 
         def m(x):
             return x
 
-        m2 = st.adapters.typed_shard_map(m, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P("dp"), axis_names={"dp"})
+        m2 = st.adapters.typed_shard_map(m, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"), axis_names={"dp"})
         ''')
 
 
