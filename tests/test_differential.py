@@ -106,7 +106,7 @@ def _retry_literal(program: pg.Program, step: pg.Step, env: list[Any]) -> Any:
     return fn(cr, x) if step.p("literal_first") else fn(x, cr)
 
 
-def trace(program: pg.Program, flavor: str, mesh: Any, args: Any, *, jit_run: bool = False
+def record_program(program: pg.Program, flavor: str, mesh: Any, args: Any, *, jit_run: bool = False
           ) -> tuple[list[Rec], Any]:
     """Trace (or with `jit_run`, execute) `program` in one flavour. Records: one per input,
     one per step run, and one for the shard_map boundary (`out_specs`)."""
@@ -311,8 +311,8 @@ def run_differential(program: pg.Program) -> str:
     mesh = mesh_of(program)
     args = abstract_args(program, mesh)
     t0 = time.perf_counter()
-    typed, _ = trace(program, "typed", mesh, args)
-    raw, _ = trace(program, "raw", mesh, args)
+    typed, _ = record_program(program, "typed", mesh, args)
+    raw, _ = record_program(program, "raw", mesh, args)
     TIMES["trace"] += time.perf_counter() - t0
     STATS["programs"] += 1
     STATS["steps"] += len(program.steps)
@@ -357,8 +357,8 @@ def test_differential_allow_mode_follows_jax(program: pg.Program) -> None:
     mesh = mesh_of(program)
     args = abstract_args(program, mesh)
     with st.allow(*STRICT_CODES):
-        typed, _ = trace(program, "typed", mesh, args)
-    raw, _ = trace(program, "raw", mesh, args)
+        typed, _ = record_program(program, "typed", mesh, args)
+    raw, _ = record_program(program, "raw", mesh, args)
     outcome = compare(program, typed, raw)
     STATS[f"allow mode: {outcome}"] += 1
     last = typed[-1]
@@ -379,15 +379,15 @@ def test_numerics_bit_identical(program: pg.Program) -> None:
     mesh = mesh_of(program)
     t0 = time.perf_counter()
     abstract = abstract_args(program, mesh)
-    typed, _ = trace(program, "typed", mesh, abstract)
-    raw, _ = trace(program, "raw", mesh, abstract)
+    typed, _ = record_program(program, "typed", mesh, abstract)
+    raw, _ = record_program(program, "raw", mesh, abstract)
     outcome = compare(program, typed, raw)
     STATS["numeric programs generated"] += 1
     if outcome != "both accept":
         return
     args = concrete_args(program, mesh, seed=len(program.steps))
-    rec_t, out_t = trace(program, "typed", mesh, args, jit_run=True)
-    rec_r, out_r = trace(program, "raw", mesh, args, jit_run=True)
+    rec_t, out_t = record_program(program, "typed", mesh, args, jit_run=True)
+    rec_r, out_r = record_program(program, "raw", mesh, args, jit_run=True)
     if out_t is None or out_r is None:
         # e.g. jax 0.12 refuses to lower a ppermute over axes out of mesh order (RuntimeError):
         # not a state error; both must fail the same way
@@ -423,7 +423,7 @@ def test_render_source_runs_like_the_interpreter() -> None:
             src = pg.render_source(program, flavor)
             ns: dict[str, Any] = {}
             mesh = mesh_of(program)
-            recs, _ = trace(program, flavor, mesh, abstract_args(program, mesh))
+            recs, _ = record_program(program, flavor, mesh, abstract_args(program, mesh))
             if all(r.ok for r in recs):
                 exec(compile(src, f"<{flavor} program>", "exec"), ns)  # noqa: S102
                 assert "TRACE" in ns
@@ -481,8 +481,8 @@ def test_numpy_function_matrix(name: str, state: str) -> None:
     program = pg.Program((2, 4), (inp,), (step,), 1, pg.Spec((("j",),) if "V:j" in state else ()))
     mesh = mesh_of(program)
     args = abstract_args(program, mesh)
-    typed, _ = trace(program, "typed", mesh, args)
-    raw, _ = trace(program, "raw", mesh, args)
+    typed, _ = record_program(program, "typed", mesh, args)
+    raw, _ = record_program(program, "raw", mesh, args)
     typed, raw = typed[:2], raw[:2]  # the step itself (not the out_specs boundary)
     compare(program, typed, raw)
 
