@@ -1,0 +1,91 @@
+"""Rules of composite forms: traced indexing (`x[i]`, `jnp.take`), constructors (with the fill
+join of `full`/`full_like`) and `.at[i].<method>(v)` updates. Each is a small function of the
+elementwise rules and the lattice; the runtime (`_array`, `numpy`) and the mypy plugin call
+these instead of re-deriving them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._errors import error
+from .combine import combine, unary
+from .elementwise import LITERAL, Operand
+from .features import CONSERVATIVE, Features
+from .states import INVARIANT, SpmdType, fmt_axes
+
+
+def dynamic_index_type(t: SpmdType, index_types: Sequence[SpmdType],
+                       features: Features = CONSERVATIVE, *, op: str = "indexing") -> SpmdType:
+    """`x[i]` with traced indices (dynamic_slice): the value's unary rule (Unreduced rejected,
+    Reduced kept), then JAX's auto-cast of the value to the indices' varying axes (reduced ->
+    varying on exactly its reduced axes, else pvary). The indices get no reduced check:
+    `x[axis_index('j')]` on `Reduced['i']` is `Typed[Varying['j'], Reduced['i']]`."""
+    out = unary("dynamic_slice", t, features, op=op)
+    rest = frozenset().union(*(i.varying for i in index_types)) - out.varying
+    if not rest:
+        return out
+    if out.reduced == rest:
+        return out.replace(reduced=frozenset(), varying=out.varying | rest)
+    bad = out.reduced & rest
+    if bad:
+        raise error("SPMD205", f"{op}: the value is Reduced on {sorted(out.reduced)} but the index "
+                    f"is Varying on {sorted(rest)}: JAX casts Reduced to Varying only on exactly "
+                    f"the Reduced axes", axes=sorted(bad), states=out.states(sorted(bad)), op=op,
+                    fix=f"st.pcast(x, {fmt_axes(sorted(out.reduced))}, to='varying')")
+    return out.replace(varying=out.varying | rest)
+
+
+#: constructors whose value does not depend on their argument's data: Varying is kept (JAX
+#: pvarys the constant), Unreduced and Reduced are dropped (a fresh constant is Invariant).
+LIKE_CONSTRUCTORS = ("zeros_like", "ones_like", "full_like", "empty_like")
+#: constructors from shapes: always Invariant
+CONSTRUCTORS = ("zeros", "ones", "full", "empty", "arange", "linspace", "eye")
+
+
+def constructor_type(name: str, like: SpmdType | None = None) -> SpmdType:
+    """The state of `jnp.<name>(...)`: `zeros_like(x)` is Varying where x is, else Invariant."""
+    if name in LIKE_CONSTRUCTORS and like is not None:
+        return SpmdType(varying=like.varying)
+    if name in LIKE_CONSTRUCTORS or name in CONSTRUCTORS:
+        return INVARIANT
+    raise KeyError(name)
+
+
+def fill_type(t: SpmdType, fill: Operand | None, features: Features = CONSERVATIVE, *,
+              op: str = "st.numpy.full") -> SpmdType:
+    """`full(shape, fill)` / `full_like(a, fill)`: the constructor's state `t` joined with a
+    traced fill value's state (the fill flows into every element); a Python scalar or no fill
+    changes nothing."""
+    if fill is None or fill is LITERAL:
+        return t
+    assert isinstance(fill, SpmdType)
+    return combine("add", [t, fill], features, op=op).type
+
+
+def take_type(t: SpmdType, index: Operand, features: Features = CONSERVATIVE, *,
+              op: str = "st.numpy.take") -> SpmdType:
+    """`jnp.take(a, indices)`: with a constant index (a literal or an Invariant array) the unary
+    `take` rule of `a`; with a traced, varying index the n-ary `take` rule of (a, indices)."""
+    if index is LITERAL or (isinstance(index, SpmdType) and not index.axes):
+        return unary("take", t, features, op=op)
+    return combine("take", [t, index], features, op=op).type
+
+
+#: `.at[i].<method>(v)` -> its scatter rule (an `ELEMENTWISE` key)
+AT_METHODS: dict[str, str] = {"set": "at_set", "add": "at_add", "multiply": "at_mul",
+                              "min": "at_min", "max": "at_max"}
+
+
+def at_update_type(method: str, t: SpmdType, value: Operand, features: Features = CONSERVATIVE,
+                   *, op: str | None = None) -> SpmdType:
+    """`x.at[i].<method>(v)`: the scatter rule applied to `x` and to a traced `v`, joined as
+    data flows into the result (`combine("add", ...)`: the updated elements carry v's state,
+    the others x's). A Python scalar `v` adds nothing."""
+    rule = AT_METHODS[method]
+    op = op or f".at[].{method}()"
+    out = unary(rule, t, features, op=op)
+    if value is LITERAL:
+        return out
+    assert isinstance(value, SpmdType)
+    return combine("add", [out, unary(rule, value, features, op=op)], features, op=op).type
