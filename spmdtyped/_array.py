@@ -255,7 +255,8 @@ def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()
     raw, t = operand(x)
     assert isinstance(t, SpmdType)
     if not (t.unreduced or t.reduced):
-        return checked(op, jnp.mean(raw, axis=axis, keepdims=keepdims), _rules.unary("mean", t))
+        return checked(op, jnp.mean(raw, axis=axis, keepdims=keepdims),
+                       _rules.mean_type(t, _compat.FEATURES, op=op))
     total = unary_op("sum", x, lambda r: jnp.sum(r, axis=axis, keepdims=keepdims), op=op)
     n = int(np.prod([raw.shape[a] for a in ((axis,) if isinstance(axis, int) else (axis or range(raw.ndim)))]))
     return binary("div", total, float(n), op=op)

@@ -125,7 +125,8 @@ def pbroadcast(x: Any, axis_name: Any, source: Any) -> Any:
     JAX has no CPU lowering for pbroadcast; it traces and type-checks everywhere.
     """
     return _axis_op("pbroadcast", "st.pbroadcast", x, axis_name,
-                    lambda r, a: _compat.pbroadcast(r, a, source))
+                    # jax.lax.pbroadcast reads a str axis name as a sequence of one-letter axes
+                    lambda r, a: _compat.pbroadcast(r, (a,) if isinstance(a, str) else a, source))
 
 
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,

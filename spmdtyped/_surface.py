@@ -27,6 +27,7 @@ from ._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
 #: "take"   -- `functions.take_type`: unary with a constant index, n-ary with a traced one
 #: "like"   -- `constructor_type(name, like=first argument)` (full_like: `functions.fill_type`)
 #: "new"    -- `constructor_type(name)` (full: `functions.fill_type`)
+#: "mean"   -- `functions.mean_type`: jnp.mean, or sum then a Python-scalar division
 #: "index"  -- `x[i]`: `unary("getitem")` static, `functions.dynamic_index_type` traced
 #: "at"     -- `functions.at_update_type`
 #: "axis"   -- a collective or cast: `axis_op` with the row's `AXIS_OPS` entry
@@ -95,7 +96,7 @@ UNARY_OPERATORS: tuple[Row, ...] = (
 
 METHODS: tuple[Row, ...] = (
     *(Row(f"x.{n}()", "method", n, n, 1, "unary", f"jax.numpy.{n}") for n in ("sum", "max", "min")),
-    Row("x.mean()", "method", "mean", "mean", 1, "unary", "jax.numpy.mean"),
+    Row("x.mean()", "method", "mean", "mean", 1, "mean", "jax.numpy.mean"),
     *(Row(f"x.{n}(...)", "method", n, n, 1, "unary", f"jax.Array.{n}")
       for n in ("reshape", "transpose", "astype", "squeeze", "ravel")),
 )
@@ -140,7 +141,7 @@ _NUMPY: tuple[tuple[str, str, str], ...] = (
     *((n, r, "unary") for n, r in (("sum", "sum"), ("max", "max"), ("min", "min"),
                                    ("amax", "max"), ("amin", "min"), ("prod", "prod"),
                                    ("var", "var"), ("std", "std"))),
-    ("mean", "mean", "unary"),
+    ("mean", "mean", "mean"),
     *((n, n, "unary") for n in ("cumsum", "cumprod", "argmax", "argmin", "flip", "sort")),
     *((n, n, "unary") for n in ("reshape", "transpose", "swapaxes", "moveaxis", "expand_dims",
                                 "squeeze", "ravel", "broadcast_to", "roll", "tile", "repeat",
@@ -151,7 +152,7 @@ _NUMPY: tuple[tuple[str, str, str], ...] = (
     *((n, n, "like") for n in LIKE_CONSTRUCTORS),
     *((n, n, "new") for n in CONSTRUCTORS),
 )
-_ARITY = {"unary": 1, "like": 1, "new": 0, "binary": 2, "take": 2, "nary": 3,
+_ARITY = {"unary": 1, "mean": 1, "like": 1, "new": 0, "binary": 2, "take": 2, "nary": 3,
           "join": 2, "einsum": 2}
 
 NUMPY: tuple[Row, ...] = tuple(

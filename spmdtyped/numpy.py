@@ -239,11 +239,11 @@ def _reduction(row: _surface.Row) -> None:
 
 _MAKERS: dict[str, Callable[[_surface.Row], None]] = {
     "unary": _unary, "binary": _binary, "nary": _nary, "join": _join, "einsum": _einsum,
-    "take": _take, "like": _like, "new": _new}
+    "take": _take, "like": _like, "new": _new, "mean": _mean}
 #: rows whose spelling depends on dtypes or that reduce over local dimensions
 _SPECIAL: dict[str, Callable[[_surface.Row], None]] = {
     **dict.fromkeys(("logical_not", "logical_and", "logical_or", "logical_xor"), _logical),
-    "real": _real_imag, "imag": _real_imag, "mean": _mean,
+    "real": _real_imag, "imag": _real_imag,
     **dict.fromkeys(("sum", "max", "min", "amax", "amin", "prod", "var", "std"), _reduction),
 }
 

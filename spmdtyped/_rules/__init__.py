@@ -58,9 +58,11 @@ from .functions import (
     CONSTRUCTORS,
     LIKE_CONSTRUCTORS,
     at_update_type,
+    auto_cast,
     constructor_type,
     dynamic_index_type,
     fill_type,
+    mean_type,
     take_type,
 )
 from .lattice import (
@@ -96,7 +98,9 @@ def __getattr__(name: str) -> Any:
 
         value: Any = {
             "NUMPY_FUNCTIONS": {r.name: r.rule for r in _surface.NUMPY},
-            "NUMPY_BINDINGS": {r.name: r.binding for r in _surface.NUMPY},
+            # "mean" is typed by `mean_type`; older readers bind it as a unary rule
+            "NUMPY_BINDINGS": {r.name: "unary" if r.binding == "mean" else r.binding
+                               for r in _surface.NUMPY},
             "NN_FUNCTIONS": {r.name: r.rule for r in _surface.NN},
             "NN_BINDINGS": {r.name: r.binding for r in _surface.NN},
             "FUNCTION_BINDINGS": _surface.FUNCTION_BINDINGS,
@@ -114,10 +118,10 @@ __all__ = [
     "PRIMITIVE_OPERANDS", "REINTERPRETING_CASTS", "REJECT", "STRICTER_THAN_JAX", "TRANSPOSES",
     "UNREDUCED_KINDS", "AxisOp", "Combined", "ElementwiseRule", "Feature", "Features", "I",
     "Linearity", "Operand", "Outcome", "R", "SpmdType", "State", "U", "V", "all_gather_op",
-    "at_update_type", "axis_index_type", "axis_op", "binary", "branch_labels",
+    "at_update_type", "auto_cast", "axis_index_type", "axis_op", "binary", "branch_labels",
     "check_axes_known", "check_cotangent", "check_full_manual", "check_out_spec", "combine",
     "constructor_type", "cotangent", "custom_op_type", "dynamic_index_type", "fill_type",
     "flow_state", "fmt_axes", "free_casts", "grad_loss_type", "hint_text", "in_spec_type",
-    "join_carry", "join_state", "normalize_axes", "parse_states", "pcast_op", "predicate_labels",
+    "join_carry", "join_state", "mean_type", "normalize_axes", "parse_states", "pcast_op", "predicate_labels",
     "predicate_type", "spec_text", "take_type", "unary", "widen_under_predicate",
 ]

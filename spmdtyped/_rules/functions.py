@@ -9,31 +9,38 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._errors import error
-from .combine import combine, unary
+from .combine import binary, combine, unary
 from .elementwise import LITERAL, Operand
 from .features import CONSERVATIVE, Features
 from .states import INVARIANT, SpmdType, fmt_axes
 
 
+def auto_cast(t: SpmdType, varying: frozenset[str], *, op: str, what: str = "the value") -> SpmdType:
+    """JAX's auto-cast of an operand of type `t` to the `varying` axes of the other operands
+    (`core.auto_insert_reshard`): Reduced -> Varying when it is Reduced on exactly the missing
+    axes, else pvary, which JAX refuses for a value Reduced on any of them (SPMD205)."""
+    rest = varying - t.varying
+    if not rest:
+        return t
+    if t.reduced == rest:
+        return t.replace(reduced=frozenset(), varying=t.varying | rest)
+    bad = t.reduced & rest
+    if bad:
+        raise error("SPMD205", f"{op}: {what} is Reduced on {sorted(t.reduced)} but another "
+                    f"operand is Varying on {sorted(rest)}: JAX casts Reduced to Varying only on "
+                    f"exactly the Reduced axes", axes=sorted(bad), states=t.states(sorted(bad)),
+                    op=op, fix=f"st.pcast(x, {fmt_axes(sorted(t.reduced))}, to='varying')")
+    return t.replace(varying=t.varying | rest)
+
+
 def dynamic_index_type(t: SpmdType, index_types: Sequence[SpmdType],
                        features: Features = CONSERVATIVE, *, op: str = "indexing") -> SpmdType:
     """`x[i]` with traced indices (dynamic_slice): the value's unary rule (Unreduced rejected,
-    Reduced kept), then JAX's auto-cast of the value to the indices' varying axes (reduced ->
-    varying on exactly its reduced axes, else pvary). The indices get no reduced check:
-    `x[axis_index('j')]` on `Reduced['i']` is `Typed[Varying['j'], Reduced['i']]`."""
+    Reduced kept), then JAX's auto-cast of the value to the indices' varying axes
+    (`auto_cast`). The indices get no reduced check: `x[axis_index('j')]` on `Reduced['i']`
+    is `Typed[Varying['j'], Reduced['i']]`."""
     out = unary("dynamic_slice", t, features, op=op)
-    rest = frozenset().union(*(i.varying for i in index_types)) - out.varying
-    if not rest:
-        return out
-    if out.reduced == rest:
-        return out.replace(reduced=frozenset(), varying=out.varying | rest)
-    bad = out.reduced & rest
-    if bad:
-        raise error("SPMD205", f"{op}: the value is Reduced on {sorted(out.reduced)} but the index "
-                    f"is Varying on {sorted(rest)}: JAX casts Reduced to Varying only on exactly "
-                    f"the Reduced axes", axes=sorted(bad), states=out.states(sorted(bad)), op=op,
-                    fix=f"st.pcast(x, {fmt_axes(sorted(out.reduced))}, to='varying')")
-    return out.replace(varying=out.varying | rest)
+    return auto_cast(out, frozenset().union(*(i.varying for i in index_types)), op=op)
 
 
 #: constructors whose value does not depend on their argument's data: Varying is kept (JAX
@@ -79,13 +86,26 @@ AT_METHODS: dict[str, str] = {"set": "at_set", "add": "at_add", "multiply": "at_
 
 def at_update_type(method: str, t: SpmdType, value: Operand, features: Features = CONSERVATIVE,
                    *, op: str | None = None) -> SpmdType:
-    """`x.at[i].<method>(v)`: the scatter rule applied to `x` and to a traced `v`, joined as
-    data flows into the result (`combine("add", ...)`: the updated elements carry v's state,
-    the others x's). A Python scalar `v` adds nothing."""
+    """`x.at[i].<method>(v)`: JAX first auto-casts `x` and a traced `v` to their common varying
+    axes (`auto_cast`), then applies the scatter rule to each and joins them as data flows into
+    the result (`combine("add", ...)`: the updated elements carry v's state, the others x's).
+    A Python scalar `v` adds nothing."""
     rule = AT_METHODS[method]
     op = op or f".at[].{method}()"
-    out = unary(rule, t, features, op=op)
     if value is LITERAL:
-        return out
+        return unary(rule, t, features, op=op)
     assert isinstance(value, SpmdType)
-    return combine("add", [out, unary(rule, value, features, op=op)], features, op=op).type
+    varying = t.varying | value.varying
+    t = auto_cast(t, varying, op=op, what="the array")
+    value = auto_cast(value, varying, op=op, what="the update")
+    return combine("add", [unary(rule, t, features, op=op), unary(rule, value, features, op=op)],
+                   features, op=op).type
+
+
+def mean_type(t: SpmdType, features: Features = CONSERVATIVE, *, op: str = "mean") -> SpmdType:
+    """`jnp.mean(x)` / `x.mean()`: as jnp.mean for Invariant/Varying values (unary `mean`);
+    an Unreduced or Reduced value is summed, then divided by a Python scalar (the scalar rule
+    of `binary`; JAX rejects jnp.mean there)."""
+    if not (t.unreduced or t.reduced):
+        return unary("mean", t, features, op=op)
+    return binary("div", unary("sum", t, features, op=op), LITERAL, features, op=op).type
