@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from .. import _errors
+from .._errors import allowed
 
 
 def _flag(doc: str) -> bool:
@@ -74,8 +74,15 @@ JAX_0_12 = Features("jax 0.12", unreduced_kind=True, unreduced_sub_neg=True, unr
 CONSERVATIVE = JAX_0_10
 
 
+#: the codes `st.allow` can turn a memoised rule's result around with (the rules consult
+#: `allowed(code)` for these only)
+RULE_ALLOWANCES = ("SPMD103", "SPMD202")
+_KEYS = {(a, b): frozenset(c for c, on in zip(RULE_ALLOWANCES, (a, b), strict=True) if on)
+         for a in (False, True) for b in (False, True)}
+
+
 def active_allowances() -> frozenset[str]:
-    """The codes `st.allow` opts out of right now (part of every memoised rule's key)."""
-    # the module attribute, not a function-level import: that import cost ~2 us per op while
-    # tracing. TODO(errors helper): a public accessor in `_errors`.
-    return _errors._ALLOWED.get()
+    """Which of `RULE_ALLOWANCES` `st.allow` opts out of right now: part of every memoised
+    rule's key, so that a result under `st.allow` is never served outside it (two context
+    variable reads per op while tracing)."""
+    return _KEYS[allowed("SPMD103"), allowed("SPMD202")]
