@@ -209,11 +209,14 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
     return checked(op, bind(ra, rb), res.type)
 
 
-def nary(name: str, args: list[Any], bind: Callable[..., Any], *, op: str) -> Any:
-    """An n-operand op (where, concatenate, einsum, ...) typed by `combine`."""
+def nary(rule: str | Callable[[list[Operand]], _rules.Combined], args: list[Any],
+         bind: Callable[..., Any], *, op: str) -> Any:
+    """An n-operand op (where, concatenate, einsum, ...) typed by `combine` of rule `rule`, or
+    by `rule(types)` when it is a function of the operand types (`_rules.where_type`)."""
     raws, types = zip(*(operand(a) for a in args), strict=True) if args else ((), ())
     raws = list(raws)
-    res = _rules.combine(name, list(types), _compat.FEATURES, op=op)
+    res = (_rules.combine(rule, list(types), _compat.FEATURES, op=op) if isinstance(rule, str)
+           else rule(list(types)))
     if res.literal_reduced:
         like = next(r for r, t in zip(raws, types, strict=True) if t is not LITERAL)
         raws = [_cast_literal(r, like, res.literal_reduced) if t is LITERAL else r

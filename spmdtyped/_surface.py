@@ -21,7 +21,7 @@ from ._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
 #: how a function or method applies its rule to its arguments:
 #: "unary"  -- the first argument only (further arguments are shapes, axes, shifts): `unary`
 #: "binary" -- the two arguments, as the operators bind them: `binary`
-#: "nary"   -- every array argument (`where`): `combine`
+#: "where"  -- `functions.where_type`: `combine` of (cond, x, y) after 0.12's x/y auto-cast
 #: "join"   -- the arrays of a sequence (`concatenate`, `stack`): `combine`
 #: "einsum" -- the operands after the subscripts string: `combine`
 #: "take"   -- `functions.take_type`: unary with a constant index, n-ary with a traced one
@@ -137,7 +137,7 @@ _NUMPY: tuple[tuple[str, str, str], ...] = (
     # real/imag of a real array need no primitive (st.numpy types them as copy / zeros_like);
     # the rule here is the complex one
     ("imag", "imag", "unary"), ("real", "real", "unary"),
-    ("where", "where", "nary"),
+    ("where", "where", "where"),
     *((n, r, "unary") for n, r in (("sum", "sum"), ("max", "max"), ("min", "min"),
                                    ("amax", "max"), ("amin", "min"), ("prod", "prod"),
                                    ("var", "var"), ("std", "std"))),
@@ -152,7 +152,7 @@ _NUMPY: tuple[tuple[str, str, str], ...] = (
     *((n, n, "like") for n in LIKE_CONSTRUCTORS),
     *((n, n, "new") for n in CONSTRUCTORS),
 )
-_ARITY = {"unary": 1, "mean": 1, "like": 1, "new": 0, "binary": 2, "take": 2, "nary": 3,
+_ARITY = {"unary": 1, "mean": 1, "like": 1, "new": 0, "binary": 2, "take": 2, "where": 3,
           "join": 2, "einsum": 2}
 
 NUMPY: tuple[Row, ...] = tuple(

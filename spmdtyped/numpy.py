@@ -92,14 +92,15 @@ def _binary(row: _surface.Row) -> None:
     _register(row.name, f, "binary")
 
 
-def _nary(row: _surface.Row) -> None:  # where
-    rule, jfn, op = row.rule, _jfn(row), f"st.numpy.{row.name}"
+def _where(row: _surface.Row) -> None:
+    jfn, op = _jfn(row), f"st.numpy.{row.name}"
 
     def f(condition: Any, x: Any = None, y: Any = None, /) -> Any:
         if x is None or y is None:
             raise TypeError(f"{op}: the one-argument form (nonzero) has a data-dependent shape "
                             f"and is not supported; pass x and y")
-        return nary(rule, [condition, x, y], jfn, op=op)
+        return nary(lambda types: _rules.where_type(*types, _compat.FEATURES, op=op),
+                    [condition, x, y], jfn, op=op)
 
     _register(row.name, f, "selection")
 
@@ -238,7 +239,7 @@ def _reduction(row: _surface.Row) -> None:
 
 
 _MAKERS: dict[str, Callable[[_surface.Row], None]] = {
-    "unary": _unary, "binary": _binary, "nary": _nary, "join": _join, "einsum": _einsum,
+    "unary": _unary, "binary": _binary, "where": _where, "join": _join, "einsum": _einsum,
     "take": _take, "like": _like, "new": _new, "mean": _mean}
 #: rows whose spelling depends on dtypes or that reduce over local dimensions
 _SPECIAL: dict[str, Callable[[_surface.Row], None]] = {

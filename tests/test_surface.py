@@ -253,8 +253,11 @@ def _numpy_case(row: _surface.Row, vals: dict[SpmdType, Any], states: tuple[Spmd
             (lambda: f(ops[0], *NUMPY_ARGS.get(row.name, ())))
     if b == "binary":
         return (lambda: _rules.binary(rule, states[0], states[1], F)), (lambda: f(ops[0], ops[1]))
-    if b == "nary":
-        return (lambda: _rules.combine(rule, list(states), F)), (lambda: f(ops[0] > 0, ops[1], ops[2]))
+    if b == "where":
+        # the condition `c > 0` is typed by the `gt` rule with a literal
+        cond = _rules.binary("gt", states[0], _rules.LITERAL, F).type
+        return (lambda: _rules.where_type(cond, states[1], states[2], F)), \
+            (lambda: f(ops[0] > 0, ops[1], ops[2]))
     if b == "join":
         return (lambda: _rules.combine(rule, list(states), F)), (lambda: f([ops[0], ops[1]]))
     if b == "einsum":
@@ -272,7 +275,7 @@ def _numpy_case(row: _surface.Row, vals: dict[SpmdType, Any], states: tuple[Spmd
 @pytest.mark.parametrize("row", _surface.NUMPY, ids=lambda r: r.name)
 def test_numpy_row(row: _surface.Row) -> None:
     assert callable(getattr(snp, row.name)), row.name
-    n = {"unary": 1, "mean": 1, "like": 1, "take": 1, "new": 0, "nary": 3}.get(row.binding, 2)
+    n = {"unary": 1, "mean": 1, "like": 1, "take": 1, "new": 0, "where": 3}.get(row.binding, 2)
     # three operands: every state of the branches under an Invariant / Varying condition
     cases = ([(c, a, b) for c in STATES[:2] for a in STATES for b in STATES] if n == 3
              else list(itertools.product(STATES, repeat=n)))

@@ -64,6 +64,7 @@ from .functions import (
     fill_type,
     mean_type,
     take_type,
+    where_type,
 )
 from .lattice import (
     BODY_LABELS,
@@ -92,14 +93,18 @@ _SURFACE_VIEWS = ("NUMPY_FUNCTIONS", "NUMPY_BINDINGS", "NN_FUNCTIONS", "NN_BINDI
                   "FUNCTION_BINDINGS")
 
 
+_OLD_BINDINGS = {"mean": "unary", "where": "nary"}
+
+
 def __getattr__(name: str) -> Any:
     if name in _SURFACE_VIEWS:
         from .. import _surface
 
         value: Any = {
             "NUMPY_FUNCTIONS": {r.name: r.rule for r in _surface.NUMPY},
-            # "mean" is typed by `mean_type`; older readers bind it as a unary rule
-            "NUMPY_BINDINGS": {r.name: "unary" if r.binding == "mean" else r.binding
+            # "mean"/"where" are typed by `mean_type`/`where_type`; older readers bind them
+            # as the unary / n-ary rule of the same name
+            "NUMPY_BINDINGS": {r.name: _OLD_BINDINGS.get(r.binding, r.binding)
                                for r in _surface.NUMPY},
             "NN_FUNCTIONS": {r.name: r.rule for r in _surface.NN},
             "NN_BINDINGS": {r.name: r.binding for r in _surface.NN},
@@ -123,5 +128,5 @@ __all__ = [
     "constructor_type", "cotangent", "custom_op_type", "dynamic_index_type", "fill_type",
     "flow_state", "fmt_axes", "free_casts", "grad_loss_type", "hint_text", "in_spec_type",
     "join_carry", "join_state", "mean_type", "normalize_axes", "parse_states", "pcast_op", "predicate_labels",
-    "predicate_type", "spec_text", "take_type", "unary", "widen_under_predicate",
+    "predicate_type", "spec_text", "take_type", "unary", "where_type", "widen_under_predicate",
 ]

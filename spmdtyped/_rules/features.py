@@ -27,6 +27,7 @@ class Feature(enum.Enum):
     REDUCE_MAX_KEEPS_REDUCED = "reduce_max_keeps_reduced"
     GATHER_KEEPS_REDUCED = "gather_keeps_reduced"
     MOD_REDUCED_DIVISOR = "mod_reduced_divisor"
+    WHERE_PAIRWISE_CAST = "where_pairwise_cast"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,10 @@ class Features:
         "0.12: jnp.take of a Reduced value stays Reduced; 0.10 drops the Reduced state")
     mod_reduced_divisor: bool = _flag(
         "0.12: mod(V:i, R:i) -> V:i; 0.10 rejects a Reduced divisor of % and //")
+    where_pairwise_cast: bool = _flag(
+        "0.12: jnp.where auto-casts x and y to each other before the condition, so a Reduced "
+        "branch must be Reduced on exactly the other branch's extra Varying axes; 0.10 casts "
+        "the three operands together")
 
     def has(self, flag: Feature | None) -> bool:
         """Whether this JAX has `flag` (`None`: a rule every version has)."""
@@ -63,13 +68,14 @@ class Features:
             Feature.REDUCE_MAX_KEEPS_REDUCED: self.reduce_max_keeps_reduced,
             Feature.GATHER_KEEPS_REDUCED: self.gather_keeps_reduced,
             Feature.MOD_REDUCED_DIVISOR: self.mod_reduced_divisor,
+            Feature.WHERE_PAIRWISE_CAST: self.where_pairwise_cast,
         }[flag]
 
 
 JAX_0_10 = Features("jax 0.10")
 JAX_0_12 = Features("jax 0.12", unreduced_kind=True, unreduced_sub_neg=True, unreduced_div=True,
                     reduce_max_keeps_reduced=True, gather_keeps_reduced=True,
-                    mod_reduced_divisor=True)
+                    mod_reduced_divisor=True, where_pairwise_cast=True)
 #: What the mypy plugin assumes unless configured: only what every supported JAX allows.
 CONSERVATIVE = JAX_0_10
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from .._errors import error
 from .combine import binary, combine, unary
-from .elementwise import LITERAL, Operand
+from .elementwise import LITERAL, Combined, Operand
 from .features import CONSERVATIVE, Features
 from .states import INVARIANT, SpmdType, fmt_axes
 
@@ -109,3 +109,14 @@ def mean_type(t: SpmdType, features: Features = CONSERVATIVE, *, op: str = "mean
     if not (t.unreduced or t.reduced):
         return unary("mean", t, features, op=op)
     return binary("div", unary("sum", t, features, op=op), LITERAL, features, op=op).type
+
+
+def where_type(cond: Operand, x: Operand, y: Operand, features: Features = CONSERVATIVE, *,
+               op: str = "st.numpy.where") -> Combined:
+    """`jnp.where(cond, x, y)`: the `where` rule of (cond, x, y), after JAX 0.12's pairwise
+    auto-cast of `x` and `y` (`Features.where_pairwise_cast`; SPMD205 where it fails)."""
+    if features.where_pairwise_cast and isinstance(x, SpmdType) and isinstance(y, SpmdType):
+        varying = x.varying | y.varying
+        x = auto_cast(x, varying, op=op, what="x")
+        y = auto_cast(y, varying, op=op, what="y")
+    return combine("where", [cond, x, y], features, op=op)
