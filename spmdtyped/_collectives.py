@@ -59,15 +59,8 @@ def _axis_op(rule: str, op: str, x: Any, axis_name: Any,
 
 
 def _full_manual_only(op: str) -> None:
-    """Unreduced/Reduced values exist only in full-manual shard_map: in a partial-manual one JAX
-    raises a bare AssertionError on every op on them (reference Q15, differential tests)."""
     mesh_axes, manual = _compat.current_mesh()
-    if len(manual) < len(mesh_axes):
-        raise error("SPMD403", f"{op}: Unreduced/Reduced values need a full-manual shard_map, "
-                    f"but only {list(manual)} of {list(mesh_axes)} are manual here (JAX fails "
-                    f"with a bare AssertionError on any op on such a value)", op=op,
-                    fix="make every mesh axis manual (st.shard_map without axis_names), or keep "
-                        "the value Varying")
+    _rules.check_full_manual_value(manual, mesh_axes, op=op)
 
 
 def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:

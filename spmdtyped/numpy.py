@@ -65,6 +65,11 @@ def _register(name: str, fn: Callable[..., Any], kind: str) -> None:
     globals()[name] = fn
 
 
+def _rule(row: _surface.Row) -> str:
+    assert row.rule is not None, row  # every st.numpy row names a rule
+    return row.rule
+
+
 def _jfn(row: _surface.Row) -> Callable[..., Any]:
     return getattr(jnp, row.jax.removeprefix("jax.numpy."))  # type: ignore[no-any-return]
 
@@ -73,7 +78,7 @@ def _jfn(row: _surface.Row) -> Callable[..., Any]:
 
 
 def _unary(row: _surface.Row) -> None:
-    rule, jfn, op = row.rule, _jfn(row), f"st.numpy.{row.name}"
+    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(x: Any, *args: Any, **kwargs: Any) -> Any:
         args = tuple(unwrap(a) for a in args)
@@ -84,7 +89,7 @@ def _unary(row: _surface.Row) -> None:
 
 
 def _binary(row: _surface.Row) -> None:
-    rule, jfn, op = row.rule, _jfn(row), f"st.numpy.{row.name}"
+    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(x1: Any, x2: Any, /) -> Any:
         return binary(rule, x1, x2, op=op, bind=jfn)
@@ -99,14 +104,14 @@ def _where(row: _surface.Row) -> None:
         if x is None or y is None:
             raise TypeError(f"{op}: the one-argument form (nonzero) has a data-dependent shape "
                             f"and is not supported; pass x and y")
-        return nary(lambda types: _rules.where_type(*types, _compat.FEATURES, op=op),
+        return nary(lambda t: _rules.where_type(t[0], t[1], t[2], _compat.FEATURES, op=op),
                     [condition, x, y], jfn, op=op)
 
     _register(row.name, f, "selection")
 
 
 def _join(row: _surface.Row) -> None:  # concatenate, stack
-    rule, jfn, op = row.rule, _jfn(row), f"st.numpy.{row.name}"
+    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(arrays: Sequence[Any], axis: int = 0, **kwargs: Any) -> Any:
         return nary(rule, list(arrays), lambda *rs: jfn(rs, axis=axis, **kwargs), op=op)
@@ -115,7 +120,7 @@ def _join(row: _surface.Row) -> None:  # concatenate, stack
 
 
 def _einsum(row: _surface.Row) -> None:
-    rule, jfn, op = row.rule, _jfn(row), f"st.numpy.{row.name}"
+    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(subscripts: str, /, *operands: Any, **kwargs: Any) -> Any:
         return nary(rule, list(operands), lambda *rs: jfn(subscripts, *rs, **kwargs), op=op)
@@ -187,7 +192,7 @@ def _nonbool_compare(x: Any, op: str) -> None:
 
 
 def _logical(row: _surface.Row) -> None:
-    rule, jfn, op = row.rule, _jfn(row), f"st.numpy.{row.name}"
+    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     if row.binding == "unary":
         def f(x: Any, /) -> Any:
@@ -230,7 +235,7 @@ def _mean(row: _surface.Row) -> None:
 
 
 def _reduction(row: _surface.Row) -> None:
-    rule, jfn, op = row.rule, _jfn(row), f"st.numpy.{row.name}"
+    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(a: Any, axis: Any = None, *, keepdims: bool = False, **kwargs: Any) -> Any:
         return unary_op(rule, a, lambda r: jfn(r, axis=axis, keepdims=keepdims, **kwargs), op=op)

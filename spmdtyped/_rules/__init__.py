@@ -36,7 +36,14 @@ from .axis_ops import (
     axis_op,
     pcast_op,
 )
-from .boundary import check_full_manual, check_out_spec, hint_text, in_spec_type, spec_text
+from .boundary import (
+    check_full_manual,
+    check_full_manual_value,
+    check_out_spec,
+    hint_text,
+    in_spec_type,
+    spec_text,
+)
 from .combine import binary, combine, unary
 from .docs import LOOSER_THAN_JAX, STRICTER_THAN_JAX, TRANSPOSES
 from .elementwise import (
@@ -124,7 +131,7 @@ __all__ = [
     "UNREDUCED_KINDS", "AxisOp", "Combined", "ElementwiseRule", "Feature", "Features", "I",
     "Linearity", "Operand", "Outcome", "R", "SpmdType", "State", "U", "V", "all_gather_op",
     "at_update_type", "auto_cast", "axis_index_type", "axis_op", "binary", "branch_labels",
-    "check_axes_known", "check_cotangent", "check_full_manual", "check_out_spec", "combine",
+    "check_axes_known", "check_cotangent", "check_full_manual", "check_full_manual_value", "check_out_spec", "combine",
     "constructor_type", "cotangent", "custom_op_type", "dynamic_index_type", "fill_type",
     "flow_state", "fmt_axes", "free_casts", "grad_loss_type", "hint_text", "in_spec_type",
     "join_carry", "join_state", "mean_type", "normalize_axes", "parse_states", "pcast_op", "predicate_labels",

@@ -62,6 +62,17 @@ def check_full_manual(unreduced: Iterable[str], reduced: Iterable[str], manual: 
                     fix="drop axis_names (make every mesh axis manual)")
 
 
+def check_full_manual_value(manual: Sequence[str], mesh_axes: Sequence[str], *, op: str) -> None:
+    """SPMD403 for an op that makes an Unreduced/Reduced value where not every mesh axis is
+    manual (reference Q15: JAX fails with a bare AssertionError on any op on such a value)."""
+    if len(tuple(manual)) < len(tuple(mesh_axes)):
+        raise error("SPMD403", f"{op}: Unreduced/Reduced values need a full-manual shard_map, "
+                    f"but only {list(manual)} of {list(mesh_axes)} are manual here (JAX fails "
+                    f"with a bare AssertionError on any op on such a value)", op=op,
+                    fix="make every mesh axis manual (st.shard_map without axis_names), or keep "
+                        "the value Varying")
+
+
 def spec_text(spec: object) -> str:
     """A PartitionSpec as messages show it: `P('dp', None)`, `P()` for None."""
     return "P()" if spec is None else repr(spec).replace("PartitionSpec", "P")
