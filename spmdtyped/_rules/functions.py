@@ -24,6 +24,12 @@ def auto_cast(t: SpmdType, varying: frozenset[str], *, op: str, what: str = "the
         return t
     if t.reduced == rest:
         return t.replace(reduced=frozenset(), varying=t.varying | rest)
+    bad_u = t.unreduced & rest
+    if bad_u:
+        raise error("SPMD201", f"{op}: {what} is Unreduced on {sorted(bad_u)} where another operand "
+                    f"is Varying: no cast takes a pending sum to per-device values",
+                    axes=sorted(bad_u), states=t.states(sorted(bad_u)), op=op,
+                    fix=f"reduce it first: st.psum(x, {fmt_axes(sorted(bad_u))})")
     bad = t.reduced & rest
     if bad:
         raise error("SPMD205", f"{op}: {what} is Reduced on {sorted(t.reduced)} but another "
