@@ -13,10 +13,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from .. import _compat, _rules
 from .._errors import SpmdTypeError
+from .._jax_errors import translate
 from .._rules import SpmdType
 from .._shard_map import _is_spec_leaf, _spec_str, check_outputs
 from . import _walk
-from ._typed import _manual_axes, checked_lax
+from ._typed import _manual_axes, checked_lax, fn_name, resolve_in_specs, resolve_mesh
 
 
 @dataclasses.dataclass
@@ -142,8 +143,8 @@ def _abstract(args: Sequence[Any], in_specs: Any, mesh: Any) -> tuple[Any, ...]:
     return tuple(jax.tree_util.tree_map(one, specs, tuple(args), is_leaf=_is_spec_leaf))
 
 
-def infer(f: Callable[..., Any], *args: Any, mesh: Any, in_specs: Any, out_specs: Any,
-          axis_names: Any = frozenset()) -> InferReport:
+def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _compat.INFER,
+          mesh: Any = None, axis_names: Any = frozenset(), check_vma: bool = True) -> InferReport:
     """Trace a raw per-shard function and check it with the strict rules, without editing it.
 
     `f` is traced under `jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)`
@@ -154,13 +155,17 @@ def infer(f: Callable[..., Any], *args: Any, mesh: Any, in_specs: Any, out_specs
     that are already summed (JAX auto-inserts a `pvary`: SPMD103), cumsum/`**`/flip of an
     Unreduced value (SPMD202), a Varying output declared unreduced on jax 0.10 (SPMD401).
     If JAX rejects the program, it is traced again with `jax.lax` routed through
-    `spmdtyped.lax`, so the report carries spmdtyped's code instead of JAX's ValueError.
+    `spmdtyped.lax`, and JAX's manual-axis errors are translated (`_jax_errors.TABLE`), so the
+    report carries spmdtyped's code instead of JAX's exception: no manual-axis error escapes.
 
     **Arguments:**
 
-    - `f`: the per-shard function (raw JAX code).
+    - `f`: the per-shard function (raw JAX code; a `functools.partial` or jitted one too).
     - `*args`: global arrays or `jax.ShapeDtypeStruct`s (only shapes and dtypes are used).
-    - `mesh`, `in_specs`, `out_specs`, `axis_names`: as for `jax.shard_map`.
+    - `out_specs`, `in_specs`, `mesh`, `axis_names`: as for `jax.shard_map`, with its defaults
+      (`mesh` from `jax.set_mesh`, `in_specs` inferred from the arguments' shardings).
+    - `check_vma`: accepted for `jax.shard_map`'s signature; `infer` always traces with the
+      checks on (for `check_vma=False` code the report is what turning them on changes).
 
     **Returns:** an `InferReport` (`ok`, `violations`, `in_types`, `out_types`, `signature`,
     `steps`, `mismatches`).
@@ -170,15 +175,18 @@ def infer(f: Callable[..., Any], *args: Any, mesh: Any, in_specs: Any, out_specs
 
     !!! Example
         ```python
-        rep = st.adapters.infer(mlp, x, w1, w2, mesh=mesh,
-                                in_specs=(P("dp"), P(None, "tp"), P("tp")), out_specs=P("dp"))
+        with jax.set_mesh(mesh):
+            rep = st.adapters.infer(mlp, x, w1, w2, in_specs=(P("dp"), P(None, "tp"), P("tp")),
+                                    out_specs=P("dp"))
         print(rep.signature)   # def mlp(x: Varying["dp"], w1: Varying["tp"], ...) -> Varying["dp"]:
         for v in rep.violations:
             print(v.source, v.code)
         ```
     """
-    return run_infer(f, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                     axis_names=axis_names, where=f"infer({getattr(f, '__name__', 'f')})")
+    where = f"infer({fn_name(f)})"
+    mesh = resolve_mesh(mesh, where, concrete=True)
+    return run_infer(f, args, mesh=mesh, in_specs=resolve_in_specs(in_specs, tuple(args)),
+                     out_specs=out_specs, axis_names=axis_names, where=where)
 
 
 def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs: Any,
@@ -198,7 +206,7 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
         def body(*a: Any) -> Any:
             with checked_lax():
                 out = f(*a)
-            check_outputs(out, out_specs, manual, where)
+            check_outputs(out, out_specs, _compat.current_mesh()[1], where)
             return out
 
         functools_wraps(body, f)
@@ -208,10 +216,21 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
                                              check_vma=True))(*sds)
         except SpmdTypeError as e:
             return _failed(f, args, spec_types, e, order)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001, S110 - the first (unrouted) error is translated
             pass
-        raise jax_error
+        translated = translate(jax_error, where)
+        if translated is None:
+            raise
+        translated.__cause__ = jax_error
+        return _failed(f, args, spec_types, translated, order)
+    return walk_traced(closed, out_shape, f, args, mesh=mesh, axis_names=axis_names, where=where)
 
+
+def walk_traced(closed: Any, out_shape: Any, f: Callable[..., Any], args: Sequence[Any], *,
+                mesh: Any, axis_names: Any, where: str) -> InferReport:
+    """Check the traced `jax.shard_map(f)` program `closed` (its one shard_map equation)."""
+    order = _compat.mesh_axis_names(mesh)
+    manual = _manual_axes(mesh, axis_names)
     walk = _walk.Walk()
     (eqn,) = [e for e in closed.jaxpr.eqns if _compat.primitive_name(e) == "shard_map"][:1] or [None]
     if eqn is None:  # pragma: no cover - jax.shard_map always leaves one equation
@@ -233,11 +252,7 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
 
 
 def functools_wraps(body: Callable[..., Any], f: Callable[..., Any]) -> None:
-    try:
-        body.__name__ = f.__name__
-        body.__qualname__ = getattr(f, "__qualname__", f.__name__)
-    except AttributeError:
-        pass
+    body.__name__ = body.__qualname__ = fn_name(f)
 
 
 def _failed(f: Callable[..., Any], args: Sequence[Any], spec_types: list[SpmdType],

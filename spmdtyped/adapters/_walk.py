@@ -17,6 +17,7 @@ is compared with JAX's output state; a difference without a violation is a rule-
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import sysconfig
@@ -118,6 +119,10 @@ def exception_source(e: BaseException) -> tuple[str, int] | None:
 
 def function_source(f: Any) -> tuple[str, int] | None:
     """`f`'s `def` line: where a boundary (out_specs) error belongs."""
+    for _ in range(16):  # a functools.partial, a jitted or functools.wraps-decorated function
+        if getattr(f, "__code__", None) is not None:
+            break
+        f = f.func if isinstance(f, functools.partial) else getattr(f, "__wrapped__", None)
     code = getattr(f, "__code__", None)
     return (code.co_filename, code.co_firstlineno) if code is not None else None
 
