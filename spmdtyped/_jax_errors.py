@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import linecache
 import os
 import re
 import sysconfig
@@ -45,6 +46,12 @@ TABLE: tuple[JaxMessage, ...] = (
                "{op} over an axis on which its input is Reduced (already reduced: replicated)",
                'cast it back first: jax.lax.pcast(x, axis, to="varying"), or use the value from '
                "before the reduction"),
+    JaxMessage(r"(?P<op>pvary) cannot accept args which are unreduced",
+               "SPMD201", "pvary cannot accept args which are unreduced. Got f32[4,2]{V:dp, U:tp} "
+               "and axes={'tp'}",
+               "an Unreduced value combined with a value that varies over its unreduced axes "
+               "(JAX would have to pvary the partial sums)",
+               "finish the reduction first: jax.lax.psum(x, axis), then combine"),
     JaxMessage(r"(?P<op>\w+) cannot accept args which are unreduced",
                "SPMD102", "ppermute cannot accept args which are unreduced. Got f32[4]{U:tp} and axes={'tp'}",
                "{op} over an axis on which its input is Unreduced (partial sums)",
@@ -62,6 +69,12 @@ TABLE: tuple[JaxMessage, ...] = (
                "SPMD202", "unreduced rule for tanh is not implemented. Please file an issue ...",
                "{op} is not linear, and its input is Unreduced (a partial sum)",
                "psum the input first: {op}(jax.lax.psum(x, axis)); or declare a linear custom op"),
+    JaxMessage(r"(?P<op>\w+) is a non-linear operation and cannot accept input that is unreduced",
+               "SPMD202", "tanh is a non-linear operation and cannot accept input that is "
+               "unreduced. Got float32[4,2]...",
+               "{op} is not linear, and its input is Unreduced (a partial sum)",
+               "psum the input first: {op}(jax.lax.psum(x, axis)); or declare a linear custom op",
+               "0.12"),
     JaxMessage(r"lhs and rhs to `mul` cannot be unreduced",
                "SPMD202", "lhs and rhs to `mul` cannot be unreduced since mul is bilinear. ...",
                "a product of two Unreduced values (Σa · Σb is not Σ(a·b))",
@@ -93,6 +106,11 @@ TABLE: tuple[JaxMessage, ...] = (
                "SPMD301", "vary_unreduced_cast input cannot be unreduced across the axis_name ...",
                "pcast of a value that is already Unreduced on the axis",
                "drop the cast: the value is already Unreduced"),
+    JaxMessage(r"Unsupported pcast from=(?P<op>\w+), to=",
+               "SPMD301", "Unsupported pcast from=unreduced, to='unreduced'",
+               "pcast cannot make this state change (the value is {op})",
+               "the free casts are Invariant -> Varying/Reduced, Reduced -> Varying and "
+               "Varying -> Unreduced; out of Unreduced only jax.lax.psum leads"),
     JaxMessage(r"Primitive (?P<op>\w+) requires varying manual axes to match",
                "SPMD205", "Primitive foo requires varying manual axes to match, but got "
                "[{'dp'}, set()] ...",
@@ -105,6 +123,18 @@ TABLE: tuple[JaxMessage, ...] = (
                "a loop carry enters in one state and leaves the body in another",
                "give the initial carry the state of the body's result: "
                "jax.lax.pcast(init, axes, to='varying')"),
+    JaxMessage(r"scan body function carry input and carry output must have equal types"
+               r".*(?:\{[VUR]:|varying|vma)",
+               "SPMD302", "scan body function carry input and carry output must have equal types, "
+               "but they differ: ... f32[4]{V:dp} ... f32[4]",
+               "a loop carry enters in one state and leaves the body in another",
+               "give the initial carry the state of the body's result: "
+               "jax.lax.pcast(init, axes, to='varying')"),
+    JaxMessage(r"cond branches must have equal output types.*(?:\{[VUR]:|varying|vma)",
+               "SPMD302", "cond branches must have equal output types but they differ. ... "
+               "f32[4]{V:dp} ... f32[4]",
+               "the branches of cond/switch return values in different states",
+               "cast the branch outputs to the same state: jax.lax.pcast(y, axes, to='varying')"),
     JaxMessage(r"branches of cond produced mismatched varying manual",
                "SPMD302", "The branches of cond produced mismatched varying manual axes ...",
                "the branches of cond/switch return values in different states",
@@ -141,6 +171,10 @@ TABLE: tuple[JaxMessage, ...] = (
                "use one of the mesh's axis names (or add it to axis_names)"),
 )
 
+_COLLECTIVE_CALL = (r"\b(psum|pmean|pmax|pmin|ppermute|pshuffle|pbroadcast|all_gather|"
+                    r"psum_scatter|all_to_all)\s*\(")
+_UNREDUCED_COLLECTIVE = next(r for r in TABLE if r.code == "SPMD102")
+
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
@@ -164,13 +198,20 @@ def translate(e: BaseException, where: str | None = None) -> SpmdTypeError | Non
     if isinstance(e, SpmdTypeError):
         return None
     text = str(e)
-    head = "\n".join(text.splitlines()[:6])
+    head = "\n".join(text.splitlines()[:40])
     for row in TABLE:
         m = re.search(row.pattern, head, re.DOTALL)
         if m is None:
             continue
         op = m.groupdict().get("op") or "the operation"
         frame = _user_frame(e)
+        if row.code == "SPMD201" and frame is not None:
+            # JAX's implicit pvary of an Unreduced value: a collective needing a Varying input
+            # (SPMD102) or an op combining it with a Varying value (SPMD201); the user's line
+            # tells which
+            call = re.search(_COLLECTIVE_CALL, linecache.getline(*frame))
+            if call is not None:
+                row, op = _UNREDUCED_COLLECTIVE, call.group(1)
         states = re.findall(r"\w+\[[^\]]*\]\{[^}]*\}", head)
         details = [f"JAX: {text.splitlines()[0][:300]}"]
         if states:
