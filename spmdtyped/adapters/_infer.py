@@ -110,7 +110,7 @@ def _tree_hint(tree: Any, types: Sequence[SpmdType], order: Sequence[str]) -> st
 def signature_line(f: Callable[..., Any], args: Sequence[Any], in_types: Sequence[SpmdType],
                    out_tree: Any, out_types: Sequence[SpmdType], order: Sequence[str]) -> str:
     """`def name(p: Hint, ...) -> Hint:` for `f`'s positional parameters."""
-    name = getattr(f, "__name__", "f")
+    name = fn_name(f)
     try:
         params = [p.name for p in inspect.signature(f).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
