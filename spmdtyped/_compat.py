@@ -192,10 +192,18 @@ def inferred_specs(args: Any) -> tuple[Any, ...]:
     return tuple(jax.tree_util.tree_map(spec, a) for a in args)
 
 
-def eval_jaxpr(closed: Any, *args: Any) -> list[Any]:
-    """Bind a traced `ClosedJaxpr`'s equations again (no Python re-trace)."""
-    # jax.core.eval_jaxpr: public in 0.10 and 0.12.
-    return jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
+def staged_shard_map_eqn(out: Any) -> Any:
+    """The `shard_map` equation that produced the traced outputs `out` in the current jaxpr
+    trace (None when `out` is not from one, e.g. under an eager grad or vmap)."""
+    # DynamicJaxprTracer.parent (private, 0.10 and 0.12): the TracingEqn that produced the
+    # tracer, with .primitive and .params (the inner `jaxpr`, in/out specs) as in a jaxpr.
+    for leaf in jax.tree_util.tree_leaves(out):
+        eqn = getattr(leaf, "parent", None)
+        if eqn is not None and str(getattr(eqn, "primitive", "")) == "shard_map" \
+                and "jaxpr" in getattr(eqn, "params", {}):
+            return eqn
+        return None
+    return None
 
 
 def spec_parts(spec: Any) -> tuple[tuple[str, ...], frozenset[str], frozenset[str], str | None]:

@@ -227,12 +227,17 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
 
 
 def walk_traced(closed: Any, out_shape: Any, f: Callable[..., Any], args: Sequence[Any], *,
-                mesh: Any, axis_names: Any, where: str) -> InferReport:
-    """Check the traced `jax.shard_map(f)` program `closed` (its one shard_map equation)."""
+                mesh: Any, axis_names: Any, where: str, steps: bool = True) -> InferReport:
+    """Check the traced `jax.shard_map(f)` program: `closed`, a ClosedJaxpr with one shard_map
+    equation, or that equation itself (as staged in the caller's trace)."""
     order = _compat.mesh_axis_names(mesh)
     manual = _manual_axes(mesh, axis_names)
-    walk = _walk.Walk()
-    (eqn,) = [e for e in closed.jaxpr.eqns if _compat.primitive_name(e) == "shard_map"][:1] or [None]
+    walk = _walk.Walk(record_steps=steps)
+    if hasattr(closed, "jaxpr"):
+        (eqn,) = [e for e in closed.jaxpr.eqns
+                  if _compat.primitive_name(e) == "shard_map"][:1] or [None]
+    else:
+        eqn, closed = closed, None
     if eqn is None:  # pragma: no cover - jax.shard_map always leaves one equation
         raise RuntimeError("infer: no shard_map equation in the traced program")
     inner = eqn.params["jaxpr"]

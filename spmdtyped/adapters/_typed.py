@@ -1,22 +1,21 @@
 """`typed_shard_map`: run an existing raw per-shard function with spmdtyped's checks.
 
-Design (checks at three places, two mechanisms):
+Design (one trace for programs JAX accepts; two mechanisms):
 
-1. **Collectives** are checked as they are traced: while the body is traced, `jax.lax`'s
-   collectives are routed through `spmdtyped.lax` (`checked_lax()`), so a collective JAX would
-   reject (psum of a Reduced value, ppermute of an Unreduced one, an unknown axis) raises the
-   SpmdTypeError with its code first, at the user's line.
-2. **Everything JAX accepts but the strict rules reject** (a double psum hidden behind JAX's
-   auto-pvary, cumsum of an Unreduced value, a collective reached through
-   `from jax.lax import psum`, which routing cannot see) is found by walking the traced jaxpr
-   with `_walk` (that is, `infer`), once per input signature, before the program runs; the
-   first violation in program order is raised.
-3. **Outputs** are checked against `out_specs` with `_rules.check_out_spec` (SPMD401) before
-   JAX's own check, inputs against `in_specs` (structure SPMD402, unknown axes SPMD501, JAX's
-   sharding mismatch as SPMD403).
+1. **The jaxpr walk**: the program is `jax.shard_map(f)` itself. Its shard_map equation (the
+   one JAX staged into the caller's trace, or, called eagerly, the one `jax.make_jaxpr`
+   builds once per input signature before the program runs) is walked with `_walk` (the
+   engine of `infer`): every collective, elementwise op and the outputs against `out_specs`
+   are checked with the strict rules, which finds what JAX accepts and computes wrongly (a
+   double psum behind JAX's auto-pvary, cumsum of an Unreduced value, a collective reached
+   through `from jax.lax import psum`). The first violation in program order is raised.
+2. **Programs JAX rejects**: JAX's error is translated (`_jax_errors`), and the program is
+   traced again with `jax.lax`'s collectives routed through `spmdtyped.lax` (`checked_lax()`)
+   and the outputs checked against `out_specs` (`run_infer`), so the error names
+   spmdtyped's code at the user's line instead of JAX's exception (chained).
 
-Routing alone would miss (2); walking alone would only ever see programs JAX accepted, and
-report JAX's ValueError for the rest. The executed program is `jax.shard_map(f)`'s.
+Inputs are checked against `in_specs` (structure SPMD402, unknown axes SPMD501, JAX's
+sharding mismatch as SPMD403). The executed program is `jax.shard_map(f)`'s.
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ from .. import _compat
 from .. import lax as _slax
 from .._errors import SpmdTypeError, error
 from .._jax_errors import jax_errors
-from .._shard_map import _check_spec_axes, check_in_structure, check_outputs, in_spec_errors
-from . import _walk
+from .._shard_map import _check_spec_axes, check_in_structure, in_spec_errors
 
 _ROUTE_LOCK = threading.RLock()
 _ROUTE_DEPTH = [0]
@@ -129,8 +127,10 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
     decorator form `@typed_shard_map(out_specs=...)` and `functools.partial` / jitted bodies
     work. With `check_vma=False` it is plain `jax.shard_map`.
 
-    The body is traced once: the jaxpr JAX builds is walked with the strict rules, then its
-    equations are bound again (`jax.core.eval_jaxpr`), so the lowered program is the raw one's.
+    Inside a trace (`jax.jit`, `jax.grad`, ...) the body is traced once: the shard_map
+    equation JAX staged is walked with the strict rules, and it is the program JAX lowers.
+    Called eagerly, the first call per input signature traces and walks the program before
+    it runs.
 
     **Arguments:** as `jax.shard_map`.
 
@@ -159,25 +159,13 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
             _check_spec_axes(in_specs, mesh_axes, where, "in_specs")
         _check_spec_axes(out_specs, mesh_axes, where, "out_specs")
 
-    def body(*args: Any) -> Any:
-        try:
-            with checked_lax(), jax_errors(where):
-                out = f(*args)
-        except SpmdTypeError as e:
-            raise _walk.located(e, _walk.exception_source(e)) from e.__cause__
-        if check_vma and _compat.check_vma_enabled():
-            try:
-                check_outputs(out, out_specs, _compat.current_mesh()[1], where)
-            except SpmdTypeError as e:
-                raise _walk.located(e, _walk.function_source(f)) from None
-        return out
-
-    functools.update_wrapper(body, f)
-    smapped = _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+    # the program is `jax.shard_map(f)` itself: the jaxpr walk finds what JAX accepts and the
+    # strict rules reject; a program JAX rejects is traced again with `jax.lax` routed through
+    # `spmdtyped.lax` and its outputs checked (`run_infer`), for spmdtyped's code at the line
+    smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 axis_names=axis_names, check_vma=check_vma)
-    plain = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                              axis_names=axis_names, check_vma=check_vma)
-    #: signature -> (the checked ClosedJaxpr, its output tree, its replay)
+    plain = smapped
+    #: signature -> (the checked ClosedJaxpr, its output shapes, the checked function)
     traced: dict[Any, tuple[Any, Any, Callable[..., Any]]] = {}
 
     def first_violation(m: Any, specs: Any, args: tuple[Any, ...],
@@ -188,6 +176,31 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                         axis_names=axis_names, where=where)
         return rep.violations[0] if rep.violations else fallback
 
+    def trace(m: Any, specs: Any, args: tuple[Any, ...], run: Callable[..., Any]) -> Any:
+        with in_spec_errors(where, "typed_shard_map"):
+            try:
+                with jax_errors(where):
+                    return run(*args)
+            except SpmdTypeError as e:
+                # a rejected program: report its first violation in program order (the jaxpr
+                # walk, when JAX accepts the unrouted program), else the routed one
+                raise first_violation(m, specs, args, e) or e from e.__cause__
+            except Exception as jax_error:
+                # JAX's error without a manual-axis message (e.g. the bare AssertionError of
+                # an unknown axis on jax 0.10): the routed trace names it, or JAX's stands
+                found = first_violation(m, specs, args, None)
+                if found is None:
+                    raise
+                raise found from jax_error
+
+    def check(closed_or_eqn: Any, out: Any, m: Any, args: tuple[Any, ...]) -> None:
+        from ._infer import walk_traced
+
+        rep = walk_traced(closed_or_eqn, out, f, args, mesh=m, axis_names=axis_names,
+                          where=where, steps=False)
+        if rep.violations:
+            raise rep.violations[0]
+
     @functools.wraps(f)
     def wrapped(*args: Any) -> Any:
         if not check_vma:
@@ -195,36 +208,23 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
         m = resolve_mesh(mesh, where)
         specs = resolve_in_specs(in_specs, args)
         check_in_structure(specs, args, where, "typed_shard_map")
-        leaves = jax.tree_util.tree_leaves(args)
-        concrete = not any(_is_tracer(x) for x in leaves)
+        if any(_is_tracer(x) for x in jax.tree_util.tree_leaves(args)):
+            # inside the caller's trace (jax.jit, grad, ...): bind once, then check the
+            # shard_map equation JAX staged (the program that will be lowered)
+            out = trace(m, specs, args, smapped)
+            eqn = _compat.staged_shard_map_eqn(out)
+            if eqn is not None:
+                check(eqn, out, m, args)
+                return out
+            closed = trace(m, specs, args, jax.make_jaxpr(smapped))  # another kind of trace
+            check(closed, out, m, args)
+            return out
         key = (_signature_key(args), id(m), str(m))
-        if concrete and key in traced:
-            return traced[key][2](*args)
-        with in_spec_errors(where, "typed_shard_map"):
-            try:
-                with jax_errors(where):
-                    closed, out_shape = jax.make_jaxpr(smapped, return_shape=True)(*args)
-            except SpmdTypeError as e:
-                # a rejected program: report its first violation in program order (the jaxpr
-                # walk, when JAX accepts the unrouted program), else the routed one
-                raise first_violation(m, specs, args, e) or e from e.__cause__
-        from ._infer import walk_traced
-
-        rep = walk_traced(closed, out_shape, f, args, mesh=m, axis_names=axis_names,
-                          where=where)
-        if rep.violations:
-            raise rep.violations[0]
-        out_tree = jax.tree_util.tree_structure(out_shape)
-
-        def replay(*a: Any) -> Any:
-            return jax.tree_util.tree_unflatten(
-                out_tree, _compat.eval_jaxpr(closed, *jax.tree_util.tree_leaves(a)))
-
-        if concrete:
-            # replayed as it was traced: the shard_map equation binds as `jax.shard_map`'s own
-            # call does (eagerly, or inside the caller's jit)
-            traced[key] = (closed, out_tree, replay)
-        return replay(*args)
+        if key not in traced:
+            closed, out_shape = trace(m, specs, args, jax.make_jaxpr(smapped, return_shape=True))
+            check(closed, out_shape, m, args)
+            traced[key] = (closed, out_shape, smapped)
+        return smapped(*args)
 
     wrapped.__wrapped_shard_map__ = plain  # type: ignore[attr-defined]
     return wrapped
