@@ -17,6 +17,7 @@ that line.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import pathlib
 import re
@@ -81,18 +82,24 @@ def ported_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("ported_styles")
 
 
+def _mesh_context(mod, mesh):
+    return jax.set_mesh(mesh) if getattr(mod, "SET_MESH", False) else contextlib.nullcontext()
+
+
 def _run(mod, mesh, fn_name, args):
-    return mod.run(mesh, getattr(mod, fn_name), *args)
+    with _mesh_context(mod, mesh):
+        return mod.run(mesh, getattr(mod, fn_name), *args)
 
 
 def _jaxpr(mod, mesh, fn_name, args) -> str:
-    return str(jax.make_jaxpr(lambda *a: _run(mod, mesh, fn_name, a))(*args))
+    with _mesh_context(mod, mesh):
+        return str(jax.make_jaxpr(lambda *a: mod.run(mesh, getattr(mod, fn_name), *a))(*args))
 
 
 def assert_same(a, b):
     la, ta = jax.tree_util.tree_flatten(a)
     lb, tb = jax.tree_util.tree_flatten(b)
-    assert ta == tb
+    assert str(ta) == str(tb)  # the same structure (NamedTuple classes of two module copies)
     for x, y in zip(la, lb, strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
@@ -125,9 +132,9 @@ HANDLED: dict[str, set[str]] = {"typed_shard_map": set(), "lax": set(), "infer":
 def test_typed_shard_map_unchanged(name, meshes):
     raw, typed = load(name), load(name, "typed")
     mesh = meshes(raw)
-    args = raw.make_args(mesh)
-    assert _jaxpr(typed, mesh, raw.ENTRY, args) == _jaxpr(raw, mesh, raw.ENTRY, args)
-    assert_same(_run(typed, mesh, raw.ENTRY, args), _run(raw, mesh, raw.ENTRY, args))
+    args, targs = raw.make_args(mesh), typed.make_args(mesh)  # pytrees of each module's classes
+    assert _jaxpr(typed, mesh, raw.ENTRY, targs) == _jaxpr(raw, mesh, raw.ENTRY, args)
+    assert_same(_run(typed, mesh, raw.ENTRY, targs), _run(raw, mesh, raw.ENTRY, args))
     HANDLED["typed_shard_map"].add(name)
 
 
@@ -138,7 +145,7 @@ def test_checking_dropin_unchanged(name, meshes):
     args = raw.make_args(mesh)
     want = _jaxpr(raw, mesh, raw.ENTRY, args)
     with st.adapters.checking():
-        got = _jaxpr(fresh, mesh, raw.ENTRY, args)
+        got = _jaxpr(fresh, mesh, raw.ENTRY, fresh.make_args(mesh))
     assert got == want
     HANDLED["lax"].add(name)
 
@@ -163,9 +170,9 @@ def test_infer_unchanged(name, meshes):
 def test_port_unchanged(name, meshes, ported_dir):
     raw, ported = load(name), load(name, "port", ported_dir)
     mesh = meshes(raw)
-    args = raw.make_args(mesh)
-    assert _jaxpr(ported, mesh, raw.ENTRY, args) == _jaxpr(raw, mesh, raw.ENTRY, args)
-    assert_same(_run(ported, mesh, raw.ENTRY, args), _run(raw, mesh, raw.ENTRY, args))
+    args, pargs = raw.make_args(mesh), ported.make_args(mesh)
+    assert _jaxpr(ported, mesh, raw.ENTRY, pargs) == _jaxpr(raw, mesh, raw.ENTRY, args)
+    assert_same(_run(ported, mesh, raw.ENTRY, pargs), _run(raw, mesh, raw.ENTRY, args))
     HANDLED["port"].add(name)
 
 

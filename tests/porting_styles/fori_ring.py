@@ -1,7 +1,6 @@
 """A ring all-reduce over tp written with `jax.lax.ppermute` in a `jax.lax.fori_loop`."""
 
 import jax
-import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 

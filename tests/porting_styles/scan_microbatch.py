@@ -27,7 +27,7 @@ def accumulate(w1, w2, xs):
 
 def accumulate_bug(w1, w2, xs):
     def loss_fn(w1, w2, x):
-        return jnp.mean(jax.lax.psum(jnp.tanh(x @ w1) @ w2, "tp") ** 2)
+        return jax.lax.pmean(jnp.mean(jax.lax.psum(jnp.tanh(x @ w1) @ w2, "tp") ** 2), "dp")
 
     def body(carry, x):
         g1, g2, total = carry
