@@ -17,7 +17,7 @@ from .._jax_errors import translate
 from .._rules import SpmdType
 from .._shard_map import _is_spec_leaf, _spec_str, check_outputs
 from . import _walk
-from ._typed import _manual_axes, checked_lax, fn_name, resolve_in_specs, resolve_mesh
+from ._conventions import checked_lax, fn_name, manual_axes, resolve_in_specs, resolve_mesh
 
 
 @dataclasses.dataclass
@@ -193,7 +193,7 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
               out_specs: Any, axis_names: Any, where: str) -> InferReport:
     """`infer`, with `where` naming the API in boundary messages (`typed_shard_map(f)`)."""
     order = _compat.mesh_axis_names(mesh)
-    manual = _manual_axes(mesh, axis_names)
+    manual = manual_axes(mesh, axis_names)
     sds = _abstract(args, in_specs, mesh)
     spec_types = [_spec_type(s, manual) for s in _flat_specs(in_specs, sds)]
     smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
@@ -231,7 +231,7 @@ def walk_traced(closed: Any, out_shape: Any, f: Callable[..., Any], args: Sequen
     """Check the traced `jax.shard_map(f)` program: `closed`, a ClosedJaxpr with one shard_map
     equation, or that equation itself (as staged in the caller's trace)."""
     order = _compat.mesh_axis_names(mesh)
-    manual = _manual_axes(mesh, axis_names)
+    manual = manual_axes(mesh, axis_names)
     walk = _walk.Walk(record_steps=steps)
     if hasattr(closed, "jaxpr"):
         (eqn,) = [e for e in closed.jaxpr.eqns

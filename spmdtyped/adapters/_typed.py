@@ -20,99 +20,20 @@ sharding mismatch as SPMD403). The executed program is `jax.shard_map(f)`'s.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jax
 
 from .. import _compat
-from .. import lax as _slax
-from .._errors import SpmdTypeError, error
+from .._errors import SpmdTypeError
 from .._jax_errors import jax_errors
 from .._shard_map import _check_spec_axes, check_in_structure, in_spec_errors
-
-_ROUTE_LOCK = threading.RLock()
-_ROUTE_DEPTH = [0]
-_SAVED: dict[str, Any] = {}
-
-
-@contextlib.contextmanager
-def checked_lax() -> Iterator[None]:
-    """Route `jax.lax`'s collectives through `spmdtyped.lax` inside the block.
-
-    Code that calls `jax.lax.psum(...)` or `lax.psum(...)` after `from jax import lax` is
-    checked; names imported before (`from jax.lax import psum`) are not (the jaxpr walk of
-    `typed_shard_map` still sees them). Process-wide while active: meant for tracing.
-
-    !!! Example
-        ```python
-        with st.adapters.checked_lax():
-            jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...))(x)
-        ```
-    """
-    with _ROUTE_LOCK:
-        if _ROUTE_DEPTH[0] == 0:
-            for name in _slax.CHECKED:
-                _SAVED[name] = getattr(jax.lax, name)
-                setattr(jax.lax, name, getattr(_slax, name))
-        _ROUTE_DEPTH[0] += 1
-    try:
-        yield
-    finally:
-        with _ROUTE_LOCK:
-            _ROUTE_DEPTH[0] -= 1
-            if _ROUTE_DEPTH[0] == 0:
-                for name, fn in _SAVED.items():
-                    setattr(jax.lax, name, fn)
-                _SAVED.clear()
-
-
-#: the name the porting guide uses: `with st.adapters.checking(): ...`
-checking = checked_lax
-
-
-def _manual_axes(mesh: Any, axis_names: Any) -> tuple[str, ...]:
-    mesh_axes = _compat.mesh_axis_names(mesh)
-    names = {axis_names} if isinstance(axis_names, str) else set(axis_names or ())
-    return tuple(a for a in mesh_axes if not names or a in names)
-
-
-def _signature_key(args: Any) -> Any:
-    leaves, tree = jax.tree_util.tree_flatten(args)
-    return tree, tuple(str(jax.typeof(leaf)) if hasattr(leaf, "shape") else repr(leaf)
-                       for leaf in leaves)
-
-
-def fn_name(f: Any) -> str:
-    """The name of a function, a `functools.partial` of one, or a jitted/decorated one."""
-    while isinstance(f, functools.partial):
-        f = f.func
-    return getattr(f, "__name__", None) or repr(f)
-
-
-def resolve_mesh(mesh: Any, where: str, *, concrete: bool = False) -> Any:
-    """`mesh`, or (None, as `jax.shard_map` allows) the mesh of `jax.set_mesh`'s context."""
-    if mesh is not None:
-        return mesh
-    m = _compat.context_mesh(concrete=concrete)
-    if m is None:
-        # TODO(lead): a code of its own (proposed SPMD508 "no-mesh"); SPMD506 meanwhile
-        raise error("SPMD506", f"{where}: no mesh: mesh= was not given and no mesh is set",
-                    op="shard_map",
-                    fix="pass mesh=..., or call inside `with jax.set_mesh(mesh):`")
-    return m
-
-
-def resolve_in_specs(in_specs: Any, args: tuple[Any, ...]) -> Any:
-    """`in_specs`, or (`jax.sharding.Infer`, JAX's default) the arguments' own specs."""
-    return _compat.inferred_specs(args) if in_specs is _compat.INFER else in_specs
-
-
-def _is_tracer(x: Any) -> bool:
-    return isinstance(x, jax.core.Tracer)
+from ._conventions import checked_lax as checked_lax
+from ._conventions import checking as checking
+from ._conventions import fn_name, is_tracer, resolve_in_specs, resolve_mesh, signature_key
+from ._infer import run_infer, walk_traced
 
 
 def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
@@ -170,8 +91,6 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
 
     def first_violation(m: Any, specs: Any, args: tuple[Any, ...],
                         fallback: SpmdTypeError | None) -> SpmdTypeError | None:
-        from ._infer import run_infer
-
         rep = run_infer(f, args, mesh=m, in_specs=specs, out_specs=out_specs,
                         axis_names=axis_names, where=where)
         return rep.violations[0] if rep.violations else fallback
@@ -194,8 +113,6 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                 raise found from jax_error
 
     def check(closed_or_eqn: Any, out: Any, m: Any, args: tuple[Any, ...]) -> None:
-        from ._infer import walk_traced
-
         rep = walk_traced(closed_or_eqn, out, f, args, mesh=m, axis_names=axis_names,
                           where=where, steps=False)
         if rep.violations:
@@ -208,7 +125,7 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
         m = resolve_mesh(mesh, where)
         specs = resolve_in_specs(in_specs, args)
         check_in_structure(specs, args, where, "typed_shard_map")
-        if any(_is_tracer(x) for x in jax.tree_util.tree_leaves(args)):
+        if any(is_tracer(x) for x in jax.tree_util.tree_leaves(args)):
             # inside the caller's trace (jax.jit, grad, ...): bind once, then check the
             # shard_map equation JAX staged (the program that will be lowered)
             out = trace(m, specs, args, smapped)
@@ -219,7 +136,7 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
             closed = trace(m, specs, args, jax.make_jaxpr(smapped))  # another kind of trace
             check(closed, out, m, args)
             return out
-        key = (_signature_key(args), id(m), str(m))
+        key = (signature_key(args), id(m), str(m))
         if key not in traced:
             closed, out_shape = trace(m, specs, args, jax.make_jaxpr(smapped, return_shape=True))
             check(closed, out_shape, m, args)

@@ -1,7 +1,7 @@
 """A data-parallel step on a pytree of parameters (dict of NamedTuples); `jax.lax.pmean` of a
 pytree."""
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,8 +12,8 @@ AXES = (("dp", 2), ("tp", 4))
 
 
 class Dense(NamedTuple):
-    w: jax.Array
-    b: jax.Array
+    w: Any  # arrays, or PartitionSpecs in IN_SPECS
+    b: Any
 
 
 IN_SPECS = ({"l1": Dense(P(), P()), "l2": Dense(P(), P())}, P("dp"))
