@@ -48,6 +48,9 @@ class InferReport:
     mismatches: list[str]
     jaxpr: Any = None
     mesh_axes: tuple[str, ...] = ()
+    #: for code written with `check_vma=False` (`infer(..., check_vma=False)`): what turning
+    #: the checks on changes, one line per violation (`file:line: CODE: ...`); else empty
+    check_vma_changes: list[str] = dataclasses.field(default_factory=list)
 
     def listing(self, *, file: str | None = None, casts: bool = False) -> list[str]:
         """The per-line type listing: `file:line  op: (in states) -> out states`, in order
@@ -68,6 +71,9 @@ class InferReport:
                       for v in self.violations]
         else:
             lines.append("ok: no violations")
+        if self.check_vma_changes:
+            lines.append("turning check_vma on changes:")
+            lines += [f"  {c}" for c in self.check_vma_changes]
         return "\n".join(lines)
 
 
@@ -164,8 +170,8 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
     - `*args`: global arrays or `jax.ShapeDtypeStruct`s (only shapes and dtypes are used).
     - `out_specs`, `in_specs`, `mesh`, `axis_names`: as for `jax.shard_map`, with its defaults
       (`mesh` from `jax.set_mesh`, `in_specs` inferred from the arguments' shardings).
-    - `check_vma`: accepted for `jax.shard_map`'s signature; `infer` always traces with the
-      checks on (for `check_vma=False` code the report is what turning them on changes).
+    - `check_vma`: `infer` always traces with the checks on; with `check_vma=False` (code
+      written for it) the report's `check_vma_changes` lists what turning them on changes.
 
     **Returns:** an `InferReport` (`ok`, `violations`, `in_types`, `out_types`, `signature`,
     `steps`, `mismatches`).
@@ -185,8 +191,16 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
     """
     where = f"infer({fn_name(f)})"
     mesh = resolve_mesh(mesh, where, concrete=True)
-    return run_infer(f, args, mesh=mesh, in_specs=resolve_in_specs(in_specs, tuple(args)),
-                     out_specs=out_specs, axis_names=axis_names, where=where)
+    rep = run_infer(f, args, mesh=mesh, in_specs=resolve_in_specs(in_specs, tuple(args)),
+                    out_specs=out_specs, axis_names=axis_names, where=where)
+    if not check_vma:
+        # the program was written for check_vma=False: each strict-rule violation of its
+        # check_vma=True trace is a line whose meaning changes when the checks are turned on
+        # (typically an explicit psum of a gradient JAX now sums itself: a double sum)
+        rep.check_vma_changes = [
+            f"{getattr(v, 'source', None) or '?'}: {v.code}: with check_vma=True, {v.headline}"
+            for v in rep.violations]
+    return rep
 
 
 def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs: Any,
