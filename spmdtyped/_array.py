@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat, _hints, _rules
+from . import _compat, _hints, _protocols, _rules
 from ._errors import error
 from ._hints import SArray, state_class
 from ._rules import LITERAL, Operand, SpmdType
@@ -54,6 +54,7 @@ def _unflatten(cls: type, raw: Any) -> Any:
 for _cls in list(_hints._made):
     _register(_cls)
 _hints._class_hooks.append(_register)
+_protocols.install(SArray)  # __jax_array__, __array__, __iter__, __bool__, __repr__, ...
 
 # ------------------------------------------------------------------- check mode
 
@@ -98,6 +99,10 @@ def _vma_off() -> bool:
     """Inside an `st.shard_map(..., check_vma=False)` body: JAX types every value Invariant,
     so spmdtyped tracks the states itself and skips the comparison with JAX."""
     return _VMA_OFF[0] > 0
+
+
+def vma_off_active() -> bool:
+    return _vma_off()
 
 
 @contextlib.contextmanager
