@@ -33,22 +33,31 @@ _REPLACEMENTS: dict[str, str] = {
     **{n: f"st.nn.{n}" for n in _rules.NN_FUNCTIONS},
 }
 _JAX_MODULES = ("jax.", "jaxlib.")
+_WRAPPERS = frozenset({"reraise_with_filtered_traceback", "cache_miss", "call_impl", "bind",
+                       "bind_with_trace", "wrapper", "wrapped", "inner", "fun"})
 
 
 def _jax_caller(depth: int = 2) -> str | None:
-    """The name of the outermost JAX function on the stack above the caller (the one the user
-    called, e.g. `cumsum` for `jnp.cumsum(x)`), or None when called from user code directly."""
+    """The JAX function the user called (e.g. `cumsum` for `jnp.cumsum(x)`): among the JAX
+    frames above the caller, the outermost one with a typed replacement, else the outermost
+    public-looking one (jit wrappers such as `reraise_with_filtered_traceback` are skipped)."""
     f = sys._getframe(depth)
-    name = None
+    names: list[str] = []
     while f is not None:
         mod = f.f_globals.get("__name__", "")
-        if not mod.startswith(_JAX_MODULES):
-            if name is not None:
-                break
-        else:
-            name = f.f_code.co_name
+        if mod.startswith(_JAX_MODULES):
+            names.append(f.f_code.co_name)
+        elif names:
+            break
         f = f.f_back
-    return name
+    names.reverse()  # outermost first
+    for n in names:
+        if n in _REPLACEMENTS:
+            return n
+    for n in names:
+        if not n.startswith("_") and n not in _WRAPPERS:
+            return n
+    return None
 
 
 def _refuse_unreduced(x: Any, what: str | None) -> Any:
@@ -116,8 +125,7 @@ def iterate(self: Any) -> Iterator[Any]:
     shape = self.raw.shape
     if not shape:
         raise TypeError("iteration over a 0-d array")  # jax.Array's message
-    for i in range(shape[0]):
-        yield self[i]
+    return (self[i] for i in range(shape[0]))
 
 
 def length(self: Any) -> int:
