@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from ._custom import CustomOp as CustomOp
     from ._custom import custom_op as custom_op
     from ._custom import opaque as opaque
+    from ._optim import clip_by_global_norm as clip_by_global_norm
+    from ._optim import global_norm as global_norm
     from ._static import *  # noqa: F403
 else:
     from ._hints import Invariant as Invariant
@@ -60,6 +62,7 @@ else:
             "pmean", "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pvary")},
         **{n: "._array" for n in ("typeof", "wrap", "unwrap", "set_check_mode", "check_mode")},
         "shard_map": "._shard_map",
+        **{n: "._optim" for n in ("clip_by_global_norm", "global_norm")},
         **{n: "._autodiff" for n in ("cotangent_type", "grad", "value_and_grad", "vjp")},
         **{n: "._control" for n in ("cond", "fori_loop", "scan", "switch", "while_loop")},
         **{n: "._custom" for n in ("CustomOp", "custom_op", "opaque")},
@@ -89,6 +92,8 @@ __all__ = sorted([
     "axis_size", "check_mode", "explain", "pbroadcast", "pcast", "pmax", "pmean", "pmin",
     "ppermute", "pshuffle", "psum", "psum_scatter", "pvary", "set_check_mode", "shard_map",
     "typeof", "unwrap", "wrap",
+    # issue 14: optimisers
+    "clip_by_global_norm", "global_norm",
     # issue 4: autodiff, control flow, custom ops
     "CustomOp", "cond", "cotangent_type", "custom_op", "fori_loop", "grad", "opaque", "scan",
     "switch", "value_and_grad", "vjp", "while_loop",

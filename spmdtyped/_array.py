@@ -127,6 +127,8 @@ def wrap(raw: Any, spmd_type: SpmdType | None = None) -> Any:
 
     **Returns:** an instance of the state class, e.g. `st.Varying["dp"]`.
     """
+    if _is_container(raw):  # a pytree (tuple, eqx.Module, nnx state, dataclass): every leaf
+        return jax.tree_util.tree_map(lambda r: wrap(r, spmd_type), raw, is_leaf=is_typed)
     if isinstance(type(raw), _hints._StateMeta):
         if spmd_type is not None and spmd_type != raw.spmd_type:
             raise error("SPMD504", f"st.wrap: value is already typed {raw.spmd_type}, not {spmd_type}")
@@ -140,9 +142,17 @@ def unwrap(x: Any) -> Any:
     """The JAX value of a typed value (`x.raw`); anything else is returned unchanged. Pytrees too."""
     if isinstance(type(x), _hints._StateMeta):
         return x.raw
-    if isinstance(x, (list, tuple, dict)):
+    if _is_container(x):  # any pytree: eqx.Module, flax nnx state, registered dataclasses, ...
         return jax.tree_util.tree_map(unwrap, x, is_leaf=is_typed)
     return x
+
+
+def _is_container(x: Any) -> bool:
+    """A pytree node (not a leaf, not a typed value): wrap/unwrap descend into it."""
+    if isinstance(type(x), _hints._StateMeta) or isinstance(x, (jax.Array, np.ndarray, np.generic)):
+        return False
+    return not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(x, is_leaf=is_typed)) \
+        or isinstance(x, (list, tuple, dict))
 
 
 def is_typed(x: Any) -> bool:
