@@ -21,8 +21,8 @@ from typing import Any  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import optax  # noqa: E402
-import orbax.checkpoint as ocp  # noqa: E402
+import optax  # type: ignore[import-untyped]  # noqa: E402
+import orbax.checkpoint as ocp  # type: ignore[import-untyped]  # noqa: E402
 from flax import nnx  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
