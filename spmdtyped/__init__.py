@@ -29,6 +29,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from . import adapters as adapters
+    from . import debug as debug
     from . import lax as lax
     from . import nn as nn
     from . import numpy as numpy
@@ -69,7 +70,7 @@ else:
         # jaxtyping interop (imports jax and jaxtyping): st.Float[Varying["dp"], "batch/dp d"]
         **{n: "._jaxtyping" for n in ("Bool", "Float", "Inexact", "Int", "Num", "Shaped")},
     }
-    _SUBMODULES = ("numpy", "lax", "adapters", "nn")
+    _SUBMODULES = ("numpy", "lax", "adapters", "nn", "debug")
 
     def __getattr__(name: str) -> Any:
         if name in _LAZY:
