@@ -10,7 +10,7 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
-from . import _compat, _rules
+from . import _compat, _rules, _specs
 from ._array import is_typed, typeof, unwrap, vma_off, wrap
 from ._errors import SpmdTypeError, error
 
@@ -41,11 +41,13 @@ def _spec_str(spec: Any) -> str:
     return "P()" if spec is None else repr(spec).replace("PartitionSpec", "P")
 
 
-def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_specs: Any = None,
+def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None, in_specs: Any = None,
               mesh: Any, axis_names: Any = frozenset(), check_vma: bool = True) -> Any:
     """Typed `jax.shard_map`: `f` receives typed values, returns typed (or raw) values.
 
-    Same signature and semantics as `jax.shard_map` (decorator form too). Inputs are typed
+    Same signature and semantics as `jax.shard_map` (decorator form too). Without `out_specs`
+    (or without `in_specs`, when hints name dimensions: `st.Float[Varying["dp"], "batch/dp d"]`)
+    the specs are derived from f's hints, pytrees of parameters included. Inputs are typed
     from `in_specs`: `P("dp")` gives `Varying["dp"]`, `P(reduced={"tp"})` gives
     `Reduced["tp"]`, `P(unreduced={"tp"})` gives `Unreduced["tp"]`. Outputs are checked
     against `out_specs` with an SPMD error (SPMD401) before JAX's own check. The result is raw
@@ -63,6 +65,9 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
     if f is None:
         return functools.partial(shard_map, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
                                  axis_names=axis_names, check_vma=check_vma)
+    if out_specs is None or (in_specs is None and _specs.names_dimensions(f)):  # from the hints
+        return _specs.deferred(shard_map, f, in_specs=in_specs, out_specs=out_specs, mesh=mesh,
+                               axis_names=axis_names, check_vma=check_vma)
     mesh_axes = _compat.mesh_axis_names(mesh)
     if isinstance(axis_names, (str, tuple, list)) and not isinstance(axis_names, (set, frozenset)):
         axis_names = {axis_names} if isinstance(axis_names, str) else set(axis_names)
