@@ -54,7 +54,6 @@ def _unflatten(cls: type, raw: Any) -> Any:
 for _cls in list(_hints._made):
     _register(_cls)
 _hints._class_hooks.append(_register)
-_protocols.install(SArray)  # __jax_array__, __array__, __iter__, __bool__, __repr__, ...
 
 # ------------------------------------------------------------------- check mode
 
@@ -99,10 +98,6 @@ def _vma_off() -> bool:
     """Inside an `st.shard_map(..., check_vma=False)` body: JAX types every value Invariant,
     so spmdtyped tracks the states itself and skips the comparison with JAX."""
     return _VMA_OFF[0] > 0
-
-
-def vma_off_active() -> bool:
-    return _vma_off()
 
 
 @contextlib.contextmanager
@@ -361,3 +356,7 @@ class _AtIndex:
 
     def max(self, value: Any, **kw: Any) -> Any:
         return self._update("max", value, **kw)
+
+
+# __jax_array__, __array__, __iter__, __len__, __bool__/__float__/..., __repr__, IndexError
+_protocols.install(SArray, getitem=getitem, vma_off=_vma_off)

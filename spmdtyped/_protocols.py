@@ -94,10 +94,13 @@ def _to_jax(x: Any, what: str | None) -> Any:
     return x.raw
 
 
-def _vma_off() -> bool:
-    from . import _array  # _array imports this module
+#: bound by `install` (from `_array`, which imports this module): the typed getitem and
+#: whether an `st.shard_map(check_vma=False)` body is being traced
+_HOOKS: dict[str, Any] = {}
 
-    return _array.vma_off_active()
+
+def _vma_off() -> bool:
+    return bool(_HOOKS["vma_off"]())
 
 
 def jax_array(self: Any) -> Any:
@@ -150,13 +153,7 @@ def getitem(self: Any, idx: Any) -> Any:
             if not -n <= int(i) < n:
                 raise IndexError(f"index {int(i)} is out of bounds for axis {dim} with size {n}")
         dim += 1
-    return _ops().getitem(self, idx)
-
-
-def _ops() -> Any:
-    from . import _array
-
-    return _array
+    return _HOOKS["getitem"](self, idx)
 
 
 def _scalar(conv: Any) -> Any:
@@ -186,9 +183,11 @@ def _register_class(cls: type) -> None:
         _compat.register_value_handler(cls, _value_handler)
 
 
-def install(cls: type) -> None:
+def install(cls: type, *, getitem: Any, vma_off: Any) -> None:
     """Put the protocols onto the typed value class `cls` (SArray) and register every state
-    class, present and future, with JAX's primitive binding."""
+    class, present and future, with JAX's primitive binding (`getitem`: the typed indexing
+    after the bounds check; `vma_off`: whether a check_vma=False body is being traced)."""
+    _HOOKS.update(getitem=getitem, vma_off=vma_off)
     cls.__jax_array__ = jax_array  # type: ignore[attr-defined]
     cls.__array__ = array  # type: ignore[attr-defined]
     cls.__array_priority__ = 100  # type: ignore[attr-defined]  # NumPy defers to our operators

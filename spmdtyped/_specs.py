@@ -157,7 +157,7 @@ def derive(f: Callable[..., Any], args: tuple[Any, ...], in_specs: Any, out_spec
                     by_class.setdefault(_strip(hints[name]), spec)
             in_specs = tuple(derived)
         else:
-            for name, value, spec in zip(params, args, in_specs, strict=False):
+            for name, spec in zip(params, in_specs, strict=False):
                 if name in hints and isinstance(_strip(hints[name]), type):
                     by_class.setdefault(_strip(hints[name]), spec)
         if out_specs is None:

@@ -18,7 +18,8 @@ import spmdtyped as st
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _in_shard_map(mesh, body, x, spec=P("dp")):
+def _in_shard_map(mesh, body, x, spec=None):
+    spec = P("dp") if spec is None else spec
     out = {}
 
     def f(v):

@@ -64,7 +64,6 @@ def step(model: MLP, batch: Batch, scale: Scale) -> tuple[MLP, Invariant]:
 def test_shard_map_without_specs_runs_and_matches_reference(mesh_dp_tp):
     model = _mlp()
     x = jnp.linspace(-1, 1, 32).reshape(8, 4)
-    batch = Batch(x, jnp.sin(x))
     f = jax.jit(st.shard_map(step, mesh=mesh_dp_tp))
     specs = MLP(P(None, "tp"), P("tp"), P())
     sharded = jax.tree.map(lambda a, s: put(mesh_dp_tp, a, s), model, specs)
