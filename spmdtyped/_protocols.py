@@ -138,7 +138,7 @@ def length(self: Any) -> int:
     return int(shape[0])
 
 
-def getitem(self: Any, idx: Any) -> Any:
+def bounded_getitem(self: Any, idx: Any) -> Any:
     """Static integer indices past the end raise IndexError (as NumPy; JAX clamps them)."""
     items = idx if isinstance(idx, tuple) else (idx,)
     shape = self.raw.shape
@@ -193,7 +193,7 @@ def install(cls: type, *, getitem: Any, vma_off: Any) -> None:
     cls.__array_priority__ = 100  # type: ignore[attr-defined]  # NumPy defers to our operators
     cls.__iter__ = iterate  # type: ignore[attr-defined]
     cls.__len__ = length  # type: ignore[attr-defined]
-    cls.__getitem__ = getitem  # type: ignore[attr-defined]
+    cls.__getitem__ = bounded_getitem  # type: ignore[attr-defined]
     cls.__bool__ = _scalar(bool)  # type: ignore[attr-defined]
     cls.__float__ = _scalar(float)  # type: ignore[attr-defined]
     cls.__int__ = _scalar(int)  # type: ignore[attr-defined]
