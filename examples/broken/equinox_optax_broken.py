@@ -44,8 +44,8 @@ def run_broken() -> None:
         trees = (a, b, x, y)
         all_specs = (specs, state_specs, ok.P("dp"), ok.P("dp"))
         return jax.tree.map(lambda v, s: jax.device_put(v, ok.NamedSharding(mesh, s)), trees, all_specs)
-    st.shard_map(step, mesh=mesh, in_specs=(specs, state_specs, ok.P("dp"), ok.P("dp")),
-                 out_specs=(specs, state_specs, ok.P()))(*put(model, ok.OPT.init(model), tokens, labels))
+    jax.jit(st.shard_map(step, mesh=mesh, in_specs=(specs, state_specs, ok.P("dp"), ok.P("dp")),
+                 out_specs=(specs, state_specs, ok.P())))(*put(model, ok.OPT.init(model), tokens, labels))
 
 
 if __name__ == "__main__":

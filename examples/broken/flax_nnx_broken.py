@@ -47,8 +47,8 @@ def run_broken() -> None:
         trees = (a, b, x, y)
         all_specs = (specs, state_specs, ok.P("dp"), ok.P("dp"))
         return jax.tree.map(lambda v, s: jax.device_put(v, ok.NamedSharding(mesh, s)), trees, all_specs)
-    st.shard_map(make_step(graphdef), mesh=mesh, in_specs=(specs, state_specs, ok.P("dp"), ok.P("dp")),
-                 out_specs=(specs, state_specs, ok.P()))(*put(params, ok.OPT.init(params), tokens, labels))
+    jax.jit(st.shard_map(make_step(graphdef), mesh=mesh, in_specs=(specs, state_specs, ok.P("dp"), ok.P("dp")),
+                 out_specs=(specs, state_specs, ok.P())))(*put(params, ok.OPT.init(params), tokens, labels))
 
 
 if __name__ == "__main__":
