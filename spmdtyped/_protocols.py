@@ -105,6 +105,13 @@ def _vma_off() -> bool:
 
 def jax_array(self: Any) -> Any:
     """`__jax_array__`: the raw JAX value (its state travels with it in JAX's own type)."""
+    caller = sys._getframe(1)
+    if caller.f_code.co_name.startswith("_operator_") and \
+            caller.f_globals.get("__name__", "").endswith("array_methods"):
+        # `raw + typed`: JAX's operator converts its other operand with __jax_array__; handing
+        # back the typed value makes it return NotImplemented, so Python calls our reflected
+        # operator, which types the result with the rule table (Unreduced + Unreduced, ...)
+        return self
     return _to_jax(self, _jax_caller())
 
 

@@ -213,3 +213,14 @@ def test_jax_grad_of_a_typed_scalar_matches_the_reference(mesh_dp_tp):
     g = st.shard_map(f, mesh=mesh_dp_tp, in_specs=(P(), P("dp")), out_specs=P())(
         put(mesh_dp_tp, w), put(mesh_dp_tp, x, P("dp")))
     np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(loss)(w, x)), rtol=1e-5, atol=1e-6)
+
+
+def test_raw_operator_typed_uses_the_typed_rules(mesh_dp_tp):
+    def body(v):
+        u = st.pcast(st.pvary(v, "tp"), "tp", to="unreduced")
+        s = u.raw + u          # raw Unreduced + typed Unreduced: linear, stays Unreduced
+        d = v.raw * v          # raw Invariant * typed Invariant
+        return type(s), type(d), type(v.raw == v)
+
+    got = _in_shard_map(mesh_dp_tp, body, jnp.ones((8, 4)), spec=P())
+    assert got[0] is st.Unreduced["tp"] and got[1] is st.Invariant and got[2] is st.Invariant
