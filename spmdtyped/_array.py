@@ -39,6 +39,10 @@ def _new(cls: type, raw: Any) -> Any:
 
 
 def _unflatten(cls: type, raw: Any) -> Any:
+    if isinstance(type(raw), _hints._StateMeta):
+        # a tree_map whose function returned a typed value (`p - lr * g` with a typed `lr`):
+        # that value is the node, typed by the rules, never a typed value inside a typed value
+        return raw
     # jax.grad / jax.vjp rebuild the *primal's* class around each cotangent, but a cotangent's
     # state differs (Reduced <-> Unreduced, reference §5): inside a checking shard_map, a JAX
     # value whose state disagrees with the class gets the class of its own state.

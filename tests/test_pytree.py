@@ -90,3 +90,14 @@ def test_boundary_checks_reach_into_modules(mesh_dp_tp):
     with pytest.raises(st.SpmdTypeError) as ei:
         st.shard_map(f, mesh=mesh_dp_tp, in_specs=P(), out_specs=P())(Lin(jnp.ones((4, 8)), jnp.ones(8)))
     assert ei.value.code == "SPMD401" and "'tp'" in str(ei.value)
+
+
+def test_tree_map_returning_typed_values_never_nests(mesh_dp_tp):
+    def f(m, lr):
+        new = jax.tree.map(lambda p: p - lr * p, m)  # lr typed: each new leaf is typed
+        assert all(not is_typed(x.raw) for x in jax.tree.leaves(new, is_leaf=is_typed))
+        return new
+
+    m = Lin(jnp.ones((4, 8)), jnp.ones(8))
+    out = jax.jit(st.shard_map(f, mesh=mesh_dp_tp, in_specs=(P(), P()), out_specs=P()))(m, jnp.float32(0.5))
+    assert not is_typed(out.w) and float(out.w[0, 0]) == 0.5
