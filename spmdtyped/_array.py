@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat, _hints, _rules, _surface
+from . import _compat, _hints, _protocols, _rules, _surface
 from ._errors import error
 from ._hints import SArray, is_state_class, state_class
 from ._rules import LITERAL, Operand, SpmdType
@@ -40,6 +40,10 @@ def _new(cls: type, raw: Any) -> Any:
 
 
 def _unflatten(cls: type, raw: Any) -> Any:
+    if is_state_class(type(raw)):
+        # a tree_map whose function returned a typed value (`p - lr * g` with a typed `lr`):
+        # that value is the node, typed by the rules, never a typed value inside a typed value
+        return raw
     # jax.grad / jax.vjp rebuild the *primal's* class around each cotangent, but a cotangent's
     # state differs (Reduced <-> Unreduced, reference §5): inside a checking shard_map, a JAX
     # value whose state disagrees with the class gets the class of its own state.
@@ -121,6 +125,8 @@ def wrap(raw: Any, spmd_type: SpmdType | None = None) -> Any:
 
     **Returns:** an instance of the state class, e.g. `st.Varying["dp"]`.
     """
+    if _is_container(raw):  # a pytree (tuple, eqx.Module, nnx state, dataclass): every leaf
+        return jax.tree_util.tree_map(lambda r: wrap(r, spmd_type), raw, is_leaf=is_typed)
     if is_state_class(type(raw)):
         if spmd_type is not None and spmd_type != raw.spmd_type:
             raise error("SPMD504", f"st.wrap: value is already typed {raw.spmd_type}, not {spmd_type}")
@@ -134,9 +140,17 @@ def unwrap(x: Any) -> Any:
     """The JAX value of a typed value (`x.raw`); anything else is returned unchanged. Pytrees too."""
     if is_state_class(type(x)):
         return x.raw
-    if isinstance(x, (list, tuple, dict)):
+    if _is_container(x):  # any pytree: eqx.Module, flax nnx state, registered dataclasses, ...
         return jax.tree_util.tree_map(unwrap, x, is_leaf=is_typed)
     return x
+
+
+def _is_container(x: Any) -> bool:
+    """A pytree node (not a leaf, not a typed value): wrap/unwrap descend into it."""
+    if is_state_class(type(x)) or isinstance(x, (jax.Array, np.ndarray, np.generic)):
+        return False
+    return not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(x, is_leaf=is_typed)) \
+        or isinstance(x, (list, tuple, dict))
 
 
 def is_typed(x: Any) -> bool:
@@ -326,3 +340,6 @@ for _row in _surface.AT:
 
 _hints.register_operations(_hints.Operations(binary=binary, unary=unary_op, getitem=getitem,
                                              getattr=getattr_))
+
+# __jax_array__, __array__, __iter__, __len__, __bool__/__float__/..., __repr__, IndexError
+_protocols.install(SArray, getitem=getitem, vma_off=in_vma_off)

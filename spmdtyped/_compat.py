@@ -294,3 +294,16 @@ def aval_type(aval: Any) -> SpmdType:
     """The manual-axis state recorded in an abstract value (Invariant when it has none)."""
     mat = getattr(aval, "manual_axis_type", None)
     return SpmdType() if mat is None else mat_to_spmd(mat)
+
+
+def register_value_handler(cls: type, handler: Any) -> None:
+    """Let `jax.lax` primitives accept instances of `cls`: `Primitive.bind` canonicalises each
+    argument through `jax._src.dtypes.canonicalize_value` (jax 0.10.2 and 0.12: private API,
+    the only hook that turns a non-array object into a JAX value at bind time; `__jax_array__`
+    is refused there since jax 0.8)."""
+    from jax._src import core, dtypes
+
+    dtypes.register_canonicalize_value_handler(cls, handler)
+    # `jax.typeof(x)` (used before bind by lax.dot_general's resharding and others): the raw
+    # value's type; jax 0.10.2 and 0.12 look the class up in this private table first
+    core.pytype_aval_mappings[cls] = lambda x: core.typeof(x.raw)

@@ -10,7 +10,7 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
-from . import _compat, _rules
+from . import _compat, _rules, _specs
 from ._array import is_typed, typeof, unwrap, vma_off, wrap
 from ._errors import SpmdTypeError, error, error_context
 from ._jax_errors import jax_errors
@@ -39,14 +39,16 @@ def _broadcast_prefix(specs: Any, tree: Any, what: str, where: str) -> list[tupl
     return pairs
 
 
-def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
+def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
               in_specs: Any = _compat.INFER, mesh: Any = None, axis_names: Any = frozenset(),
               check_vma: bool = True) -> Any:
     """Typed `jax.shard_map`: `f` receives typed values, returns typed (or raw) values.
 
     Same signature, defaults and semantics as `jax.shard_map` (decorator form too): `mesh`
     defaults to the mesh of `jax.set_mesh(...)`, `in_specs` to `jax.sharding.Infer` (the
-    arguments' own shardings). Inputs are typed
+    arguments' own shardings). Without `out_specs` (or without `in_specs`, when hints name
+    dimensions: `st.Float[Varying["dp"], "batch/dp d"]`) the specs are derived from f's hints,
+    pytrees of parameters included. Inputs are typed
     from `in_specs`: `P("dp")` gives `Varying["dp"]`, `P(reduced={"tp"})` gives
     `Reduced["tp"]`, `P(unreduced={"tp"})` gives `Unreduced["tp"]`. Outputs are checked
     against `out_specs` with an SPMD error (SPMD401) before JAX's own check. The result is raw
@@ -65,6 +67,12 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
     if f is None:
         return functools.partial(shard_map, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
                                  axis_names=axis_names, check_vma=check_vma)
+    if out_specs is None or (in_specs is _compat.INFER and _specs.names_dimensions(f)):
+        # derived from the hints at the first call (`_specs.derive`): in_specs only where the
+        # hints name dimensions, else JAX's own inference
+        derive_in = None if _specs.names_dimensions(f) and in_specs is _compat.INFER else in_specs
+        return _specs.deferred(shard_map, f, in_specs=derive_in, out_specs=out_specs, mesh=mesh,
+                               axis_names=axis_names, check_vma=check_vma)
     if isinstance(axis_names, (str, tuple, list)) and not isinstance(axis_names, (set, frozenset)):
         axis_names = {axis_names} if isinstance(axis_names, str) else set(axis_names)
     name = getattr(f, "__name__", None) or getattr(getattr(f, "func", None), "__name__", repr(f))
