@@ -68,9 +68,9 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
         return functools.partial(shard_map, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
                                  axis_names=axis_names, check_vma=check_vma)
     if out_specs is None or (in_specs is _compat.INFER and _specs.names_dimensions(f)):
-        # derived from the hints at the first call (`_specs.derive`): in_specs only where the
-        # hints name dimensions, else JAX's own inference
-        derive_in = None if _specs.names_dimensions(f) and in_specs is _compat.INFER else in_specs
+        # derived from the hints at the first call (`_specs.derive`); an omitted in_specs too
+        # (JAX's Infer cannot type the pytree classes the out_specs are derived from)
+        derive_in = None if in_specs is _compat.INFER else in_specs
         return _specs.deferred(shard_map, f, in_specs=derive_in, out_specs=out_specs, mesh=mesh,
                                axis_names=axis_names, check_vma=check_vma)
     if isinstance(axis_names, (str, tuple, list)) and not isinstance(axis_names, (set, frozenset)):

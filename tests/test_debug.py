@@ -2,7 +2,7 @@
 
 import jax
 import jax.numpy as jnp
-from conftest import put
+from _helpers import put
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st

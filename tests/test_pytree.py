@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import put
+from _helpers import put
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
