@@ -109,10 +109,12 @@ PROPERTIES: tuple[Row, ...] = (
       for n in ("shape", "dtype", "ndim", "size", "weak_type")),
 )
 
-INDEXING: tuple[Row, ...] = (
-    Row("x[i]", "index", "__getitem__", "getitem", 1, "index", "operator.getitem"),
-    Row("x[traced_i]", "index", "__getitem__", "dynamic_slice", 2, "index", "operator.getitem"),
-)
+#: `x[i]` with static indices (ints, slices, None, Ellipsis)
+STATIC_INDEX = Row("x[i]", "index", "__getitem__", "getitem", 1, "index", "operator.getitem")
+#: `x[i]` with a traced (array-valued) index: `functions.dynamic_index_type`
+TRACED_INDEX = Row("x[traced_i]", "index", "__getitem__", "dynamic_slice", 2, "index",
+                   "operator.getitem")
+INDEXING: tuple[Row, ...] = (STATIC_INDEX, TRACED_INDEX)
 
 AT: tuple[Row, ...] = tuple(
     Row(f"x.at[i].{m}(v)", "at", m, rule, 2, "at", f"jax.Array.at[].{m}")

@@ -24,8 +24,8 @@ from __future__ import annotations
 import ast
 import collections
 import dataclasses
-import os
 import itertools
+import os
 import random
 import tempfile
 import time
@@ -215,7 +215,7 @@ def cases() -> list[Case]:
             if kind == "f":
                 out += _one(k, f"x {sym} 0.5") + _one(k, f"0.5 {sym} x")
         elif row.kind == "unary_operator":
-            expr = f"abs(x)" if row.symbol is None else f"{row.symbol}x"
+            expr = "abs(x)" if row.symbol is None else f"{row.symbol}x"
             out += _one(k, expr, "i" if row.symbol == "~" else "f")
             if row.symbol == "~":
                 out += _one(k, expr, "b")

@@ -47,6 +47,8 @@ PROPERTIES: Final = {r.name: (r.rule, r.binding, f".{r.name}") for r in _surface
 #: `x.at[idx].<method>(v)`: the surface table's `.at[]` rows (`_rules.at_update_type` types them)
 AT_METHODS: Final = {r.name: r.rule for r in _surface.AT}
 AT_INDEX: Final = f"{STATIC}._AtIndex"
+#: the rule of `x[i]` with static indices (a traced one: `_rules.dynamic_index_type`)
+_STATIC_INDEX: Final = str(_surface.STATIC_INDEX.rule)
 
 #: `0 == x`: Python's `int.__eq__` gives NotImplemented, then `x.__eq__(0)` runs (mypy would
 #: type it `bool` through `int.__eq__(object)`)
@@ -161,7 +163,7 @@ def _getitem(ctx: MethodContext) -> Type:
         return default
     if not dynamic:
         return apply(ctx.api, ctx.context, default, [alts],
-                     lambda t: _rules.unary("getitem", t, CONFIG.features, op="indexing"))
+                     lambda t: _rules.unary(_STATIC_INDEX, t, CONFIG.features, op="indexing"))
     return apply(ctx.api, ctx.context, default, [alts],
                  lambda t: _rules.dynamic_index_type(t, index_types, CONFIG.features, op="indexing"))
 
