@@ -29,8 +29,9 @@ from .convert import (
 #: operator method -> (rule, reflected, the runtime's op label), from the surface table's
 #: operator rows (`_surface.OPERATORS`: `__mod__` and its reflected `__rmod__`)
 BINARY: Final = {
-    **{r.name: (r.rule, False, f"operator {r.symbol}") for r in _surface.OPERATORS},
-    **{r.reflected: (r.rule, True, f"operator {r.symbol}") for r in _surface.OPERATORS if r.reflected},
+    **{r.name: (str(r.rule), False, f"operator {r.symbol}") for r in _surface.OPERATORS},
+    **{r.reflected: (str(r.rule), True, f"operator {r.symbol}") for r in _surface.OPERATORS
+       if r.reflected},
 }
 #: operators Python reflects by swapping (`2 < x` is `x.__gt__(2)`): a Python scalar on the left
 #: reaches the typed value's own method, after mypy tried the scalar's
@@ -38,11 +39,11 @@ _SWAPPED: Final = frozenset(r.rule for r in _surface.OPERATORS if r.reflected is
 #: unary operator / array method -> (rule, binding, the runtime's op label), from the surface
 #: table (`_surface.UNARY_OPERATORS`, `_surface.METHODS`)
 UNARY: Final = {
-    **{r.name: (r.rule, r.binding, r.rule) for r in _surface.UNARY_OPERATORS},
-    **{r.name: (r.rule, r.binding, f".{r.name}()") for r in _surface.METHODS},
+    **{r.name: (str(r.rule), r.binding, str(r.rule)) for r in _surface.UNARY_OPERATORS},
+    **{r.name: (str(r.rule), r.binding, f".{r.name}()") for r in _surface.METHODS},
 }
 #: typed properties (`x.T`): (rule, binding, op label); `_surface.PROPERTIES` with a rule
-PROPERTIES: Final = {r.name: (r.rule, r.binding, f".{r.name}") for r in _surface.PROPERTIES
+PROPERTIES: Final = {r.name: (str(r.rule), r.binding, f".{r.name}") for r in _surface.PROPERTIES
                      if r.rule is not None}
 #: `x.at[idx].<method>(v)`: the surface table's `.at[]` rows (`_rules.at_update_type` types them)
 AT_METHODS: Final = {r.name: r.rule for r in _surface.AT}
