@@ -249,6 +249,9 @@ def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op:
     return checked(op, bind(raw), out_t)
 
 
+_STATIC_INDEX = str(_surface.STATIC_INDEX.rule)
+
+
 def _is_dynamic_index(idx: Any) -> bool:
     items = idx if isinstance(idx, tuple) else (idx,)
     return any(isinstance(i, (jax.Array, jax.core.Tracer)) or is_typed(i) for i in items)
@@ -263,7 +266,7 @@ def getitem(x: SArray, idx: Any) -> Any:
         raw, t = operand(x)
         out_t = _rules.dynamic_index_type(t, idx_types, _compat.FEATURES, op="indexing")  # type: ignore[arg-type]
         return checked("indexing", raw[idx], out_t)
-    return unary_op("getitem", x, lambda r: r[idx], op="indexing")
+    return unary_op(_STATIC_INDEX, x, lambda r: r[idx], op="indexing")
 
 
 def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()") -> Any:
@@ -294,7 +297,7 @@ def getattr_(x: SArray, name: str) -> Any:
         return getattr(x.raw, name)
     if row.kind == "property":
         return unary_op(rule, x, lambda r: getattr(r, name), op=f".{name}")
-    if rule == "mean":
+    if row.binding == "mean":
         return lambda axis=None, keepdims=False: mean(x, axis, keepdims=keepdims)
     return lambda *args, **kw: unary_op(rule, x, lambda r: getattr(r, name)(*args, **kw),
                                         op=f".{name}()")

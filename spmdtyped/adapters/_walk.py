@@ -27,7 +27,7 @@ from typing import Any
 
 import jax
 
-from .. import _compat, _rules
+from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
 
@@ -39,9 +39,9 @@ _SKIP_DIRS = tuple(
     if file
 ) + (_PKG_DIR + os.sep, os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep)
 
-#: user-facing collectives, looked up on the stack to name the API a primitive came from
-_API_NAMES = ("psum", "pmean", "pmax", "pmin", "ppermute", "pshuffle", "pbroadcast",
-              "all_gather", "psum_scatter", "all_to_all", "pcast", "axis_index")
+#: user-facing collectives, looked up on the stack to name the API a primitive came from: the
+#: `jax.lax` names of the surface table (`_surface.LAX_NAMES`)
+_API_NAMES = _surface.LAX_NAMES
 
 
 @functools.lru_cache(maxsize=4096)
