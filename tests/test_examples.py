@@ -49,6 +49,9 @@ def test_example_runs(name):
     # a run() that stops checking (or returns a larger error) fails this test
     if "max_abs_err" in result:
         assert result["max_abs_err"] < 1e-4, result
+    elif "reference_losses" in result:  # the ecosystem examples: the loss curve of the reference
+        np.testing.assert_allclose(result["losses"], result["reference_losses"], rtol=2e-4)
+        assert result["losses"][-1] < result["losses"][0], result
     else:
         assert result["last_loss"] < result["first_loss"], result
 

@@ -15,6 +15,7 @@ only the first run pays for analysing JAX's stubs.
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import os
 import re
@@ -28,7 +29,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TYPING = REPO / "tests" / "typing"
-CACHE = Path(tempfile.gettempdir()) / f"spmdtyped-mypy-cache-py{sys.version_info[0]}{sys.version_info[1]}"
+#: one mypy cache per checkout and Python (two checkouts of the package must not share one:
+#: mypy keys its cache by module name)
+CACHE = Path(tempfile.gettempdir()) / (f"spmdtyped-mypy-cache-py{sys.version_info[0]}{sys.version_info[1]}-"
+                                       f"{hashlib.sha1(str(REPO).encode()).hexdigest()[:8]}")
 
 _MARK = re.compile(r"(?:^|\s)E(?:\[(?P<leg>\w+)\])?:\s*(?P<codes>[\w-]+(?:[ ,]+(?!E\b|E\[)[\w-]+)*)")
 _MYPY_LINE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+): error: (?P<msg>.*?)  \[(?P<code>[\w-]+)\]$")
