@@ -122,12 +122,23 @@ def wrap(raw: Any, spmd_type: SpmdType | None = None) -> Any:
 
     **Returns:** an instance of the state class, e.g. `st.Varying["dp"]`.
     """
+    if spmd_type is not None and not isinstance(spmd_type, SpmdType):
+        raise error("SPMD504", f"st.wrap: the state must be an st.SpmdType, not "
+                    f"{type(spmd_type).__name__} {spmd_type!r}", op="st.wrap",
+                    fix="st.wrap(raw), or st.wrap(raw, st.SpmdType(varying={'dp'}))")
     if isinstance(type(raw), _hints._StateMeta):
-        if spmd_type is not None and spmd_type != raw.spmd_type:
-            raise error("SPMD504", f"st.wrap: value is already typed {raw.spmd_type}, not {spmd_type}")
+        if spmd_type is not None and spmd_type != type(raw)._spmd_type:
+            raise error("SPMD504", f"st.wrap: value is already typed {type(raw)._spmd_type}, not "
+                        f"{spmd_type}", op="st.wrap", fix="st.wrap(x) (keep its state)")
         return raw
+    actual = _compat.typeof_raw_or_none(raw)
     if spmd_type is None:
-        spmd_type = _compat.typeof_raw(raw)
+        spmd_type = actual if actual is not None else _compat.typeof_raw(raw)
+    elif actual is not None and actual != spmd_type and not _vma_off() \
+            and _compat.current_mesh()[1]:
+        raise error("SPMD504", f"st.wrap: JAX types this value {actual}, not the {spmd_type} "
+                    f"given", op="st.wrap", details=(f"jax: {actual}", f"given: {spmd_type}"),
+                    fix="st.wrap(raw) (the state JAX computed), or cast it first (st.pcast/st.pvary)")
     return _new(state_class(spmd_type), raw)
 
 
@@ -195,6 +206,13 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
     rb, tb = operand(b)
     op = op or f"operator {_SYMBOL.get(name, name)}"
     bind = bind or _BIND[name]
+    if name == "div" and tb is LITERAL and isinstance(ta, SpmdType) and ta.unreduced \
+            and not isinstance(rb, complex) and rb == 0:
+        # per device x_k / 0 is ±inf; their sum is nan where the true quotient is ±inf
+        raise error("SPMD202", f"{op}: division of a value Unreduced on {sorted(ta.unreduced)} by "
+                    f"zero is not linear (the partial quotients ±inf do not sum to the quotient)",
+                    axes=sorted(ta.unreduced), states=ta.states(sorted(ta.unreduced)), op=op,
+                    fix=f"st.psum(x, {tuple(sorted(ta.unreduced))!r}) / 0.0")
     res = _rules.binary(name, ta, tb, _compat.FEATURES, op=op,
                         int_literal=tb is LITERAL and isinstance(rb, int) and not isinstance(rb, bool))
     if res.bind == "integer_pow":
@@ -265,6 +283,8 @@ def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()
         return checked(op, jnp.mean(raw, axis=axis, keepdims=keepdims), _rules.unary("mean", t))
     total = unary_op("sum", x, lambda r: jnp.sum(r, axis=axis, keepdims=keepdims), op=op)
     n = int(np.prod([raw.shape[a] for a in ((axis,) if isinstance(axis, int) else (axis or range(raw.ndim)))]))
+    if n == 0:  # the mean of nothing is nan (as jnp.mean); nan * partial sums sums to nan
+        return binary("mul", total, float("nan"), op=op)
     return binary("div", total, float(n), op=op)
 
 

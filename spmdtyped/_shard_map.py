@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import typing
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 from jax.sharding import PartitionSpec
 
-from . import _compat, _rules
+from . import _compat, _hints, _rules
 from ._array import is_typed, typeof, unwrap, vma_off, wrap
 from ._errors import SpmdTypeError, error, error_context
 
@@ -95,13 +97,15 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
             specs = in_specs if in_specs is not None else PartitionSpec()
             if _is_spec_leaf(specs):
                 specs = tuple(specs for _ in raw_args)
-            args = jax.tree_util.tree_map(
-                lambda spec, sub: jax.tree_util.tree_map(lambda r: wrap(r, spec_type(spec)), sub),
-                specs, tuple(raw_args), is_leaf=_is_spec_leaf)
             with vma_off():
+                args = jax.tree_util.tree_map(
+                    lambda spec, sub: jax.tree_util.tree_map(lambda r: wrap(r, spec_type(spec)), sub),
+                    specs, tuple(raw_args), is_leaf=_is_spec_leaf)
                 out = f(*args)
         check_outputs(out, out_specs, manual, where)
-        return unwrap(out)
+        # every typed leaf, in any pytree (registered dataclasses too): typed values are pytree
+        # nodes, and JAX would rebuild them around the global outputs
+        return jax.tree_util.tree_map(unwrap, out, is_leaf=is_typed)
 
     smapped = _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 axis_names=axis_names, check_vma=check_vma)
@@ -109,6 +113,8 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
     @functools.wraps(f)
     @error_context(function=name, mesh=mesh, manual=manual)
     def wrapped(*args: Any) -> Any:
+        # the hints against the specs when the function is called (as JAX checks its specs)
+        check_hints(f, in_specs, out_specs, spec_type, manual, where)
         check_in_structure(in_specs, args, where, "st.shard_map")
         raw_args = unwrap(list(args))
         with in_spec_errors(where, "st.shard_map"):
@@ -162,3 +168,54 @@ def _check_spec_axes(specs: Any, mesh_axes: tuple[str, ...], where: str, what: s
             part, un, red, _ = _compat.spec_parts(spec)
             _rules.check_axes_known(tuple(part) + tuple(sorted(un)) + tuple(sorted(red)),
                                     f"{where} {what}", mesh_axes)
+
+
+def _hints_of(f: Callable[..., Any]) -> tuple[list[tuple[str, Any]], Any]:
+    """(positional parameters with their hints, return hint); hints that cannot be resolved
+    (forward references to names not in scope) are left out."""
+    try:
+        sig = inspect.signature(f)
+    except (TypeError, ValueError):
+        return [], None
+    try:
+        hints = typing.get_type_hints(f)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: nothing to compare
+        hints = {}
+    params = [(p.name, hints.get(p.name)) for p in sig.parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return params, hints.get("return")
+
+
+def check_hints(f: Callable[..., Any], in_specs: Any, out_specs: Any,
+                spec_type: Callable[[Any], _rules.SpmdType], manual: tuple[str, ...],
+                where: str) -> None:
+    """SPMD403 when an in_spec gives a parameter a state its hint rejects; SPMD401 when the
+    return hint allows a state the out_spec cannot take (`Varying['dp']` through `P()`).
+
+    Only state hints (`Varying[...]`, `Reduced[...]`, ...) next to a single PartitionSpec are
+    compared; pytree specs and other hints are checked on the values, when they flow."""
+    params, ret = _hints_of(f)
+    if in_specs is not None:
+        specs = ([in_specs] * len(params) if _is_spec_leaf(in_specs)
+                 else list(in_specs) if isinstance(in_specs, tuple) else [])
+        for (pname, hint), spec in zip(params, specs, strict=False):
+            want = _hints.hint_type(hint)
+            if want is None or not _is_spec_leaf(spec):
+                continue
+            have = spec_type(spec)
+            if not issubclass(_hints.state_class(have), hint):
+                bad = sorted(a for a in have.axes | want.axes if have.state(a) is not want.state(a))
+                raise error("SPMD403", f"{where}: in_specs entry {_spec_str(spec)} gives parameter "
+                            f"{pname!r} the state {have}, but its hint is {want} "
+                            f"({_hints.describe_mismatch(want, have)})", op="st.shard_map",
+                            axes=tuple(bad), states=have.states(bad),
+                            details=(f"in_spec: {_spec_str(spec)} -> {have}", f"hint: {want}"),
+                            fix=f"make the spec and the hint agree: the hint {have} for "
+                                f"{_spec_str(spec)}, or the spec that gives {want}")
+    want_out = _hints.hint_type(ret)
+    if want_out is not None and _is_spec_leaf(out_specs):
+        part, un, red, _kind = _compat.spec_parts(out_specs if out_specs is not None
+                                                  else PartitionSpec())
+        _rules.check_out_spec(want_out, part, un, red, manual,
+                              where=f"{where} (its return hint {want_out})",
+                              spec=_spec_str(out_specs))

@@ -231,13 +231,23 @@ def test_5_pbroadcast_multi_character_axis(mesh):
 
 
 def test_5_psum_over_a_vmap_axis(mesh):
-    def body(v):
-        w = st.pvary(v, "dp")
-        per_row = jax.vmap(lambda r: st.psum(r, "rows").raw, axis_name="rows")(w.raw)
-        return st.psum(st.wrap(per_row), "dp")
+    per_row = jax.vmap(lambda r: st.psum(r, "rows").raw, axis_name="rows")
+    # outside shard_map: as jax.lax.psum
+    np.testing.assert_allclose(np.asarray(per_row(X)), np.broadcast_to(X.sum(0), X.shape), rtol=1e-5)
 
-    out = _run(mesh, body)
+    def body(v):
+        w = st.pvary(v, "dp")                     # typed values go through jax.vmap as pytrees
+        summed = jax.vmap(lambda r: st.psum(r, "rows"), axis_name="rows")(w)
+        assert st.typeof(summed) == st.typeof(w)  # a vmap axis leaves the mesh states alone
+        return st.psum(summed, "dp")
+
+    # check_vma=False: JAX binds it; the numbers match the single-device reference
+    out = _run(mesh, body, check_vma=False)
     np.testing.assert_allclose(np.asarray(out), np.broadcast_to(2 * X.sum(0), X.shape), rtol=1e-5)
+    # check_vma=True: JAX fails with a bare AssertionError; spmdtyped names the limitation
+    with pytest.raises(st.SpmdTypeError) as e:
+        _run(mesh, body)
+    assert e.value.code == "SPMD503" and "vmap" in str(e.value)
 
 
 def test_5_custom_op_outside_shard_map():
@@ -333,7 +343,8 @@ def test_5_out_specs_checked_against_the_return_hint(mesh):
     def ok(x: Varying["dp"]) -> Invariant:
         return st.psum(x, "dp")
 
-    out = jax.jit(st.shard_map(ok, mesh=mesh, in_specs=(P("dp"),), out_specs=P()))(X)
+    xs = jax.device_put(X, jax.sharding.NamedSharding(mesh, P("dp")))
+    out = jax.jit(st.shard_map(ok, mesh=mesh, in_specs=(P("dp"),), out_specs=P()))(xs)
     np.testing.assert_allclose(np.asarray(out), np.asarray(X[:4] + X[4:]), rtol=1e-6)
 
 
