@@ -32,7 +32,7 @@ from mypy.plugin import (
 )
 from mypy.types import FunctionLike, Type
 
-from ._mypy import autodiff, boundary, collectives, control, custom, functions, hints, operators
+from ._mypy import autodiff, boundary, collectives, control, custom, functions, hints, operators, wrappers
 from ._mypy.codes import AXIS, CODES, SPMD, guarded, guarded_sig
 from ._mypy.config import CONFIG, FEATURE_SETS, read_config, rules_digest
 
@@ -111,6 +111,8 @@ class SpmdPlugin(Plugin):
             return guarded(functools.partial(boundary.analyze, feature=boundary.METHODS[fullname]))
         if fullname == custom.CALL:
             return guarded(custom.analyze_call)
+        if fullname in wrappers.METHODS:
+            return guarded(functools.partial(wrappers.analyze, hooks=self.get_function_hook))
         return None
 
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:

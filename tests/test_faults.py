@@ -394,16 +394,35 @@ def bad_in(x: Varying["dp"]) -> Invariant:
     return st.psum(x, "dp")
 
 
-@st.shard_map(mesh=mesh, in_specs=(P("dp"),), out_specs=P())  # E: spmd-out-spec-state
+@st.shard_map(mesh=mesh, in_specs=(P("dp"),), out_specs=P())
 def bad_out(x: Varying["dp"]) -> Varying["dp"]:
     return x
 
 
-def fine(x: Varying["dp"], u: Unreduced["tp"]) -> None:
+def call_bad_out(x: Varying["dp"]) -> None:
+    bad_out(x)  # E: spmd-out-spec-state
+
+
+def through_names(r: Reduced["tp"], u: Unreduced["tp"]) -> None:
+    g = jax.jit(st.numpy.tanh)
+    g(u)  # E: spmd-nonlinear-unreduced
+    h = functools.partial(st.psum, axis_name="tp")
+    h(r)  # E: spmd-reduced-operand
+    op = st.custom_op(jnp.sin, requires={"tp": "varying"})
+    st.opaque(jnp.sin)(r)
+    st.custom_op(jnp.sin, requires={"tp": "varying"})(r)  # E: spmd-custom-op-requires
+    del op
+
+
+def fine(x: Varying["dp"], u: Unreduced["tp"], v: Varying["tp"]) -> None:
     x.at[0].set(1.0)
     Fam = Varying
     del Fam
     st.psum(u, "tp")
+    ring(v)
+    jax.jit(st.numpy.tanh)(x)
+    functools.partial(st.psum, axis_name="tp")(v)
+    spmdtyped.lax.psum(v, "tp")
 '''
 
 

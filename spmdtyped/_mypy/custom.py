@@ -26,7 +26,7 @@ from .. import _rules
 from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType, State
 from .codes import report
-from .convert import from_spmd, to_operand
+from .convert import from_spmd, named, to_operand
 
 CUSTOM_OP: Final = frozenset({"spmdtyped.custom_op", "spmdtyped._custom.custom_op"})
 OPAQUE: Final = frozenset({"spmdtyped.opaque", "spmdtyped._custom.opaque"})
@@ -181,5 +181,8 @@ def custom_op_instance(ctx: FunctionContext) -> Type:
     """`st.custom_op(fn, ...)` with the function: a `CustomOp` (its calls go through
     `analyze_call`); the decorator factory: see `analyze_factory`."""
     if ctx.args and ctx.args[0]:
-        return ctx.api.named_generic_type(CUSTOM_OP_CLASS, [])
+        try:
+            return named(ctx.api, CUSTOM_OP_CLASS, [])
+        except (KeyError, AssertionError):  # spmdtyped._custom not analysed: keep Any
+            return ctx.default_return_type
     return analyze_factory(ctx)
