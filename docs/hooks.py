@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
-import inspect
 import itertools
 import posixpath
 import re
@@ -193,7 +192,7 @@ def _same_rule(name: str) -> list[str]:
 
 
 BINARY_SHOWN = ("add", "sub", "mul", "div", "matmul", "maximum")
-_NARY_NONLINEAR = tuple(getattr(_rules, "_NONLINEAR_NARY", ()))
+_NARY_NONLINEAR = _rules.NONLINEAR_NARY
 _NARY = (_rules.Linearity.ADDITIVE, _rules.Linearity.MULTIPLICATIVE, _rules.Linearity.DIVIDE,
          _rules.Linearity.DOT, _rules.Linearity.SELECT)
 
@@ -329,25 +328,15 @@ def gen_strict_codes(ctx: Ctx) -> str:
     return table(["code", "opt-out", "rule"], rows)
 
 
-def _feature_comments() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in inspect.getsource(_rules.Features).splitlines():
-        m = re.match(r"\s+(\w+): bool\s*#\s*(.*)$", line)
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
-
-
 def gen_features(ctx: Ctx) -> str:
     import dataclasses
 
-    notes = _feature_comments()
     rows = []
     for field in dataclasses.fields(_rules.Features):
         if field.name == "name":
             continue
         rows.append([f"`{field.name}`", *("yes" if getattr(f, field.name) else "no" for f in FEATURES),
-                     prose(notes.get(field.name, ""))])
+                     prose(field.metadata["doc"])])
     return table(["`Features` flag", *(f.name for f in FEATURES), "meaning"], rows)
 
 

@@ -24,6 +24,7 @@ from ._errors import allow as allow
 from ._errors import explain as explain
 from ._rules import SpmdType as SpmdType
 from ._rules import State as State
+from ._surface import COLLECTIVE_NAMES as _COLLECTIVE_NAMES
 
 __version__ = "0.1.0"
 
@@ -55,9 +56,8 @@ else:
 
     # name -> module that defines it; loaded (with JAX) on first attribute access
     _LAZY = {
-        **{n: "._collectives" for n in (
-            "all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
-            "pmean", "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pvary")},
+        # the collectives and casts of the surface table (`_surface.COLLECTIVES`)
+        **dict.fromkeys(_COLLECTIVE_NAMES, "._collectives"),
         **{n: "._array" for n in ("typeof", "wrap", "unwrap", "set_check_mode", "check_mode")},
         "shard_map": "._shard_map",
         **{n: "._autodiff" for n in ("cotangent_type", "grad", "value_and_grad", "vjp")},
@@ -85,10 +85,8 @@ else:
 __all__ = sorted([
     "AxisStateError", "BoundaryError", "CastError", "CombineError", "Invariant",
     "InternalConsistencyError", "Reduced", "SArray", "SpmdType", "SpmdTypeError", "State", "Typed",
-    "Unreduced", "UsageError", "Varying", "all_gather", "all_to_all", "allow", "axis_index",
-    "axis_size", "check_mode", "explain", "pbroadcast", "pcast", "pmax", "pmean", "pmin",
-    "ppermute", "pshuffle", "psum", "psum_scatter", "pvary", "set_check_mode", "shard_map",
-    "typeof", "unwrap", "wrap",
+    "Unreduced", "UsageError", "Varying", "allow", "check_mode", "explain", "set_check_mode",
+    "shard_map", "typeof", "unwrap", "wrap", *_COLLECTIVE_NAMES,
     # issue 4: autodiff, control flow, custom ops
     "CustomOp", "cond", "cotangent_type", "custom_op", "fori_loop", "grad", "opaque", "scan",
     "switch", "value_and_grad", "vjp", "while_loop",

@@ -13,8 +13,8 @@ from typing import Any
 
 import jax
 
-from . import _compat, _rules
-from ._array import _vma_off, checked, is_typed, operand
+from . import _compat, _rules, _surface
+from ._array import checked, in_vma_off, is_typed, operand
 from ._errors import error
 from ._rules import LITERAL, SpmdType
 
@@ -27,7 +27,7 @@ def _axes(axis_name: Any, op: str) -> tuple[str, ...]:
     mesh_part = tuple(a for a in axes if a not in batch)
     mesh_axes, manual = _compat.current_mesh()
     vmapped = [a for a in axes if a in batch]
-    if vmapped and manual and not _vma_off() and op not in ("st.axis_index", "st.axis_size"):
+    if vmapped and manual and not in_vma_off() and op not in ("st.axis_index", "st.axis_size"):
         raise error("SPMD503", f"{op}: {vmapped[0]!r} is a jax.vmap axis; inside a shard_map "
                     f"with check_vma=True JAX cannot bind a collective over it (jax 0.10 and 0.12 "
                     f"fail with a bare AssertionError in pvary)", axes=tuple(vmapped), op=op,
@@ -78,15 +78,8 @@ def _axis_op(rule: str, op: str, x: Any, axis_name: Any,
 
 
 def _full_manual_only(op: str) -> None:
-    """Unreduced/Reduced values exist only in full-manual shard_map: in a partial-manual one JAX
-    raises a bare AssertionError on every op on them (reference Q15, differential tests)."""
     mesh_axes, manual = _compat.current_mesh()
-    if len(manual) < len(mesh_axes):
-        raise error("SPMD403", f"{op}: Unreduced/Reduced values need a full-manual shard_map, "
-                    f"but only {list(manual)} of {list(mesh_axes)} are manual here (JAX fails "
-                    f"with a bare AssertionError on any op on such a value)", op=op,
-                    fix="make every mesh axis manual (st.shard_map without axis_names), or keep "
-                        "the value Varying")
+    _rules.check_full_manual_value(manual, mesh_axes, op=op)
 
 
 def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
@@ -144,7 +137,8 @@ def pbroadcast(x: Any, axis_name: Any, source: Any) -> Any:
     JAX has no CPU lowering for pbroadcast; it traces and type-checks everywhere.
     """
     return _axis_op("pbroadcast", "st.pbroadcast", x, axis_name,
-                    lambda r, a: _compat.pbroadcast(r, a, source))
+                    # jax.lax.pbroadcast reads a str axis name as a sequence of one-letter axes
+                    lambda r, a: _compat.pbroadcast(r, (a,) if isinstance(a, str) else a, source))
 
 
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
@@ -160,7 +154,7 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     # check_vma=False: every value is Invariant to JAX; gather plainly (same data and program).
     return _axis_op(rule, "st.all_gather", x, axis_name,
                     lambda r, a: _compat.all_gather(r, a, axis=axis, tiled=tiled,
-                                                    to="varying" if _vma_off() else to))
+                                                    to="varying" if in_vma_off() else to))
 
 
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
@@ -182,7 +176,7 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
 
 def _cast_bind(to: str) -> Callable[[Any, Any], Any]:
     def bind(r: Any, a: Any) -> Any:
-        if _vma_off():
+        if in_vma_off():
             return r  # check_vma=False: JAX's casts are no-ops (and to='unreduced' raises)
         if to == "reduced" and (isinstance(r, (int, float)) or not hasattr(r, "dtype")):
             r = _compat.asarray_like(r, r)  # reference Q13: bare AssertionError on scalars
@@ -216,5 +210,7 @@ def axis_size(axis_name: Any) -> int:
     return _compat.axis_size(_jax_axes(axis_name))
 
 
-__all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
-           "pmean", "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pvary"]
+#: every collective and cast of the surface table (`_surface.COLLECTIVE_NAMES`)
+__all__ = sorted(_surface.COLLECTIVE_NAMES)  # noqa: PLE0605
+_missing = [n for n in __all__ if n not in globals()]
+assert not _missing, f"_collectives lacks surface-table collectives {_missing}"

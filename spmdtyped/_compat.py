@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec
 
+from . import _hints
 from ._hints import state_class
 from ._rules import INVARIANT, JAX_0_10, JAX_0_12, Features, SpmdType
 
@@ -91,6 +92,9 @@ def typeof_raw_or_none(x: Any) -> SpmdType | None:
         except TypeError:
             return None
     return None
+
+
+_hints.register_raw_typeof(typeof_raw_or_none)
 
 
 def current_mesh() -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -17,7 +17,8 @@ from ._array import is_typed, typeof, unwrap, vma_off, wrap
 from ._errors import SpmdTypeError, error, error_context
 
 
-def _is_spec_leaf(s: Any) -> bool:
+def is_spec_leaf(s: Any) -> bool:
+    """A leaf of an in_specs/out_specs pytree: a PartitionSpec or None."""
     return s is None or isinstance(s, PartitionSpec)
 
 
@@ -28,19 +29,15 @@ def _broadcast_prefix(specs: Any, tree: Any, what: str, where: str) -> list[tupl
         jax.tree_util.tree_map(
             lambda spec, sub: pairs.extend(
                 (spec, leaf) for leaf in jax.tree_util.tree_leaves(sub, is_leaf=is_typed)),
-            specs, tree, is_leaf=_is_spec_leaf)
+            specs, tree, is_leaf=is_spec_leaf)
     except (ValueError, TypeError) as e:
-        s_def = jax.tree_util.tree_structure(specs, is_leaf=_is_spec_leaf)
+        s_def = jax.tree_util.tree_structure(specs, is_leaf=is_spec_leaf)
         t_def = jax.tree_util.tree_structure(tree, is_leaf=is_typed)
         raise error("SPMD402", f"{where}: {what} do not match the structure of the "
                     f"{'arguments' if what == 'in_specs' else 'outputs'}", op="st.shard_map",
                     details=(f"{what}: {s_def}", f"values: {t_def}", f"jax: {str(e).splitlines()[0]}"),
                     fix=f"give one PartitionSpec per {'argument' if what == 'in_specs' else 'output'}") from None
     return pairs
-
-
-def _spec_str(spec: Any) -> str:
-    return "P()" if spec is None else repr(spec).replace("PartitionSpec", "P")
 
 
 def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_specs: Any = None,
@@ -72,15 +69,13 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
     _rules.check_axes_known(tuple(axis_names), "st.shard_map(axis_names=...)", mesh_axes)
     name = getattr(f, "__name__", repr(f))
     where = f"st.shard_map({name})"
-    _check_spec_axes(in_specs, mesh_axes, where, "in_specs")
-    _check_spec_axes(out_specs, mesh_axes, where, "out_specs")
-    if len(manual) < len(mesh_axes):  # reference Q15: U/R in partial-manual -> bare asserts
-        for spec in jax.tree_util.tree_leaves(in_specs, is_leaf=_is_spec_leaf):
-            if isinstance(spec, PartitionSpec) and any(_compat.spec_parts(spec)[1:3]):
-                raise error("SPMD403", f"{where}: in_specs {_spec_str(spec)} gives an Unreduced/"
-                            f"Reduced input, which needs a full-manual shard_map (manual axes: "
-                            f"{list(manual)})", op="st.shard_map",
-                            fix="drop axis_names (make every mesh axis manual)")
+    check_spec_axes(in_specs, mesh_axes, where, "in_specs")
+    check_spec_axes(out_specs, mesh_axes, where, "out_specs")
+    for spec in jax.tree_util.tree_leaves(in_specs, is_leaf=is_spec_leaf):
+        if isinstance(spec, PartitionSpec):
+            _, un, red, _ = _compat.spec_parts(spec)
+            _rules.check_full_manual(un, red, manual, mesh_axes, where=where,
+                                     spec=_rules.spec_text(spec))
 
     def spec_type(spec: Any) -> _rules.SpmdType:
         part, un, red, kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
@@ -95,12 +90,12 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
             # check_vma=False: JAX types everything Invariant; spmdtyped tracks the states from
             # the specs itself, and still checks collectives and outputs.
             specs = in_specs if in_specs is not None else PartitionSpec()
-            if _is_spec_leaf(specs):
+            if is_spec_leaf(specs):
                 specs = tuple(specs for _ in raw_args)
             with vma_off():
                 args = jax.tree_util.tree_map(
                     lambda spec, sub: jax.tree_util.tree_map(lambda r: wrap(r, spec_type(spec)), sub),
-                    specs, tuple(raw_args), is_leaf=_is_spec_leaf)
+                    specs, tuple(raw_args), is_leaf=is_spec_leaf)
                 out = f(*args)
         check_outputs(out, out_specs, manual, where)
         # every typed leaf, in any pytree (registered dataclasses too): typed values are pytree
@@ -144,7 +139,7 @@ def in_spec_errors(where: str, op: str) -> Iterator[None]:
 
 def check_in_structure(in_specs: Any, args: tuple[Any, ...], where: str, op: str) -> None:
     """SPMD402 unless `in_specs` is a pytree prefix of the positional arguments."""
-    if in_specs is None or _is_spec_leaf(in_specs):
+    if in_specs is None or is_spec_leaf(in_specs):
         return
     if isinstance(in_specs, tuple) and len(in_specs) != len(args):
         raise error("SPMD402", f"{where}: in_specs has {len(in_specs)} entries for {len(args)} "
@@ -159,11 +154,11 @@ def check_outputs(out: Any, out_specs: Any, manual: tuple[str, ...], where: str,
     for i, (spec, leaf) in enumerate(_broadcast_prefix(out_specs, out, "out_specs", where)):
         part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
         t = types[i] if types is not None else typeof(leaf)
-        _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_spec_str(spec))
+        _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_rules.spec_text(spec))
 
 
-def _check_spec_axes(specs: Any, mesh_axes: tuple[str, ...], where: str, what: str) -> None:
-    for spec in jax.tree_util.tree_leaves(specs, is_leaf=_is_spec_leaf):
+def check_spec_axes(specs: Any, mesh_axes: tuple[str, ...], where: str, what: str) -> None:
+    for spec in jax.tree_util.tree_leaves(specs, is_leaf=is_spec_leaf):
         if isinstance(spec, PartitionSpec):
             part, un, red, _ = _compat.spec_parts(spec)
             _rules.check_axes_known(tuple(part) + tuple(sorted(un)) + tuple(sorted(red)),
@@ -196,11 +191,11 @@ def check_hints(f: Callable[..., Any], in_specs: Any, out_specs: Any,
     compared; pytree specs and other hints are checked on the values, when they flow."""
     params, ret = _hints_of(f)
     if in_specs is not None:
-        specs = ([in_specs] * len(params) if _is_spec_leaf(in_specs)
+        specs = ([in_specs] * len(params) if is_spec_leaf(in_specs)
                  else list(in_specs) if isinstance(in_specs, tuple) else [])
         for (pname, hint), spec in zip(params, specs, strict=False):
             want = _hints.hint_type(hint)
-            if want is None or not _is_spec_leaf(spec):
+            if want is None or not is_spec_leaf(spec):
                 continue
             have = spec_type(spec)
             if not issubclass(_hints.state_class(have), hint):
@@ -213,7 +208,7 @@ def check_hints(f: Callable[..., Any], in_specs: Any, out_specs: Any,
                             fix=f"make the spec and the hint agree: the hint {have} for "
                                 f"{_spec_str(spec)}, or the spec that gives {want}")
     want_out = _hints.hint_type(ret)
-    if want_out is not None and _is_spec_leaf(out_specs):
+    if want_out is not None and is_spec_leaf(out_specs):
         part, un, red, _kind = _compat.spec_parts(out_specs if out_specs is not None
                                                   else PartitionSpec())
         _rules.check_out_spec(want_out, part, un, red, manual,

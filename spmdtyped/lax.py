@@ -31,11 +31,11 @@ from typing import Any
 import jax
 import jax.lax as _jlax
 
-from . import _collectives, _compat
+from . import _collectives, _compat, _surface
 from ._array import is_typed
 
-__all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
-           "pmean", "pmin", "ppermute", "psum", "psum_scatter", "pshuffle"]
+#: the collectives of the surface table that `spmdtyped.lax` checks (`_surface.LAX_NAMES`)
+__all__ = sorted(_surface.LAX_NAMES)  # noqa: PLE0605
 
 #: the names this module checks; every other `jax.lax` attribute is forwarded unchanged
 CHECKED = tuple(__all__)
@@ -215,6 +215,10 @@ def axis_size(axis_name: Any) -> int:
         return int(_J.axis_size(axis_name))
     with _inside():
         return _collectives.axis_size(axis_name)
+
+
+_missing = [n for n in __all__ if n not in globals()]
+assert not _missing, f"spmdtyped.lax lacks surface-table collectives {_missing}"
 
 
 def __getattr__(name: str) -> Any:

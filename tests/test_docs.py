@@ -271,8 +271,6 @@ def _mypy(tmp: Path, *files: Path) -> subprocess.CompletedProcess[str]:
 def mypy_run(tmp_path_factory):
     """One mypy run (a cold run costs ~20 s) over the model and each mistake."""
     pytest.importorskip("mypy")
-    if importlib.util.find_spec("spmdtyped.mypy_plugin") is None:
-        pytest.skip("spmdtyped.mypy_plugin has not landed")
     tmp = tmp_path_factory.mktemp("docs_mypy")
     source = MODEL.read_text()
     files = [tmp / "model.py"]

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
+from _helpers import trace
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -101,24 +102,12 @@ def test_rendered_message_has_code_rule_and_fix(code: str) -> None:
     assert type(err) is e.category and err.function is None and err.mesh is None
 
 
-@pytest.fixture(scope="module")
-def mesh() -> Any:
-    return jax.make_mesh((2, 4), ("dp", "tp"))
-
-
-def _trace(mesh: Any, f: Any, in_specs: Any = None, out_specs: Any = None, **kw: Any) -> Any:
-    in_specs = P("dp") if in_specs is None else in_specs
-    out_specs = P("dp") if out_specs is None else out_specs
-    x = jax.ShapeDtypeStruct((8, 8), jnp.float32, sharding=NamedSharding(mesh, P("dp")))
-    return jax.jit(st.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, **kw)).trace(x)
-
-
-def test_error_inside_shard_map_names_the_function_and_the_mesh(mesh: Any) -> None:
+def test_error_inside_shard_map_names_the_function_and_the_mesh(mesh_dp_tp: Any) -> None:
     def mlp(x: Any) -> Any:
         return st.psum(st.pcast(x, "tp", to="reduced"), "tp")
 
     with pytest.raises(st.AxisStateError) as info:
-        _trace(mesh, mlp)
+        trace(mesh_dp_tp, mlp, P("dp"), P("dp"))
     e = info.value
     first = str(e).splitlines()[0]
     assert first.startswith("st.psum over 'tp' in mlp (mesh dp=2, tp=4): ")
@@ -129,50 +118,50 @@ def test_error_inside_shard_map_names_the_function_and_the_mesh(mesh: Any) -> No
     assert "fix: " in str(e)
 
 
-def test_elementwise_and_output_errors_name_the_function(mesh: Any) -> None:
+def test_elementwise_and_output_errors_name_the_function(mesh_dp_tp: Any) -> None:
     def block(x: Any) -> Any:
         return st.numpy.tanh(st.pcast(st.pvary(x, "tp"), "tp", to="unreduced"))
 
     with pytest.raises(st.CombineError) as info:
-        _trace(mesh, block)
+        trace(mesh_dp_tp, block, P("dp"), P("dp"))
     assert "st.numpy.tanh in block (mesh dp=2, tp=4): " in str(info.value)
 
     def leak(x: Any) -> Any:
         return x
 
     with pytest.raises(st.BoundaryError) as out:
-        _trace(mesh, leak, out_specs=P())
+        trace(mesh_dp_tp, leak, P("dp"), P())
     # the headline already names the function: only the mesh is added
     assert str(out.value).startswith("st.shard_map(leak) (mesh dp=2, tp=4): ")
 
 
-def test_partial_manual_mesh_names_its_manual_axes(mesh: Any) -> None:
+def test_partial_manual_mesh_names_its_manual_axes(mesh_dp_tp: Any) -> None:
     def body(x: Any) -> Any:
         return st.psum(x, "tpp")
 
     with pytest.raises(st.UsageError) as info:
-        _trace(mesh, body, in_specs=P(), out_specs=P(), axis_names={"tp"})
+        trace(mesh_dp_tp, body, P(), P(), axis_names={"tp"})
     assert "in body (mesh dp=2, tp=4; manual: tp)" in str(info.value).splitlines()[0]
 
 
-def test_typed_shard_map_names_the_function_and_the_mesh(mesh: Any) -> None:
+def test_typed_shard_map_names_the_function_and_the_mesh(mesh_dp_tp: Any) -> None:
     def double_sum(x: Any) -> Any:
         return jax.lax.psum(jax.lax.psum(x, "tp"), "tp")
 
-    x = jax.device_put(jnp.ones((8, 8)), NamedSharding(mesh, P("dp")))
-    f = st.adapters.typed_shard_map(double_sum, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"))
+    x = jax.device_put(jnp.ones((8, 8)), NamedSharding(mesh_dp_tp, P("dp")))
+    f = st.adapters.typed_shard_map(double_sum, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P("dp"))
     with pytest.raises(st.AxisStateError) as info:
         f(x)
     assert info.value.code == "SPMD103"
     assert "in double_sum (mesh dp=2, tp=4): " in str(info.value).splitlines()[0]
 
 
-def test_no_context_outside_shard_map_and_after_it(mesh: Any) -> None:
+def test_no_context_outside_shard_map_and_after_it(mesh_dp_tp: Any) -> None:
     with pytest.raises(st.UsageError) as info:
         st.psum(jnp.ones(3), "dp")
     assert info.value.function is None and " (mesh " not in str(info.value)
     with pytest.raises(st.SpmdTypeError):
-        _trace(mesh, lambda x: st.psum(st.pcast(x, "tp", to="reduced"), "tp"))
+        trace(mesh_dp_tp, lambda x: st.psum(st.pcast(x, "tp", to="reduced"), "tp"), P("dp"), P("dp"))
     assert _errors.error("SPMD501", "st.psum: 'k' is not an axis", op="st.psum").function is None
 
 
@@ -341,7 +330,7 @@ def test_every_code_has_an_example() -> None:
 
 
 @pytest.mark.parametrize("code", CODES)
-def test_wrong_code_raises_its_code_and_fixed_code_runs(mesh: Any, code: str, monkeypatch: Any) -> None:
+def test_wrong_code_raises_its_code_and_fixed_code_runs(mesh_dp_tp: Any, code: str, monkeypatch: Any) -> None:
     e = _errors.REGISTRY[code]
     if code == "SPMD901":  # a JAX whose rules changed: the rule table's ppermute is made wrong
         from spmdtyped import _rules
@@ -350,6 +339,6 @@ def test_wrong_code_raises_its_code_and_fixed_code_runs(mesh: Any, code: str, mo
         monkeypatch.setitem(_rules.AXIS_OPS, "ppermute", dataclasses.replace(
             rule, on={**rule.on, _rules.State.VARYING: _rules.State.INVARIANT}))
     with pytest.raises(st.SpmdTypeError) as info:
-        _run_example(mesh, code, e.before)
+        _run_example(mesh_dp_tp, code, e.before)
     assert info.value.code == code, str(info.value)
-    _run_example(mesh, code, e.after)
+    _run_example(mesh_dp_tp, code, e.after)

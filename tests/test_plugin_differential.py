@@ -16,7 +16,6 @@ know the operands' states (revealed `Any`). Out-spec errors (SPMD4xx) are not st
 from __future__ import annotations
 
 import collections
-import importlib.util
 import re
 import sys
 import tempfile
@@ -34,8 +33,6 @@ from spmdtyped import _compat, _rules
 from spmdtyped._errors import REGISTRY, SpmdTypeError
 
 N_PROGRAMS = 40
-HAS_NUMPY = importlib.util.find_spec("spmdtyped.numpy") is not None
-KINDS = tuple(k for k in pg.KINDS if HAS_NUMPY or "snp." not in pg.TEMPLATES[k][0])
 
 _REVEAL = re.compile(r'^(?P<file>[^:]+):(?P<line>\d+): note: Revealed type is "(?P<type>.*)"$')
 _ERROR = re.compile(r"^(?P<file>[^:]+):(?P<line>\d+): error: (?P<msg>.*?)  \[(?P<code>[\w-]+)\]$")
@@ -47,7 +44,7 @@ def _programs(n: int) -> list[pg.Program]:
 
     @settings(max_examples=n, derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
-    @given(pg.programs(kinds=KINDS, min_steps=3, max_steps=8))
+    @given(pg.programs(kinds=pg.KINDS, min_steps=3, max_steps=8))
     def collect(program: pg.Program) -> None:
         out.append(program)
 
@@ -59,8 +56,6 @@ def _programs(n: int) -> list[pg.Program]:
 def _source(program: pg.Program) -> tuple[str, list[int]]:
     """The typed module with `reveal_type(vN)` after each step; the reveal lines (1-based)."""
     src = pg.render_source(program, "typed", trace=False)
-    if not HAS_NUMPY:
-        src = src.replace("import spmdtyped.numpy as snp\n", "")
     lines = src.splitlines()
     out: list[str] = []
     reveal_lines: list[int] = []

@@ -292,7 +292,7 @@ def test_dmypy(tmp_path: Path) -> None:
         run("stop")
 
 
-def test_plugin_headlines_match_runtime(mesh: object) -> None:
+def test_plugin_headlines_match_runtime(mesh_ij: object) -> None:
     """The plugin prints the runtime's own headline for the same mistake."""
     import jax
     import jax.numpy as jnp
@@ -303,7 +303,7 @@ def test_plugin_headlines_match_runtime(mesh: object) -> None:
 
     caught: list[st.SpmdTypeError] = []
 
-    @st.shard_map(mesh=mesh, in_specs=(P("j"),), out_specs=P())
+    @st.shard_map(mesh=mesh_ij, in_specs=(P("j"),), out_specs=P())
     def f(x: st.Varying["j"]) -> st.Invariant:
         r = st.all_gather(x, "j", to="reduced", tiled=True)
         try:
@@ -312,7 +312,7 @@ def test_plugin_headlines_match_runtime(mesh: object) -> None:
             caught.append(e)
         return st.psum(x.sum(), "j")
 
-    jax.eval_shape(f, jax.ShapeDtypeStruct((8,), jnp.float32, sharding=NamedSharding(mesh, P("j"))))
+    jax.eval_shape(f, jax.ShapeDtypeStruct((8,), jnp.float32, sharding=NamedSharding(mesh_ij, P("j"))))
     (err,) = caught
     tmp = Path(tempfile.mkdtemp())
     probe = tmp / "probe.py"

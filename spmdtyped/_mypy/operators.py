@@ -165,8 +165,7 @@ def _getitem(ctx: MethodContext) -> Type:
 
 
 def _at(ctx: MethodContext, method: str) -> Type:
-    """`x.at[idx].<method>(v)`, as `_array._AtIndex._update`: the rule on `x`, joined (`add`)
-    with the rule on `v` when `v` is an array."""
+    """`x.at[idx].<method>(v)`: `_rules.at_update_type`, as at runtime."""
     default = ctx.default_return_type
     p = get_proper_type(ctx.type)
     x = state_of_args(p.args) if isinstance(p, Instance) else None
@@ -175,15 +174,10 @@ def _at(ctx: MethodContext, method: str) -> Type:
     values = alternatives(ctx.api, ctx.arg_types[0][0], ctx.args[0][0])
     if values is None:
         return default
-    rule, op = AT_METHODS[method], f".at[].{method}()"
+    op = f".at[].{method}()"
 
     def fn(v: Known) -> SpmdType:
-        joined = _rules.unary(rule, x, CONFIG.features, op=op)
-        if v is LITERAL:
-            return joined
-        assert isinstance(v, SpmdType)
-        return _rules.combine("add", [joined, _rules.unary(rule, v, CONFIG.features, op=op)],
-                              CONFIG.features, op=op).type
+        return _rules.at_update_type(method, x, v, CONFIG.features, op=op)
 
     return apply(ctx.api, ctx.context, default, [values], fn)
 

@@ -14,9 +14,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 from .. import _compat, _rules
 from .._errors import SpmdTypeError
 from .._rules import SpmdType
-from .._shard_map import _is_spec_leaf, _spec_str, check_outputs
-from . import _walk
-from ._typed import _manual_axes, checked_lax
+from .._shard_map import check_outputs, is_spec_leaf
+from ._route import checked_lax, manual_axes
+from ._walk import Step, Walk, boundary_source, exception_source, function_source, located
 
 
 @dataclasses.dataclass
@@ -43,7 +43,7 @@ class InferReport:
     in_types: list[SpmdType]
     out_types: list[SpmdType]
     signature: str
-    steps: list[_walk.Step]
+    steps: list[Step]
     mismatches: list[str]
     jaxpr: Any = None
     mesh_axes: tuple[str, ...] = ()
@@ -75,18 +75,8 @@ class InferReport:
 
 def hint(t: SpmdType, order: Sequence[str] | None = None) -> str:
     """The annotation for a state, e.g. `Varying["dp", "tp"]` or
-    `Typed[Varying["dp"], Reduced["tp"]]` (axes in mesh order)."""
-    def axes(s: frozenset[str]) -> str:
-        names = [a for a in order if a in s] if order else sorted(s)
-        names += sorted(s - set(names))
-        return ", ".join(f'"{a}"' for a in names)
-
-    parts = [f"{label}[{axes(s)}]" for label, s in (("Varying", t.varying),
-                                                    ("Unreduced", t.unreduced),
-                                                    ("Reduced", t.reduced)) if s]
-    if not parts:
-        return "Invariant"
-    return parts[0] if len(parts) == 1 else f"Typed[{', '.join(parts)}]"
+    `Typed[Varying["dp"], Reduced["tp"]]` (axes in mesh order): `_rules.hint_text`."""
+    return _rules.hint_text(t, order)
 
 
 def _tree_hint(tree: Any, types: Sequence[SpmdType], order: Sequence[str]) -> str:
@@ -139,7 +129,7 @@ def _abstract(args: Sequence[Any], in_specs: Any, mesh: Any) -> tuple[Any, ...]:
         return jax.tree_util.tree_map(
             lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), sub)
 
-    return tuple(jax.tree_util.tree_map(one, specs, tuple(args), is_leaf=_is_spec_leaf))
+    return tuple(jax.tree_util.tree_map(one, specs, tuple(args), is_leaf=is_spec_leaf))
 
 
 def infer(f: Callable[..., Any], *args: Any, mesh: Any, in_specs: Any, out_specs: Any,
@@ -185,7 +175,7 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
               out_specs: Any, axis_names: Any, where: str) -> InferReport:
     """`infer`, with `where` naming the API in boundary messages (`typed_shard_map(f)`)."""
     order = _compat.mesh_axis_names(mesh)
-    manual = _manual_axes(mesh, axis_names)
+    manual = manual_axes(mesh, axis_names)
     sds = _abstract(args, in_specs, mesh)
     spec_types = [_spec_type(s, manual) for s in _flat_specs(in_specs, sds)]
     smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
@@ -212,21 +202,21 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
             pass
         raise jax_error
 
-    walk = _walk.Walk()
+    walk = Walk()
     (eqn,) = [e for e in closed.jaxpr.eqns if _compat.primitive_name(e) == "shard_map"][:1] or [None]
     if eqn is None:  # pragma: no cover - jax.shard_map always leaves one equation
         raise RuntimeError("infer: no shard_map equation in the traced program")
     inner = eqn.params["jaxpr"]
     producers = walk.jaxpr(inner)
     in_types = [_compat.aval_type(v.aval) for v in inner.invars]
-    returned = [_walk.boundary_source(v, producers) for v in inner.outvars]
+    returned = [boundary_source(v, producers) for v in inner.outvars]
     out_types = [_compat.aval_type(v.aval) for v in returned]
     for t, spec in zip(out_types, eqn.params["out_specs"], strict=True):
         part, un, red, _kind = _compat.spec_parts(spec)
         try:
-            _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_spec_str(spec))
+            _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_rules.spec_text(spec))
         except SpmdTypeError as e:
-            walk.violation(e, _walk.function_source(f), "at the shard_map boundary")
+            walk.violation(e, function_source(f), "at the shard_map boundary")
     sig = signature_line(f, args, in_types, out_shape, out_types, order)
     return InferReport(not walk.violations, walk.violations, in_types, out_types, sig,
                        walk.steps, walk.mismatches, closed, order)
@@ -242,11 +232,11 @@ def functools_wraps(body: Callable[..., Any], f: Callable[..., Any]) -> None:
 
 def _failed(f: Callable[..., Any], args: Sequence[Any], spec_types: list[SpmdType],
             e: SpmdTypeError, order: Sequence[str]) -> InferReport:
-    where = _walk.exception_source(e)
-    if e.code.startswith("SPMD4") and _walk.function_source(f) is not None:
+    where = exception_source(e)
+    if e.code.startswith("SPMD4") and function_source(f) is not None:
         # a boundary error belongs to the function, not to the line that traced it
-        where = _walk.function_source(f)
-    v = _walk.located(e, where)
+        where = function_source(f)
+    v = located(e, where)
     sig = signature_line(f, args, spec_types, None, [], order).replace("-> None:", "-> ...:")
     return InferReport(False, [v], spec_types, [], sig, [], [], None, tuple(order))
 
@@ -255,7 +245,7 @@ def _flat_specs(in_specs: Any, sds: tuple[Any, ...]) -> list[Any]:
     specs = in_specs if isinstance(in_specs, tuple) else (in_specs,) * len(sds)
     out: list[Any] = []
     jax.tree_util.tree_map(lambda s, sub: out.extend([s] * len(jax.tree_util.tree_leaves(sub))),
-                           specs, sds, is_leaf=_is_spec_leaf)
+                           specs, sds, is_leaf=is_spec_leaf)
     return out
 
 

@@ -21,60 +21,18 @@ report JAX's ValueError for the rest. The executed program is `jax.shard_map(f)`
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jax
 
 from .. import _compat
-from .. import lax as _slax
 from .._errors import SpmdTypeError, error_context
-from .._shard_map import _check_spec_axes, check_in_structure, check_outputs, in_spec_errors
-from . import _walk
-
-_ROUTE_LOCK = threading.RLock()
-_ROUTE_DEPTH = [0]
-_SAVED: dict[str, Any] = {}
-
-
-@contextlib.contextmanager
-def checked_lax() -> Iterator[None]:
-    """Route `jax.lax`'s collectives through `spmdtyped.lax` inside the block.
-
-    Code that calls `jax.lax.psum(...)` or `lax.psum(...)` after `from jax import lax` is
-    checked; names imported before (`from jax.lax import psum`) are not (the jaxpr walk of
-    `typed_shard_map` still sees them). Process-wide while active: meant for tracing.
-
-    !!! Example
-        ```python
-        with st.adapters.checked_lax():
-            jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...))(x)
-        ```
-    """
-    with _ROUTE_LOCK:
-        if _ROUTE_DEPTH[0] == 0:
-            for name in _slax.CHECKED:
-                _SAVED[name] = getattr(jax.lax, name)
-                setattr(jax.lax, name, getattr(_slax, name))
-        _ROUTE_DEPTH[0] += 1
-    try:
-        yield
-    finally:
-        with _ROUTE_LOCK:
-            _ROUTE_DEPTH[0] -= 1
-            if _ROUTE_DEPTH[0] == 0:
-                for name, fn in _SAVED.items():
-                    setattr(jax.lax, name, fn)
-                _SAVED.clear()
-
-
-def _manual_axes(mesh: Any, axis_names: Any) -> tuple[str, ...]:
-    mesh_axes = _compat.mesh_axis_names(mesh)
-    names = {axis_names} if isinstance(axis_names, str) else set(axis_names or ())
-    return tuple(a for a in mesh_axes if not names or a in names)
+from .._shard_map import check_in_structure, check_outputs, check_spec_axes, in_spec_errors
+from ._infer import run_infer
+from ._route import checked_lax, manual_axes
+from ._walk import exception_source, function_source, located
 
 
 def _signature_key(args: Any) -> Any:
@@ -111,23 +69,23 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, mesh: Any, in_spe
         return functools.partial(typed_shard_map, mesh=mesh, in_specs=in_specs,
                                  out_specs=out_specs, axis_names=axis_names, check_vma=check_vma)
     mesh_axes = _compat.mesh_axis_names(mesh)
-    manual = _manual_axes(mesh, axis_names)
+    manual = manual_axes(mesh, axis_names)
     name = getattr(f, "__name__", repr(f))
     where = f"typed_shard_map({name})"
-    _check_spec_axes(in_specs, mesh_axes, where, "in_specs")
-    _check_spec_axes(out_specs, mesh_axes, where, "out_specs")
+    check_spec_axes(in_specs, mesh_axes, where, "in_specs")
+    check_spec_axes(out_specs, mesh_axes, where, "out_specs")
 
     def body(*args: Any) -> Any:
         try:
             with checked_lax():
                 out = f(*args)
         except SpmdTypeError as e:
-            raise _walk.located(e, _walk.exception_source(e)) from None
+            raise located(e, exception_source(e)) from None
         if check_vma and _compat.check_vma_enabled():
             try:
                 check_outputs(out, out_specs, manual, where)
             except SpmdTypeError as e:
-                raise _walk.located(e, _walk.function_source(f)) from None
+                raise located(e, function_source(f)) from None
         return out
 
     functools.update_wrapper(body, f)
@@ -146,8 +104,6 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, mesh: Any, in_spe
                     # the jaxpr walk reports violations in program order (a routed collective
                     # could only report a later consequence of, e.g., a cumsum of an
                     # Unreduced value); routing takes over where JAX rejects the program
-                    from ._infer import run_infer
-
                     rep = run_infer(f, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                     axis_names=axis_names, where=where)
                     if rep.violations:
