@@ -200,17 +200,17 @@ def check_hints(f: Callable[..., Any], in_specs: Any, out_specs: Any,
             have = spec_type(spec)
             if not issubclass(_hints.state_class(have), hint):
                 bad = sorted(a for a in have.axes | want.axes if have.state(a) is not want.state(a))
-                raise error("SPMD403", f"{where}: in_specs entry {_spec_str(spec)} gives parameter "
+                raise error("SPMD403", f"{where}: in_specs entry {_rules.spec_text(spec)} gives parameter "
                             f"{pname!r} the state {have}, but its hint is {want} "
                             f"({_hints.describe_mismatch(want, have)})", op="st.shard_map",
                             axes=tuple(bad), states=have.states(bad),
-                            details=(f"in_spec: {_spec_str(spec)} -> {have}", f"hint: {want}"),
+                            details=(f"in_spec: {_rules.spec_text(spec)} -> {have}", f"hint: {want}"),
                             fix=f"make the spec and the hint agree: the hint {have} for "
-                                f"{_spec_str(spec)}, or the spec that gives {want}")
+                                f"{_rules.spec_text(spec)}, or the spec that gives {want}")
     want_out = _hints.hint_type(ret)
     if want_out is not None and is_spec_leaf(out_specs):
         part, un, red, _kind = _compat.spec_parts(out_specs if out_specs is not None
                                                   else PartitionSpec())
         _rules.check_out_spec(want_out, part, un, red, manual,
                               where=f"{where} (its return hint {want_out})",
-                              spec=_spec_str(out_specs))
+                              spec=_rules.spec_text(out_specs))
