@@ -250,7 +250,47 @@ def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op:
     if t is LITERAL:
         t = _rules.INVARIANT
     out_t = _rules.unary(name, t, _compat.FEATURES, op=op)  # type: ignore[arg-type]
-    return checked(op, bind(raw), out_t)
+    return checked(op, bind(_lowering_cast(name, t, raw)), out_t)  # type: ignore[arg-type]
+
+
+def _lowering_cast(row: str, t: SpmdType, raw: Any) -> Any:
+    """Rows JAX types on a Reduced value but cannot lower (`_rules.VARY`): bind them on the
+    value cast to Varying on its Reduced axes (a free cast), as the rule's result says."""
+    if t.reduced and _rules.ELEMENTWISE[row].on_reduced == _rules.VARY and not in_vma_off():
+        return _compat.pcast(raw, tuple(sorted(t.reduced)), to="varying")
+    return raw
+
+
+def _argument_value(name: str, v: Any) -> Any:
+    """An argument as `_rules.argument_rule` reads it: a dtype by its NumPy name, a Python
+    literal as is, an array as itself (a value the rules do not read)."""
+    if name == "dtype" and v is not None:
+        try:
+            return np.dtype(v).name
+        except TypeError:
+            return _rules.UNKNOWN
+    return v
+
+
+def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
+            kwargs: dict[str, Any], *, op: str) -> Any:
+    """`jfn(x, *args, **kwargs)` for a one-array op whose rule depends on its other arguments
+    (`_rules.call_type`: keywords and dtypes pick the row; secondary arrays join the result)."""
+    raw, t = operand(x)
+    if t is LITERAL:
+        t = _rules.INVARIANT
+    assert isinstance(t, SpmdType)
+    named = _rules.named_arguments(rule, args, kwargs)
+    keywords = {k: _argument_value(k, v) for k, v in named.items()}
+    secondary = [(n, typeof(named[n])) for n in _rules.SECONDARY.get(rule, ())
+                 if named.get(n) is not None and operand(named[n])[1] is not LITERAL]
+    dtype = np.dtype(jnp.result_type(raw)).name
+    row = _rules.argument_rule(rule, keywords, dtype) or rule
+    out_t = _rules.call_type(rule, t, keywords, dtype, secondary, _compat.FEATURES, op=op)
+    assert out_t is not None  # every argument is readable at runtime
+    raw_args = tuple(unwrap(a) for a in args)
+    raw_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+    return checked(op, jfn(_lowering_cast(row, t, raw), *raw_args, **raw_kwargs), out_t)
 
 
 def _is_dynamic_index(idx: Any) -> bool:
@@ -302,8 +342,8 @@ def getattr_(x: SArray, name: str) -> Any:
         return unary_op(rule, x, lambda r: getattr(r, name), op=f".{name}")
     if rule == "mean":
         return lambda axis=None, keepdims=False: mean(x, axis, keepdims=keepdims)
-    return lambda *args, **kw: unary_op(rule, x, lambda r: getattr(r, name)(*args, **kw),
-                                        op=f".{name}()")
+    return lambda *args, **kw: call_op(rule, x, lambda r, *a, **k: getattr(r, name)(*a, **k),
+                                       args, kw, op=f".{name}()")
 
 
 _ATTRIBUTES = tuple(r.name for r in (*_surface.PROPERTIES, *_surface.METHODS))
