@@ -303,9 +303,13 @@ def getitem(x: SArray, idx: Any) -> Any:
         items = idx if isinstance(idx, tuple) else (idx,)
         idx_types = [typeof(i) for i in items
                      if is_typed(i) or isinstance(i, (jax.Array, jax.core.Tracer))]
+        # an integer/boolean index array is a gather (jnp.take's rule); scalars a dynamic_slice
+        gather = any(getattr(i, "ndim", 0) > 0 for i in items
+                     if is_typed(i) or isinstance(i, (jax.Array, jax.core.Tracer)))
         idx = unwrap(idx)
         raw, t = operand(x)
-        out_t = _rules.dynamic_index_type(t, idx_types, _compat.FEATURES, op="indexing")  # type: ignore[arg-type]
+        out_t = _rules.dynamic_index_type(t, idx_types, _compat.FEATURES, op="indexing",  # type: ignore[arg-type]
+                                          gather=gather)
         return checked("indexing", raw[idx], out_t)
     return unary_op("getitem", x, lambda r: r[idx], op="indexing")
 
@@ -363,12 +367,17 @@ class _AtIndex:
     """`x.at[idx]`: one method per `_surface.AT` row (`_rules.at_update_type` types it)."""
 
     def __init__(self, x: SArray, idx: Any) -> None:
+        items = idx if isinstance(idx, tuple) else (idx,)
+        # traced indices: their states flow into the result (JAX pvarys the array to them)
+        self.index_types = [typeof(i) for i in items
+                            if is_typed(i) or isinstance(i, (jax.Array, jax.core.Tracer))]
         self.x, self.idx = x, unwrap(idx)
 
     def _update(self, method: str, value: Any, **kw: Any) -> Any:
         raw_v, tv = operand(value)
         op = f".at[].{method}()"
-        out_t = _rules.at_update_type(method, typeof(self.x), tv, _compat.FEATURES, op=op)
+        out_t = _rules.at_update_type(method, typeof(self.x), tv, _compat.FEATURES, op=op,
+                                      index=self.index_types)
         out = getattr(self.x.raw.at[self.idx], method)(raw_v, **kw)
         return checked(op, out, out_t)
 

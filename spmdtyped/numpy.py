@@ -163,6 +163,10 @@ def _new(row: _surface.Row) -> None:
         t = _rules.constructor_type(name)
         if name == "full":
             t = _rules.fill_type(t, _fill_operand(_fill(args, kwargs, 1)), _compat.FEATURES, op=op)
+        if name == "linspace":  # traced bounds flow into every element
+            for k, key in enumerate(("start", "stop")):
+                bound = args[k] if len(args) > k else kwargs.get(key)
+                t = _rules.fill_type(t, _fill_operand(bound), _compat.FEATURES, op=op)
         raw = jfn(*(unwrap(x) for x in args), **{k: unwrap(v) for k, v in kwargs.items()})
         return checked(op, raw, t)
 

@@ -124,8 +124,9 @@ def test_2_secondary_argument_state_joins_result(mesh, case):
     # the result depends on the device's tp index: Varying over tp, so it leaves through a tp
     # dimension, stacked; each block matches the single-device reference at that index
     out = _run(mesh, lambda v: st.numpy.expand_dims(typed(v), 0), out_specs=P("tp"))
+    out = np.asarray(out)
     for k in range(4):
-        np.testing.assert_allclose(np.asarray(out[k]), np.asarray(ref(X, k)), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out[k], np.asarray(ref(X, k)), rtol=1e-5, atol=1e-5)
     # through P() the Varying result is rejected (not SPMD901, not one device's value)
     for check_vma in (True, False):
         with pytest.raises(st.SpmdTypeError) as e:
