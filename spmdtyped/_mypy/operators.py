@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from typing import Final
 
+from mypy.nodes import IndexExpr, MemberExpr
 from mypy.plugin import AttributeContext, FunctionContext, MethodContext
 from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 
 from .. import _rules
 from .._rules import LITERAL, SpmdType
+from .arguments import call_arguments, has_arguments, typed_call
 from .codes import apply, report, report_past_operator_fallback
 from .config import CONFIG
 from .convert import (
@@ -121,6 +123,9 @@ def _scalar_comparison(ctx: MethodContext, name: str) -> Type:
 
 def _unary(ctx: MethodContext | AttributeContext, name: str, op: str) -> Type:
     default = ctx.default_return_type if isinstance(ctx, MethodContext) else ctx.default_attr_type
+    if isinstance(ctx, MethodContext) and has_arguments(name):
+        pos, kw = call_arguments(ctx)
+        return typed_call(ctx, name, (None, ctx.type), pos, kw, op, default)
     alts = alternatives(ctx.api, ctx.type, None)
     if alts is None:
         return default
@@ -160,6 +165,12 @@ def _getitem(ctx: MethodContext) -> Type:
     if not dynamic:
         return apply(ctx.api, ctx.context, default, [alts],
                      lambda t: _rules.unary("getitem", t, CONFIG.features, op="indexing"))
+    if any(isinstance(a, SpmdType) and a.reduced for a in alts):
+        # a scalar index slices (Reduced kept), an index array gathers (jax 0.10 drops
+        # Reduced): the plugin cannot tell a typed scalar from a typed array; check only
+        apply(ctx.api, ctx.context, default, [alts],
+              lambda t: _rules.dynamic_index_type(t, index_types, CONFIG.features, op="indexing"))
+        return default
     return apply(ctx.api, ctx.context, default, [alts],
                  lambda t: _rules.dynamic_index_type(t, index_types, CONFIG.features, op="indexing"))
 
@@ -175,11 +186,42 @@ def _at(ctx: MethodContext, method: str) -> Type:
     if values is None:
         return default
     op = f".at[].{method}()"
+    index = _at_index_types(ctx)
+    if index is None:
+        return default  # a raw JAX index: its state is unknown statically
 
     def fn(v: Known) -> SpmdType:
-        return _rules.at_update_type(method, x, v, CONFIG.features, op=op)
+        return _rules.at_update_type(method, x, v, CONFIG.features, op=op, index=index)
 
     return apply(ctx.api, ctx.context, default, [values], fn)
+
+
+def _at_index_types(ctx: MethodContext) -> list[SpmdType] | None:
+    """The states of the typed indices of `x.at[idx].<method>(v)` (read from the call's callee
+    expression); None when an index is a raw JAX array (state unknown)."""
+    call = ctx.context
+    callee = getattr(call, "callee", None)
+    index_expr = getattr(getattr(callee, "expr", None), "index", None)
+    if not isinstance(callee, MemberExpr) or not isinstance(callee.expr, IndexExpr) \
+            or index_expr is None:
+        return []
+    try:
+        it = get_proper_type(ctx.api.lookup_type(index_expr))
+    except KeyError:
+        return []
+    items = list(it.items) if isinstance(it, TupleType) else [it]
+    out: list[SpmdType] = []
+    for item in items:
+        p = get_proper_type(item)
+        if is_sarray(p):
+            o = to_operand(p)
+            if not isinstance(o, SpmdType):
+                return None
+            out.append(o)
+        elif isinstance(p, AnyType) or (isinstance(p, Instance)
+                                        and p.type.fullname == "jax._src.basearray.Array"):
+            return None
+    return out
 
 
 def _abs(ctx: FunctionContext) -> Type:
