@@ -135,7 +135,19 @@ def pbroadcast(x: Any, axis_name: Any, source: Any) -> Any:
     # jax.lax.pbroadcast (0.10 and 0.12) binds its primitive with axis_name as given, and the
     # primitive iterates it: a str "dp" becomes the axes ("d", "p"). Always pass a tuple.
     axes = (axis_name,) if isinstance(axis_name, str) else tuple(axis_name)
+    if not _pbroadcast_lowers():
+        # jax 0.10 and 0.12 have no CPU lowering for pbroadcast (NotImplementedError at
+        # compile time); bind the equivalent JAX documents for it, typed as pbroadcast is
+        # (Varying): psum of the source's shard, then a free cast back to Varying.
+        masked = jnp.where(lax.axis_index(axes) == source, x, jnp.zeros_like(x))
+        return lax.pcast(lax.psum(masked, axes), axes, to="varying")
     return lax.pbroadcast(x, axes, source)
+
+
+@functools.cache
+def _pbroadcast_lowers() -> bool:
+    # the MLIR rule for pbroadcast exists for GPU/TPU only (jax 0.10.2, 0.12.0.1)
+    return jax.devices()[0].platform != "cpu"
 
 
 def batch_axis_names() -> tuple[str, ...]:
