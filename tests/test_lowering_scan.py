@@ -157,7 +157,9 @@ def _collective(name: str, *, typed: bool) -> Recipe:
         "pmax": lambda x: ns.pmax(x, "tp"), "pmin": lambda x: ns.pmin(x, "tp"),
         "ppermute": lambda x: ns.ppermute(x, "tp", perm),
         "pshuffle": lambda x: ns.pshuffle(x, "tp", [1, 2, 3, 0]),
-        "pbroadcast": lambda x: ns.pbroadcast(x, "tp", 0),
+        # raw twin: the equivalent JAX documents (jax.lax.pbroadcast has no CPU lowering)
+        "pbroadcast": (lambda x: st.pbroadcast(x, "tp", 0)) if typed else (
+            lambda x: lax.psum(jnp.where(lax.axis_index("tp") == 0, x, jnp.zeros_like(x)), "tp")),
         "all_gather": lambda x: ns.all_gather(x, "tp", axis=0, tiled=True),
         "psum_scatter": lambda x: ns.psum_scatter(x, "tp", scatter_dimension=0, tiled=True),
         "all_to_all": lambda x: ns.all_to_all(x, "tp", 0, 0, tiled=True),
