@@ -141,11 +141,61 @@ def _cases() -> list[tuple[str, str, Recipe, Recipe]]:
     for r in _surface.AT:
         out.append((f"x.at[1].{r.name}(2.0)", "op", lambda x, n=r.name: getattr(x.at[1], n)(2.0),
                     lambda x, n=r.name: getattr(x.at[1], n)(2.0)))
+    out.extend(_argument_cases())
     for c in _surface.COLLECTIVES:
         if not c.ops:
             continue
         out.append((f"st.{c.name}", "collective", _collective(c.name, typed=True),
                     _collective(c.name, typed=False)))
+    return out
+
+
+def _argument_cases() -> list[tuple[str, str, Recipe, Recipe]]:
+    """Rows whose rule depends on keywords and dtypes, and secondary arguments that vary per
+    device ("op_k": the reference takes the tp index k; the typed op reads st.axis_index)."""
+    def k_() -> Any:
+        return st.axis_index("tp")
+
+    def kf() -> Any:
+        return st.axis_index("tp").astype(jnp.float32)
+
+    keyword_forms: dict[str, Recipe] = {
+        "pad(constant_values=5.0)": lambda m, x: m.pad(x, 1, constant_values=5.0),
+        "pad(mode='edge')": lambda m, x: m.pad(x, 1, mode="edge"),
+        "pad(mode='reflect')": lambda m, x: m.pad(x, 1, "reflect"),
+        "pad(mode='maximum')": lambda m, x: m.pad(x, 1, mode="maximum"),
+        "pad(mode='mean')": lambda m, x: m.pad(x, 1, mode="mean"),
+        "pad(mode='linear_ramp')": lambda m, x: m.pad(x, 1, mode="linear_ramp"),
+        "sum(dtype=int32)": lambda m, x: m.sum(x, axis=0, dtype=jnp.int32),
+        "sum(initial=1.0)": lambda m, x: m.sum(x, axis=0, initial=1.0),
+        "sum(where=x > 0)": lambda m, x: m.sum(x, axis=0, where=x > 0.0),
+    }
+    out: list[tuple[str, str, Recipe, Recipe]] = [
+        (f"numpy.{n}", "op", lambda x, r=r: r(st.numpy, x), lambda x, r=r: r(jnp, x))
+        for n, r in keyword_forms.items()]
+    out += [
+        ("x.astype(int32)", "op", lambda x: x.astype(jnp.int32), lambda x: x.astype(jnp.int32)),
+        ("x.astype(bool)", "op", lambda x: x.astype(jnp.bool_), lambda x: x.astype(jnp.bool_)),
+        ("x.sum(dtype=int32)", "op", lambda x: x.sum(dtype=jnp.int32),
+         lambda x: x.sum(dtype=jnp.int32)),
+    ]
+    out += [
+        ("numpy.roll(shift=k)", "op_k", lambda x: st.numpy.roll(x, k_(), axis=0),
+         lambda x, k: jnp.roll(x, k, axis=0)),
+        ("numpy.pad(constant_values=k)", "op_k", lambda x: st.numpy.pad(x, 1, constant_values=kf()),
+         lambda x, k: jnp.pad(x, 1, constant_values=float(k))),
+        ("numpy.linspace(k, 5, 6)", "op_k", lambda x: st.numpy.linspace(kf(), 5.0, 6) + x[0],
+         lambda x, k: jnp.linspace(float(k), 5.0, 6) + x[0]),
+        ("x.at[k].set(2.0)", "op_k", lambda x: x.at[k_()].set(2.0),
+         lambda x, k: x.at[k].set(2.0)),
+        ("x.at[k].add(1.0)", "op_k", lambda x: x.at[k_()].add(1.0),
+         lambda x, k: x.at[k].add(1.0)),
+        ("x[k]", "op_k", lambda x: x[k_()], lambda x, k: x[k]),
+        ("nn.softmax(where=x > k)", "op_k", lambda x: st.nn.softmax(x, where=x > kf()),
+         lambda x, k: jax.nn.softmax(x, where=x > k)),
+        ("nn.logsumexp(b=k + 1)", "op_k", lambda x: st.nn.logsumexp(x, axis=1, b=kf() + 1.0),
+         lambda x, k: jax.nn.logsumexp(x, axis=1, b=k + 1.0)),
+    ]
     return out
 
 
@@ -250,6 +300,8 @@ def _reference(mesh: Any, case: Case) -> np.ndarray:
         f = jax.shard_map(lambda v: _raw_to_varying(ref(_raw_make(state, v))), mesh=mesh,
                           in_specs=P(), out_specs=P("tp"))
         return np.asarray(jax.jit(f)(X))
+    if kind == "op_k":
+        return np.stack([np.asarray(ref(_true(state, k), k)) for k in range(N_TP)])
     return np.stack([np.asarray(ref(_true(state, k))) for k in range(N_TP)])
 
 

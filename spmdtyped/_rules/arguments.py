@@ -3,7 +3,8 @@
 - `argument_rule`: the `ELEMENTWISE` row an op applies given its keywords and dtypes.
   `pad` is linear only with a zero constant or a mode that moves values (edge, reflect,
   symmetric, wrap, empty); `astype` to an integer (from floating/complex) or to bool and
-  `sum(dtype=int|bool)` round, so are not linear; `sum(initial=c)` adds a constant.
+  `sum(dtype=int|bool)` round, so are not linear; a reduction's `initial=c` adds a constant
+  and its `where=mask` selects against an Invariant filler.
 - `SECONDARY` / `POSITIONAL`: the other array arguments whose state flows into the result
   (`roll`'s shift, `pad`'s constant_values, `softmax`'s where, `logsumexp`'s b, a reduction's
   where/initial), and where they sit positionally.
@@ -120,13 +121,17 @@ def argument_rule(rule: str, keywords: Mapping[str, object], dtype: object = UNK
                 return None
             return "astype_nonlinear" if src in ("f", "c") else "astype"
         return "astype"
-    if rule == "sum":
-        initial = keywords.get("initial")
-        if initial is UNKNOWN:
+    if rule in ("sum", "prod", "max", "min"):
+        initial, where = keywords.get("initial"), keywords.get("where")
+        if initial is UNKNOWN or where is UNKNOWN:
             return None
         if initial is not None:
-            return "sum_initial"
+            return "reduce_initial"
+        if where is not None:
+            return "reduce_where"
         to = keywords.get("dtype")
+        if rule != "sum":
+            return rule
         if to is None:
             return "sum"
         to_k, src = _kind(to), _kind(dtype)

@@ -107,8 +107,12 @@ ELEMENTWISE: dict[str, ElementwiseRule] = {
         _ew("astype_nonlinear", NONLINEAR, on_unreduced=JAX_KEEPS),
         # sum(dtype=int/bool) of a floating value: a cast, then the sum
         _ew("sum_nonlinear", NONLINEAR, on_unreduced=JAX_KEEPS),
-        # sum(initial=c): adds an Invariant constant (JAX rejects Unreduced and Reduced)
-        _ew("sum_initial", NONLINEAR, on_reduced=REJECT),
+        # sum/prod/max/min(initial=c): an Invariant constant joins (JAX rejects Unreduced and
+        # Reduced)
+        _ew("reduce_initial", NONLINEAR, on_reduced=REJECT),
+        # sum/prod/max/min(where=mask): a select with an Invariant filler, whose state JAX keeps
+        # (Unreduced dropped: wrong numbers; Reduced dropped: replicated, Invariant)
+        _ew("reduce_where", NONLINEAR, on_unreduced=JAX_DROPS, on_reduced="drop"),
         # x[i] with a traced i: JAX raises NotImplementedError on U, keeps R (both versions)
         _ew("dynamic_slice", NONLINEAR),
         *(_ew(n, LINEAR, on_unreduced=KEEP) for n in LINEAR_UNARY),
