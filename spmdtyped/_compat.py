@@ -135,7 +135,9 @@ def pbroadcast(x: Any, axis_name: Any, source: Any) -> Any:
     # jax.lax.pbroadcast (0.10 and 0.12) binds its primitive with axis_name as given, and the
     # primitive iterates it: a str "dp" becomes the axes ("d", "p"). Always pass a tuple.
     axes = (axis_name,) if isinstance(axis_name, str) else tuple(axis_name)
-    if not _pbroadcast_lowers():
+    t = typeof_raw_or_none(x)
+    if not _pbroadcast_lowers() and (t is None or not (t.unreduced or t.reduced)):
+        # (with Unreduced/Reduced on other axes the select would drop them: bind pbroadcast)
         # jax 0.10 and 0.12 have no CPU lowering for pbroadcast (NotImplementedError at
         # compile time); bind the equivalent JAX documents for it, typed as pbroadcast is
         # (Varying): psum of the source's shard, then a free cast back to Varying.

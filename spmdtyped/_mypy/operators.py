@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from mypy.nodes import IndexExpr, MemberExpr
+from mypy.nodes import CallExpr, IndexExpr, MemberExpr, RefExpr, TupleExpr
 from mypy.plugin import AttributeContext, FunctionContext, MethodContext
 from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 
@@ -165,7 +165,8 @@ def _getitem(ctx: MethodContext) -> Type:
     if not dynamic:
         return apply(ctx.api, ctx.context, default, [alts],
                      lambda t: _rules.unary("getitem", t, CONFIG.features, op="indexing"))
-    if any(isinstance(a, SpmdType) and a.reduced for a in alts):
+    if any(isinstance(a, SpmdType) and a.reduced for a in alts) \
+            and not CONFIG.features.gather_keeps_reduced and not _scalar_indices(ctx):
         # a scalar index slices (Reduced kept), an index array gathers (jax 0.10 drops
         # Reduced): the plugin cannot tell a typed scalar from a typed array; check only
         apply(ctx.api, ctx.context, default, [alts],
@@ -173,6 +174,22 @@ def _getitem(ctx: MethodContext) -> Type:
         return default
     return apply(ctx.api, ctx.context, default, [alts],
                  lambda t: _rules.dynamic_index_type(t, index_types, CONFIG.features, op="indexing"))
+
+
+def _scalar_indices(ctx: MethodContext) -> bool:
+    """Whether every typed index of `x[...]` is visibly a scalar (`st.axis_index(...)`)."""
+    expr = ctx.args[0][0] if ctx.args and ctx.args[0] else None
+    items = expr.items if isinstance(expr, TupleExpr) else [expr]
+    for item in items:
+        try:
+            p = get_proper_type(ctx.api.lookup_type(item)) if item is not None else None
+        except KeyError:
+            return False
+        if p is not None and is_sarray(p) and not (
+                isinstance(item, CallExpr) and isinstance(item.callee, RefExpr)
+                and item.callee.fullname.endswith(".axis_index")):
+            return False
+    return True
 
 
 def _at(ctx: MethodContext, method: str) -> Type:
