@@ -22,10 +22,11 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped import Invariant, Reduced, Unreduced, Varying
+from spmdtyped import Invariant, Varying
 
 REPO = Path(__file__).resolve().parent.parent
 X = jnp.arange(32.0).reshape(8, 4) / 7.0
+REPLICATED = P()
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def mesh():
     return jax.make_mesh((2, 4), ("dp", "tp"))
 
 
-def _run(mesh, body, *, out_specs=P(), in_specs=P(), check_vma=True, arg=X):
+def _run(mesh, body, *, out_specs=REPLICATED, in_specs=REPLICATED, check_vma=True, arg=X):
     return jax.jit(st.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 check_vma=check_vma))(arg)
 
