@@ -59,7 +59,7 @@ class Decl:
         self.all_args: dict[str, State] = {}
         self.produces: dict[str, State] | None = None
         if call.args and call.arg_kinds[0] == ARG_POS and isinstance(call.args[0], RefExpr):
-            self.name = call.args[0].name
+            self.name = getattr(call.args[0], "name", None) or self.name
         for name, a in zip(call.arg_names, call.args, strict=True):
             if name == "requires":
                 self._requires(a)

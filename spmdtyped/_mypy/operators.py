@@ -4,7 +4,7 @@ uses for it (`_rules.binary`, `unary`, `dynamic_index_type`, `combine`)."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from mypy.nodes import CallExpr, IndexExpr, MemberExpr, RefExpr, TupleExpr
 from mypy.plugin import AttributeContext, FunctionContext, MethodContext
@@ -176,13 +176,19 @@ def _getitem(ctx: MethodContext) -> Type:
                  lambda t: _rules.dynamic_index_type(t, index_types, CONFIG.features, op="indexing"))
 
 
+def _lookup(ctx: MethodContext, expr: Any) -> Type:
+    """The type mypy already inferred for `expr` (KeyError when none): no second check."""
+    t: Type = getattr(ctx.api, "lookup_type")(expr)  # noqa: B009 - TypeChecker, not the interface
+    return t
+
+
 def _scalar_indices(ctx: MethodContext) -> bool:
     """Whether every typed index of `x[...]` is visibly a scalar (`st.axis_index(...)`)."""
     expr = ctx.args[0][0] if ctx.args and ctx.args[0] else None
     items = expr.items if isinstance(expr, TupleExpr) else [expr]
     for item in items:
         try:
-            p = get_proper_type(ctx.api.lookup_type(item)) if item is not None else None
+            p = get_proper_type(_lookup(ctx, item)) if item is not None else None
         except KeyError:
             return False
         if p is not None and is_sarray(p) and not (
@@ -223,8 +229,10 @@ def _at_index_types(ctx: MethodContext) -> list[SpmdType] | None:
             or index_expr is None:
         return []
     try:
-        it = get_proper_type(ctx.api.lookup_type(index_expr))
+        it = get_proper_type(_lookup(ctx, index_expr))
     except KeyError:
+        return []
+    if it is None:
         return []
     items = list(it.items) if isinstance(it, TupleType) else [it]
     out: list[SpmdType] = []

@@ -16,7 +16,7 @@ from mypy.argmap import map_actuals_to_formals
 from mypy.nodes import ARG_POS, AssignmentStmt, CallExpr, Expression, NameExpr, RefExpr
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.plugins.functools import partial_call_callback
-from mypy.types import CallableType, Overloaded, Type, get_proper_type
+from mypy.types import CallableType, Instance, Overloaded, Type, get_proper_type
 
 JIT: Final = frozenset({"jax.jit", "jax._src.api.jit", "jax._src.pjit.jit"})
 PARTIAL: Final = frozenset({"functools.partial"})
@@ -52,16 +52,17 @@ def _wrapper(api: Any, callee: Expression) -> CallExpr | None:
 
 def _type(api: Any, expr: Expression) -> Type:
     try:
-        return api.lookup_type(expr)  # already checked: no second report
+        t: Type = api.lookup_type(expr)  # already checked: no second report
     except KeyError:
-        return api.expr_checker.accept(expr)
+        t = api.expr_checker.accept(expr)
+    return t
 
 
 def analyze(ctx: MethodContext, hooks: Callable[[str], FunctionHook | None]) -> Type:
     """The wrapped function's own hook on the merged arguments, else the declared result."""
     default = ctx.default_return_type
-    if ctx.type is not None and getattr(get_proper_type(ctx.type), "type", None) is not None \
-            and get_proper_type(ctx.type).type.fullname == "functools.partial":  # type: ignore[union-attr]
+    self_type = get_proper_type(ctx.type)
+    if isinstance(self_type, Instance) and self_type.type.fullname == "functools.partial":
         default = partial_call_callback(ctx)   # mypy's own checks of the partial's call
     call = ctx.context
     if not isinstance(call, CallExpr):
@@ -79,7 +80,8 @@ def analyze(ctx: MethodContext, hooks: Callable[[str], FunctionHook | None]) -> 
     if hook is None or not isinstance(callee, CallableType):
         return default
     # partial binds its other arguments to f; jit's keywords are jit's own
-    bound = len(wrapper.args) if wrapper.callee.fullname in PARTIAL else 1  # type: ignore[union-attr]
+    is_partial = isinstance(wrapper.callee, RefExpr) and wrapper.callee.fullname in PARTIAL
+    bound = len(wrapper.args) if is_partial else 1
     exprs = list(wrapper.args[1:bound]) + list(call.args)
     kinds = list(wrapper.arg_kinds[1:bound]) + list(call.arg_kinds)
     names = list(wrapper.arg_names[1:bound]) + list(call.arg_names)

@@ -129,12 +129,12 @@ def argument_rule(rule: str, keywords: Mapping[str, object], dtype: object = UNK
             return "reduce_initial"
         if where is not None:
             return "reduce_where"
-        to = keywords.get("dtype")
+        out_dtype = keywords.get("dtype")
         if rule != "sum":
             return rule
-        if to is None:
+        if out_dtype is None:
             return "sum"
-        to_k, src = _kind(to), _kind(dtype)
+        to_k, src = _kind(out_dtype), _kind(dtype)
         if to_k is None or src is None:
             return None
         return "sum_nonlinear" if to_k == "b" or (to_k == "i" and src in ("f", "c")) else "sum"
