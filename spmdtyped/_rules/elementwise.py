@@ -45,6 +45,8 @@ class ElementwiseRule:
     unreduced_feature: Feature | None = None
     #: Features flag needed to keep Reduced (else JAX drops it)
     reduced_feature: Feature | None = None
+    #: how messages name an argument-dependent row (`pad` with a non-zero constant, ...)
+    label: str | None = None
 
 
 def _ew(name: str, lin: Linearity, **kw: str | Feature | None) -> ElementwiseRule:
@@ -97,22 +99,27 @@ ELEMENTWISE: dict[str, ElementwiseRule] = {
         # argument-dependent forms (`arguments.argument_rule` picks them from keywords and
         # dtypes): affine or non-linear where the plain op is linear
         # pad(constant_values != 0): JAX keeps Unreduced and adds the constant once per device
-        _ew("pad_affine", NONLINEAR, on_unreduced=JAX_KEEPS),
+        _ew("pad_affine", NONLINEAR, on_unreduced=JAX_KEEPS, label="pad with a non-zero constant"),
         # pad(mode="maximum"/"minimum"): jax 0.10 keeps Unreduced (wrong), 0.12 raises
-        _ew("pad_extremum", NONLINEAR, on_unreduced=JAX_KEEPS),
+        _ew("pad_extremum", NONLINEAR, on_unreduced=JAX_KEEPS,
+            label="pad(mode='maximum'/'minimum')"),
         # pad(mode="mean"/"median"/"linear_ramp"/callable): JAX mixes in an Invariant constant
         # (Reduced: `Inputs cannot be replicated`; Unreduced: NotImplementedError / wrong)
-        _ew("pad_mixing", NONLINEAR, on_reduced=REJECT),
+        _ew("pad_mixing", NONLINEAR, on_reduced=REJECT,
+            label="pad(mode='mean'/'median'/'linear_ramp')"),
         # astype to an integer (from floating/complex) or to bool: rounding is not linear
-        _ew("astype_nonlinear", NONLINEAR, on_unreduced=JAX_KEEPS),
+        _ew("astype_nonlinear", NONLINEAR, on_unreduced=JAX_KEEPS,
+            label="astype to an integer or bool dtype"),
         # sum(dtype=int/bool) of a floating value: a cast, then the sum
-        _ew("sum_nonlinear", NONLINEAR, on_unreduced=JAX_KEEPS),
+        _ew("sum_nonlinear", NONLINEAR, on_unreduced=JAX_KEEPS,
+            label="sum with an integer or bool dtype"),
         # sum/prod/max/min(initial=c): an Invariant constant joins (JAX rejects Unreduced and
         # Reduced)
-        _ew("reduce_initial", NONLINEAR, on_reduced=REJECT),
+        _ew("reduce_initial", NONLINEAR, on_reduced=REJECT, label="a reduction with initial="),
         # sum/prod/max/min(where=mask): a select with an Invariant filler, whose state JAX keeps
         # (Unreduced dropped: wrong numbers; Reduced dropped: replicated, Invariant)
-        _ew("reduce_where", NONLINEAR, on_unreduced=JAX_DROPS, on_reduced="drop"),
+        _ew("reduce_where", NONLINEAR, on_unreduced=JAX_DROPS, on_reduced="drop",
+            label="a reduction with where="),
         # x[i] with a traced i: JAX raises NotImplementedError on U, keeps R (both versions)
         _ew("dynamic_slice", NONLINEAR),
         *(_ew(n, LINEAR, on_unreduced=KEEP) for n in LINEAR_UNARY),
