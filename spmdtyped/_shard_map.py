@@ -105,11 +105,16 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
     smapped = _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 axis_names=axis_names, check_vma=check_vma)
 
+    hints_checked: list[bool] = []
+
     @functools.wraps(f)
     @error_context(function=name, mesh=mesh, manual=manual)
     def wrapped(*args: Any) -> Any:
-        # the hints against the specs when the function is called (as JAX checks its specs)
-        check_hints(f, in_specs, out_specs, spec_type, manual, where)
+        # the hints against the specs when the function is first called (as JAX checks its
+        # specs); they do not change between calls
+        if not hints_checked:
+            check_hints(f, in_specs, out_specs, spec_type, manual, where)
+            hints_checked.append(True)
         check_in_structure(in_specs, args, where, "st.shard_map")
         raw_args = unwrap(list(args))
         with in_spec_errors(where, "st.shard_map"):
