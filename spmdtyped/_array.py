@@ -125,14 +125,25 @@ def wrap(raw: Any, spmd_type: SpmdType | None = None) -> Any:
 
     **Returns:** an instance of the state class, e.g. `st.Varying["dp"]`.
     """
+    if spmd_type is not None and not isinstance(spmd_type, SpmdType):
+        raise error("SPMD504", f"st.wrap: the state must be an st.SpmdType, not "
+                    f"{type(spmd_type).__name__} {spmd_type!r}", op="st.wrap",
+                    fix="st.wrap(raw), or st.wrap(raw, st.SpmdType(varying={'dp'}))")
     if _is_container(raw):  # a pytree (tuple, eqx.Module, nnx state, dataclass): every leaf
         return jax.tree_util.tree_map(lambda r: wrap(r, spmd_type), raw, is_leaf=is_typed)
     if is_state_class(type(raw)):
         if spmd_type is not None and spmd_type != raw.spmd_type:
-            raise error("SPMD504", f"st.wrap: value is already typed {raw.spmd_type}, not {spmd_type}")
+            raise error("SPMD504", f"st.wrap: value is already typed {raw.spmd_type}, not "
+                        f"{spmd_type}", op="st.wrap", fix="st.wrap(x) (keep its state)")
         return raw
+    actual = _compat.typeof_raw_or_none(raw)
     if spmd_type is None:
-        spmd_type = _compat.typeof_raw(raw)
+        spmd_type = actual if actual is not None else _compat.typeof_raw(raw)
+    elif actual is not None and actual != spmd_type and not in_vma_off() \
+            and _compat.current_mesh()[1]:
+        raise error("SPMD504", f"st.wrap: JAX types this value {actual}, not the {spmd_type} "
+                    f"given", op="st.wrap", details=(f"jax: {actual}", f"given: {spmd_type}"),
+                    fix="st.wrap(raw) (the state JAX computed), or cast it first (st.pcast/st.pvary)")
     return _new(state_class(spmd_type), raw)
 
 
@@ -209,6 +220,13 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
     rb, tb = operand(b)
     op = op or f"operator {_SYMBOL.get(name, name)}"
     bind = bind or _BIND[name]
+    if name == "div" and tb is LITERAL and isinstance(ta, SpmdType) and ta.unreduced \
+            and not isinstance(rb, complex) and rb == 0:
+        # per device x_k / 0 is ±inf; their sum is nan where the true quotient is ±inf
+        raise error("SPMD202", f"{op}: division of a value Unreduced on {sorted(ta.unreduced)} by "
+                    f"zero is not linear (the partial quotients ±inf do not sum to the quotient)",
+                    axes=sorted(ta.unreduced), states=ta.states(sorted(ta.unreduced)), op=op,
+                    fix=f"st.psum(x, {tuple(sorted(ta.unreduced))!r}) / 0.0")
     res = _rules.binary(name, ta, tb, _compat.FEATURES, op=op,
                         int_literal=tb is LITERAL and isinstance(rb, int) and not isinstance(rb, bool))
     if res.bind == "integer_pow":
@@ -246,7 +264,47 @@ def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op:
     if t is LITERAL:
         t = _rules.INVARIANT
     out_t = _rules.unary(name, t, _compat.FEATURES, op=op)  # type: ignore[arg-type]
-    return checked(op, bind(raw), out_t)
+    return checked(op, bind(_lowering_cast(name, t, raw)), out_t)  # type: ignore[arg-type]
+
+
+def _lowering_cast(row: str, t: SpmdType, raw: Any) -> Any:
+    """Rows JAX types on a Reduced value but cannot lower (`_rules.VARY`): bind them on the
+    value cast to Varying on its Reduced axes (a free cast), as the rule's result says."""
+    if t.reduced and _rules.ELEMENTWISE[row].on_reduced == _rules.VARY and not in_vma_off():
+        return _compat.pcast(raw, tuple(sorted(t.reduced)), to="varying")
+    return raw
+
+
+def _argument_value(name: str, v: Any) -> Any:
+    """An argument as `_rules.argument_rule` reads it: a dtype by its NumPy name, a Python
+    literal as is, an array as itself (a value the rules do not read)."""
+    if name == "dtype" and v is not None:
+        try:
+            return np.dtype(v).name
+        except TypeError:
+            return _rules.UNKNOWN
+    return v
+
+
+def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
+            kwargs: dict[str, Any], *, op: str) -> Any:
+    """`jfn(x, *args, **kwargs)` for a one-array op whose rule depends on its other arguments
+    (`_rules.call_type`: keywords and dtypes pick the row; secondary arrays join the result)."""
+    raw, t = operand(x)
+    if t is LITERAL:
+        t = _rules.INVARIANT
+    assert isinstance(t, SpmdType)
+    named = _rules.named_arguments(rule, args, kwargs)
+    keywords = {k: _argument_value(k, v) for k, v in named.items()}
+    secondary = [(n, typeof(named[n])) for n in _rules.SECONDARY.get(rule, ())
+                 if named.get(n) is not None and operand(named[n])[1] is not LITERAL]
+    dtype = np.dtype(jnp.result_type(raw)).name
+    row = _rules.argument_rule(rule, keywords, dtype) or rule
+    out_t = _rules.call_type(rule, t, keywords, dtype, secondary, _compat.FEATURES, op=op)
+    assert out_t is not None  # every argument is readable at runtime
+    raw_args = tuple(unwrap(a) for a in args)
+    raw_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+    return checked(op, jfn(_lowering_cast(row, t, raw), *raw_args, **raw_kwargs), out_t)
 
 
 _STATIC_INDEX = str(_surface.STATIC_INDEX.rule)
@@ -262,9 +320,13 @@ def getitem(x: SArray, idx: Any) -> Any:
         items = idx if isinstance(idx, tuple) else (idx,)
         idx_types = [typeof(i) for i in items
                      if is_typed(i) or isinstance(i, (jax.Array, jax.core.Tracer))]
+        # an integer/boolean index array is a gather (jnp.take's rule); scalars a dynamic_slice
+        gather = any(getattr(i, "ndim", 0) > 0 for i in items
+                     if is_typed(i) or isinstance(i, (jax.Array, jax.core.Tracer)))
         idx = unwrap(idx)
         raw, t = operand(x)
-        out_t = _rules.dynamic_index_type(t, idx_types, _compat.FEATURES, op="indexing")  # type: ignore[arg-type]
+        out_t = _rules.dynamic_index_type(t, idx_types, _compat.FEATURES, op="indexing",  # type: ignore[arg-type]
+                                          gather=gather)
         return checked("indexing", raw[idx], out_t)
     return unary_op(_STATIC_INDEX, x, lambda r: r[idx], op="indexing")
 
@@ -279,6 +341,8 @@ def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()
                        _rules.mean_type(t, _compat.FEATURES, op=op))
     total = unary_op("sum", x, lambda r: jnp.sum(r, axis=axis, keepdims=keepdims), op=op)
     n = int(np.prod([raw.shape[a] for a in ((axis,) if isinstance(axis, int) else (axis or range(raw.ndim)))]))
+    if n == 0:  # the mean of nothing is nan (as jnp.mean); nan * partial sums sums to nan
+        return binary("mul", total, float("nan"), op=op)
     return binary("div", total, float(n), op=op)
 
 
@@ -299,8 +363,8 @@ def getattr_(x: SArray, name: str) -> Any:
         return unary_op(rule, x, lambda r: getattr(r, name), op=f".{name}")
     if row.binding == "mean":
         return lambda axis=None, keepdims=False: mean(x, axis, keepdims=keepdims)
-    return lambda *args, **kw: unary_op(rule, x, lambda r: getattr(r, name)(*args, **kw),
-                                        op=f".{name}()")
+    return lambda *args, **kw: call_op(rule, x, lambda r, *a, **k: getattr(r, name)(*a, **k),
+                                       args, kw, op=f".{name}()")
 
 
 _ATTRIBUTES = tuple(r.name for r in (*_surface.PROPERTIES, *_surface.METHODS))
@@ -320,12 +384,17 @@ class _AtIndex:
     """`x.at[idx]`: one method per `_surface.AT` row (`_rules.at_update_type` types it)."""
 
     def __init__(self, x: SArray, idx: Any) -> None:
+        items = idx if isinstance(idx, tuple) else (idx,)
+        # traced indices: their states flow into the result (JAX pvarys the array to them)
+        self.index_types = [typeof(i) for i in items
+                            if is_typed(i) or isinstance(i, (jax.Array, jax.core.Tracer))]
         self.x, self.idx = x, unwrap(idx)
 
     def _update(self, method: str, value: Any, **kw: Any) -> Any:
         raw_v, tv = operand(value)
         op = f".at[].{method}()"
-        out_t = _rules.at_update_type(method, typeof(self.x), tv, _compat.FEATURES, op=op)
+        out_t = _rules.at_update_type(method, typeof(self.x), tv, _compat.FEATURES, op=op,
+                                      index=self.index_types)
         out = getattr(self.x.raw.at[self.idx], method)(raw_v, **kw)
         return checked(op, out, out_t)
 

@@ -20,13 +20,30 @@ from ._rules import LITERAL, SpmdType
 
 
 def _axes(axis_name: Any, op: str) -> tuple[str, ...]:
+    """The mesh axes of `axis_name`, checked; names bound by an enclosing `jax.vmap` are left
+    out (they are not mesh axes: the manual-axis states do not change over them)."""
     axes = _rules.normalize_axes(axis_name, op)
+    batch = _compat.batch_axis_names()
+    mesh_part = tuple(a for a in axes if a not in batch)
     mesh_axes, manual = _compat.current_mesh()
+    vmapped = [a for a in axes if a in batch]
+    if vmapped and manual and not in_vma_off() and op not in ("st.axis_index", "st.axis_size"):
+        raise error("SPMD503", f"{op}: {vmapped[0]!r} is a jax.vmap axis; inside a shard_map "
+                    f"with check_vma=True JAX cannot bind a collective over it (jax 0.10 and 0.12 "
+                    f"fail with a bare AssertionError in pvary)", axes=tuple(vmapped), op=op,
+                    fix="reduce the batch dimension outside the vmap (x.sum(axis=0)), move the "
+                        "vmap outside the shard_map, or use st.shard_map(..., check_vma=False)")
+    if not mesh_part:
+        return ()
     if not manual:
         raise error("SPMD506", f"{op}: called outside shard_map (no manual mesh axes in scope)",
                     op=op, fix="call it inside a function given to st.shard_map")
-    _rules.check_axes_known(axes, op, manual, mesh_axes)
-    return axes
+    _rules.check_axes_known(mesh_part, op, manual, mesh_axes)
+    return mesh_part
+
+
+def _jax_axes(axis_name: Any) -> Any:
+    return axis_name if isinstance(axis_name, str) else _rules.normalize_axes(axis_name, "jax")
 
 
 def _leaves_map(fn: Callable[[Any], Any], x: Any) -> Any:
@@ -49,13 +66,15 @@ def _axis_op(name: str, x: Any, axis_name: Any, bind: Callable[[Any, tuple[str, 
     assert collective is not None, name
     rule = collective.op(to, op)
     axes = _axes(axis_name, op)
-    jax_axis = axis_name if isinstance(axis_name, str) else axes
+    jax_axis = _jax_axes(axis_name)
 
     def one(leaf: Any) -> Any:
         raw, t = operand(leaf)
         if t is LITERAL:
             t = _rules.INVARIANT
         assert isinstance(t, SpmdType)
+        if not axes:  # only jax.vmap axes: JAX's batching rule; the manual states are unchanged
+            return checked(op, bind(raw, jax_axis), t)
         out_t = _rules.axis_op(rule, t, axes, _compat.FEATURES, op=op)
         if out_t.unreduced or out_t.reduced:
             _full_manual_only(op)
@@ -185,14 +204,14 @@ def pcast(x: Any, axis_name: Any, *, to: str) -> Any:
 def axis_index(axis_name: Any) -> Any:
     """Typed `jax.lax.axis_index`: an int32 scalar, Varying on the named axes."""
     axes = _axes(axis_name, "st.axis_index")
-    raw = _compat.axis_index(axis_name if isinstance(axis_name, str) else axes)
+    raw = _compat.axis_index(_jax_axes(axis_name))
     return checked("st.axis_index", raw, _rules.axis_index_type(axes))
 
 
 def axis_size(axis_name: Any) -> int:
     """`jax.lax.axis_size`: the number of devices along the named axes (a Python int)."""
-    axes = _axes(axis_name, "st.axis_size")
-    return _compat.axis_size(axis_name if isinstance(axis_name, str) else axes)
+    _axes(axis_name, "st.axis_size")
+    return _compat.axis_size(_jax_axes(axis_name))
 
 
 #: every collective and cast of the surface table (`_surface.COLLECTIVE_NAMES`)

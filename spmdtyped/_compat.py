@@ -114,7 +114,10 @@ def asarray_like(c: Any, like: Any) -> Any:
     # jnp.asarray gives a traced constant that pcast(to='reduced') accepts; lax.full and NumPy
     # scalars hit the bare AssertionError of reference Q13 on 0.10.
     # An explicit dtype is needed: jnp.asarray(2.0) (no dtype) also hits Q13 on 0.10 and 0.12.
-    return jnp.asarray(c, dtype=jnp.result_type(like) if hasattr(like, "dtype") else jnp.result_type(c))
+    # A complex literal next to a real array takes the promoted (complex) dtype, as JAX's
+    # weak-type promotion gives it.
+    dtype = jnp.result_type(like, c) if hasattr(like, "dtype") else jnp.result_type(c)
+    return jnp.asarray(c, dtype=dtype)
 
 
 # ------------------------------------------------------------------- binding collectives
@@ -127,7 +130,37 @@ pmax = lax.pmax
 pmin = lax.pmin
 ppermute = lax.ppermute
 pshuffle = lax.pshuffle
-pbroadcast = lax.pbroadcast
+
+
+def pbroadcast(x: Any, axis_name: Any, source: Any) -> Any:
+    # jax.lax.pbroadcast (0.10 and 0.12) binds its primitive with axis_name as given, and the
+    # primitive iterates it: a str "dp" becomes the axes ("d", "p"). Always pass a tuple.
+    axes = (axis_name,) if isinstance(axis_name, str) else tuple(axis_name)
+    t = typeof_raw_or_none(x)
+    if not _pbroadcast_lowers() and (t is None or not (t.unreduced or t.reduced)):
+        # (with Unreduced/Reduced on other axes the select would drop them: bind pbroadcast)
+        # jax 0.10 and 0.12 have no CPU lowering for pbroadcast (NotImplementedError at
+        # compile time); bind the equivalent JAX documents for it, typed as pbroadcast is
+        # (Varying): psum of the source's shard, then a free cast back to Varying.
+        masked = jnp.where(lax.axis_index(axes) == source, x, jnp.zeros_like(x))
+        return lax.pcast(lax.psum(masked, axes), axes, to="varying")
+    return lax.pbroadcast(x, axes, source)
+
+
+@functools.cache
+def _pbroadcast_lowers() -> bool:
+    # the MLIR rule for pbroadcast exists for GPU/TPU only (jax 0.10.2, 0.12.0.1)
+    return jax.devices()[0].platform != "cpu"
+
+
+def batch_axis_names() -> tuple[str, ...]:
+    """Names bound by an enclosing `jax.vmap(axis_name=...)`/pmap that are not mesh axes."""
+    # jax._src.core.get_axis_env (private; same in 0.10 and 0.12): the named axes in scope,
+    # mesh axes of an enclosing shard_map included. No public API lists vmap axis names.
+    from jax._src import core as jcore
+    env = jcore.get_axis_env()
+    mesh_axes = set(current_mesh()[0])
+    return tuple(a for a in env.axis_names() if isinstance(a, str) and a not in mesh_axes)
 psum_scatter = lax.psum_scatter
 all_to_all = lax.all_to_all
 axis_index = lax.axis_index

@@ -48,6 +48,15 @@ class CustomOp:
             self.signature = None
         self.per_param: dict[str, dict[str, State]] | None = None
         self.all_args: dict[str, State] = {}
+        if requires is not None and not isinstance(requires, Mapping):
+            raise error("SPMD507", f"{self.op}: requires must be a mapping {{axis: state}} or "
+                        f"{{parameter: {{axis: state}}}}, not {type(requires).__name__} "
+                        f"{requires!r}", op=self.op,
+                        fix="requires={'dp': 'varying'}")
+        if produces is not None and not callable(produces) and not isinstance(produces, Mapping):
+            raise error("SPMD507", f"{self.op}: produces must be a mapping {{axis: state}} or a "
+                        f"function of the arguments' SpmdTypes, not {type(produces).__name__} "
+                        f"{produces!r}", op=self.op, fix="produces={'dp': 'invariant'}")
         if requires:
             values = list(requires.values())
             if all(isinstance(v, Mapping) for v in values):
@@ -82,9 +91,12 @@ class CustomOp:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         op = self.op
         mesh_axes, manual = _compat.current_mesh()
-        if manual:
-            _rules.check_axes_known(tuple(dict.fromkeys(self._declared_axes())), op, manual,
-                                    mesh_axes)
+        if not manual:
+            # outside shard_map there are no manual axes: no state to require or produce; the
+            # function runs as itself (as a jax.lax collective would not, but a kernel does)
+            raw_out = self.fn(*(unwrap(a) for a in args), **{k: unwrap(v) for k, v in kwargs.items()})
+            return jax.tree_util.tree_map(lambda r: checked(op, r, typeof(r)), raw_out)
+        _rules.check_axes_known(tuple(dict.fromkeys(self._declared_axes())), op, manual, mesh_axes)
         # one (leaf, requirement, name) per array leaf of the arguments
         leaves: list[Any] = []
         reqs: list[dict[str, State]] = []
@@ -106,8 +118,6 @@ class CustomOp:
         in_types = [typeof(x) for x in leaves]
         out_t = _rules.custom_op_type(in_types, reqs, self.produces, op=op, names=names)
         raw_out = self.fn(*(unwrap(a) for a in args), **{k: unwrap(v) for k, v in kwargs.items()})
-        if not manual:
-            return jax.tree_util.tree_map(lambda r: checked(op, r, typeof(r)), raw_out)
         out_leaves, out_def_ = jax.tree_util.tree_flatten(raw_out, is_leaf=is_typed)
         out_def: Any = out_def_
         if self.produces_fn is not None:

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import typing
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 from jax.sharding import PartitionSpec
 
-from . import _compat, _rules, _specs
+from . import _compat, _hints, _rules, _specs
 from ._array import is_typed, typeof, unwrap, vma_off, wrap
 from ._errors import SpmdTypeError, error, error_context
 from ._jax_errors import jax_errors
+
+
+def spec_state(spec: Any, manual: tuple[str, ...]) -> _rules.SpmdType:
+    """The state an in_spec gives its argument in a shard_map manual over `manual`."""
+    part, un, red, kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
+    return _rules.in_spec_type(part, un, red, manual, kind)
 
 
 def is_spec_leaf(s: Any) -> bool:
@@ -86,8 +94,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
         manual = tuple(a for a in mesh_axes if not axis_names or a in axis_names)
 
         def spec_type(spec: Any) -> _rules.SpmdType:
-            part, un, red, kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
-            return _rules.in_spec_type(part, un, red, manual, kind)
+            return spec_state(spec, manual)
 
         def body(*raw_args: Any) -> Any:
             with jax_errors(where):
@@ -101,13 +108,15 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
                     sp = specs if specs is not None else PartitionSpec()
                     if is_spec_leaf(sp):
                         sp = tuple(sp for _ in raw_args)
-                    args = jax.tree_util.tree_map(
-                        lambda spec, sub: jax.tree_util.tree_map(lambda r: wrap(r, spec_type(spec)), sub),
-                        sp, tuple(raw_args), is_leaf=is_spec_leaf)
                     with vma_off():
+                        args = jax.tree_util.tree_map(
+                            lambda spec, sub: jax.tree_util.tree_map(lambda r: wrap(r, spec_type(spec)), sub),
+                            sp, tuple(raw_args), is_leaf=is_spec_leaf)
                         out = f(*args)
             check_outputs(out, out_specs, manual, where)
-            return unwrap(out)
+            # every typed leaf, in any pytree (registered dataclasses too): typed values are
+            # pytree nodes, and JAX would rebuild them around the global outputs
+            return jax.tree_util.tree_map(unwrap, out, is_leaf=is_typed)
 
         return _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                  axis_names=axis_names, check_vma=check_vma)
@@ -126,9 +135,12 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
             _check_mesh_specs(m, specs, out_specs, axis_names, where)
         check_in_structure(specs, args, where, "st.shard_map")
         key = (id(m), str(m), repr(specs) if in_specs is _compat.INFER else None)
-        if key not in built:
-            built[key] = build(m, specs)
         manual = tuple(a for a in _compat.mesh_axis_names(m) if not axis_names or a in axis_names)
+        if key not in built:
+            # the hints against the specs when the function is first called with this mesh
+            # and these specs (as JAX checks its specs); they do not change between calls
+            check_hints(f, specs, out_specs, lambda spec: spec_state(spec, manual), manual, where)
+            built[key] = build(m, specs)
         with error_context(function=name, mesh=m, manual=manual), \
                 in_spec_errors(where, "st.shard_map"), jax_errors(where):
             return built[key](*raw_args)
@@ -199,3 +211,54 @@ def check_spec_axes(specs: Any, mesh_axes: tuple[str, ...], where: str, what: st
             part, un, red, _ = _compat.spec_parts(spec)
             _rules.check_axes_known(tuple(part) + tuple(sorted(un)) + tuple(sorted(red)),
                                     f"{where} {what}", mesh_axes)
+
+
+def _hints_of(f: Callable[..., Any]) -> tuple[list[tuple[str, Any]], Any]:
+    """(positional parameters with their hints, return hint); hints that cannot be resolved
+    (forward references to names not in scope) are left out."""
+    try:
+        sig = inspect.signature(f)
+    except (TypeError, ValueError):
+        return [], None
+    try:
+        hints = typing.get_type_hints(f)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: nothing to compare
+        hints = {}
+    params = [(p.name, hints.get(p.name)) for p in sig.parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return params, hints.get("return")
+
+
+def check_hints(f: Callable[..., Any], in_specs: Any, out_specs: Any,
+                spec_type: Callable[[Any], _rules.SpmdType], manual: tuple[str, ...],
+                where: str) -> None:
+    """SPMD403 when an in_spec gives a parameter a state its hint rejects; SPMD401 when the
+    return hint allows a state the out_spec cannot take (`Varying['dp']` through `P()`).
+
+    Only state hints (`Varying[...]`, `Reduced[...]`, ...) next to a single PartitionSpec are
+    compared; pytree specs and other hints are checked on the values, when they flow."""
+    params, ret = _hints_of(f)
+    if in_specs is not None:
+        specs = ([in_specs] * len(params) if is_spec_leaf(in_specs)
+                 else list(in_specs) if isinstance(in_specs, tuple) else [])
+        for (pname, hint), spec in zip(params, specs, strict=False):
+            want = _hints.hint_type(hint)
+            if want is None or not is_spec_leaf(spec):
+                continue
+            have = spec_type(spec)
+            if not issubclass(_hints.state_class(have), hint):
+                bad = sorted(a for a in have.axes | want.axes if have.state(a) is not want.state(a))
+                raise error("SPMD403", f"{where}: in_specs entry {_rules.spec_text(spec)} gives parameter "
+                            f"{pname!r} the state {have}, but its hint is {want} "
+                            f"({_hints.describe_mismatch(want, have)})", op="st.shard_map",
+                            axes=tuple(bad), states=have.states(bad),
+                            details=(f"in_spec: {_rules.spec_text(spec)} -> {have}", f"hint: {want}"),
+                            fix=f"make the spec and the hint agree: the hint {have} for "
+                                f"{_rules.spec_text(spec)}, or the spec that gives {want}")
+    want_out = _hints.hint_type(ret)
+    if want_out is not None and is_spec_leaf(out_specs):
+        part, un, red, _kind = _compat.spec_parts(out_specs if out_specs is not None
+                                                  else PartitionSpec())
+        _rules.check_out_spec(want_out, part, un, red, manual,
+                              where=f"{where} (its return hint {want_out})",
+                              spec=_rules.spec_text(out_specs))

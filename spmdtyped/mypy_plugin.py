@@ -32,7 +32,7 @@ from mypy.plugin import (
 )
 from mypy.types import FunctionLike, Type
 
-from ._mypy import autodiff, boundary, collectives, control, functions, hints, operators
+from ._mypy import autodiff, boundary, collectives, control, custom, functions, hints, operators, wrappers
 from ._mypy.codes import AXIS, CODES, SPMD, guarded, guarded_sig
 from ._mypy.config import CONFIG, FEATURE_SETS, read_config, rules_digest
 
@@ -66,6 +66,9 @@ class SpmdPlugin(Plugin):
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         if fullname in collectives.FULLNAMES:
             return guarded(functools.partial(collectives.analyze, name=collectives.FULLNAMES[fullname]))
+        if fullname in collectives.LAX_FULLNAMES:
+            return guarded(functools.partial(collectives.analyze, raw=True,
+                                             name=collectives.LAX_FULLNAMES[fullname]))
         if fullname in functions.FULLNAMES:
             return guarded(functools.partial(functions.analyze, entry=functions.FULLNAMES[fullname]))
         if fullname in operators.FUNCTIONS:
@@ -76,12 +79,29 @@ class SpmdPlugin(Plugin):
             return guarded(functools.partial(autodiff.analyze, name=autodiff.FULLNAMES[fullname]))
         if fullname in boundary.FUNCTIONS:
             return guarded(functools.partial(boundary.analyze, feature="shard_map"))
+        if fullname in custom.CUSTOM_OP:
+            return guarded(custom.custom_op_instance)
+        decl = self._custom_op(fullname)
+        if decl is not None:
+            return guarded(functools.partial(custom.analyze_decorated, decl=decl))
         return None
+
+    def _custom_op(self, fullname: str) -> custom.Decl | None:
+        """The declaration of a function decorated with `@st.custom_op(...)`."""
+        if "." not in fullname or fullname.startswith(("builtins.", "typing", "jax", "numpy.")):
+            return None
+        try:
+            sym = self.lookup_fully_qualified(fullname)
+        except Exception:  # noqa: BLE001 - a name the module table does not have yet
+            return None
+        return custom.decorated_declaration(sym.node) if sym is not None else None
 
     def get_function_signature_hook(self, fullname: str
                                     ) -> Callable[[FunctionSigContext], FunctionLike] | None:
         if fullname in control.FULLNAMES:
             return guarded_sig(functools.partial(control.signature, name=control.FULLNAMES[fullname]))
+        if self._custom_op(fullname) is not None:
+            return guarded_sig(custom.signature)
         return None
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
@@ -89,6 +109,10 @@ class SpmdPlugin(Plugin):
             return guarded(functools.partial(operators.analyze, feature=operators.METHODS[fullname]))
         if fullname in boundary.METHODS:
             return guarded(functools.partial(boundary.analyze, feature=boundary.METHODS[fullname]))
+        if fullname == custom.CALL:
+            return guarded(custom.analyze_call)
+        if fullname in wrappers.METHODS:
+            return guarded(functools.partial(wrappers.analyze, hooks=self.get_function_hook))
         return None
 
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from . import _surface
-from ._array import unary_op, unwrap
+from ._array import call_op
 from ._rules import ELEMENTWISE
 
 #: st.nn function -> its `_rules.ELEMENTWISE` rule, from the surface table's `st.nn` rows
@@ -38,9 +38,7 @@ def _make(row: _surface.Row) -> Callable[..., Any]:
     jfn = getattr(jax.nn, row.jax.removeprefix("jax.nn."))
 
     def f(x: Any, *args: Any, **kwargs: Any) -> Any:
-        args = tuple(unwrap(a) for a in args)
-        kwargs = {k: unwrap(v) for k, v in kwargs.items()}
-        return unary_op(rule_name, x, lambda r: jfn(r, *args, **kwargs), op=op)
+        return call_op(rule_name, x, jfn, args, kwargs, op=op)
 
     f.__name__ = f.__qualname__ = name
     f.__module__ = __name__

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import jax.numpy as jnp
 
 from . import _compat, _rules, _surface
-from ._array import binary, checked, is_typed, nary, operand, typeof, unary_op, unwrap
+from ._array import binary, call_op, checked, is_typed, nary, operand, typeof, unary_op, unwrap
 from ._array import mean as array_mean
 from ._rules import LITERAL, SpmdType
 
@@ -81,9 +81,7 @@ def _unary(row: _surface.Row) -> None:
     rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(x: Any, *args: Any, **kwargs: Any) -> Any:
-        args = tuple(unwrap(a) for a in args)
-        kwargs = {k: unwrap(v) for k, v in kwargs.items()}
-        return unary_op(rule, x, lambda r: jfn(r, *args, **kwargs), op=op)
+        return call_op(rule, x, jfn, args, kwargs, op=op)
 
     _register(row.name, f, "unary")
 
@@ -165,6 +163,10 @@ def _new(row: _surface.Row) -> None:
         t = _rules.constructor_type(name)
         if name == "full":
             t = _rules.fill_type(t, _fill_operand(_fill(args, kwargs, 1)), _compat.FEATURES, op=op)
+        if name == "linspace":  # traced bounds flow into every element
+            for k, key in enumerate(("start", "stop")):
+                bound = args[k] if len(args) > k else kwargs.get(key)
+                t = _rules.fill_type(t, _fill_operand(bound), _compat.FEATURES, op=op)
         raw = jfn(*(unwrap(x) for x in args), **{k: unwrap(v) for k, v in kwargs.items()})
         return checked(op, raw, t)
 
@@ -238,7 +240,7 @@ def _reduction(row: _surface.Row) -> None:
     rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(a: Any, axis: Any = None, *, keepdims: bool = False, **kwargs: Any) -> Any:
-        return unary_op(rule, a, lambda r: jfn(r, axis=axis, keepdims=keepdims, **kwargs), op=op)
+        return call_op(rule, a, jfn, (), {"axis": axis, "keepdims": keepdims, **kwargs}, op=op)
 
     _register(row.name, f, "reduction over local dimensions")
 

@@ -189,6 +189,23 @@ TEMPLATES: dict[str, tuple[str, str]] = {
                     "jnp.concatenate([{a}, {b}], axis={axis})"),
     "einsum": ("snp.einsum('ij,jk->ik', {a}, {b})", "jnp.einsum('ij,jk->ik', {a}, {b})"),
 }
+#: issue 12: argument-dependent rules and secondary arguments (drawn by the plugin differential;
+#: not in `KINDS`, so the JAX differential's sample is unchanged)
+ARGUMENT_TEMPLATES: dict[str, tuple[str, str]] = {
+    "roll_by_axis": ("snp.roll({a}, st.axis_index({sec}), axis=0)",
+                     "jnp.roll({a}, lax.axis_index({sec}), axis=0)"),
+    "at_set_by_axis": ("{a}.at[st.axis_index({sec})].set(2.0)",
+                       "{a}.at[lax.axis_index({sec})].set(2.0)"),
+    "at_add_value": ("{a}.at[0].add({b})", "{a}.at[0].add({b})"),
+    "pad_const": ("snp.pad({a}, 1, constant_values={lit})", "jnp.pad({a}, 1, constant_values={lit})"),
+    "pad_mode": ("snp.pad({a}, 1, mode={mode!r})", "jnp.pad({a}, 1, mode={mode!r})"),
+    "pad_by_value": ("snp.pad({a}, 1, constant_values={b})", "jnp.pad({a}, 1, constant_values={b})"),
+    "astype_to": ("{a}.astype(jnp.{dt})", "{a}.astype(jnp.{dt})"),
+    "sum_dtype": ("snp.sum({a}, dtype=jnp.int32)", "jnp.sum({a}, dtype=jnp.int32)"),
+    "sum_initial": ("snp.sum({a}, axis=0, initial=1.0)", "jnp.sum({a}, axis=0, initial=1.0)"),
+}
+ARGUMENT_KINDS: tuple[str, ...] = tuple(ARGUMENT_TEMPLATES)
+TEMPLATES.update(ARGUMENT_TEMPLATES)
 #: kinds that are collectives or casts (everything with an `axes` param)
 AXIS_KINDS = frozenset(k for k, (t, _) in TEMPLATES.items() if "{axes}" in t) - {"index_by_axis"}
 #: kinds whose result does not lower on CPU (tracing only)
@@ -201,7 +218,7 @@ def expr(program: Program, step: Step, flavor: str = "typed") -> str:
     names = [program.value_name(a) for a in step.args]
     fields: dict[str, Any] = dict(zip("abcd", names, strict=False))
     for key, value in step.params:
-        fields[key] = repr(value) if key in ("axes",) else value
+        fields[key] = repr(value) if key in ("axes", "sec") else value
     if step.kind == "lit":
         lit = repr(step.p("literal"))
         fields["lhs"], fields["rhs"] = (lit, names[0]) if step.p("literal_first") else (names[0], lit)
@@ -379,7 +396,20 @@ def result_shape(step: Step, shapes: Sequence[tuple[int, ...]],
         return s[1:] if idx == "0" else (min(int(idx[1:]), s[0]),) + s[1:]
     if k in ("cumsum", "flip"):
         return s if s and step.p("axis") < len(s) else None
-    return s  # lit, neg, exp, tanh, jnp_raw, pow2
+    if k in ("roll_by_axis", "at_set_by_axis", "at_add_value"):
+        if not s or (k == "at_add_value" and shapes[1] != ()):
+            return None
+        return s
+    if k in ("pad_const", "pad_mode", "pad_by_value"):
+        if not s or (k == "pad_by_value" and shapes[1] != ()):
+            return None
+        out = tuple(d + 2 for d in s)
+        return out if math.prod(out) <= MAX_ELEMENTS else None
+    if k == "sum_dtype":
+        return ()
+    if k == "sum_initial":
+        return s[1:] if s else None
+    return s  # lit, neg, exp, tanh, jnp_raw, pow2, astype_to
 
 
 def result_dtype(step: Step, dtypes: Sequence[str]) -> str:
@@ -387,8 +417,10 @@ def result_dtype(step: Step, dtypes: Sequence[str]) -> str:
         return "b"
     if step.kind in ("snp_unary", "snp_binary"):
         return SNP_DTYPE.get(step.p("fn"), "f")
-    if step.kind == "axis_index":
+    if step.kind == "axis_index" or step.kind == "sum_dtype":
         return "i"
+    if step.kind == "astype_to":
+        return {"int32": "i", "bool_": "b"}.get(step.p("dt"), "f")
     if step.kind in ("exp", "tanh", "jnp_raw", "mean", "div"):
         return "f"
     if step.kind in ("where", "where_cmp"):
@@ -454,8 +486,8 @@ def predict(step: Step, types: Sequence[_rules.SpmdType | None],
     if k == "where_cmp":
         c = _rules.combine("lt", types[:2], features).type  # type: ignore[arg-type]
         return _rules.combine("where", [c, *types[2:]], features).type  # type: ignore[list-item]
-    if k == "jnp_raw":
-        return None  # JAX's own rule; spmdtyped only reads it
+    if k == "jnp_raw" or k in ARGUMENT_KINDS:
+        return None  # JAX's own rule / the argument-dependent rules the tests check
     if k in ("dyn_getitem", "index_by_axis"):
         return None  # spmdtyped's dynamic-index rule is what the differential test checks
     name = {"pow2": "integer_pow", "getitem": "getitem", "mean": "sum"}.get(k, k)
@@ -470,7 +502,7 @@ def _axes_tuple(axes: Any) -> tuple[str, ...]:
 # The hypothesis strategy
 
 #: kinds the strategy draws ("snp_call" is built directly by the st.numpy matrix test)
-KINDS: tuple[str, ...] = tuple(k for k in TEMPLATES if k != "snp_call")
+KINDS: tuple[str, ...] = tuple(k for k in TEMPLATES if k != "snp_call" and k not in ARGUMENT_KINDS)
 #: drawn more often: the casts that make Unreduced/Reduced values, and where
 WEIGHTS = {"pcast_unreduced": 4, "pcast_reduced": 3, "all_gather_reduced": 2, "pvary": 2,
            "pcast_varying": 2, "where_cmp": 2, "lit": 2, "add": 2, "mul": 2,
@@ -665,6 +697,19 @@ def _draw_step(draw: Any, kinds: Sequence[str], values: list[ValueInfo], names: 
         params += [("op", draw(hst.sampled_from(("+", "-", "*", "/", "+", "*", "<", ">", "**")))),
                    ("literal", draw(hst.sampled_from(LITERALS))),
                    ("literal_first", draw(hst.integers(0, 3)) == 0)]
+    elif kind in ("roll_by_axis", "at_set_by_axis"):
+        params.append(("sec", draw(_axes(names))))
+    elif kind in ("at_add_value", "pad_by_value"):
+        b = _pick(draw, [i for i in floats if values[i].shape == ()])
+        if b is None:
+            return None
+        args = (a, b)
+    elif kind == "pad_const":
+        params.append(("lit", draw(hst.sampled_from((0.0, 2.0)))))
+    elif kind == "pad_mode":
+        params.append(("mode", draw(hst.sampled_from(("edge", "maximum", "wrap", "mean")))))
+    elif kind == "astype_to":
+        params.append(("dt", draw(hst.sampled_from(("float16", "int32", "bool_")))))
     elif kind == "jnp_raw":
         params.append(("fn", draw(hst.sampled_from(("exp", "tanh", "sin")))))
     elif kind in ("sum", "mean", "max"):

@@ -10,7 +10,12 @@ full names to. None imports JAX: the rules come from `spmdtyped._rules`.
 - `collectives`: `st.psum` & co.
 - `operators`: operators, array methods and properties, `x[idx]`, `x.at[idx].op(v)`, `abs`.
 - `functions`: `st.numpy` / `st.nn` functions and constructors.
-- `boundary`: `st.shard_map` out_specs against the declared outputs (function and decorator form).
+- `boundary`: `st.shard_map` out_specs against the declared outputs, in_specs against the
+  parameter hints (function and decorator form).
+- `arguments`: rules that depend on keywords and secondary arrays (`pad`, `astype`, `sum`,
+  `roll`'s shift, `softmax`'s where, ...), read from literal arguments.
+- `custom`: `st.custom_op` / `st.opaque` declarations (decorator and call forms).
+- `wrappers`: calls through `jax.jit(f)` and `functools.partial(f, ...)` analysed as `f`'s.
 - `autodiff`: `st.grad`, `st.value_and_grad`, `st.vjp`.
 - `control`: `st.fori_loop`, `while_loop`, `scan`, `cond`, `switch`.
 """

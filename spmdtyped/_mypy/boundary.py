@@ -1,6 +1,8 @@
 """The shard_map boundary: `st.shard_map(f, out_specs=P(...))` checks `f`'s declared outputs
 against the literal out_specs (`_rules.check_out_spec`, SPMD401), reported where the result
-is called, as the runtime raises it when the function is called.
+is called, as the runtime raises it when the function is called; and the literal in_specs
+against `f`'s parameter hints (SPMD403), reported where `st.shard_map` is applied (the
+function and the decorator form), which the runtime raises when the function is called.
 
 The specs, the manual axes and `f`'s type travel as type arguments of the static view's
 `OutSpecMismatch[S, F, M]` (and `ShardMapDecorator[S, M]` for the decorator form): `S` is a
@@ -17,6 +19,7 @@ from mypy.nodes import (
     ARG_NAMED,
     ARG_POS,
     CallExpr,
+    Decorator,
     Expression,
     ListExpr,
     NameExpr,
@@ -29,7 +32,7 @@ from mypy.plugin import FunctionContext, MethodContext
 from mypy.types import CallableType, Instance, LiteralType, NoneType, TupleType, Type, get_proper_type
 
 from .. import _rules
-from .._errors import SpmdTypeError
+from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
 from .codes import report
 from .convert import STATIC, any_type, arg, axes_of, axes_type, named, str_type, to_operand, tuple_of
@@ -215,6 +218,60 @@ def _where(ft: CallableType) -> str:
     return f"st.shard_map({ft.name or 'f'})"
 
 
+def _fits_hint(want: SpmdType, have: SpmdType) -> bool:
+    # the hints' covariance (`_hints`' isinstance rule): Varying covariant, U and R exact
+    return (have.varying <= want.varying and have.unreduced == want.unreduced
+            and have.reduced == want.reduced)
+
+
+def in_spec_error(spec: Specs | None, ft: CallableType, manual: frozenset[str], where: str
+                  ) -> SpmdTypeError | None:
+    """SPMD403 when an in_spec gives a positional parameter a state its hint rejects (as
+    `_shard_map.check_hints` at runtime); specs the plugin cannot read are skipped."""
+    if spec is None:
+        return None
+    params = [(n or f"argument {i}", t) for i, (n, t, k) in
+              enumerate(zip(ft.arg_names, ft.arg_types, ft.arg_kinds, strict=True))
+              if k == ARG_POS or k.is_optional() and not k.is_named() and not k.is_star()]
+    specs: list[Specs | None] = spec if isinstance(spec, list) else [spec] * len(params)
+    for (pname, t), sp in zip(params, specs, strict=False):
+        want = to_operand(t)
+        if not isinstance(want, SpmdType) or not isinstance(sp, Spec):
+            continue
+        have = _rules.in_spec_type(sp.partitioned, sp.unreduced, sp.reduced,
+                                   manual or None)
+        if _fits_hint(want, have):
+            continue
+        bad = sorted(a for a in have.axes | want.axes if have.state(a) is not want.state(a))
+        return error("SPMD403", f"{where}: in_specs entry {sp.text} gives parameter {pname!r} "
+                     f"the state {have}, but its hint is {want}", op="st.shard_map",
+                     axes=tuple(bad), states=have.states(bad),
+                     fix=f"make the spec and the hint agree: the hint {have} for {sp.text}, or "
+                         f"the spec that gives {want}")
+    return None
+
+
+def _in_specs_of_decorator(node: Any) -> Expression | None:
+    """The in_specs expression of the `@st.shard_map(...)` decorating `node` (a Decorator)."""
+    if not isinstance(node, Decorator):
+        return None
+    for d in node.decorators:
+        if isinstance(d, CallExpr) and isinstance(d.callee, RefExpr) and d.callee.fullname in FUNCTIONS:
+            for name, a in zip(d.arg_names, d.args, strict=True):
+                if name == "in_specs":
+                    return a
+    return None
+
+
+def _report_in_specs(api: Any, expr: Expression | None, ft: CallableType, manual: frozenset[str],
+                     context: Any) -> None:
+    if expr is None:
+        return
+    err = in_spec_error(read_spec(expr), ft, manual, _where(ft))
+    if err is not None:
+        report(api, err, context)
+
+
 def _checked(api: Any, ft: CallableType, specs: Type, manual: Type, default: Type) -> Type:
     """`OutSpecMismatch[specs, ft, manual]` when `ft`'s declared outputs do not fit, else `default`."""
     if out_spec_error(spec_of(specs), ft.ret_type, axes_of(manual) or frozenset(), _where(ft)) is None:
@@ -246,7 +303,11 @@ def _shard_map(ctx: FunctionContext) -> Type:
     if fun is None:  # the decorator form
         return named(ctx.api, SHARD_MAP_DECORATOR, [s_t, m_t])
     ft = get_proper_type(fun[1])
-    return _checked(ctx.api, ft, s_t, m_t, default) if isinstance(ft, CallableType) else default
+    if not isinstance(ft, CallableType):
+        return default
+    in_specs = arg(ctx, "in_specs")
+    _report_in_specs(ctx.api, in_specs[0] if in_specs else None, ft, manual, ctx.context)
+    return _checked(ctx.api, ft, s_t, m_t, default)
 
 
 def _decorate(ctx: MethodContext) -> Type:
@@ -255,6 +316,8 @@ def _decorate(ctx: MethodContext) -> Type:
     ft = get_proper_type(ctx.arg_types[0][0]) if ctx.arg_types and ctx.arg_types[0] else None
     if not (isinstance(p, Instance) and len(p.args) == 2 and isinstance(ft, CallableType)):
         return ctx.default_return_type
+    _report_in_specs(ctx.api, _in_specs_of_decorator(ctx.context), ft,
+                     axes_of(p.args[1]) or frozenset(), ctx.context)
     return _checked(ctx.api, ft, p.args[0], p.args[1], ctx.default_return_type)
 
 

@@ -23,10 +23,16 @@ NAMES: Final = tuple(c.name for c in _surface.COLLECTIVES if c.ops or c.name == 
 #: full name -> collective
 FULLNAMES: Final = {f"{m}.{n}": n for m in (STATIC, "spmdtyped", "spmdtyped._collectives")
                     for n in NAMES}
+#: `spmdtyped.lax`: jax.lax's drop-ins return raw values, but check typed operands as st.<name>
+LAX_FULLNAMES: Final = {f"spmdtyped.lax.{n}": n for n in NAMES}
 
 
-def analyze(ctx: FunctionContext, name: str) -> Type:
-    """`st.<name>(x, axis_name, ...)`: the result state, or the rule's error."""
+def analyze(ctx: FunctionContext, name: str, raw: bool = False) -> Type:
+    """`st.<name>(x, axis_name, ...)`: the result state, or the rule's error. `raw`:
+    `spmdtyped.lax.<name>`, whose result is the declared (raw) type; errors are the same."""
+    if raw:
+        analyze(ctx, name)
+        return ctx.default_return_type
     op = f"st.{name}"
     default = ctx.default_return_type
     axis = arg(ctx, "axis_name")

@@ -14,6 +14,7 @@ from mypy.types import Instance, TupleType, Type, get_proper_type
 
 from .. import _rules, _surface
 from .._rules import LITERAL, SpmdType
+from .arguments import call_arguments, has_arguments, typed_call
 from .codes import apply
 from .config import CONFIG
 from .convert import (
@@ -68,6 +69,9 @@ def analyze(ctx: FunctionContext, entry: tuple[str, str, str, str]) -> Type:
             return default
         return apply(ctx.api, ctx.context, default, alts,
                      lambda c, x, y: _rules.where_type(c, x, y, CONFIG.features, op=op).type)
+    if len(alts) == 1 and binding not in ("join", "nary", "einsum") and has_arguments(rule):
+        pos, kw = call_arguments(ctx)
+        return typed_call(ctx, rule, operands[0], pos[1:], kw, op, default)
     if len(alts) == 1 and binding not in ("join", "nary", "einsum"):
         return apply(ctx.api, ctx.context, default, [arrays_only(alts[0])],
                      lambda t: _rules.unary(rule, t, CONFIG.features, op=op))

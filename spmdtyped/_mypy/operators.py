@@ -5,13 +5,15 @@ uses for it (`_rules.binary`, `unary`, `dynamic_index_type`, `combine`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
+from mypy.nodes import CallExpr, IndexExpr, MemberExpr, RefExpr, TupleExpr
 from mypy.plugin import AttributeContext, FunctionContext, MethodContext
 from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 
 from .. import _rules, _surface
 from .._rules import LITERAL, SpmdType
+from .arguments import call_arguments, has_arguments, typed_call
 from .codes import apply, report, report_past_operator_fallback
 from .config import CONFIG
 from .convert import (
@@ -127,6 +129,9 @@ def _unary_rule(name: str, binding: str, op: str) -> Callable[[SpmdType], SpmdTy
 
 def _unary(ctx: MethodContext | AttributeContext, name: str, binding: str, op: str) -> Type:
     default = ctx.default_return_type if isinstance(ctx, MethodContext) else ctx.default_attr_type
+    if isinstance(ctx, MethodContext) and has_arguments(name):
+        pos, kw = call_arguments(ctx)
+        return typed_call(ctx, name, (None, ctx.type), pos, kw, op, default)
     alts = alternatives(ctx.api, ctx.type, None)
     if alts is None:
         return default
@@ -165,8 +170,37 @@ def _getitem(ctx: MethodContext) -> Type:
     if not dynamic:
         return apply(ctx.api, ctx.context, default, [alts],
                      lambda t: _rules.unary(_STATIC_INDEX, t, CONFIG.features, op="indexing"))
+    if any(isinstance(a, SpmdType) and a.reduced for a in alts) \
+            and not CONFIG.features.gather_keeps_reduced and not _scalar_indices(ctx):
+        # a scalar index slices (Reduced kept), an index array gathers (jax 0.10 drops
+        # Reduced): the plugin cannot tell a typed scalar from a typed array; check only
+        apply(ctx.api, ctx.context, default, [alts],
+              lambda t: _rules.dynamic_index_type(t, index_types, CONFIG.features, op="indexing"))
+        return default
     return apply(ctx.api, ctx.context, default, [alts],
                  lambda t: _rules.dynamic_index_type(t, index_types, CONFIG.features, op="indexing"))
+
+
+def _lookup(ctx: MethodContext, expr: Any) -> Type:
+    """The type mypy already inferred for `expr` (KeyError when none): no second check."""
+    t: Type = getattr(ctx.api, "lookup_type")(expr)  # noqa: B009 - TypeChecker, not the interface
+    return t
+
+
+def _scalar_indices(ctx: MethodContext) -> bool:
+    """Whether every typed index of `x[...]` is visibly a scalar (`st.axis_index(...)`)."""
+    expr = ctx.args[0][0] if ctx.args and ctx.args[0] else None
+    items = expr.items if isinstance(expr, TupleExpr) else [expr]
+    for item in items:
+        try:
+            p = get_proper_type(_lookup(ctx, item)) if item is not None else None
+        except KeyError:
+            return False
+        if p is not None and is_sarray(p) and not (
+                isinstance(item, CallExpr) and isinstance(item.callee, RefExpr)
+                and item.callee.fullname.endswith(".axis_index")):
+            return False
+    return True
 
 
 def _at(ctx: MethodContext, method: str) -> Type:
@@ -180,11 +214,44 @@ def _at(ctx: MethodContext, method: str) -> Type:
     if values is None:
         return default
     op = f".at[].{method}()"
+    index = _at_index_types(ctx)
+    if index is None:
+        return default  # a raw JAX index: its state is unknown statically
 
     def fn(v: Known) -> SpmdType:
-        return _rules.at_update_type(method, x, v, CONFIG.features, op=op)
+        return _rules.at_update_type(method, x, v, CONFIG.features, op=op, index=index)
 
     return apply(ctx.api, ctx.context, default, [values], fn)
+
+
+def _at_index_types(ctx: MethodContext) -> list[SpmdType] | None:
+    """The states of the typed indices of `x.at[idx].<method>(v)` (read from the call's callee
+    expression); None when an index is a raw JAX array (state unknown)."""
+    call = ctx.context
+    callee = getattr(call, "callee", None)
+    index_expr = getattr(getattr(callee, "expr", None), "index", None)
+    if not isinstance(callee, MemberExpr) or not isinstance(callee.expr, IndexExpr) \
+            or index_expr is None:
+        return []
+    try:
+        it = get_proper_type(_lookup(ctx, index_expr))
+    except KeyError:
+        return []
+    if it is None:
+        return []
+    items = list(it.items) if isinstance(it, TupleType) else [it]
+    out: list[SpmdType] = []
+    for item in items:
+        p = get_proper_type(item)
+        if is_sarray(p):
+            o = to_operand(p)
+            if not isinstance(o, SpmdType):
+                return None
+            out.append(o)
+        elif isinstance(p, AnyType) or (isinstance(p, Instance)
+                                        and p.type.fullname == "jax._src.basearray.Array"):
+            return None
+    return out
 
 
 def _builtin(ctx: FunctionContext, name: str, binding: str, op: str) -> Type:

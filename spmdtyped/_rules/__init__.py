@@ -24,6 +24,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from .arguments import (
+    POSITIONAL,
+    SECONDARY,
+    UNKNOWN,
+    argument_rule,
+    call_type,
+    named_arguments,
+    secondary_join,
+)
 from .axes import check_axes_known, normalize_axes
 from .axis_ops import (
     ALL_GATHER_TARGETS,
@@ -54,6 +63,7 @@ from .elementwise import (
     LITERAL,
     NONLINEAR_NARY,
     REJECT,
+    VARY,
     Combined,
     ElementwiseRule,
     Linearity,
@@ -126,4 +136,7 @@ __all__ = [
     "flow_state", "fmt_axes", "free_casts", "grad_loss_type", "hint_text", "in_spec_type",
     "join_carry", "join_state", "mean_type", "normalize_axes", "parse_states", "pcast_op", "predicate_labels",
     "predicate_type", "spec_text", "take_type", "unary", "where_type", "widen_under_predicate",
+    # issue 12: rules that depend on arguments
+    "POSITIONAL", "SECONDARY", "UNKNOWN", "VARY", "argument_rule", "call_type", "named_arguments",
+    "secondary_join",
 ]

@@ -15,6 +15,7 @@ from .elementwise import (
     KEEP,
     LITERAL,
     REJECT,
+    VARY,
     Combined,
     ElementwiseRule,
     Linearity,
@@ -217,15 +218,19 @@ def _unary(rule: ElementwiseRule, t: SpmdType, features: Features,
             else:
                 silently = {JAX_DROPS: " (JAX silently drops the state and computes a wrong "
                                        "value)", JAX_KEEPS: " (JAX silently keeps the state)"}
-                raise fail("SPMD202", f"{rule.name} is not linear, but the value is Unreduced on "
-                           f"{sorted(u)}{silently.get(mode, '')}", u, t,
-                           fix=f"{rule.name}(st.psum(x, {fmt_axes(sorted(u))}))")
+                raise fail("SPMD202", f"{rule.label or rule.name} is not linear, but the value "
+                           f"is Unreduced on {sorted(u)}{silently.get(mode, '')}", u, t,
+                           fix=f"{rule.name.split('_')[0] if rule.label else rule.name}"
+                               f"(st.psum(x, {fmt_axes(sorted(u))}))")
+    v = t.varying
     if r:
-        if rule.on_reduced == "drop" or not features.has(rule.reduced_feature):
+        if rule.on_reduced == VARY:
+            v, r = v | r, frozenset()
+        elif rule.on_reduced == "drop" or not features.has(rule.reduced_feature):
             r = frozenset()
         elif rule.on_reduced == REJECT:
-            raise fail("SPMD203", f"{rule.name} cannot take a Reduced value", r, t)
-    return SpmdType(t.varying, u, r, t.unreduced_kind if u else None)
+            raise fail("SPMD203", f"{rule.label or rule.name} cannot take a Reduced value", r, t)
+    return SpmdType(v, u, r, t.unreduced_kind if u else None)
 
 
 def unary(name: str, t: SpmdType, features: Features = CONSERVATIVE, *, op: str | None = None) -> SpmdType:

@@ -21,6 +21,13 @@ STRICTER_THAN_JAX: tuple[tuple[str, str, str], ...] = (
      "JAX types the result Unreduced, so the other part is counted once per device"),
     ("SPMD203", "concatenate/stack of a Reduced array with an Invariant one",
      "JAX types the result Reduced; spmdtyped applies the add rule"),
+    ("SPMD202", "pad(constant_values != 0), pad(mode='maximum'/'minimum'), astype(int from "
+     "float, or bool), sum(dtype=int/bool) and sum/prod/max/min(where=...) of an Unreduced value",
+     "JAX keeps (or drops) the Unreduced state: the constant is added once per device, the "
+     "rounding or the mask is applied to the partial sums (issue 12)"),
+    ("SPMD202", "a secondary argument (roll's shift, pad's constant_values, softmax's where, "
+     "logsumexp's b, a reduction's where/initial, an .at[] index) that is Unreduced",
+     "the op is not linear in it"),
     ("SPMD302", "st.cond/st.while_loop/st.fori_loop whose predicate or bounds vary: outputs and "
      "carries become Varying (an Unreduced one is rejected)",
      "JAX types such results Invariant although devices may take different paths"),
@@ -34,6 +41,11 @@ LOOSER_THAN_JAX: tuple[tuple[str, str], ...] = (
      "JAX rejects `u * 2.0`; on jax 0.10 `u / c` is bound as `u * (1/c)`"),
     ("mean over local dimensions of a Reduced or Unreduced value", "sum, then the scalar rule "
      "above; `jnp.mean(r)` fails in JAX"),
+    ("sort/cumprod/nn.sigmoid/nn.silu of a Reduced value", "bound on the value cast to Varying "
+     "(`pcast(to='varying')`, free), so the result is Varying: JAX types the op Reduced but "
+     "cannot lower it (jax 0.10.2 and 0.12.0.1)"),
+    ("st.pbroadcast on CPU", "bound as the equivalent JAX documents (psum of the source's "
+     "shard, then a cast to Varying): jax.lax.pbroadcast has no CPU lowering"),
 )
 
 

@@ -25,6 +25,11 @@ class Linearity(enum.StrEnum):
 
 # what JAX does with an Unreduced operand of a unary op
 KEEP, REJECT, JAX_DROPS, JAX_KEEPS = "keep", "reject", "jax-drops", "jax-keeps"
+#: on_reduced: JAX types the op on a Reduced value but cannot lower it (jax 0.10.2 and
+#: 0.12.0.1: `ShardingTypeError: Inputs cannot be replicated...` or a bare NotImplementedError
+#: at lowering). spmdtyped binds the equivalent that lowers: cast the Reduced axes to Varying
+#: first (`pcast(to='varying')`, free); the result is Varying there.
+VARY = "vary"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +45,8 @@ class ElementwiseRule:
     unreduced_feature: Feature | None = None
     #: Features flag needed to keep Reduced (else JAX drops it)
     reduced_feature: Feature | None = None
+    #: how messages name an argument-dependent row (`pad` with a non-zero constant, ...)
+    label: str | None = None
 
 
 def _ew(name: str, lin: Linearity, **kw: str | Feature | None) -> ElementwiseRule:
@@ -53,7 +60,7 @@ LINEAR_UNARY = ("reshape", "transpose", "squeeze", "expand_dims", "broadcast_to"
                  "pad", "astype", "copy", "stop_gradient", "split", "roll",
                  "tile", "repeat", "conj", "sum", "ravel", "swapaxes", "moveaxis")
 NONLINEAR_UNARY = ("exp", "log", "tanh", "sin", "cos", "sqrt", "rsqrt", "abs", "square",
-                    "sign", "log1p", "expm1", "sigmoid", "silu",
+                    "sign", "log1p", "expm1",
                     "floor", "ceil", "round", "logical_not", "isnan", "isfinite",
                     "erf", "norm",
                     # JAX has no Unreduced rule for the real/imag primitives (complex inputs;
@@ -61,7 +68,7 @@ NONLINEAR_UNARY = ("exp", "log", "tanh", "sin", "cos", "sqrt", "rsqrt", "abs", "
                     "real", "imag")
 NONLINEAR_NARY = ("maximum", "minimum", "pow", "lt", "le", "gt", "ge", "eq", "ne", "and", "or",
                    "xor", "arctan2")
-JAX_DROPPING = ("cumsum", "cumprod", "cummax", "cummin", "flip", "argmax", "argmin",
+JAX_DROPPING = ("cumsum", "cummax", "cummin", "flip", "argmax", "argmin",
               "integer_pow", "prod", "at_set",
               "reciprocal")  # jnp.reciprocal is integer_pow(x, -1) (differential tests)
 #: jax.nn functions that mix an Invariant constant into their input: JAX rejects a Reduced input
@@ -85,7 +92,34 @@ ELEMENTWISE: dict[str, ElementwiseRule] = {
         _ew("max", NONLINEAR, on_unreduced=REJECT, reduced_feature=Feature.REDUCE_MAX_KEEPS_REDUCED),
         _ew("min", NONLINEAR, on_unreduced=REJECT, reduced_feature=Feature.REDUCE_MAX_KEEPS_REDUCED),
         _ew("mean", LINEAR, on_unreduced=KEEP),  # sum, then a literal-cast division
-        _ew("sort", NONLINEAR, on_unreduced=JAX_KEEPS),
+        _ew("sort", NONLINEAR, on_unreduced=JAX_KEEPS, on_reduced=VARY),
+        # lowering fails on a Reduced value (both JAX versions): cast to Varying first
+        _ew("sigmoid", NONLINEAR, on_reduced=VARY), _ew("silu", NONLINEAR, on_reduced=VARY),
+        _ew("cumprod", NONLINEAR, on_unreduced=JAX_DROPS, on_reduced=VARY),
+        # argument-dependent forms (`arguments.argument_rule` picks them from keywords and
+        # dtypes): affine or non-linear where the plain op is linear
+        # pad(constant_values != 0): JAX keeps Unreduced and adds the constant once per device
+        _ew("pad_affine", NONLINEAR, on_unreduced=JAX_KEEPS, label="pad with a non-zero constant"),
+        # pad(mode="maximum"/"minimum"): jax 0.10 keeps Unreduced (wrong), 0.12 raises
+        _ew("pad_extremum", NONLINEAR, on_unreduced=JAX_KEEPS,
+            label="pad(mode='maximum'/'minimum')"),
+        # pad(mode="mean"/"median"/"linear_ramp"/callable): JAX mixes in an Invariant constant
+        # (Reduced: `Inputs cannot be replicated`; Unreduced: NotImplementedError / wrong)
+        _ew("pad_mixing", NONLINEAR, on_reduced=REJECT,
+            label="pad(mode='mean'/'median'/'linear_ramp')"),
+        # astype to an integer (from floating/complex) or to bool: rounding is not linear
+        _ew("astype_nonlinear", NONLINEAR, on_unreduced=JAX_KEEPS,
+            label="astype to an integer or bool dtype"),
+        # sum(dtype=int/bool) of a floating value: a cast, then the sum
+        _ew("sum_nonlinear", NONLINEAR, on_unreduced=JAX_KEEPS,
+            label="sum with an integer or bool dtype"),
+        # sum/prod/max/min(initial=c): an Invariant constant joins (JAX rejects Unreduced and
+        # Reduced)
+        _ew("reduce_initial", NONLINEAR, on_reduced=REJECT, label="a reduction with initial="),
+        # sum/prod/max/min(where=mask): a select with an Invariant filler, whose state JAX keeps
+        # (Unreduced dropped: wrong numbers; Reduced dropped: replicated, Invariant)
+        _ew("reduce_where", NONLINEAR, on_unreduced=JAX_DROPS, on_reduced="drop",
+            label="a reduction with where="),
         # x[i] with a traced i: JAX raises NotImplementedError on U, keeps R (both versions)
         _ew("dynamic_slice", NONLINEAR),
         *(_ew(n, LINEAR, on_unreduced=KEEP) for n in LINEAR_UNARY),

@@ -40,16 +40,18 @@ def auto_cast(t: SpmdType, varying: frozenset[str], *, op: str, what: str = "the
 
 
 def dynamic_index_type(t: SpmdType, index_types: Sequence[SpmdType],
-                       features: Features = CONSERVATIVE, *, op: str = "indexing") -> SpmdType:
-    """`x[i]` with traced indices (dynamic_slice): the value's unary rule (Unreduced rejected,
-    Reduced kept), then JAX's auto-cast of the value to the indices' varying axes
-    (`auto_cast`). Each index is first compared with an Invariant zero, as JAX does to wrap
-    negative indices (`lt`: an Unreduced or Reduced index is rejected there, as by JAX); the
-    value itself may be Reduced: `x[axis_index('j')]` on `Reduced['i']` is
-    `Typed[Varying['j'], Reduced['i']]`."""
+                       features: Features = CONSERVATIVE, *, op: str = "indexing",
+                       gather: bool = False) -> SpmdType:
+    """`x[i]` with traced indices: scalar indices are a dynamic_slice (the value's unary rule:
+    Unreduced rejected, Reduced kept), an index array is a gather (the `take` row: jax 0.10
+    drops Reduced, 0.12 keeps it; Unreduced rejected); then JAX's auto-cast of the value to
+    the indices' varying axes (`auto_cast`). Each index is first compared with an Invariant
+    zero, as JAX does to wrap negative indices (`lt`: an Unreduced or Reduced index is
+    rejected there, as by JAX); the value itself may be Reduced: `x[axis_index('j')]` on
+    `Reduced['i']` is `Typed[Varying['j'], Reduced['i']]`."""
     for i in index_types:  # JAX wraps negative indices first: `i < 0` with an Invariant zero
         combine("lt", [i, INVARIANT], features, op=op)
-    out = unary("dynamic_slice", t, features, op=op)
+    out = unary("take" if gather else "dynamic_slice", t, features, op=op)
     return auto_cast(out, frozenset().union(*(i.varying for i in index_types)), op=op)
 
 
@@ -95,17 +97,25 @@ AT_METHODS: dict[str, str] = {"set": "at_set", "add": "at_add", "multiply": "at_
 
 
 def at_update_type(method: str, t: SpmdType, value: Operand, features: Features = CONSERVATIVE,
-                   *, op: str | None = None) -> SpmdType:
+                   *, op: str | None = None, index: Sequence[SpmdType] = ()) -> SpmdType:
     """`x.at[i].<method>(v)`: JAX first auto-casts `x` and a traced `v` to their common varying
     axes (`auto_cast`), then applies the scatter rule to each and joins them as data flows into
     the result (`combine("add", ...)`: the updated elements carry v's state, the others x's).
-    A Python scalar `v` adds nothing."""
+    A Python scalar `v` adds nothing. Traced indices `i` that vary make the result vary where
+    they do (which elements are updated differs per device); an Unreduced index is rejected."""
     rule = AT_METHODS[method]
     op = op or f".at[].{method}()"
+    idx_varying: frozenset[str] = frozenset()
+    for i in index:
+        if i.unreduced:
+            raise error("SPMD202", f"{op}: the index is Unreduced on {sorted(i.unreduced)}",
+                        axes=sorted(i.unreduced), states=i.states(sorted(i.unreduced)), op=op,
+                        fix=f"reduce the index first: st.psum(i, {fmt_axes(sorted(i.unreduced))})")
+        idx_varying |= i.varying
     if value is LITERAL:
-        return unary(rule, t, features, op=op)
+        return auto_cast(unary(rule, t, features, op=op), idx_varying, op=op, what="the array")
     assert isinstance(value, SpmdType)
-    varying = t.varying | value.varying
+    varying = t.varying | value.varying | idx_varying
     t = auto_cast(t, varying, op=op, what="the array")
     value = auto_cast(value, varying, op=op, what="the update")
     return combine("add", [unary(rule, t, features, op=op), unary(rule, value, features, op=op)],

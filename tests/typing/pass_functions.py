@@ -44,8 +44,9 @@ def nn(x: Varying["dp"], r: Reduced["tp"]) -> None:
     assert_type(st.nn.relu(x), Varying["dp"])
     assert_type(st.nn.softmax(x, axis=-1), Varying["dp"])
     assert_type(st.nn.one_hot(x, 8), Varying["dp"])
-    assert_type(st.nn.sigmoid(r), Reduced["tp"])                # keeps Reduced
-    assert_type(st.nn.silu(r), Reduced["tp"])
+    # JAX types these Reduced but cannot lower them there: bound on the Varying cast
+    assert_type(st.nn.sigmoid(r), Varying["tp"])
+    assert_type(st.nn.silu(r), Varying["tp"])
 
 
 def loss_fn(w: Varying["dp"], p: dict[str, Reduced["tp"]], x: Varying["dp"]) -> Varying["dp"]:
