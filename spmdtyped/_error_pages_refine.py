@@ -31,6 +31,7 @@ PAGES: tuple[ErrorPage, ...] = (
              "value: a bias added inside a row-parallel layer, a replicated regulariser added to a local "
              "loss term.",
         related=("SPMD211", "SPMD212", "SPMD201"),
+        opt_out=True,
     ),
     ErrorPage(
         code="SPMD211", slug="partial-nonlinear", title="Non-linear op on a partial sum",
@@ -47,6 +48,7 @@ PAGES: tuple[ErrorPage, ...] = (
         when="An activation, softmax, max, sort, or a product of two partial sums, applied before the "
              "all-reduce of a row-parallel layer or of a vocab-parallel logit sum.",
         related=("SPMD202", "SPMD210"),
+        opt_out=True,
     ),
     ErrorPage(
         code="SPMD212", slug="partial-divisor", title="Division by a partial sum",
@@ -62,6 +64,7 @@ PAGES: tuple[ErrorPage, ...] = (
         when="`/` whose divisor is Partial over an axis: the sum of a sharded mask, of sharded exp-logits, "
              "of a sharded head dimension.",
         related=("SPMD211",),
+        opt_out=True,
     ),
     ErrorPage(
         code="SPMD213", slug="partial-select", title="Partial sum selected per device",
@@ -76,6 +79,7 @@ PAGES: tuple[ErrorPage, ...] = (
         after='y = st.numpy.where(x > 0, st.psum(p, "tp"), 0.0)',
         when="`where` with a Partial branch and a predicate Varying on the same axis.",
         related=("SPMD211", "SPMD202"),
+        opt_out=True,
     ),
     ErrorPage(
         code="SPMD108", slug="shard-reduce", title="Shard summed over its own axis",
@@ -96,5 +100,29 @@ PAGES: tuple[ErrorPage, ...] = (
         after='g = expert_grad                      # each device owns its experts',
         when="`psum`/`pmean` over an axis on which the value is Shard(dim) with local extent > 1.",
         related=("SPMD103",),
+        opt_out=True,
+    ),
+    ErrorPage(
+        code="SPMD215", slug="replicated-along-shard", title="Replicated values laid along a shard",
+        headline="a replicated array was combined elementwise along a dim another operand has sharded",
+        rule="Along a dim sharded over an axis, every operand is sharded the same way or constant: a "
+             "replicated array there gives every device the same values for a different slice.",
+        meaning="If `q` holds this device's heads (Shard over 'tp' on the heads dim), an Invariant per-head "
+                "parameter sliced to the local count (`sinks[:h_local]`) or positions built with "
+                "`arange(local_len)` on a sequence-sharded dim give each device the values of the first "
+                "slice. JAX accepts it; the result is wrong on every device but the first. Constants "
+                "(`zeros`, `ones`, `full`, literals) are fine.",
+        fix="x + p[st.axis_index(axis) * n : ...]   # or in_specs sharding p like x",
+        solutions=(
+            "Shard the parameter like the value: `in_specs=P('tp')` for per-head parameters.",
+            "Slice it by the device's index: `lax.dynamic_slice_in_dim(p, st.axis_index('tp') * h, h)`.",
+            "Opt out where it is meant: `with st.allow(\"SPMD215\"): ...`.",
+        ),
+        before='s = q_heads + sinks[:h]          # q_heads: Shard["tp", -2], sinks: Invariant',
+        after='s = q_heads + sinks_local        # sinks_local: in_specs P("tp")',
+        when="Per-head parameters (attention sinks, ALiBi slopes) or positions (RoPE) laid along a dim "
+             "sharded over tp, sp or cp.",
+        related=("SPMD210",),
+        opt_out=True,
     ),
 )

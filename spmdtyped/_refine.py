@@ -25,10 +25,10 @@ in which case every dim-dependent rule falls back to plain.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Union
 
-from ._errors import error
+from ._errors import allowed, error
 from ._rules import LITERAL, Operand, SpmdType
 
 # ---------------------------------------------------------------------------------------------
@@ -66,10 +66,14 @@ class Refinement:
     """Per axis, what a Varying value is. Hashable (a pytree aux datum); empty = all plain."""
 
     items: tuple[tuple[str, Kind], ...] = ()
+    #: the value carries array data (a shard_map input, a collective's result, or computed from
+    #: one), as opposed to a constant built by `zeros`/`ones`/`full`/a literal: only such a
+    #: replicated value laid along a Shard dim is SPMD215
+    data: bool = False
 
     @staticmethod
-    def of(mapping: Mapping[str, Kind | None]) -> Refinement:
-        return Refinement(tuple(sorted((a, k) for a, k in mapping.items() if k is not None)))
+    def of(mapping: Mapping[str, Kind | None], data: bool = False) -> Refinement:
+        return Refinement(tuple(sorted((a, k) for a, k in mapping.items() if k is not None)), data)
 
     def get(self, axis: str) -> Kind | None:
         for a, k in self.items:
@@ -82,7 +86,10 @@ class Refinement:
 
     def restrict(self, varying: Iterable[str]) -> Refinement:
         keep = frozenset(varying)
-        return Refinement(tuple((a, k) for a, k in self.items if a in keep))
+        return Refinement(tuple((a, k) for a, k in self.items if a in keep), self.data)
+
+    def with_data(self, data: bool) -> Refinement:
+        return self if data == self.data else Refinement(self.items, data)
 
     def __bool__(self) -> bool:
         return bool(self.items)
@@ -92,6 +99,7 @@ class Refinement:
 
 
 NONE = Refinement()
+DATA = Refinement(data=True)
 
 
 def kind(t: Operand, ref: Refinement, axis: str) -> Kind | str:
@@ -124,7 +132,7 @@ def neg_dim(d: int, ndim: int) -> int:
     return d - ndim if d >= 0 else d
 
 
-def _dims(axis: int | Sequence[int] | None, ndim: int) -> frozenset[int]:
+def dims_of(axis: int | Sequence[int] | None, ndim: int) -> frozenset[int]:
     if axis is None:
         return frozenset(range(-ndim, 0))
     if isinstance(axis, int):
@@ -132,25 +140,38 @@ def _dims(axis: int | Sequence[int] | None, ndim: int) -> frozenset[int]:
     return frozenset(neg_dim(a, ndim) for a in axis)
 
 
-def _size(shape: Sequence[int] | None, d: int) -> int | None:
-    if shape is None or -d > len(shape):
-        return None
-    return shape[d]
-
 
 # ---------------------------------------------------------------------------------------------
 # Errors (codes SPMD21x: CombineError, SPMD108: AxisStateError, SPMD407: BoundaryError)
 
 
-def _partial_fix(axis: str) -> str:
+def partial_fix(axis: str) -> str:
     return f"reduce first: st.psum(x, {axis!r}), then apply the op"
 
 
-def _fail(code: str, op: str, headline: str, axis: str, t: SpmdType | None, fix: str,
+class Plain(Exception):
+    """An allowed refinement error (`st.allow(code)`): the axis falls back to plain Varying."""
+
+
+def fail(code: str, op: str, headline: str, axis: str, t: SpmdType | None, fix: str,
           details: Sequence[str] = ()) -> Exception:
-    return error(code, f"{op}: {headline}", axes=(axis,),
-                 states={axis: "varying (partial sums)" if code != "SPMD108" else "varying (shard)"},
-                 op=op, fix=fix, details=tuple(details))
+    if allowed(code):
+        return Plain(code)
+    state = {"SPMD108": "varying (a shard)", "SPMD215": "replicated along a shard"}.get(
+        code, "varying (partial sums)")
+    return error(code, f"{op}: {headline}", axes=(axis,), states={axis: state}, op=op, fix=fix,
+                 details=tuple(details))
+
+
+def per_axis(axes: Iterable[str], fn: Callable[[str], Kind | None]) -> dict[str, Kind | None]:
+    """`fn` for each axis; an allowed error makes that axis plain."""
+    out: dict[str, Kind | None] = {}
+    for a in sorted(axes):
+        try:
+            out[a] = fn(a)
+        except Plain:
+            out[a] = None
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,23 +200,50 @@ class Arg:
     shape: tuple[int, ...] | None = None
 
 
-def _aligned_shard(args: Sequence[Arg], axis: str, out_ndim: int | None) -> Kind | str:
-    """The join of Shard/Rep/FIXED operands on one axis after broadcasting: Shard(d) if every
-    sharded operand is sharded on the same (right-aligned) dim d and no other operand has a
-    non-1 extent there that is itself varying differently; REP if all are REP/FIXED; else PLAIN."""
-    shards = {kind(x.type, x.ref, axis) for x in args} - {FIXED}
+def _extent(x: Arg, d: int) -> int | None:
+    """The extent of operand `x` at dim `d` (from the right) after broadcasting: 1 where it has
+    no such dim, None where its shape is unknown."""
+    if x.shape is None:
+        return None
+    return x.shape[d] if -d <= len(x.shape) else 1
+
+
+def aligned_shard(args: Sequence[Arg], axis: str, out_ndim: int | None, op: str) -> Kind | str:
+    """The join of the operands on one axis after right-aligned broadcasting.
+
+    Shard(d) when every sharded operand is sharded on the same dim d and every other operand
+    either is equal on every device (FIXED/REP) or has extent 1 there (a per-device value
+    broadcast along the shard: `logits - local_max`); REP when all are REP/FIXED; else PLAIN.
+    A replicated operand that carries data (not a constant) with extent > 1 along the shard
+    dim lays the same values along different slices: SPMD215.
+    """
+    ks = [kind(x.type, x.ref, axis) for x in args]
+    shards = set(ks) - {FIXED}
     if not shards:
         return FIXED
     if shards <= {REP}:
         return REP
     dims = {k.dim for k in shards if isinstance(k, Shard)}
-    if len(dims) != 1 or not shards <= ({REP} | {Shard(d) for d in dims}):
+    if len(dims) != 1:
         return PLAIN
     (d,) = dims
     if out_ndim is not None and -d > out_ndim:
         return PLAIN
-    # a REP operand with a non-1 extent along the sharded dim is the same slice on every
-    # device next to different slices: keep the Shard (it is x + tile(b)), as for FIXED ones
+    for x, k in zip(args, ks, strict=True):
+        if isinstance(k, Shard):
+            continue
+        ext = _extent(x, d)
+        if k in (FIXED, REP):
+            if ext is not None and ext > 1 and x.ref.data and x.type is not LITERAL:
+                raise fail("SPMD215", op, f"a replicated value is laid along dim {d}, which another "
+                            f"operand has sharded over {axis!r}: every device applies the same "
+                            f"values to a different slice (e.g. per-head parameters or positions "
+                            f"built for the local shard)", axis, None,
+                            fix=f"slice the replicated value by st.axis_index({axis!r}), or give it "
+                                f"in_specs sharded over {axis!r} like the other operand")
+            continue
+        if ext != 1:
+            return PLAIN
     return Shard(d)
 
 
@@ -205,11 +253,9 @@ def elementwise(name: str, args: Sequence[Arg], out: SpmdType, *, op: str,
 
     `onehot_fill`: for `where`, the unselected branch is a literal 0 (the owner mask).
     """
-    result: dict[str, Kind | None] = {}
-    for a in sorted(out.varying):
-        ks = [kind(x.type, x.ref, a) for x in args]
-        result[a] = _elementwise_axis(name, args, ks, a, out, op, out_ndim, onehot_fill)
-    return Refinement.of(result)
+    result = per_axis(out.varying, lambda a: _elementwise_axis(
+        name, args, [kind(x.type, x.ref, a) for x in args], a, out, op, out_ndim, onehot_fill))
+    return Refinement.of(result, data=any(x.ref.data for x in args))
 
 
 def _elementwise_axis(name: str, args: Sequence[Arg], ks: list[Kind | str], a: str,
@@ -220,7 +266,7 @@ def _elementwise_axis(name: str, args: Sequence[Arg], ks: list[Kind | str], a: s
     if name in SELECTING and n == 3:
         pred, on_true, on_false = ks
         if has_p and pred not in (FIXED, REP):
-            raise _fail("SPMD213", op, f"the predicate varies over {a!r} and a branch is a partial "
+            raise fail("SPMD213", op, f"the predicate varies over {a!r} and a branch is a partial "
                         f"sum there: selecting per device mixes terms of different sums", a, None,
                         fix=f"reduce the branch first (st.psum(x, {a!r})), or make the predicate "
                             f"uniform over {a!r}")
@@ -230,15 +276,15 @@ def _elementwise_axis(name: str, args: Sequence[Arg], ks: list[Kind | str], a: s
             if on_true is PARTIAL and (on_false is PARTIAL or onehot_fill):
                 return PARTIAL  # masking a partial sum with a uniform predicate: linear
             return None
-        joined = _aligned_shard(args, a, out_ndim)
+        joined = aligned_shard(args, a, out_ndim, op)
         return None if joined in (PLAIN, FIXED) else joined  # type: ignore[return-value]
     if has_p:
         others = [k for i, k in enumerate(ks) if i not in has_p]
         if n == 1:
             if name in LINEAR_UNARY:
                 return PARTIAL
-            raise _fail("SPMD211", op, f"{name} is not linear, but the value is a partial sum "
-                        f"over {a!r} (its true value is the psum)", a, None, fix=_partial_fix(a))
+            raise fail("SPMD211", op, f"{name} is not linear, but the value is a partial sum "
+                        f"over {a!r} (its true value is the psum)", a, None, fix=partial_fix(a))
         if name in ADDITIVE:
             if all(k is PARTIAL for k in ks):
                 return PARTIAL
@@ -246,27 +292,33 @@ def _elementwise_axis(name: str, args: Sequence[Arg], ks: list[Kind | str], a: s
                 j = next(i for i, k in enumerate(ks) if k in (FIXED, REP))
                 what = "a literal" if args[j].type is LITERAL else (
                     "a replicated value" if ks[j] is REP else "an Invariant value")
-                raise _fail("SPMD210", op, f"a partial sum over {a!r} is combined with {what}: the "
+                raise fail("SPMD210", op, f"a partial sum over {a!r} is combined with {what}: the "
                             f"replicated term would be counted once per device when the partial "
                             f"sums are reduced (e.g. a bias added before the reduction)", a, None,
                             fix=f"st.psum(x, {a!r}) {'+' if name == 'add' else '-'} b   "
                                 f"(reduce first, then add the replicated term)")
-            return None  # Partial +- plain / Shard: nothing can be followed
+            if any(isinstance(k, Shard) for k in others):
+                raise fail("SPMD210", op, f"a partial sum over {a!r} is combined with a shard of a "
+                            f"global array over {a!r}: the shard would be counted once per device "
+                            f"when the partial sums are reduced (e.g. x - mean(x) over a sharded "
+                            f"hidden dim)", a, None,
+                            fix=f"reduce the partial sum first: x - st.psum(m, {a!r})")
+            return None  # Partial +- plain: nothing can be followed
         if name in SCALING:
             if len(has_p) > 1:
-                raise _fail("SPMD211", op, f"both operands are partial sums over {a!r}: the product "
+                raise fail("SPMD211", op, f"both operands are partial sums over {a!r}: the product "
                             f"of partial sums is not the partial sum of the product", a, None,
-                            fix=_partial_fix(a))
+                            fix=partial_fix(a))
             return PARTIAL if all(k in (FIXED, REP) for k in others) else None
         if name in DIVIDING:
             if n == 2 and ks[1] is PARTIAL:
-                raise _fail("SPMD212", op, f"the divisor is a partial sum over {a!r}: each device "
+                raise fail("SPMD212", op, f"the divisor is a partial sum over {a!r}: each device "
                             f"divides by its local term instead of the total (e.g. a normaliser "
                             f"or token count computed over a shard)", a, None,
                             fix=f"x / st.psum(d, {a!r})  (reduce the divisor first)")
             return PARTIAL if all(k in (FIXED, REP) for k in others) else None
-        raise _fail("SPMD211", op, f"{name} is not linear, but an operand is a partial sum over "
-                    f"{a!r} (its true value is the psum)", a, None, fix=_partial_fix(a))
+        raise fail("SPMD211", op, f"{name} is not linear, but an operand is a partial sum over "
+                    f"{a!r} (its true value is the psum)", a, None, fix=partial_fix(a))
     if n == 1:
         (k,) = ks
         if k is INDEX:
@@ -283,7 +335,7 @@ def _elementwise_axis(name: str, args: Sequence[Arg], ks: list[Kind | str], a: s
         if name in ("and", "mul") and all(k in (ONEHOT, FIXED, REP) for k in ks):
             return ONEHOT if name == "and" else None
         return None
-    joined = _aligned_shard(args, a, out_ndim)
+    joined = aligned_shard(args, a, out_ndim, op)
     return None if joined in (PLAIN, FIXED) else joined  # type: ignore[return-value]
 
 
@@ -298,7 +350,7 @@ OTHER_REDUCTIONS = frozenset({"max", "min", "argmax", "argmin", "prod", "mean", 
                               "any", "all", "logsumexp", "norm"})
 
 
-def _drop_dims(k: Kind, removed: frozenset[int]) -> Kind | None:
+def drop_dims(k: Kind, removed: frozenset[int]) -> Kind | None:
     """A Shard's dim after `removed` (negative dims) are dropped (keepdims=False)."""
     if not isinstance(k, Shard):
         return k
@@ -311,31 +363,27 @@ def _drop_dims(k: Kind, removed: frozenset[int]) -> Kind | None:
 def reduction(name: str, t: SpmdType, ref: Refinement, out: SpmdType, *, ndim: int | None,
               axis: int | Sequence[int] | None, keepdims: bool = False, op: str) -> Refinement:
     """`x.sum(axis)` and friends: summing a Shard dim makes a Partial; other reductions of a
-    Shard dim give plain; a Partial stays Partial under `sum`, is an error under non-linear
-    reductions (max of partial sums is not the partial sum of maxes)."""
-    result: dict[str, Kind | None] = {}
-    removed = _dims(axis, ndim) if ndim is not None else None
-    for a in sorted(out.varying):
+    Shard dim give plain; a Partial stays Partial under `sum`/`mean` (a mean over local dims
+    divides by a replicated count), and is an error under non-linear reductions (the max of
+    partial sums is not the partial sum of maxes)."""
+    removed = dims_of(axis, ndim) if ndim is not None else None
+
+    def one(a: str) -> Kind | None:
         k = kind(t, ref, a)
         if k is PARTIAL:
             if name in SUMS or name == "mean":
-                # the mean of partial sums over local dims divides by a replicated count: linear
-                result[a] = PARTIAL
-                continue
-            raise _fail("SPMD211", op, f"{name} is not linear, but the value is a partial sum over "
-                        f"{a!r}", a, None, fix=_partial_fix(a))
+                return PARTIAL
+            raise fail("SPMD211", op, f"{name} is not linear, but the value is a partial sum over "
+                        f"{a!r}", a, None, fix=partial_fix(a))
         if isinstance(k, Shard):
             if removed is None:
-                result[a] = None
-            elif k.dim in removed:
-                result[a] = PARTIAL if name in SUMS else None
-            else:
-                result[a] = k if keepdims else _drop_dims(k, removed)
-        elif k is REP:
-            result[a] = REP
-        else:
-            result[a] = None
-    return Refinement.of(result)
+                return None
+            if k.dim in removed:
+                return PARTIAL if name in SUMS else None
+            return k if keepdims else drop_dims(k, removed)
+        return REP if k is REP else None
+
+    return Refinement.of(per_axis(out.varying, one), data=ref.data)
 
 
 def along_dim(name: str, t: SpmdType, ref: Refinement, out: SpmdType, *, ndim: int | None,
@@ -343,23 +391,20 @@ def along_dim(name: str, t: SpmdType, ref: Refinement, out: SpmdType, *, ndim: i
     """`cumsum`/`sort`/`flip`/`roll`/`take`/`argsort` along one dim (or flattened): a Shard on
     that dim gives plain (the op would need the other devices' slices); elsewhere kept. A
     Partial is kept by the linear ones (cumsum, flip, roll, take) and rejected by sort."""
-    result: dict[str, Kind | None] = {}
-    dims = _dims(axis, ndim) if ndim is not None else None
-    for a in sorted(out.varying):
+    dims = dims_of(axis, ndim) if ndim is not None else None
+
+    def one(a: str) -> Kind | None:
         k = kind(t, ref, a)
         if k is PARTIAL:
             if name in LINEAR_UNARY or name == "take":
-                result[a] = PARTIAL
-                continue
-            raise _fail("SPMD211", op, f"{name} is not linear, but the value is a partial sum over "
-                        f"{a!r}", a, None, fix=_partial_fix(a))
+                return PARTIAL
+            raise fail("SPMD211", op, f"{name} is not linear, but the value is a partial sum over "
+                        f"{a!r}", a, None, fix=partial_fix(a))
         if isinstance(k, Shard):
-            result[a] = k if dims is not None and k.dim not in dims and axis is not None else None
-        elif k is REP:
-            result[a] = REP
-        else:
-            result[a] = None
-    return Refinement.of(result)
+            return k if dims is not None and axis is not None and k.dim not in dims else None
+        return REP if k is REP else None
+
+    return Refinement.of(per_axis(out.varying, one), data=ref.data)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,47 +435,37 @@ def einsum(spec: str, args: Sequence[Arg], out: SpmdType, *, op: str) -> Refinem
     -> Partial; two Partials -> error (product of partial sums); anything else -> plain.
     """
     parsed = _einsum_parse(spec, len(args))
-    result: dict[str, Kind | None] = {}
-    for a in sorted(out.varying):
+
+    def one(a: str) -> Kind | None:
         ks = [kind(x.type, x.ref, a) for x in args]
         ps = [i for i, k in enumerate(ks) if k is PARTIAL]
         if len(ps) > 1:
-            raise _fail("SPMD211", op, f"two operands are partial sums over {a!r}: the product of "
+            raise fail("SPMD211", op, f"two operands are partial sums over {a!r}: the product of "
                         f"partial sums is not the partial sum of the product", a, None,
-                        fix=_partial_fix(a))
+                        fix=partial_fix(a))
         if ps:
-            result[a] = PARTIAL if all(k in (FIXED, REP) for i, k in enumerate(ks) if i not in ps) \
-                else None
-            continue
+            return PARTIAL if all(k in (FIXED, REP) for i, k in enumerate(ks) if i not in ps) else None
         if all(k in (FIXED, REP) for k in ks):
-            result[a] = REP
-            continue
+            return REP
         if parsed is None or any(k not in (FIXED, REP) and not isinstance(k, Shard) for k in ks):
-            result[a] = None
-            continue
+            return None
         ins, outs = parsed
         letters: set[str] = set()
-        ok = True
         for sub, k in zip(ins, ks, strict=True):
             if isinstance(k, Shard):
                 if -k.dim > len(sub):
-                    ok = False
-                    break
+                    return None
                 letters.add(sub[k.dim])
-        if not ok or len(letters) != 1:
-            result[a] = None
-            continue
+        if len(letters) != 1:
+            return None
         (c,) = letters
         # every operand that has letter c must be sharded on it (else shards meet a full dim)
         if any(c in sub and not (isinstance(k, Shard) and sub[k.dim] == c)
                for sub, k in zip(ins, ks, strict=True)):
-            result[a] = None
-            continue
-        if c in outs:
-            result[a] = Shard(outs.index(c) - len(outs))
-        else:
-            result[a] = PARTIAL
-    return Refinement.of(result)
+            return None
+        return Shard(outs.index(c) - len(outs)) if c in outs else PARTIAL
+
+    return Refinement.of(per_axis(out.varying, one), data=any(x.ref.data for x in args))
 
 
 def matmul_spec(lhs_ndim: int, rhs_ndim: int) -> str:
@@ -448,288 +483,3 @@ def matmul_spec(lhs_ndim: int, rhs_ndim: int) -> str:
     batch = letters[:nb]
     lb, rb = batch[nb - (lhs_ndim - 2):], batch[nb - (rhs_ndim - 2):]
     return f"{lb}xz,{rb}zy->{batch}xy"
-
-
-# ---------------------------------------------------------------------------------------------
-# Structural ops
-
-
-def transpose(t: SpmdType, ref: Refinement, perm: Sequence[int] | None, ndim: int) -> Refinement:
-    perm = list(perm) if perm is not None else list(reversed(range(ndim)))
-    result: dict[str, Kind | None] = {}
-    for a, k in ref.items:
-        if isinstance(k, Shard):
-            src = k.dim + ndim
-            result[a] = Shard(perm.index(src) - ndim) if src in perm else None
-        else:
-            result[a] = k
-    return Refinement.of(result).restrict(t.varying)
-
-
-def reshape(t: SpmdType, ref: Refinement, old: Sequence[int], new: Sequence[int]) -> Refinement:
-    """A Shard survives a reshape on the outermost factor of a split, and a merge only if the
-    sharded dim is outermost in the group and the others are unsharded (i.e. size-wise)."""
-    groups = _reshape_groups(list(old), list(new))
-    result: dict[str, Kind | None] = {}
-    for a, k in ref.items:
-        if not isinstance(k, Shard):
-            result[a] = k
-            continue
-        src = k.dim + len(old)
-        result[a] = None
-        if groups is None:
-            continue
-        for olds, news in groups:
-            if src not in olds:
-                continue
-            real_old = [d for d in olds if old[d] != 1]
-            real_new = [d for d in news if new[d] != 1]
-            if old[src] == 1 or not real_new:
-                break
-            if len(real_old) == 1:       # a split (or 1:1): the outermost new factor
-                result[a] = Shard(real_new[0] - len(new))
-            elif real_old[0] == src and len(real_new) == 1:   # a merge with the shard outermost
-                result[a] = Shard(real_new[0] - len(new))
-            break
-    return Refinement.of(result).restrict(t.varying)
-
-
-def _reshape_groups(old: list[int], new: list[int]) -> list[tuple[list[int], list[int]]] | None:
-    """Pairs of (old dims, new dims) with equal products, in order; None if sizes disagree."""
-    groups: list[tuple[list[int], list[int]]] = []
-    i = j = 0
-    while i < len(old) or j < len(new):
-        go, gn = [], []
-        po = pn = 1
-        if i < len(old):
-            go.append(i)
-            po *= old[i]
-            i += 1
-        if j < len(new):
-            gn.append(j)
-            pn *= new[j]
-            j += 1
-        while po != pn:
-            if po < pn and i < len(old):
-                go.append(i)
-                po *= old[i]
-                i += 1
-            elif pn < po and j < len(new):
-                gn.append(j)
-                pn *= new[j]
-                j += 1
-            else:
-                return None
-        groups.append((go, gn))
-    return groups
-
-
-def expand(t: SpmdType, ref: Refinement, old_ndim: int, new_dims: Sequence[int]) -> Refinement:
-    """`expand_dims`/`x[None]`: new size-1 dims at positions `new_dims` of the result."""
-    new_ndim = old_ndim + len(new_dims)
-    pos = sorted(neg_dim(d, new_ndim) + new_ndim for d in new_dims)
-    kept = [d for d in range(new_ndim) if d not in pos]
-    result: dict[str, Kind | None] = {}
-    for a, k in ref.items:
-        result[a] = Shard(kept[k.dim + old_ndim] - new_ndim) if isinstance(k, Shard) else k
-    return Refinement.of(result).restrict(t.varying)
-
-
-def squeeze(t: SpmdType, ref: Refinement, ndim: int, dims: Sequence[int]) -> Refinement:
-    removed = frozenset(neg_dim(d, ndim) for d in dims)
-    return Refinement.of({a: _drop_dims(k, removed) for a, k in ref.items}).restrict(t.varying)
-
-
-#: an index item, as the runtime describes it: "int" (a constant), "slice:full",
-#: "slice:part", "none" (newaxis), "ellipsis", "array" (a gather)
-IndexItem = str
-
-
-def index(t: SpmdType, ref: Refinement, out: SpmdType, ndim: int, items: Sequence[IndexItem],
-          out_ndim: int) -> Refinement:
-    """`x[...]` with static items: a constant index or partial slice on a Shard dim drops the
-    Shard; full slices keep it; `None` inserts dims; an array index gives plain for Shards."""
-    if any(i == "array" for i in items):
-        return Refinement.of({a: (k if k in (REP, PARTIAL) else None) for a, k in ref.items}
-                             ).restrict(out.varying)
-    n_ell = items.count("ellipsis")
-    consumed = sum(1 for i in items if i in ("int", "slice:full", "slice:part"))
-    expanded: list[IndexItem] = []
-    for i in items:
-        if i == "ellipsis":
-            expanded.extend(["slice:full"] * (ndim - consumed))
-        else:
-            expanded.append(i)
-    if not n_ell:
-        expanded.extend(["slice:full"] * (ndim - consumed))
-    # map each input dim to its output dim (or None when dropped/cut)
-    mapping: dict[int, int | None] = {}
-    src = dst = 0
-    for i in expanded:
-        if i == "none":
-            dst += 1
-            continue
-        if i == "int":
-            mapping[src] = None
-            src += 1
-        else:
-            mapping[src] = dst if i == "slice:full" else None
-            src += 1
-            dst += 1
-    result: dict[str, Kind | None] = {}
-    for a, k in ref.items:
-        if isinstance(k, Shard):
-            d = mapping.get(k.dim + ndim)
-            result[a] = Shard(d - out_ndim) if d is not None else None
-        else:
-            result[a] = k
-    return Refinement.of(result).restrict(out.varying)
-
-
-def concatenate(args: Sequence[Arg], out: SpmdType, *, axis: int, out_ndim: int, op: str,
-                stack: bool = False) -> Refinement:
-    """Concatenating along a Shard dim gives plain; elsewhere shards must align. Partials
-    concatenate with Partials only (a replicated part would be counted once per device)."""
-    result: dict[str, Kind | None] = {}
-    d_cat = neg_dim(axis, out_ndim)
-    for a in sorted(out.varying):
-        ks = [kind(x.type, x.ref, a) for x in args]
-        if PARTIAL in ks:
-            if all(k is PARTIAL for k in ks):
-                result[a] = PARTIAL
-                continue
-            if any(k in (FIXED, REP) for k in ks):
-                raise _fail("SPMD210", op, f"a partial sum over {a!r} is joined with a replicated "
-                            f"part: that part would be counted once per device when reduced", a,
-                            None, fix=f"st.psum the partial part over {a!r} first")
-            result[a] = None
-            continue
-        j = _aligned_shard(args, a, None if stack else out_ndim)
-        if isinstance(j, Shard):
-            if not stack:
-                result[a] = None if j.dim == d_cat else j
-            else:
-                # the stacked dim is inserted at `axis` of the result: input dims at or right
-                # of it keep their negative index, those left of it move one further left
-                in_ndim = out_ndim - 1
-                src = j.dim + in_ndim
-                pos = d_cat + out_ndim
-                result[a] = Shard((src if src < pos else src + 1) - out_ndim)
-        else:
-            result[a] = REP if j is REP else None
-    return Refinement.of(result)
-
-
-# ---------------------------------------------------------------------------------------------
-# Collectives and casts
-
-
-def collective(name: str, t: SpmdType, ref: Refinement, out: SpmdType, axes: Sequence[str], *,
-               shape: tuple[int, ...] | None = None, op: str,
-               params: Mapping[str, object] | None = None) -> Refinement:
-    """The refinement after a collective or cast over `axes` (four-state result `out`)."""
-    params = params or {}
-    ndim = len(shape) if shape is not None else None
-    result = dict(ref.as_dict())
-    for a in axes:
-        k = kind(t, ref, a)
-        if name in ("psum", "pmean"):
-            if isinstance(k, Shard) and (_size(shape, k.dim) or 0) > 1:
-                raise error("SPMD108", f"{op} over {a!r}: the value is a shard of a global array "
-                            f"along dim {k.dim} over {a!r}; summing different slices of it makes "
-                            f"no sense (e.g. expert weights reduced over the expert axis, or a "
-                            f"batch shard summed elementwise)", axes=(a,),
-                            states={a: f"varying (Shard({k.dim}))"}, op=op,
-                            fix=f"st.all_gather(x, {a!r}, axis={k.dim}, tiled=True) to assemble "
-                                f"the array, or reduce over the axis the value is a partial sum "
-                                f"on, or x.sum({k.dim}) first if a total is meant")
-            result.pop(a, None)
-        elif name == "psum_scatter":
-            dim = int(params.get("scatter_dimension", 0))  # type: ignore[call-overload]
-            tiled = bool(params.get("tiled", False))
-            result[a] = Shard(neg_dim(dim, ndim)) if (tiled and ndim is not None) else None  # type: ignore[assignment]
-        elif name.startswith("all_gather"):
-            dim = int(params.get("axis", 0))  # type: ignore[call-overload]
-            tiled = bool(params.get("tiled", False))
-            if name == "all_gather" and isinstance(k, Shard) and ndim is not None and tiled \
-                    and neg_dim(dim, ndim) == k.dim:
-                result[a] = REP
-            elif name == "all_gather" and k is REP:
-                result[a] = None
-            else:
-                result.pop(a, None)
-        elif name == "all_to_all":
-            split = int(params.get("split_axis", 0))  # type: ignore[call-overload]
-            tiled = bool(params.get("tiled", False))
-            if k is PARTIAL or ndim is None or not tiled:
-                result.pop(a, None)
-            else:
-                result[a] = Shard(neg_dim(split, ndim))
-        elif name in ("ppermute", "pshuffle", "pbroadcast"):
-            result[a] = REP if k is REP else None  # type: ignore[assignment]
-        elif name in ("pvary", "pcast_varying"):
-            result[a] = REP  # an Invariant or Reduced value, now typed Varying: equal everywhere
-        elif name in ("pmax", "pmin"):
-            result.pop(a, None)
-        else:  # pcast_unreduced, pcast_reduced, all_gather_invarying, ...
-            result.pop(a, None)
-    return Refinement.of({a: k for a, k in result.items() if k is not None}).restrict(out.varying)
-
-
-def axis_index(axes: Sequence[str]) -> Refinement:
-    return Refinement.of({a: INDEX for a in axes}) if len(axes) == 1 else NONE
-
-
-# ---------------------------------------------------------------------------------------------
-# Boundary, autodiff, joins
-
-
-def from_spec(partitions: Sequence[object], ndim: int, manual: Iterable[str]) -> Refinement:
-    """An in_spec `P('dp', None, 'tp')` of a rank-`ndim` input: Shard on each named dim.
-
-    An axis that names two dims is plain on both (a value with two dims sharded over one axis).
-    """
-    manual = frozenset(manual)
-    seen: dict[str, list[int]] = {}
-    for d, entry in enumerate(partitions):
-        if entry is None:
-            continue
-        names = (entry,) if isinstance(entry, str) else tuple(entry)  # type: ignore[arg-type]
-        for a in names:
-            if a in manual:
-                seen.setdefault(a, []).append(d)
-    return Refinement.of({a: Shard(neg_dim(ds[0], ndim)) if len(ds) == 1 else None
-                          for a, ds in seen.items()})
-
-
-def cotangent(ref: Refinement) -> Refinement:
-    """The refinement of a cotangent: Rep <-> Partial swap, Shard(k) stays, Invariant stays."""
-    swap = {REP: PARTIAL, PARTIAL: REP}
-    return Refinement.of({a: swap.get(k, k) if isinstance(k, str) else k  # type: ignore[arg-type]
-                          for a, k in ref.items if k not in (INDEX, ONEHOT)})
-
-
-def join(a: Refinement, b: Refinement, varying: Iterable[str]) -> Refinement:
-    """Loop carries and branch outputs: kept where both sides agree, plain elsewhere."""
-    bd = b.as_dict()
-    return Refinement.of({x: k for x, k in a.items if bd.get(x) == k}).restrict(varying)
-
-
-def hint_refinement(shards: Mapping[str, int], partial: Iterable[str]) -> Refinement:
-    """The refinement a hint declares (`st.Shard["tp", -1]`, `st.Partial["tp"]`)."""
-    out: dict[str, Kind | None] = {a: Shard(d) for a, d in shards.items()}
-    out.update({a: PARTIAL for a in partial})
-    return Refinement.of(out)
-
-
-def accepts(want: Refinement, have: Refinement, have_type: SpmdType) -> str | None:
-    """Gradual dims: a Shard/Partial hint accepts plain Varying (unknown) and its own kind; it
-    refuses another kind. Returns the reason a value does not fit, or None."""
-    for a, k in want.items:
-        got = have.get(a)
-        if a not in have_type.varying:
-            return f"this value is not varying over {a!r}, but the hint wants {k}"
-        if got is None or got == k:
-            continue
-        return f"this value is {got} over {a!r}, but the hint wants {k}"
-    return None

@@ -1,11 +1,15 @@
 """The Shard / Partial / Rep refinement rules as pure functions (no JAX): each rule of issue 15's
 list on small shapes, with the error code where the refinement rejects."""
 
+import types
+
 import pytest
 
-from spmdtyped import SpmdTypeError
-from spmdtyped import _refine as rf
+from spmdtyped import SpmdTypeError, _refine, _refine_shape
 from spmdtyped._rules import LITERAL, SpmdType
+
+#: both rule modules as one namespace
+rf = types.SimpleNamespace(**{**vars(_refine), **vars(_refine_shape)})
 
 TP = SpmdType(varying="tp")
 DP_TP = SpmdType(varying=("dp", "tp"))
@@ -173,7 +177,7 @@ def test_constant_index_into_a_sharded_dim_drops_it():
 
 def test_collectives():
     p = ref(tp=rf.PARTIAL)
-    assert rf.collective("psum", TP, p, INV, ["tp"], shape=(4,), op="psum") == rf.NONE
+    assert rf.collective("psum", TP, p, INV, ["tp"], shape=(4,), op="psum").items == ()
     scat = rf.collective("psum_scatter", TP, p, TP, ["tp"], shape=(8, 4), op="psum_scatter",
                          params={"scatter_dimension": 0, "tiled": True})
     assert scat.get("tp") == SHARD_ROWS
@@ -195,9 +199,10 @@ def test_psum_of_a_shard_over_its_own_axis_is_an_error():
     with pytest.raises(SpmdTypeError) as e:
         rf.collective("psum", TP, ref(tp=SHARD_ROWS), INV, ["tp"], shape=(2, 4), op="st.psum")
     assert e.value.code == "SPMD108"
-    # a shard of local extent 1 is a per-device value: summing it is fine
-    assert rf.collective("psum", TP, ref(tp=SHARD_ROWS), INV, ["tp"], shape=(1, 4), op="psum") \
-        == rf.NONE
+    # one expert per device (local extent 1) is still a shard: expert gradients summed over
+    # the expert axis are the bug (tests/bugs/expert_grads_wrong_group.py)
+    with pytest.raises(SpmdTypeError):
+        rf.collective("psum", TP, ref(tp=SHARD_ROWS), INV, ["tp"], shape=(1, 4), op="psum")
 
 
 def test_cotangents_swap_rep_and_partial():
@@ -222,3 +227,52 @@ def test_gradual_hints():
     assert rf.accepts(want, ref(tp=SHARD_LAST), TP) is None
     assert rf.accepts(want, ref(tp=rf.PARTIAL), TP) is not None   # another kind: refused
     assert rf.accepts(want, rf.NONE, INV) is not None             # Invariant: refused
+
+
+def test_shard_minus_partial_is_an_error():
+    x = arg(TP, (4, 8), tp=SHARD_LAST)
+    mean = arg(TP, (4, 1), tp=rf.PARTIAL)
+    with pytest.raises(SpmdTypeError) as e:
+        rf.elementwise("sub", [x, mean], TP, op="operator -")
+    assert e.value.code == "SPMD210"
+
+
+def test_shard_with_a_per_device_value_of_extent_one_keeps_the_shard():
+    logits = arg(TP, (4, 8), tp=SHARD_LAST)
+    local_max = arg(TP, (4, 1))                        # plain Varying, extent 1 on the shard dim
+    assert rf.elementwise("sub", [logits, local_max], TP, op="-").get("tp") == SHARD_LAST
+    full = arg(TP, (4, 8))                             # plain Varying along the shard: plain
+    assert rf.elementwise("sub", [logits, full], TP, op="-").get("tp") is None
+
+
+def test_replicated_data_along_a_shard_dim_is_an_error_but_constants_are_not():
+    heads = arg(TP, (2, 4, 8), tp=rf.Shard(-2))
+    sinks = rf.Arg(INV, rf.DATA, (4, 1))              # a parameter, sliced to the local heads
+    with pytest.raises(SpmdTypeError) as e:
+        rf.elementwise("add", [heads, sinks], TP, op="operator +")
+    assert e.value.code == "SPMD215"
+    zeros = rf.Arg(INV, rf.NONE, (2, 4, 8))           # a constant (jnp.zeros): fine
+    assert rf.elementwise("add", [heads, zeros], TP, op="+").get("tp") == rf.Shard(-2)
+    bias = rf.Arg(INV, rf.DATA, (8,))                  # along an unsharded dim: fine
+    assert rf.elementwise("add", [heads, bias], TP, op="+").get("tp") == rf.Shard(-2)
+
+
+def test_allowed_codes_fall_back_to_plain():
+    import spmdtyped as st
+
+    y = arg(TP, (4, 16), tp=rf.PARTIAL)
+    b = rf.Arg(INV, rf.DATA, (16,))
+    with st.allow("SPMD210"):
+        assert rf.elementwise("add", [y, b], TP, op="+").get("tp") is None
+    with st.allow("SPMD108"):
+        assert rf.collective("psum", TP, ref(tp=SHARD_ROWS), INV, ["tp"], shape=(2, 4), op="psum").items \
+            == ()
+
+
+def test_data_flag_propagates():
+    x = rf.Arg(TP, rf.Refinement.of({"tp": SHARD_LAST}, data=True), (4, 8))
+    c = rf.Arg(LITERAL)
+    assert rf.elementwise("mul", [x, c], TP, op="*").data
+    assert rf.reduction("sum", TP, x.ref, TP, ndim=2, axis=0, op="sum").data
+    assert not rf.elementwise("mul", [rf.Arg(TP, rf.NONE, (4,)), c], TP, op="*").data
+    assert rf.from_spec(("tp",), 1, {"tp"}).data
