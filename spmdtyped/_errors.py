@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import ParamSpec, TypeVar
 
-from . import _error_pages, _error_pages_boundary
+from . import _error_pages, _error_pages_boundary, _error_pages_refine
 from ._error_pages import ErrorPage
 
 _P = ParamSpec("_P")
@@ -122,7 +122,7 @@ class ErrorInfo(ErrorPage):
 
 REGISTRY: dict[str, ErrorInfo] = {
     page.code: ErrorInfo(**{f.name: getattr(page, f.name) for f in dataclasses.fields(page)})
-    for page in (*_error_pages.PAGES, *_error_pages_boundary.PAGES)
+    for page in (*_error_pages.PAGES, *_error_pages_boundary.PAGES, *_error_pages_refine.PAGES)
 }
 
 _NAMES: dict[str, str] = {  # every accepted spelling (lowercase) -> code
