@@ -21,6 +21,8 @@ from . import _compat, _hints, _rules, _surface
 from ._errors import error
 from ._hints import SArray, is_state_class, state_class
 from ._rules import LITERAL, Operand, SpmdType
+from ._rules.refine import NONE as NO_REFINEMENT
+from ._rules.refine import Refinement
 
 # ------------------------------------------------------------------- pytree registration
 
@@ -33,10 +35,23 @@ def _register(cls: type) -> None:
     )
 
 
-def _new(cls: type, raw: Any) -> Any:
+def _new(cls: type, raw: Any, refinement: Refinement = NO_REFINEMENT) -> Any:
     obj = object.__new__(cls)
     obj.raw = raw
+    obj.refinement = refinement
     return obj
+
+
+def refinement_of(x: Any) -> Refinement:
+    """The Shard/Partial/Rep refinement of a typed value (plain for anything else: raw JAX
+    values, literals, NumPy arrays)."""
+    return x.refinement if is_state_class(type(x)) else NO_REFINEMENT  # type: ignore[no-any-return]
+
+
+def with_refinement(x: Any, refinement: Refinement) -> Any:
+    """The typed value `x` (same JAX value and state) with `refinement`, restricted to the
+    axes `x` is Varying on."""
+    return _new(type(x), x.raw, refinement.restrict(type(x)._spmd_type.varying))
 
 
 def _unflatten(cls: type, raw: Any) -> Any:
@@ -77,8 +92,9 @@ def check_mode(on: bool) -> Iterator[None]:
         _CHECK[0] = old
 
 
-def checked(op: str, out: Any, predicted: SpmdType) -> Any:
-    """Compare JAX's state of `out` with the table's prediction (SPMD901), then wrap."""
+def checked(op: str, out: Any, predicted: SpmdType, refinement: Refinement = NO_REFINEMENT) -> Any:
+    """Compare JAX's state of `out` with the table's prediction (SPMD901), then wrap it with
+    its refinement."""
     cls = state_class(predicted)
     if _CHECK[0] and not in_vma_off():
         actual = _compat.typeof_raw(out)
@@ -87,7 +103,7 @@ def checked(op: str, out: Any, predicted: SpmdType) -> Any:
             raise error("SPMD901", f"{op}: the rule table predicted {predicted}, JAX computed "
                         f"{actual} ({_compat.FEATURES.name})", op=op,
                         details=(f"jax {jax.__version__}",))
-    return _new(cls, out)
+    return _new(cls, out, refinement)
 
 
 _VMA_OFF = [0]

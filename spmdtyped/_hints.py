@@ -29,6 +29,7 @@ from typing import Any
 from . import _surface
 from ._errors import error
 from ._rules import INVARIANT, SpmdType
+from ._rules.refine import NONE as NO_REFINEMENT
 
 _AXIS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 
@@ -179,7 +180,7 @@ class SArray(metaclass=_StateMeta):
     its `SpmdType`; `x.shape`, `x.dtype`, `x.ndim` are the local (per-device) ones.
     """
 
-    __slots__ = ("raw",)
+    __slots__ = ("raw", "refinement")
     _spmd_type: SpmdType | None = None
     _verdicts: dict[type, bool] = {}  # noqa: RUF012 - the metaclass's per-class cache
 
@@ -188,6 +189,7 @@ class SArray(metaclass=_StateMeta):
             raise error("SPMD504", "SArray() needs a state: use st.wrap(x), or "
                         "st.Varying['dp'](x) with an explicit state")
         self.raw = raw
+        self.refinement = NO_REFINEMENT
 
     def __class_getitem__(cls, params: Any) -> type[SArray]:
         if cls is not SArray:

@@ -5,8 +5,10 @@ import types
 
 import pytest
 
-from spmdtyped import SpmdTypeError, _refine, _refine_shape
+from spmdtyped import SpmdTypeError
 from spmdtyped._rules import LITERAL, SpmdType
+from spmdtyped._rules import refine as _refine
+from spmdtyped._rules import refine_shape as _refine_shape
 
 #: both rule modules as one namespace
 rf = types.SimpleNamespace(**{**vars(_refine), **vars(_refine_shape)})

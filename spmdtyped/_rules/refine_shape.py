@@ -1,6 +1,6 @@
 """The refinement of Varying, part 2: structural ops, collectives, the boundary, autodiff.
 
-See `_refine` for the kinds (Shard, PARTIAL, REP, INDEX, ONEHOT) and the elementwise,
+See `refine` for the kinds (Shard, PARTIAL, REP, INDEX, ONEHOT) and the elementwise,
 reduction and contraction rules. Pure data and functions: no JAX, no mypy.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from ._refine import (
+from .refine import (
     FIXED,
     INDEX,
     NONE,
@@ -26,7 +26,7 @@ from ._refine import (
     neg_dim,
     per_axis,
 )
-from ._rules import SpmdType
+from .states import SpmdType
 
 # ---------------------------------------------------------------------------------------------
 # Structural ops

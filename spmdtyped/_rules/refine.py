@@ -28,8 +28,9 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Union
 
-from ._errors import allowed, error
-from ._rules import LITERAL, Operand, SpmdType
+from .._errors import allowed, error
+from .elementwise import LITERAL, Operand
+from .states import SpmdType
 
 # ---------------------------------------------------------------------------------------------
 # Kinds
