@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat, _hints, _rules, _surface
+from . import _compat, _hints, _refining, _rules, _surface
 from ._errors import error
 from ._hints import SArray, is_state_class, state_class
 from ._rules import LITERAL, Operand, SpmdType
@@ -198,6 +198,12 @@ _SYMBOL = {r.rule: r.symbol for r in _surface.OPERATORS}
 _BIND: dict[str, Callable[..., Any]] = {r.rule: _resolve(r.jax) for r in _surface.OPERATORS}  # type: ignore[misc]
 _UNARY_BIND: dict[str, Callable[..., Any]] = {r.rule: _resolve(r.jax)  # type: ignore[misc]
                                               for r in _surface.UNARY_OPERATORS}
+#: operator rule -> its refinement kind (`_surface.Row.refine`)
+_REFINE = {r.rule: r.refine for r in (*_surface.OPERATORS, *_surface.UNARY_OPERATORS)}
+
+#: (refinement kind, parameters) of a call: how `_refining.refine` computes the result's
+#: refinement (`_surface.Row.refine` and the call's arguments by name)
+Refine = tuple[str, dict[str, Any]]
 
 
 def _cast_literal(c: Any, like: Any, axes: frozenset[str]) -> Any:
@@ -205,16 +211,19 @@ def _cast_literal(c: Any, like: Any, axes: frozenset[str]) -> Any:
 
 
 def binary(name: str, a: Any, b: Any, *, op: str | None = None,
-           bind: Callable[[Any, Any], Any] | None = None) -> Any:
+           bind: Callable[[Any, Any], Any] | None = None, refine: Refine | None = None) -> Any:
     """`a <name> b` for typed or raw operands (at least one typed)."""
     ra, ta = operand(a)
     rb, tb = operand(b)
     op = op or f"operator {_SYMBOL.get(name, name)}"
     bind = bind or _BIND[name]
+    kind, params = refine or (_REFINE.get(name, "elementwise"), {})
     res = _rules.binary(name, ta, tb, _compat.FEATURES, op=op,
                         int_literal=tb is LITERAL and isinstance(rb, int) and not isinstance(rb, bool))
     if res.bind == "integer_pow":
-        return checked(op, ra ** rb, res.type)
+        out = ra ** rb
+        return checked(op, out, res.type,
+                       _refining.refine(kind, name, [a, b], res.type, out, op=op, params=params))
     if res.bind == "mul_reciprocal":
         rb, bind = 1.0 / rb, operator.mul
     if res.literal_reduced:
@@ -222,13 +231,17 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
             ra = _cast_literal(ra, rb, res.literal_reduced)
         if tb is LITERAL:
             rb = _cast_literal(rb, ra, res.literal_reduced)
-    return checked(op, bind(ra, rb), res.type)
+    out = bind(ra, rb)
+    return checked(op, out, res.type,
+                   _refining.refine(kind, name, [a, b], res.type, out, op=op, params=params))
 
 
 def nary(rule: str | Callable[[list[Operand]], _rules.Combined], args: list[Any],
-         bind: Callable[..., Any], *, op: str) -> Any:
+         bind: Callable[..., Any], *, op: str, refine: Refine | None = None,
+         name: str | None = None) -> Any:
     """An n-operand op (where, concatenate, einsum, ...) typed by `combine` of rule `rule`, or
-    by `rule(types)` when it is a function of the operand types (`_rules.where_type`)."""
+    by `rule(types)` when it is a function of the operand types (`_rules.where_type`); its
+    refinement by `refine` (kind, parameters) under `name` (default: the rule)."""
     raws, types = zip(*(operand(a) for a in args), strict=True) if args else ((), ())
     raws = list(raws)
     res = (_rules.combine(rule, list(types), _compat.FEATURES, op=op) if isinstance(rule, str)
@@ -237,10 +250,17 @@ def nary(rule: str | Callable[[list[Operand]], _rules.Combined], args: list[Any]
         like = next(r for r, t in zip(raws, types, strict=True) if t is not LITERAL)
         raws = [_cast_literal(r, like, res.literal_reduced) if t is LITERAL else r
                 for r, t in zip(raws, types, strict=True)]
-    return checked(op, bind(*raws), res.type)
+    out = bind(*raws)
+    kind, params = refine or ("plain", {})
+    name = name or (rule if isinstance(rule, str) else kind)
+    return checked(op, out, res.type,
+                   _refining.refine(kind, name, args, res.type, out, op=op, params=params))
 
 
-def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op: str | None = None) -> Any:
+def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op: str | None = None,
+             refine: Refine | None = None) -> Any:
+    """A one-operand op of rule `name`; its refinement by `refine` (kind, parameters; default
+    elementwise)."""
     raw, t = operand(x)
     op = op or name
     if bind is None:
@@ -248,7 +268,10 @@ def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op:
     if t is LITERAL:
         t = _rules.INVARIANT
     out_t = _rules.unary(name, t, _compat.FEATURES, op=op)  # type: ignore[arg-type]
-    return checked(op, bind(raw), out_t)
+    out = bind(raw)
+    kind, params = refine or ("elementwise", {})
+    return checked(op, out, out_t,
+                   _refining.refine(kind, name, [x], out_t, out, op=op, params=params))
 
 
 def _is_dynamic_index(idx: Any) -> bool:
@@ -264,8 +287,14 @@ def getitem(x: SArray, idx: Any) -> Any:
         idx = unwrap(idx)
         raw, t = operand(x)
         out_t = _rules.dynamic_index_type(t, idx_types, _compat.FEATURES, op="indexing")  # type: ignore[arg-type]
-        return checked("indexing", raw[idx], out_t)
-    return unary_op("getitem", x, lambda r: r[idx], op="indexing")
+        out = raw[idx]
+        varying = frozenset().union(*(i.varying for i in idx_types))
+        return checked("indexing", out, out_t, _refining.refine(
+            "index", "dynamic_slice", [x], out_t, out, op="indexing",
+            params={"items": ["array"], "index_varying": varying}))
+    items = _refining.index_items(idx, x.raw.shape)
+    return unary_op("getitem", x, lambda r: r[idx], op="indexing",
+                    refine=("index", {"items": items}))
 
 
 def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()") -> Any:
@@ -274,9 +303,11 @@ def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()
     raw, t = operand(x)
     assert isinstance(t, SpmdType)
     if not (t.unreduced or t.reduced):
-        return checked(op, jnp.mean(raw, axis=axis, keepdims=keepdims),
-                       _rules.mean_type(t, _compat.FEATURES, op=op))
-    total = unary_op("sum", x, lambda r: jnp.sum(r, axis=axis, keepdims=keepdims), op=op)
+        out, out_t = jnp.mean(raw, axis=axis, keepdims=keepdims), _rules.mean_type(t, _compat.FEATURES, op=op)
+        return checked(op, out, out_t, _refining.refine(
+            "reduction", "mean", [x], out_t, out, op=op, params={"axis": axis, "keepdims": keepdims}))
+    total = unary_op("sum", x, lambda r: jnp.sum(r, axis=axis, keepdims=keepdims), op=op,
+                     refine=("reduction", {"axis": axis, "keepdims": keepdims}))
     n = int(np.prod([raw.shape[a] for a in ((axis,) if isinstance(axis, int) else (axis or range(raw.ndim)))]))
     return binary("div", total, float(n), op=op)
 
@@ -295,11 +326,22 @@ def getattr_(x: SArray, name: str) -> Any:
     if rule is None:
         return getattr(x.raw, name)
     if row.kind == "property":
-        return unary_op(rule, x, lambda r: getattr(r, name), op=f".{name}")
+        return unary_op(rule, x, lambda r: getattr(r, name), op=f".{name}",
+                        refine=(row.refine, {"name": name}))
     if rule == "mean":
         return lambda axis=None, keepdims=False: mean(x, axis, keepdims=keepdims)
     return lambda *args, **kw: unary_op(rule, x, lambda r: getattr(r, name)(*args, **kw),
-                                        op=f".{name}()")
+                                        op=f".{name}()", refine=(row.refine, _method_params(name, x, args, kw)))
+
+
+def _method_params(name: str, x: Any, args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
+    """A method call's arguments by name, as `jnp.<name>(x, ...)` binds them
+    (`x.transpose(1, 0)` takes the permutation as separate arguments)."""
+    if name == "transpose":
+        axes = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+        return {"axes": tuple(axes) or kw.get("axes")}
+    fn = getattr(jnp, name, None)
+    return _refining.call_params(fn, x.raw, args, kw) if fn is not None else {}
 
 
 _ATTRIBUTES = tuple(r.name for r in (*_surface.PROPERTIES, *_surface.METHODS))
@@ -326,7 +368,9 @@ class _AtIndex:
         op = f".at[].{method}()"
         out_t = _rules.at_update_type(method, typeof(self.x), tv, _compat.FEATURES, op=op)
         out = getattr(self.x.raw.at[self.idx], method)(raw_v, **kw)
-        return checked(op, out, out_t)
+        return checked(op, out, out_t, _refining.refine(
+            "at", method, [self.x, value], out_t, out, op=op,
+            params={"traced_index": _is_dynamic_index(self.idx)}))
 
 
 def _at_method(method: str) -> Callable[..., Any]:

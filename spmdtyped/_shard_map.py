@@ -11,7 +11,8 @@ import jax
 from jax.sharding import PartitionSpec
 
 from . import _compat, _rules
-from ._array import is_typed, typeof, unwrap, vma_off, wrap
+from ._array import is_typed, typeof, unwrap, vma_off, with_refinement, wrap
+from ._rules import refine_shape
 from ._errors import SpmdTypeError, error, error_context
 
 
@@ -79,19 +80,29 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
         part, un, red, kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
         return _rules.in_spec_type(part, un, red, manual, kind)
 
+    def typed_input(spec: Any, raw: Any, t: _rules.SpmdType | None) -> Any:
+        # the state JAX gives the argument (or the spec's, check_vma=False), refined by the
+        # spec: a dim named in it is a Shard of the global array; every input carries data
+        x = wrap(raw, t)
+        entries = _compat.spec_entries(spec if spec is not None else PartitionSpec())
+        return with_refinement(x, refine_shape.from_spec(entries, len(raw.shape), manual))
+
     def body(*raw_args: Any) -> Any:
+        specs = in_specs if in_specs is not None else PartitionSpec()
+        if is_spec_leaf(specs):
+            specs = tuple(specs for _ in raw_args)
         if check_vma:
             # the state JAX gives each argument (equal to spec_type(spec): JAX is the truth)
-            args = jax.tree_util.tree_map(wrap, raw_args)
+            args = jax.tree_util.tree_map(
+                lambda spec, sub: jax.tree_util.tree_map(lambda r: typed_input(spec, r, None), sub),
+                specs, tuple(raw_args), is_leaf=is_spec_leaf)
             out = f(*args)
         else:
             # check_vma=False: JAX types everything Invariant; spmdtyped tracks the states from
             # the specs itself, and still checks collectives and outputs.
-            specs = in_specs if in_specs is not None else PartitionSpec()
-            if is_spec_leaf(specs):
-                specs = tuple(specs for _ in raw_args)
             args = jax.tree_util.tree_map(
-                lambda spec, sub: jax.tree_util.tree_map(lambda r: wrap(r, spec_type(spec)), sub),
+                lambda spec, sub: jax.tree_util.tree_map(
+                    lambda r: typed_input(spec, r, spec_type(spec)), sub),
                 specs, tuple(raw_args), is_leaf=is_spec_leaf)
             with vma_off():
                 out = f(*args)

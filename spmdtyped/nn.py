@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from . import _surface
+from . import _refining, _surface
 from ._array import unary_op, unwrap
 from ._rules import ELEMENTWISE
 
@@ -40,7 +40,11 @@ def _make(row: _surface.Row) -> Callable[..., Any]:
     def f(x: Any, *args: Any, **kwargs: Any) -> Any:
         args = tuple(unwrap(a) for a in args)
         kwargs = {k: unwrap(v) for k, v in kwargs.items()}
-        return unary_op(rule_name, x, lambda r: jfn(r, *args, **kwargs), op=op)
+        # softmax-like rows read `axis`/`keepdims` (a Shard dim normalised locally: SPMD211)
+        params = ({} if row.refine == "elementwise"
+                  else _refining.call_params(jfn, unwrap(x), args, kwargs))
+        return unary_op(rule_name, x, lambda r: jfn(r, *args, **kwargs), op=op,
+                        refine=(row.refine, params))
 
     f.__name__ = f.__qualname__ = name
     f.__module__ = __name__

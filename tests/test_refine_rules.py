@@ -138,7 +138,7 @@ def test_shards_combine_only_when_aligned():
     assert rf.elementwise("mul", [a, v], TP, op="*").get("tp") == SHARD_LAST
 
 
-def test_sum_over_a_shard_dim_is_partial_other_reductions_plain():
+def test_sum_and_mean_over_a_shard_dim_are_partial_other_reductions_plain():
     x = arg(TP, (4, 8), tp=SHARD_LAST)
     assert rf.reduction("sum", TP, x.ref, TP, ndim=2, axis=-1, op=".sum()").get("tp") is rf.PARTIAL
     assert rf.reduction("sum", TP, x.ref, TP, ndim=2, axis=None, op=".sum()").get("tp") is rf.PARTIAL
@@ -147,8 +147,11 @@ def test_sum_over_a_shard_dim_is_partial_other_reductions_plain():
     assert rf.reduction("sum", TP, rows, TP, ndim=2, axis=1, op=".sum()").get("tp") == SHARD_LAST
     assert rf.reduction("sum", TP, rows, TP, ndim=2, axis=1, keepdims=True, op=".sum()").get("tp") \
         == SHARD_ROWS
-    for name in ("max", "min", "argmax", "mean"):
+    for name in ("max", "min", "argmax", "var", "std", "prod"):
         assert rf.reduction(name, TP, x.ref, TP, ndim=2, axis=-1, op=name).get("tp") is None
+    # a mean is a sum divided by the local count (a literal): Megatron's psum(mean) / n is
+    # correct, and x - mean(x) over a sharded hidden dim is the layernorm bug (class 13)
+    assert rf.reduction("mean", TP, x.ref, TP, ndim=2, axis=-1, op="mean").get("tp") is rf.PARTIAL
     for name in ("cumsum", "sort", "flip", "roll", "take"):
         assert rf.along_dim(name, TP, x.ref, TP, ndim=2, axis=-1, op=name).get("tp") is None
         assert rf.along_dim(name, TP, x.ref, TP, ndim=2, axis=0, op=name).get("tp") == SHARD_LAST
@@ -278,3 +281,99 @@ def test_data_flag_propagates():
     assert rf.reduction("sum", TP, x.ref, TP, ndim=2, axis=0, op="sum").data
     assert not rf.elementwise("mul", [rf.Arg(TP, rf.NONE, (4,)), c], TP, op="*").data
     assert rf.from_spec(("tp",), 1, {"tp"}).data
+
+
+def test_dot_spec_contracts_last_against_second_to_last():
+    assert rf.dot_spec(2, 2) == rf.matmul_spec(2, 2)
+    assert rf.dot_spec(3, 2) == "abz,zy->aby"
+    assert rf.dot_spec(2, 3) == "az,izy->aiy"
+    assert rf.dot_spec(0, 2) == ""
+    h = arg(TP, (2, 4, 8), tp=SHARD_LAST)
+    w = arg(TP, (8, 16), tp=SHARD_ROWS)
+    assert rf.einsum(rf.dot_spec(3, 2), [h, w], TP, op="dot").get("tp") is rf.PARTIAL
+
+
+def test_softmax_over_a_shard_dim_is_an_error_elsewhere_kept():
+    x = ref(tp=SHARD_LAST)
+    for name in ("softmax", "log_softmax", "logsumexp"):
+        with pytest.raises(SpmdTypeError) as e:
+            rf.softmax(name, TP, x, TP, ndim=2, axis=-1, op=f"st.nn.{name}")
+        assert e.value.code == "SPMD211" and "normalises" in str(e.value)
+    assert rf.softmax("softmax", TP, ref(tp=SHARD_ROWS), TP, ndim=2, axis=-1, op="s").get("tp") \
+        == SHARD_ROWS
+    # logsumexp drops the reduced dim: the rows' shard becomes the last dim
+    assert rf.softmax("logsumexp", TP, ref(tp=SHARD_ROWS), TP, ndim=2, axis=-1, op="l").get("tp") \
+        == SHARD_LAST
+    with pytest.raises(SpmdTypeError) as e:
+        rf.softmax("softmax", TP, ref(tp=rf.PARTIAL), TP, ndim=2, axis=-1, op="s")
+    assert e.value.code == "SPMD211"
+    assert rf.softmax("softmax", TP, ref(tp=rf.REP), TP, ndim=2, axis=-1, op="s").get("tp") is rf.REP
+
+
+def test_take_along_other_dims_keeps_the_shard():
+    x = ref(tp=SHARD_LAST)
+    assert rf.take(TP, x, TP, ndim=2, axis=0, index_ndim=1).get("tp") == SHARD_LAST
+    assert rf.take(TP, x, TP, ndim=2, axis=-1, index_ndim=1).get("tp") is None
+    assert rf.take(TP, x, TP, ndim=2, axis=None, index_ndim=1).get("tp") is None
+    rows = ref(tp=SHARD_ROWS)   # a scalar index on the last dim: the rows become the last dim
+    assert rf.take(TP, rows, TP, ndim=2, axis=1, index_ndim=0).get("tp") == SHARD_LAST
+    assert rf.take(TP, rows, TP, ndim=2, axis=1, index_ndim=2).get("tp") == rf.Shard(-3)
+    # an index that varies over the axis: each device picks other elements
+    assert rf.take(TP, ref(tp=rf.REP), TP, ndim=2, axis=0, index_ndim=1,
+                   index_varying={"tp"}).get("tp") is None
+
+
+def test_traced_index_keeps_rep_only_where_the_index_is_uniform():
+    r = ref(tp=rf.REP)
+    assert rf.index(TP, r, TP, 2, ["array"], 2).get("tp") is rf.REP
+    assert rf.index(TP, r, TP, 2, ["array"], 2, index_varying={"tp"}).get("tp") is None
+
+
+def test_broadcast_keeps_a_shard_whose_extent_is_unchanged():
+    x = ref(tp=SHARD_LAST)
+    assert rf.broadcast(TP, x, (4, 8), (3, 4, 8)).get("tp") == SHARD_LAST
+    assert rf.broadcast(TP, x, (4, 8), (4, 16)).get("tp") is None          # tiled along it
+    assert rf.broadcast(TP, ref(tp=rf.Shard(-1)), (4, 1), (4, 8)).get("tp") is None
+    assert rf.broadcast(TP, ref(tp=rf.PARTIAL), (4,), (2, 4)).get("tp") is rf.PARTIAL
+
+
+def test_at_update():
+    p = arg(TP, (4,), tp=rf.PARTIAL)
+    assert rf.at_update("set", p, rf.Arg(LITERAL, rf.NONE, ()), TP).get("tp") is rf.PARTIAL
+    assert rf.at_update("add", p, p, TP).get("tp") is rf.PARTIAL
+    assert rf.at_update("add", p, rf.Arg(INV, rf.NONE, ()), TP).get("tp") is None
+    s = arg(TP, (4,), tp=SHARD_LAST)
+    assert rf.at_update("set", s, rf.Arg(LITERAL, rf.NONE, ()), TP).get("tp") == SHARD_LAST
+    assert rf.at_update("set", s, rf.Arg(INV, rf.NONE, ()), TP).get("tp") is None
+
+
+def test_one_hot_appends_a_dim_and_rejects_a_partial():
+    assert rf.one_hot(TP, ref(tp=SHARD_LAST), TP, op="one_hot").get("tp") == rf.Shard(-2)
+    with pytest.raises(SpmdTypeError) as e:
+        rf.one_hot(TP, ref(tp=rf.PARTIAL), TP, op="one_hot")
+    assert e.value.code == "SPMD211"
+
+
+def test_squeeze_drops_a_size_one_dim():
+    assert rf.squeeze(TP, ref(tp=SHARD_ROWS), 3, [-1]).get("tp") == SHARD_LAST
+
+
+def test_all_to_all_with_split_equal_to_concat_is_plain():
+    x = ref(tp=SHARD_LAST)
+    params = {"split_axis": 0, "concat_axis": 0, "tiled": True}
+    assert rf.collective("all_to_all", TP, x, TP, ("tp",), shape=(8, 4), op="a2a",
+                         params=params).get("tp") is None
+    params = {"split_axis": 0, "concat_axis": 1, "tiled": True}
+    assert rf.collective("all_to_all", TP, x, TP, ("tp",), shape=(8, 4), op="a2a",
+                         params=params).get("tp") == SHARD_ROWS
+
+
+def test_hints_resolve_dims_from_the_left_against_the_rank():
+    want = rf.hint_refinement({"tp": 1})
+    assert rf.accepts(want, ref(tp=SHARD_LAST), TP, ndim=2) is None
+    assert "wants Shard(-2)" in rf.accepts(want, ref(tp=SHARD_LAST), TP, ndim=3)
+    assert rf.accepts(want, ref(tp=SHARD_LAST), TP) is None    # rank unknown: gradual
+    assert "rank 1" in rf.accepts(want, rf.NONE, TP, ndim=1)
+    rep = rf.hint_refinement({}, rep=("tp",))
+    assert rf.accepts(rep, ref(tp=rf.REP), TP) is None
+    assert "Partial" in rf.accepts(rep, ref(tp=rf.PARTIAL), TP)

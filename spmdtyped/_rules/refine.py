@@ -347,7 +347,7 @@ def _elementwise_axis(name: str, args: Sequence[Arg], ks: list[Kind | str], a: s
 #: reductions that are sums (a Shard dim summed gives a Partial)
 SUMS = frozenset({"sum"})
 #: order-dependent or non-linear reductions: a Shard dim reduced gives plain
-OTHER_REDUCTIONS = frozenset({"max", "min", "argmax", "argmin", "prod", "mean", "var", "std",
+OTHER_REDUCTIONS = frozenset({"max", "min", "argmax", "argmin", "prod", "var", "std",
                               "any", "all", "logsumexp", "norm"})
 
 
@@ -363,10 +363,11 @@ def drop_dims(k: Kind, removed: frozenset[int]) -> Kind | None:
 
 def reduction(name: str, t: SpmdType, ref: Refinement, out: SpmdType, *, ndim: int | None,
               axis: int | Sequence[int] | None, keepdims: bool = False, op: str) -> Refinement:
-    """`x.sum(axis)` and friends: summing a Shard dim makes a Partial; other reductions of a
-    Shard dim give plain; a Partial stays Partial under `sum`/`mean` (a mean over local dims
-    divides by a replicated count), and is an error under non-linear reductions (the max of
-    partial sums is not the partial sum of maxes)."""
+    """`x.sum(axis)` and friends: summing a Shard dim makes a Partial, and so does a mean (a
+    sum divided by the local count, a literal: `psum(mean) / n` is Megatron's correct
+    spelling); other reductions of a Shard dim give plain; a Partial stays Partial under
+    `sum`/`mean` (a mean over local dims divides by a replicated count), and is an error under
+    non-linear reductions (the max of partial sums is not the partial sum of maxes)."""
     removed = dims_of(axis, ndim) if ndim is not None else None
 
     def one(a: str) -> Kind | None:
@@ -380,7 +381,7 @@ def reduction(name: str, t: SpmdType, ref: Refinement, out: SpmdType, *, ndim: i
             if removed is None:
                 return None
             if k.dim in removed:
-                return PARTIAL if name in SUMS else None
+                return PARTIAL if name in SUMS or name == "mean" else None
             return k if keepdims else drop_dims(k, removed)
         return REP if k is REP else None
 
@@ -484,3 +485,55 @@ def matmul_spec(lhs_ndim: int, rhs_ndim: int) -> str:
     batch = letters[:nb]
     lb, rb = batch[nb - (lhs_ndim - 2):], batch[nb - (rhs_ndim - 2):]
     return f"{lb}xz,{rb}zy->{batch}xy"
+
+
+def dot_spec(lhs_ndim: int, rhs_ndim: int) -> str:
+    """The einsum spelling of `jnp.dot(lhs, rhs)`: the last dim of `lhs` against the
+    second-to-last of `rhs` (the last for a vector); no broadcasting of batch dims."""
+    if lhs_ndim == 0 or rhs_ndim == 0:
+        return ""  # a product with a scalar: elementwise, not a contraction
+    if lhs_ndim <= 2 and rhs_ndim <= 2:
+        return matmul_spec(lhs_ndim, rhs_ndim)
+    left = "abcdefgh"[: lhs_ndim - 1]
+    right = "ijklmnop"[: rhs_ndim - 2] if rhs_ndim >= 2 else ""
+    last = "y" if rhs_ndim >= 2 else ""
+    return f"{left}z,{right}z{last}->{left}{right}{last}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Composites
+
+#: softmax-like composites: a max, an exp, a sum and a divide (or a log) over `axis`
+SOFTMAX = frozenset({"softmax", "log_softmax", "logsumexp"})
+
+
+def softmax(name: str, t: SpmdType, ref: Refinement, out: SpmdType, *, ndim: int | None,
+            axis: int | Sequence[int] | None, keepdims: bool = False, op: str) -> Refinement:
+    """`softmax` / `log_softmax` / `logsumexp` over local dims `axis`. Over a Shard dim each
+    device normalises by its own slice (the sum of the exponentials is a partial sum over the
+    axis): SPMD211, as the decomposed program would give SPMD212 at its division. A Partial
+    input is non-linear (SPMD211). Elsewhere: the shape-preserving ones keep every kind, and
+    `logsumexp` drops the reduced dims like a non-linear reduction."""
+    dims = dims_of(axis, ndim) if ndim is not None else None
+
+    def one(a: str) -> Kind | None:
+        k = kind(t, ref, a)
+        if k is PARTIAL:
+            raise fail("SPMD211", op, f"{name} is not linear, but the value is a partial sum over "
+                        f"{a!r}", a, None, fix=partial_fix(a))
+        if isinstance(k, Shard):
+            if dims is None:
+                return None
+            if k.dim in dims:
+                raise fail("SPMD211", op, f"{name} over dim {k.dim}, which is sharded over {a!r}: "
+                            f"each device normalises by the sum over its own slice only (the sum "
+                            f"of the exponentials is a partial sum over {a!r})", a, None,
+                            fix=f"m = st.pmax(x.max({k.dim}, keepdims=True), {a!r}); "
+                                f"e = st.numpy.exp(x - m); e / st.psum(e.sum({k.dim}, "
+                                f"keepdims=True), {a!r})")
+            if name == "logsumexp" and not keepdims:
+                return drop_dims(k, dims)
+            return k
+        return REP if k is REP else None
+
+    return Refinement.of(per_axis(out.varying, one), data=ref.data)

@@ -21,11 +21,13 @@ from .refine import (
     Refinement,
     Shard,
     aligned_shard,
+    drop_dims,
     fail,
     kind,
     neg_dim,
     per_axis,
 )
+from .elementwise import LITERAL
 from .states import SpmdType
 
 # ---------------------------------------------------------------------------------------------
@@ -124,12 +126,15 @@ IndexItem = str
 
 
 def index(t: SpmdType, ref: Refinement, out: SpmdType, ndim: int, items: Sequence[IndexItem],
-          out_ndim: int) -> Refinement:
+          out_ndim: int, index_varying: Iterable[str] = ()) -> Refinement:
     """`x[...]` with static items: a constant index or partial slice on a Shard dim drops the
-    Shard; full slices keep it; `None` inserts dims; an array index gives plain for Shards."""
+    Shard; full slices keep it; `None` inserts dims; an array index gives plain for Shards, and
+    keeps Rep/Partial only where the index is the same on every device (`index_varying`: the
+    axes a traced index varies on)."""
     if any(i == "array" for i in items):
-        return Refinement.of({a: (k if k in (REP, PARTIAL) else None) for a, k in ref.items}
-                             ).restrict(out.varying)
+        iv = frozenset(index_varying)
+        return Refinement.of({a: (k if k in (REP, PARTIAL) and a not in iv else None)
+                              for a, k in ref.items}, ref.data).restrict(out.varying)
     n_ell = items.count("ellipsis")
     consumed = sum(1 for i in items if i in ("int", "slice:full", "slice:part"))
     expanded: list[IndexItem] = []
@@ -161,6 +166,79 @@ def index(t: SpmdType, ref: Refinement, out: SpmdType, ndim: int, items: Sequenc
             result[a] = Shard(d - out_ndim) if d is not None else None
         else:
             result[a] = k
+    return Refinement.of(result, ref.data).restrict(out.varying)
+
+
+def take(t: SpmdType, ref: Refinement, out: SpmdType, *, ndim: int, axis: int | None,
+         index_ndim: int, index_varying: Iterable[str] = ()) -> Refinement:
+    """`take(x, idx, axis)`: the gathered dim becomes the index's dims. A Shard on it (or any
+    Shard when `axis` is None: a gather from the flattened array) gives plain; dims right of
+    it keep their position from the right, dims left of it move by `index_ndim - 1`. Where the
+    index varies, every kind becomes plain (each device picks other elements)."""
+    iv = frozenset(index_varying)
+    result: dict[str, Kind | None] = {}
+    for a, k in ref.items:
+        if a in iv:
+            result[a] = None
+        elif isinstance(k, Shard):
+            if axis is None:
+                result[a] = None
+                continue
+            d = neg_dim(axis, ndim)
+            result[a] = (None if k.dim == d else k if k.dim > d
+                         else Shard(k.dim - (index_ndim - 1)))
+        else:
+            result[a] = k
+    return Refinement.of(result, ref.data).restrict(out.varying)
+
+
+def broadcast(t: SpmdType, ref: Refinement, old: Sequence[int], new: Sequence[int]) -> Refinement:
+    """`broadcast_to`, `tile`, `repeat`, `pad`: the dims compared right-aligned; a Shard stays
+    where its dim keeps its extent, else plain. Partial and Rep stay (these ops are linear and
+    take the same data on every device)."""
+    result: dict[str, Kind | None] = {}
+    for a, k in ref.items:
+        if isinstance(k, Shard):
+            ok = -k.dim <= len(old) and -k.dim <= len(new) and old[k.dim] == new[k.dim] != 1
+            result[a] = k if ok else None
+        else:
+            result[a] = k
+    return Refinement.of(result, ref.data).restrict(t.varying)
+
+
+def at_update(method: str, x: Arg, value: Arg, out: SpmdType) -> Refinement:
+    """`x.at[i].<method>(v)` with a static index: Rep into Rep stays Rep; a Partial updated by
+    `add`/`set` with a Partial, or `set` to a literal (zeroing entries is linear), stays
+    Partial; a Shard is kept only when the update is a literal (the shape is unchanged).
+    Everything else is plain: which slice the index hits cannot be followed."""
+    def one(a: str) -> Kind | None:
+        kx, kv = kind(x.type, x.ref, a), kind(value.type, value.ref, a)
+        if kx is REP and kv in (FIXED, REP):
+            return REP
+        if kx is PARTIAL and (kv is PARTIAL and method in ("add", "set", "subtract")
+                              or value.type is LITERAL and method in ("set", "multiply")):
+            return PARTIAL
+        if isinstance(kx, Shard) and value.type is LITERAL:
+            return kx
+        return None
+
+    return Refinement.of(per_axis(out.varying, one), x.ref.data or value.ref.data)
+
+
+def one_hot(t: SpmdType, ref: Refinement, out: SpmdType, *, op: str) -> Refinement:
+    """`one_hot(x, n)`: non-linear in `x` (SPMD211 on a Partial), appends the class dim."""
+    result: dict[str, Kind | None] = {}
+    for a, k in ref.items:
+        if k is PARTIAL:
+            try:
+                raise fail("SPMD211", op, f"one_hot is not linear, but the value is a partial sum "
+                           f"over {a!r}", a, None, fix=f"one_hot(st.psum(x, {a!r}), n)")
+            except Plain:
+                result[a] = None
+        elif isinstance(k, Shard):
+            result[a] = Shard(k.dim - 1)
+        else:
+            result[a] = k if k is REP else None
     return Refinement.of(result, ref.data).restrict(out.varying)
 
 
@@ -237,8 +315,9 @@ def collective(name: str, t: SpmdType, ref: Refinement, out: SpmdType, axes: Seq
                 result.pop(a, None)
         elif name == "all_to_all":
             split = int(params.get("split_axis", 0))  # type: ignore[call-overload]
+            concat = int(params.get("concat_axis", split))  # type: ignore[call-overload]
             tiled = bool(params.get("tiled", False))
-            if k is PARTIAL or ndim is None or not tiled:
+            if k is PARTIAL or ndim is None or not tiled or neg_dim(split, ndim) == neg_dim(concat, ndim):
                 result.pop(a, None)
             else:
                 result[a] = Shard(neg_dim(split, ndim))
@@ -292,18 +371,32 @@ def join(a: Refinement, b: Refinement, varying: Iterable[str]) -> Refinement:
     return Refinement.of({x: k for x, k in a.items if bd.get(x) == k}, a.data or b.data).restrict(varying)
 
 
-def hint_refinement(shards: Mapping[str, int], partial: Iterable[str]) -> Refinement:
-    """The refinement a hint declares (`st.Shard["tp", -1]`, `st.Partial["tp"]`)."""
+def hint_refinement(shards: Mapping[str, int], partial: Iterable[str] = (),
+                    rep: Iterable[str] = ()) -> Refinement:
+    """The refinement a hint declares (`st.Shard["tp", -1]`, `st.Partial["tp"]`, `st.Rep["tp"]`)."""
     out: dict[str, Kind | None] = {a: Shard(d) for a, d in shards.items()}
     out.update({a: PARTIAL for a in partial})
+    out.update({a: REP for a in rep})
     return Refinement.of(out)
 
 
-def accepts(want: Refinement, have: Refinement, have_type: SpmdType) -> str | None:
+def accepts(want: Refinement, have: Refinement, have_type: SpmdType,
+            ndim: int | None = None) -> str | None:
     """Gradual dims: a Shard/Partial hint accepts plain Varying (unknown) and its own kind; it
-    refuses another kind. Returns the reason a value does not fit, or None."""
+    refuses another kind, and a value that is not Varying on the axis. A hint's non-negative
+    Shard dim counts from the left: it is resolved against `ndim` (the value's rank), and
+    compared as unknown when the rank is not known. Returns the reason a value does not fit,
+    or None."""
     for a, k in want.items:
         got = have.get(a)
+        if isinstance(k, Shard) and k.dim >= 0:
+            if ndim is None:
+                if a in have_type.varying and isinstance(got, Shard):
+                    continue  # a dim from the left against one from the right: unknown
+            else:
+                if k.dim >= ndim:
+                    return f"this value has rank {ndim}, but the hint wants dim {k.dim} sharded"
+                k = Shard(k.dim - ndim)
         if a not in have_type.varying:
             return f"this value is not varying over {a!r}, but the hint wants {k}"
         if got is None or got == k:
