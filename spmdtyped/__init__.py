@@ -48,8 +48,11 @@ if TYPE_CHECKING:
     from ._static import *  # noqa: F403
 else:
     from ._hints import Invariant as Invariant
+    from ._hints import Partial as Partial
     from ._hints import Reduced as Reduced
+    from ._hints import Rep as Rep
     from ._hints import SArray as SArray
+    from ._hints import Shard as Shard
     from ._hints import Typed as Typed
     from ._hints import Unreduced as Unreduced
     from ._hints import Varying as Varying
@@ -90,4 +93,6 @@ __all__ = sorted([
     # issue 4: autodiff, control flow, custom ops
     "CustomOp", "cond", "cotangent_type", "custom_op", "fori_loop", "grad", "opaque", "scan",
     "switch", "value_and_grad", "vjp", "while_loop",
+    # issue 15: the refinement of Varying
+    "Partial", "Rep", "Shard",
 ])

@@ -25,7 +25,7 @@ PAGES: tuple[ErrorPage, ...] = (
             "Reduce first, then add: `st.psum(h @ w2, 'tp') + b`.",
             "Or add the term on one device only: `b * (st.axis_index('tp') == 0)` (rarely what is meant).",
         ),
-        before='y = h @ w2 + b          # h: Shard["tp", -1], w2: Shard["tp", 0]',
+        before='y = h @ w2 + b          # h: Shard["tp", -1], w2: Shard["tp", 0], b: Invariant',
         after='y = st.psum(h @ w2, "tp") + b',
         when="`+`, `-`, concatenate or stack of a Partial value with an Invariant, Reduced, Rep or literal "
              "value: a bias added inside a row-parallel layer, a replicated regulariser added to a local "
@@ -89,16 +89,18 @@ PAGES: tuple[ErrorPage, ...] = (
         meaning="A Shard value is the device's slice of a larger array; `psum`/`pmean` over the axis it is "
                 "sharded on adds different slices elementwise, which is almost never meant: expert "
                 "gradients reduced over the expert axis, a batch shard summed elementwise instead of "
-                "reduced. A shard whose local extent is 1 is a per-device value and may be summed.",
+                "reduced. A spec cannot tell a slice of a global array from a stack of per-device terms: "
+                "for those, opt out where they are summed.",
         fix="st.all_gather(x, axis, axis=dim, tiled=True)",
         solutions=(
             "Gather it: `st.all_gather(x, axis, axis=d, tiled=True)`.",
             "Sum the local dim first if a total is meant: `st.psum(x.sum(d), axis)`.",
             "Reduce over the axis the value is a partial sum on instead.",
         ),
-        before='g = st.psum(expert_grad, "ep")      # expert_grad: Shard["ep", 0]',
-        after='g = expert_grad                      # each device owns its experts',
-        when="`psum`/`pmean` over an axis on which the value is Shard(dim) with local extent > 1.",
+        before='g = st.psum(expert_grad, "tp")      # experts sharded over tp: Shard["tp", 0]',
+        after='g = expert_grad                      # each device owns its experts: no sum over tp',
+        when="`psum`/`pmean` over an axis on which the value is Shard(dim): an in_spec, a hint or a "
+             "`psum_scatter` made it a slice of a global array along that axis.",
         related=("SPMD103",),
         opt_out=True,
     ),

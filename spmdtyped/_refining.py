@@ -226,7 +226,7 @@ def _broadcast(name: str, args: list[Arg], out: SpmdType, out_raw: Any, op: str,
     x, new = args[0], getattr(out_raw, "shape", None)
     if x.shape is None or new is None:
         return Refinement(data=x.ref.data)
-    return rs.broadcast(out, x.ref, x.shape, tuple(new))
+    return rs.broadcast(out, x.ref, x.shape, tuple(new), uniform=name == "broadcast_to")
 
 
 def _index(name: str, args: list[Arg], out: SpmdType, out_raw: Any, op: str,
@@ -301,7 +301,8 @@ def refine(kind: str, name: str, operands: Sequence[Any], out: SpmdType, out_raw
     if kind == "constructor":
         return NONE
     args = [arg(x) for x in operands]
-    if not any(a.ref.items for a in args) and kind != "where":
+    if not any(a.ref.items for a in args) and kind != "where" \
+            and not (kind == "broadcast" and args[0].ref.data):
         # nothing refined among the operands: the result is plain (only `data` flows)
         return Refinement(data=any(a.ref.data for a in args)) if args else NONE
     return REFINERS[kind](name, args, out, out_raw, op, params or {})

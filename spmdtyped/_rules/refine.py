@@ -71,6 +71,10 @@ class Refinement:
     #: one), as opposed to a constant built by `zeros`/`ones`/`full`/a literal: only such a
     #: replicated value laid along a Shard dim is SPMD215
     data: bool = False
+    #: dims (negative) along which the value is known to be constant: made by `broadcast_to`
+    #: from a missing or size-1 dim (a per-head parameter broadcast over the batch): laid along
+    #: a Shard dim there it is not SPMD215. Only the broadcast's own result carries them.
+    uniform: tuple[int, ...] = ()
 
     @staticmethod
     def of(mapping: Mapping[str, Kind | None], data: bool = False) -> Refinement:
@@ -87,10 +91,10 @@ class Refinement:
 
     def restrict(self, varying: Iterable[str]) -> Refinement:
         keep = frozenset(varying)
-        return Refinement(tuple((a, k) for a, k in self.items if a in keep), self.data)
+        return dataclasses.replace(self, items=tuple((a, k) for a, k in self.items if a in keep))
 
     def with_data(self, data: bool) -> Refinement:
-        return self if data == self.data else Refinement(self.items, data)
+        return self if data == self.data else dataclasses.replace(self, data=data)
 
     def __bool__(self) -> bool:
         return bool(self.items)
@@ -235,7 +239,8 @@ def aligned_shard(args: Sequence[Arg], axis: str, out_ndim: int | None, op: str)
             continue
         ext = _extent(x, d)
         if k in (FIXED, REP):
-            if ext is not None and ext > 1 and x.ref.data and x.type is not LITERAL:
+            if ext is not None and ext > 1 and x.ref.data and x.type is not LITERAL \
+                    and d not in x.ref.uniform:
                 raise fail("SPMD215", op, f"a replicated value is laid along dim {d}, which another "
                             f"operand has sharded over {axis!r}: every device applies the same "
                             f"values to a different slice (e.g. per-head parameters or positions "

@@ -6,6 +6,7 @@ reduction and contraction rules. Pure data and functions: no JAX, no mypy.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
 from .refine import (
@@ -192,10 +193,12 @@ def take(t: SpmdType, ref: Refinement, out: SpmdType, *, ndim: int, axis: int | 
     return Refinement.of(result, ref.data).restrict(out.varying)
 
 
-def broadcast(t: SpmdType, ref: Refinement, old: Sequence[int], new: Sequence[int]) -> Refinement:
+def broadcast(t: SpmdType, ref: Refinement, old: Sequence[int], new: Sequence[int],
+              *, uniform: bool = False) -> Refinement:
     """`broadcast_to`, `tile`, `repeat`, `pad`: the dims compared right-aligned; a Shard stays
     where its dim keeps its extent, else plain. Partial and Rep stay (these ops are linear and
-    take the same data on every device)."""
+    take the same data on every device). `uniform` (`broadcast_to`): the result is constant
+    along the dims it broadcast (missing or size 1 before): `Refinement.uniform`."""
     result: dict[str, Kind | None] = {}
     for a, k in ref.items:
         if isinstance(k, Shard):
@@ -203,7 +206,11 @@ def broadcast(t: SpmdType, ref: Refinement, old: Sequence[int], new: Sequence[in
             result[a] = k if ok else None
         else:
             result[a] = k
-    return Refinement.of(result, ref.data).restrict(t.varying)
+    out = Refinement.of(result, ref.data).restrict(t.varying)
+    if uniform:
+        dims = tuple(d for d in range(-len(new), 0) if new[d] != 1 and (-d > len(old) or old[d] == 1))
+        out = dataclasses.replace(out, uniform=dims)
+    return out
 
 
 def at_update(method: str, x: Arg, value: Arg, out: SpmdType) -> Refinement:
