@@ -69,8 +69,8 @@ PAGES: tuple[ErrorPage, ...] = (
     ErrorPage(
         code="SPMD213", slug="partial-select", title="Partial sum selected per device",
         headline="a partial sum was selected by a predicate that varies over its axis",
-        rule="`where` selects between partial sums only with a predicate that is the same on every device "
-             "of their axis.",
+        rule="A `where` selects between partial sums only with a predicate that is the same on every "
+             "device of their axis.",
         meaning="Selecting per device between terms of a sum, with a different choice on each device, is "
                 "not the selection of the total.",
         fix="st.numpy.where(pred, st.psum(p, axis), q)",
@@ -84,8 +84,8 @@ PAGES: tuple[ErrorPage, ...] = (
     ErrorPage(
         code="SPMD108", slug="shard-reduce", title="Shard summed over its own axis",
         headline="a shard of a global array was summed over its own axis",
-        rule="`psum`/`pmean` over an axis take per-device terms or partial sums, never different slices of "
-             "one array sharded over that axis.",
+        rule="A `psum`/`pmean` over an axis takes per-device terms or partial sums, never different slices "
+             "of one array sharded over that axis.",
         meaning="A Shard value is the device's slice of a larger array; `psum`/`pmean` over the axis it is "
                 "sharded on adds different slices elementwise, which is almost never meant: expert "
                 "gradients reduced over the expert axis, a batch shard summed elementwise instead of "

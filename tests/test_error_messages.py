@@ -273,7 +273,7 @@ EXAMPLES: dict[str, tuple[str, dict[str, str], str]] = {
     "SPMD301": ("body", {"u": "U:tp"}, ""),
     "SPMD302": ("body", {"acc0": "U:tp"}, "n = 3\npart = lambda i: acc0 * 2.0"),
     "SPMD401": ("top", {}, "f = lambda x: x"),
-    "SPMD402": ("top", {}, "f = lambda x, b: st.psum(x, 'dp') * b"),
+    "SPMD402": ("top", {}, "f = lambda x, b: st.psum(x.sum(0), 'dp') * b"),
     "SPMD403": ("top", {}, "f = lambda x: x"),
     "SPMD404": ("body", {"w": "V:tp"}, "f = lambda w: st.pcast(w, 'tp', to='unreduced')"),
     "SPMD405": ("body", {"w": "V:tp"},
@@ -311,8 +311,11 @@ def _in_state(v: Any, spec: str) -> Any:
             v = _array.with_refinement(v, ref)
             continue
         for axis in axes.split(","):
-            if kind == "V":
+            if kind == "V":  # plain Varying: a pvary is Rep (equal everywhere), forget that
                 v = st.pvary(v, axis)
+                ref = _array.refinement_of(v).as_dict()
+                ref.pop(axis, None)
+                v = _array.with_refinement(v, refine.Refinement.of(ref, data=True))
             elif kind == "R":
                 v = st.pcast(v, axis, to="reduced")
             else:
