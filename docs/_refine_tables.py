@@ -41,9 +41,11 @@ def _label(k: Any) -> str:
     return str(k)
 
 
-def _run(fn: Callable[[], rf.Refinement], code: Callable[[str], str], out: SpmdType = TP) -> str:
+def _run(fn: Callable[..., rf.Refinement], code: Callable[[str], str], out: SpmdType = TP,
+         *args: Any, **kwargs: Any) -> str:
+    """The rule `fn(*args, **kwargs)`'s kind over 'tp' (or the code it raises)."""
     try:
-        ref = fn()
+        ref = fn(*args, **kwargs)
     except _errors.SpmdTypeError as e:
         return f"✗ {code(e.code)}"
     if AXIS not in out.varying:
@@ -70,8 +72,8 @@ def gen_binary(code: Callable[[str], str], name: str = "add") -> str:
         for right in labels:
             args = [OPERANDS[left], OPERANDS[right]]
             out = _out(args)
-            cells.append(_run(lambda args=args, out=out: rf.elementwise(
-                name, args, out, op=f"operator {name}", out_ndim=2), code, out))
+            cells.append(_run(rf.elementwise, code, out, name, args, out, op=f"operator {name}",
+                              out_ndim=2))
         rows.append(cells)
     return _table([f"`a {name} b`: a \\ b", *labels], rows)
 
@@ -83,7 +85,7 @@ def gen_unary(code: Callable[[str], str]) -> str:
     rows = []
     for label in ("Shard(-1)", "Partial", "Rep", "plain Varying"):
         x = OPERANDS[label]
-        rows.append([f"**{label}**", *(_run(lambda n=n: rf.elementwise(n, [x], TP, op=n), code)
+        rows.append([f"**{label}**", *(_run(rf.elementwise, code, TP, n, [x], TP, op=n)
                                        for n in UNARY)])
     return _table(["operand", *(f"`{n}`" for n in UNARY)], rows)
 
@@ -99,12 +101,12 @@ def gen_reductions(code: Callable[[str], str]) -> str:
         x = OPERANDS[label]
         for axis in (-1, 0):
             cells = [f"**{label}**, axis={axis}"]
-            cells += [_run(lambda n=n: rf.reduction(n, TP, x.ref, TP, ndim=2, axis=axis, op=n), code)
+            cells += [_run(rf.reduction, code, TP, n, TP, x.ref, TP, ndim=2, axis=axis, op=n)
                       for n in REDUCTIONS]
-            cells += [_run(lambda n=n: rf.along_dim(n, TP, x.ref, TP, ndim=2, axis=axis, op=n), code)
+            cells += [_run(rf.along_dim, code, TP, n, TP, x.ref, TP, ndim=2, axis=axis, op=n)
                       for n in ALONG]
-            cells.append(_run(lambda: rf.softmax("softmax", TP, x.ref, TP, ndim=2, axis=axis,
-                                                  op="softmax"), code))
+            cells.append(_run(rf.softmax, code, TP, "softmax", TP, x.ref, TP, ndim=2, axis=axis,
+                              op="softmax"))
             rows.append(cells)
     names = [*REDUCTIONS, *ALONG, "st.nn.softmax"]
     return _table(["operand, dim", *(f"`{n}`" for n in names)], rows)
@@ -125,8 +127,8 @@ def gen_contractions(code: Callable[[str], str]) -> str:
     rows = []
     for what, a, b in CONTRACTIONS:
         args = [OPERANDS[a], rf.Arg(OPERANDS[b].type, OPERANDS[b].ref, (8, 8))]
-        rows.append([what, a, b, _run(lambda args=args: rf.einsum(rf.matmul_spec(2, 2), args, TP,
-                                                                  op="operator @"), code)])
+        rows.append([what, a, b, _run(rf.einsum, code, TP, rf.matmul_spec(2, 2), args, TP,
+                                      op="operator @")])
     return _table(["`a @ b`", "a", "b", "result"], rows)
 
 
@@ -152,10 +154,8 @@ def gen_collectives(code: Callable[[str], str]) -> str:
         out = _RESULT.get(name, TP)
         cells = [f"`{form}`"]
         for label in ("Shard(-1)", "Partial", "Rep", "plain Varying"):
-            x = OPERANDS[label]
-            cells.append(_run(lambda x=x, out=out: rs.collective(
-                name, TP, x.ref, out, (AXIS,), shape=SHAPE, op=f"st.{name}", params=params),
-                code, out))
+            cells.append(_run(rs.collective, code, out, name, TP, OPERANDS[label].ref, out, (AXIS,),
+                              shape=SHAPE, op=f"st.{name}", params=params))
         rows.append(cells)
     inv = OPERANDS["Invariant input"]
     rows.append(["`st.pvary(x, 'tp')` / `st.pcast(x, 'tp', to='varying')`", "", "", "",

@@ -15,9 +15,8 @@ import jax
 
 from . import _compat, _refining, _rules, _surface
 from ._array import checked, in_vma_off, is_typed, operand
-from ._rules import refine_shape
 from ._errors import error
-from ._rules import LITERAL, SpmdType
+from ._rules import LITERAL, SpmdType, refine_shape
 
 
 def _axes(axis_name: Any, op: str) -> tuple[str, ...]:

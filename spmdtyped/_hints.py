@@ -28,8 +28,7 @@ from typing import Any
 
 from . import _surface
 from ._errors import error
-from ._rules import INVARIANT, SpmdType
-from ._rules import refine_shape
+from ._rules import INVARIANT, SpmdType, refine_shape
 from ._rules.refine import NONE as NO_REFINEMENT
 from ._rules.refine import Refinement, describe
 

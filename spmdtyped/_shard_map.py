@@ -12,8 +12,8 @@ from jax.sharding import PartitionSpec
 
 from . import _compat, _rules
 from ._array import is_typed, typeof, unwrap, vma_off, with_refinement, wrap
-from ._rules import refine_shape
 from ._errors import SpmdTypeError, error, error_context
+from ._rules import refine_shape
 
 
 def is_spec_leaf(s: Any) -> bool:

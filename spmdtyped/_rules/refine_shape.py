@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
+from .elementwise import LITERAL
 from .refine import (
     FIXED,
     INDEX,
@@ -28,7 +29,6 @@ from .refine import (
     neg_dim,
     per_axis,
 )
-from .elementwise import LITERAL
 from .states import SpmdType
 
 # ---------------------------------------------------------------------------------------------
