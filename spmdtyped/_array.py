@@ -292,9 +292,9 @@ def getitem(x: SArray, idx: Any) -> Any:
         return checked("indexing", out, out_t, _refining.refine(
             "index", "dynamic_slice", [x], out_t, out, op="indexing",
             params={"items": ["array"], "index_varying": varying}))
-    items = _refining.index_items(idx, x.raw.shape)
+    static_items = _refining.index_items(idx, x.raw.shape)
     return unary_op("getitem", x, lambda r: r[idx], op="indexing",
-                    refine=("index", {"items": items}))
+                    refine=("index", {"items": static_items}))
 
 
 def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()") -> Any:

@@ -389,7 +389,7 @@ class _RefinedMeta(_StateMeta):
     """
 
     _refinement: Refinement
-    _base: type
+    _base: _StateMeta
 
     def __instancecheck__(cls, obj: object) -> bool:
         if not _StateMeta.__instancecheck__(cls._base, obj):

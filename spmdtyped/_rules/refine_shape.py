@@ -290,7 +290,7 @@ def collective(name: str, t: SpmdType, ref: Refinement, out: SpmdType, axes: Seq
     """The refinement after a collective or cast over `axes` (four-state result `out`)."""
     params = params or {}
     ndim = len(shape) if shape is not None else None
-    result = dict(ref.as_dict())
+    result: dict[str, Kind | None] = dict(ref.as_dict())
     for a in axes:
         k = kind(t, ref, a)
         if name in ("psum", "pmean"):
