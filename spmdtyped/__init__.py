@@ -61,7 +61,8 @@ else:
     _LAZY = {
         # the collectives and casts of the surface table (`_surface.COLLECTIVES`)
         **dict.fromkeys(_COLLECTIVE_NAMES, "._collectives"),
-        **{n: "._array" for n in ("typeof", "wrap", "unwrap", "set_check_mode", "check_mode")},
+        **{n: "._array" for n in ("typeof", "wrap", "unwrap", "set_check_mode", "check_mode",
+                                   "local")},
         "shard_map": "._shard_map",
         **{n: "._autodiff" for n in ("cotangent_type", "grad", "value_and_grad", "vjp")},
         **{n: "._control" for n in ("cond", "fori_loop", "scan", "switch", "while_loop")},
@@ -94,5 +95,5 @@ __all__ = sorted([
     "CustomOp", "cond", "cotangent_type", "custom_op", "fori_loop", "grad", "opaque", "scan",
     "switch", "value_and_grad", "vjp", "while_loop",
     # issue 15: the refinement of Varying
-    "Partial", "Rep", "Shard",
+    "Partial", "Rep", "Shard", "local",
 ])

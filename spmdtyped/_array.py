@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import operator
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -144,6 +145,34 @@ def wrap(raw: Any, spmd_type: SpmdType | None = None) -> Any:
     if spmd_type is None:
         spmd_type = _compat.typeof_raw(raw)
     return _new(state_class(spmd_type), raw)
+
+
+def local(x: Any, axis_name: Any) -> Any:
+    """Mark `x` as local on purpose over `axis_name`: its Shard / Partial / Rep refinement on
+    those axes is forgotten (plain Varying), so the refinement's checks (SPMD108, SPMD210-213,
+    SPMD215) do not apply to what is computed from it. Nothing is bound: the state and the
+    program are unchanged.
+
+    **Arguments:** `x`: a typed value or a pytree of them; `axis_name`: an axis or a tuple.
+
+    **Returns:** the same values, plain Varying on the axes.
+
+    !!! Example
+        ```python
+        gram = st.local(g.T @ g, "tp")      # this shard's block, on purpose (not a partial sum)
+        w, u = jnp.linalg.eigh(gram.raw)
+        ```
+    """
+    axes = frozenset(_rules.normalize_axes(axis_name, "st.local"))
+
+    def one(v: Any) -> Any:
+        if not is_typed(v):
+            return v
+        ref = v.refinement
+        return _new(type(v), v.raw, dataclasses.replace(
+            ref, items=tuple((a, k) for a, k in ref.items if a not in axes)))
+
+    return jax.tree_util.tree_map(one, x, is_leaf=is_typed)
 
 
 def unwrap(x: Any) -> Any:

@@ -42,7 +42,9 @@ PAGES: tuple[ErrorPage, ...] = (
                 "op through; the result is not the op of the true value. The product of two partial sums "
                 "and max/min/sort of one are not linear either.",
         fix="f(st.psum(partial, axis))",
-        solutions=("Reduce first: `f(st.psum(p, axis))`.",),
+        solutions=("Reduce first: `f(st.psum(p, axis))`.",
+                   "If the contraction is local on purpose (a block-wise preconditioner, a per-shard "
+                   "norm), say so: `st.local(p, axis)` forgets the refinement and binds nothing.",),
         before='y = st.numpy.tanh(h @ w2)     # a partial sum over "tp"',
         after='y = st.numpy.tanh(st.psum(h @ w2, "tp"))',
         when="An activation, softmax, max, sort, or a product of two partial sums, applied before the "

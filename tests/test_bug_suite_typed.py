@@ -99,3 +99,32 @@ def test_typed_programs_lower_like_the_raw_ones(name):
         assert typed != "" and raw != ""
         return
     assert normalize(typed) == normalize(raw)
+
+
+@pytest.mark.parametrize("name", sorted(_typed.CORRECT))
+def test_correct_programs_typed(name):
+    """The false-positive risks: accepted as written (or with `st.local`, which the port
+    uses), and right; the pre-divided bias is the one rejected (SPMD210), and right when
+    allowed."""
+    from bugs._correct_programs import BODIES, PROGRAMS
+
+    body, code = _typed.CORRECT[name]
+    _raw_body, mesh, in_specs, out_specs, _ = BODIES[name]
+    _run, reference, make_inputs, _rule = PROGRAMS[name]
+    inputs = make_inputs()
+    typed = jax.jit(st.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs))
+    if name == "stacked_partials":   # the stack comes out of the raw first shard_map
+        from bugs import _correct_programs as cp
+
+        first = typed
+        typed = jax.jit(lambda x: first(cp._partials(x)))
+    if code is not None:
+        with pytest.raises(st.SpmdTypeError) as info:
+            typed(*inputs)
+        assert info.value.code == code
+        with st.allow(code):
+            got = typed(*inputs)
+    else:
+        got = typed(*inputs)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(reference(*inputs)), rtol=1e-4,
+                               atol=1e-5)

@@ -151,7 +151,8 @@ def dims_of(axis: int | Sequence[int] | None, ndim: int) -> frozenset[int]:
 
 
 def partial_fix(axis: str) -> str:
-    return f"reduce first: st.psum(x, {axis!r}), then apply the op"
+    return (f"reduce first: st.psum(x, {axis!r}), then apply the op (or st.local(x, {axis!r}) if "
+            f"the value is local on purpose)")
 
 
 class Plain(Exception):

@@ -283,3 +283,50 @@ def softmax_vocab_sharded_fixed(logits: Typed[Shard["dp", 0], Shard["tp", 1]]):
 
 PORTS["softmax_vocab_sharded"] = Port(softmax_vocab_sharded_buggy, softmax_vocab_sharded_fixed,
                                       "SPMD211")
+
+
+# ---------------------------------------------------------------------- correct programs
+# The false-positive risks of docs/design/shard_partial.md §4 (`bugs._correct_programs`),
+# typed: name -> (typed body, what the runtime says: None = accepted as written).
+# vmap_grad_sum (F6) is the autodiff part's (SPMD407, kept with its fix).
+
+
+@beartype
+def bias_prescaled(h: Typed[Shard["dp", 0], Shard["tp", 1]], w2: Shard["tp", 0], b: Invariant):
+    return st.psum(h @ w2 + b / st.axis_size("tp"), "tp")   # rejected: SPMD210 (see the docs)
+
+
+@beartype
+def split_kv_decode(q: Invariant, k: Shard["tp", 0], v: Shard["tp", 0]):
+    s = q @ k.T                                      # keys Shard(tp, -1)
+    m = snp.max(s, axis=-1, keepdims=True)           # local max: plain
+    p = snp.exp(s - m)                               # Shard minus extent 1: still the Shard
+    den, o = snp.sum(p, axis=-1, keepdims=True), p @ v   # Partial, Partial
+    alpha = snp.exp(m - st.pmax(m, "tp"))            # per-device factor: plain
+    return st.psum(o * alpha, "tp") / st.psum(den * alpha, "tp")   # Partial x plain: plain
+
+
+@beartype
+def block_preconditioner(g: Shard["tp", 0]):
+    gram = st.local(g.T @ g, "tp") + 1e-3 * snp.eye(g.shape[1])   # this shard's block, on purpose
+    w, u = (st.wrap(a) for a in jax.numpy.linalg.eigh(gram.raw))
+    return g @ (u * w ** -0.25) @ u.T
+
+
+@beartype
+def max_shard_norm(g: Shard["tp", 0]):
+    return st.pmax(snp.sqrt(st.local(snp.sum(g * g), "tp")), "tp")
+
+
+@beartype
+def stacked_total(stacked: Shard["dp", 0]):
+    return st.psum(stacked[0], "dp")                 # a constant index drops the Shard
+
+
+CORRECT: dict[str, tuple[Callable, str | None]] = {
+    "bias_prescaled": (bias_prescaled, "SPMD210"),
+    "split_kv_decode": (split_kv_decode, None),
+    "block_preconditioner": (block_preconditioner, None),
+    "max_shard_norm": (max_shard_norm, None),
+    "stacked_partials": (stacked_total, None),
+}
