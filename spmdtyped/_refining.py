@@ -24,7 +24,7 @@ from ._hints import is_state_class
 from ._rules import INVARIANT, LITERAL, Operand, SpmdType
 from ._rules import refine as rf
 from ._rules import refine_shape as rs
-from ._rules.refine import NONE, Arg, Refinement
+from ._rules.refine import DATA, NONE, Arg, Refinement
 
 
 def of(x: Any) -> Refinement:
@@ -300,11 +300,13 @@ def refine(kind: str, name: str, operands: Sequence[Any], out: SpmdType, out_raw
     """
     if kind == "constructor":
         return NONE
-    args = [arg(x) for x in operands]
-    if not any(a.ref.items for a in args) and kind != "where" \
-            and not (kind == "broadcast" and args[0].ref.data):
-        # nothing refined among the operands: the result is plain (only `data` flows)
-        return Refinement(data=any(a.ref.data for a in args)) if args else NONE
+    refs = [of(x) for x in operands]
+    if not any(r.items for r in refs) and kind != "where" \
+            and not (kind == "broadcast" and refs and refs[0].data):
+        # nothing refined among the operands (the common case, kept cheap): the result is
+        # plain, only `data` flows
+        return DATA if any(r.data for r in refs) else NONE
+    args = [Arg(_type(x), r, shape_of(x)) for x, r in zip(operands, refs, strict=True)]
     return REFINERS[kind](name, args, out, out_raw, op, params or {})
 
 
