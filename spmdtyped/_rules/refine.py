@@ -150,6 +150,10 @@ def dims_of(axis: int | Sequence[int] | None, ndim: int) -> frozenset[int]:
 # Errors (codes SPMD21x: CombineError, SPMD108: AxisStateError, SPMD407: BoundaryError)
 
 
+#: the codes the refinement raises (every one strict, with `st.allow(code)` as its opt-out)
+CODES: tuple[str, ...] = ("SPMD108", "SPMD210", "SPMD211", "SPMD212", "SPMD213", "SPMD215")
+
+
 def partial_fix(axis: str) -> str:
     return (f"reduce first: st.psum(x, {axis!r}), then apply the op (or st.local(x, {axis!r}) if "
             f"the value is local on purpose)")
