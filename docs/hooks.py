@@ -608,6 +608,24 @@ GENERATORS: dict[str, Callable[..., str]] = {
 }
 
 
+def _load_refine_tables() -> Any:
+    """docs/_refine_tables.py (the Shard/Partial/Rep tables), loaded by path as this file is."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("spmdtyped_docs_refine_tables",
+                                                  Path(__file__).with_name("_refine_tables.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_REFINE = _load_refine_tables()
+for _name, _gen in _REFINE.GENERATORS.items():
+    GENERATORS[_name] = (lambda g: lambda ctx, arg=None: g(ctx.code, arg) if arg else g(ctx.code))(_gen)
+MESSAGE_TRIGGERS.update(_REFINE.TRIGGERS)
+
+
 AUTODOC = re.compile(r"^::: (spmdtyped(?:\.\w+)+)[ \t]*$", re.M)
 
 

@@ -51,8 +51,11 @@ if TYPE_CHECKING:
     from ._static import *  # noqa: F403
 else:
     from ._hints import Invariant as Invariant
+    from ._hints import Partial as Partial
     from ._hints import Reduced as Reduced
+    from ._hints import Rep as Rep
     from ._hints import SArray as SArray
+    from ._hints import Shard as Shard
     from ._hints import Typed as Typed
     from ._hints import Unreduced as Unreduced
     from ._hints import Varying as Varying
@@ -61,7 +64,8 @@ else:
     _LAZY = {
         # the collectives and casts of the surface table (`_surface.COLLECTIVES`)
         **dict.fromkeys(_COLLECTIVE_NAMES, "._collectives"),
-        **{n: "._array" for n in ("typeof", "wrap", "unwrap", "set_check_mode", "check_mode")},
+        **{n: "._array" for n in ("typeof", "wrap", "unwrap", "set_check_mode", "check_mode",
+                                   "local")},
         "shard_map": "._shard_map",
         **{n: "._optim" for n in ("clip_by_global_norm", "global_norm")},
         **{n: "._autodiff" for n in ("cotangent_type", "grad", "value_and_grad", "vjp")},
@@ -96,4 +100,6 @@ __all__ = sorted([
     # issue 4: autodiff, control flow, custom ops
     "CustomOp", "cond", "cotangent_type", "custom_op", "fori_loop", "grad", "opaque", "scan",
     "switch", "value_and_grad", "vjp", "while_loop",
+    # issue 15: the refinement of Varying
+    "Partial", "Rep", "Shard", "local",
 ])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import operator
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,10 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat, _hints, _protocols, _rules, _surface
+from . import _compat, _hints, _protocols, _refining, _rules, _surface
 from ._errors import error
 from ._hints import SArray, is_state_class, state_class
 from ._rules import LITERAL, Operand, SpmdType
+from ._rules.refine import NONE as NO_REFINEMENT
+from ._rules.refine import Refinement
 
 # ------------------------------------------------------------------- pytree registration
 
@@ -33,10 +36,23 @@ def _register(cls: type) -> None:
     )
 
 
-def _new(cls: type, raw: Any) -> Any:
+def _new(cls: type, raw: Any, refinement: Refinement = NO_REFINEMENT) -> Any:
     obj = object.__new__(cls)
     obj.raw = raw
+    obj.refinement = refinement
     return obj
+
+
+def refinement_of(x: Any) -> Refinement:
+    """The Shard/Partial/Rep refinement of a typed value (plain for anything else: raw JAX
+    values, literals, NumPy arrays)."""
+    return x.refinement if is_state_class(type(x)) else NO_REFINEMENT  # type: ignore[no-any-return]
+
+
+def with_refinement(x: Any, refinement: Refinement) -> Any:
+    """The typed value `x` (same JAX value and state) with `refinement`, restricted to the
+    axes `x` is Varying on."""
+    return _new(type(x), x.raw, refinement.restrict(type(x)._spmd_type.varying))
 
 
 def _unflatten(cls: type, raw: Any) -> Any:
@@ -81,8 +97,9 @@ def check_mode(on: bool) -> Iterator[None]:
         _CHECK[0] = old
 
 
-def checked(op: str, out: Any, predicted: SpmdType) -> Any:
-    """Compare JAX's state of `out` with the table's prediction (SPMD901), then wrap."""
+def checked(op: str, out: Any, predicted: SpmdType, refinement: Refinement = NO_REFINEMENT) -> Any:
+    """Compare JAX's state of `out` with the table's prediction (SPMD901), then wrap it with
+    its refinement."""
     cls = state_class(predicted)
     if _CHECK[0] and not in_vma_off():
         actual = _compat.typeof_raw(out)
@@ -91,7 +108,7 @@ def checked(op: str, out: Any, predicted: SpmdType) -> Any:
             raise error("SPMD901", f"{op}: the rule table predicted {predicted}, JAX computed "
                         f"{actual} ({_compat.FEATURES.name})", op=op,
                         details=(f"jax {jax.__version__}",))
-    return _new(cls, out)
+    return _new(cls, out, refinement)
 
 
 _VMA_OFF = [0]
@@ -145,6 +162,34 @@ def wrap(raw: Any, spmd_type: SpmdType | None = None) -> Any:
                     f"given", op="st.wrap", details=(f"jax: {actual}", f"given: {spmd_type}"),
                     fix="st.wrap(raw) (the state JAX computed), or cast it first (st.pcast/st.pvary)")
     return _new(state_class(spmd_type), raw)
+
+
+def local(x: Any, axis_name: Any) -> Any:
+    """Mark `x` as local on purpose over `axis_name`: its Shard / Partial / Rep refinement on
+    those axes is forgotten (plain Varying), so the refinement's checks (SPMD108, SPMD210-213,
+    SPMD215) do not apply to what is computed from it. Nothing is bound: the state and the
+    program are unchanged.
+
+    **Arguments:** `x`: a typed value or a pytree of them; `axis_name`: an axis or a tuple.
+
+    **Returns:** the same values, plain Varying on the axes.
+
+    !!! Example
+        ```python
+        gram = st.local(g.T @ g, "tp")      # this shard's block, on purpose (not a partial sum)
+        w, u = jnp.linalg.eigh(gram.raw)
+        ```
+    """
+    axes = frozenset(_rules.normalize_axes(axis_name, "st.local"))
+
+    def one(v: Any) -> Any:
+        if not is_typed(v):
+            return v
+        ref = v.refinement
+        return _new(type(v), v.raw, dataclasses.replace(
+            ref, items=tuple((a, k) for a, k in ref.items if a not in axes)))
+
+    return jax.tree_util.tree_map(one, x, is_leaf=is_typed)
 
 
 def unwrap(x: Any) -> Any:
@@ -207,6 +252,12 @@ _SYMBOL = {r.rule: r.symbol for r in _surface.OPERATORS}
 _BIND: dict[str, Callable[..., Any]] = {r.rule: _resolve(r.jax) for r in _surface.OPERATORS}  # type: ignore[misc]
 _UNARY_BIND: dict[str, Callable[..., Any]] = {r.rule: _resolve(r.jax)  # type: ignore[misc]
                                               for r in _surface.UNARY_OPERATORS}
+#: operator rule -> its refinement kind (`_surface.Row.refine`)
+_REFINE = {r.rule: r.refine for r in (*_surface.OPERATORS, *_surface.UNARY_OPERATORS)}
+
+#: (refinement kind, parameters) of a call: how `_refining.refine` computes the result's
+#: refinement (`_surface.Row.refine` and the call's arguments by name)
+Refine = tuple[str, dict[str, Any]]
 
 
 def _cast_literal(c: Any, like: Any, axes: frozenset[str]) -> Any:
@@ -214,7 +265,7 @@ def _cast_literal(c: Any, like: Any, axes: frozenset[str]) -> Any:
 
 
 def binary(name: str, a: Any, b: Any, *, op: str | None = None,
-           bind: Callable[[Any, Any], Any] | None = None) -> Any:
+           bind: Callable[[Any, Any], Any] | None = None, refine: Refine | None = None) -> Any:
     """`a <name> b` for typed or raw operands (at least one typed)."""
     ra, ta = operand(a)
     rb, tb = operand(b)
@@ -227,10 +278,13 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
                     f"zero is not linear (the partial quotients ±inf do not sum to the quotient)",
                     axes=sorted(ta.unreduced), states=ta.states(sorted(ta.unreduced)), op=op,
                     fix=f"st.psum(x, {tuple(sorted(ta.unreduced))!r}) / 0.0")
+    kind, params = refine or (_REFINE.get(name, "elementwise"), {})
     res = _rules.binary(name, ta, tb, _compat.FEATURES, op=op,
                         int_literal=tb is LITERAL and isinstance(rb, int) and not isinstance(rb, bool))
     if res.bind == "integer_pow":
-        return checked(op, ra ** rb, res.type)
+        out = ra ** rb
+        return checked(op, out, res.type,
+                       _refining.refine(kind, name, [a, b], res.type, out, op=op, params=params))
     if res.bind == "mul_reciprocal":
         rb, bind = 1.0 / rb, operator.mul
     if res.literal_reduced:
@@ -238,13 +292,17 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
             ra = _cast_literal(ra, rb, res.literal_reduced)
         if tb is LITERAL:
             rb = _cast_literal(rb, ra, res.literal_reduced)
-    return checked(op, bind(ra, rb), res.type)
+    out = bind(ra, rb)
+    return checked(op, out, res.type,
+                   _refining.refine(kind, name, [a, b], res.type, out, op=op, params=params))
 
 
 def nary(rule: str | Callable[[list[Operand]], _rules.Combined], args: list[Any],
-         bind: Callable[..., Any], *, op: str) -> Any:
+         bind: Callable[..., Any], *, op: str, refine: Refine | None = None,
+         name: str | None = None) -> Any:
     """An n-operand op (where, concatenate, einsum, ...) typed by `combine` of rule `rule`, or
-    by `rule(types)` when it is a function of the operand types (`_rules.where_type`)."""
+    by `rule(types)` when it is a function of the operand types (`_rules.where_type`); its
+    refinement by `refine` (kind, parameters) under `name` (default: the rule)."""
     raws, types = zip(*(operand(a) for a in args), strict=True) if args else ((), ())
     raws = list(raws)
     res = (_rules.combine(rule, list(types), _compat.FEATURES, op=op) if isinstance(rule, str)
@@ -253,10 +311,17 @@ def nary(rule: str | Callable[[list[Operand]], _rules.Combined], args: list[Any]
         like = next(r for r, t in zip(raws, types, strict=True) if t is not LITERAL)
         raws = [_cast_literal(r, like, res.literal_reduced) if t is LITERAL else r
                 for r, t in zip(raws, types, strict=True)]
-    return checked(op, bind(*raws), res.type)
+    out = bind(*raws)
+    kind, params = refine or ("plain", {})
+    name = name or (rule if isinstance(rule, str) else kind)
+    return checked(op, out, res.type,
+                   _refining.refine(kind, name, args, res.type, out, op=op, params=params))
 
 
-def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op: str | None = None) -> Any:
+def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op: str | None = None,
+             refine: Refine | None = None) -> Any:
+    """A one-operand op of rule `name`; its refinement by `refine` (kind, parameters; default
+    elementwise)."""
     raw, t = operand(x)
     op = op or name
     if bind is None:
@@ -264,7 +329,10 @@ def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op:
     if t is LITERAL:
         t = _rules.INVARIANT
     out_t = _rules.unary(name, t, _compat.FEATURES, op=op)  # type: ignore[arg-type]
-    return checked(op, bind(_lowering_cast(name, t, raw)), out_t)  # type: ignore[arg-type]
+    out = bind(_lowering_cast(name, t, raw))  # type: ignore[arg-type]
+    kind, params = refine or ("elementwise", {})
+    return checked(op, out, out_t,
+                   _refining.refine(kind, name, [x], out_t, out, op=op, params=params))
 
 
 def _lowering_cast(row: str, t: SpmdType, raw: Any) -> Any:
@@ -287,9 +355,10 @@ def _argument_value(name: str, v: Any) -> Any:
 
 
 def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
-            kwargs: dict[str, Any], *, op: str) -> Any:
+            kwargs: dict[str, Any], *, op: str, refine: Refine | None = None) -> Any:
     """`jfn(x, *args, **kwargs)` for a one-array op whose rule depends on its other arguments
-    (`_rules.call_type`: keywords and dtypes pick the row; secondary arrays join the result)."""
+    (`_rules.call_type`: keywords and dtypes pick the row; secondary arrays join the result);
+    its refinement by `refine` (kind, parameters; default elementwise)."""
     raw, t = operand(x)
     if t is LITERAL:
         t = _rules.INVARIANT
@@ -304,7 +373,10 @@ def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
     assert out_t is not None  # every argument is readable at runtime
     raw_args = tuple(unwrap(a) for a in args)
     raw_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
-    return checked(op, jfn(_lowering_cast(row, t, raw), *raw_args, **raw_kwargs), out_t)
+    out = jfn(_lowering_cast(row, t, raw), *raw_args, **raw_kwargs)
+    kind, params = refine or ("elementwise", {})
+    return checked(op, out, out_t,
+                   _refining.refine(kind, rule, [x], out_t, out, op=op, params=params))
 
 
 _STATIC_INDEX = str(_surface.STATIC_INDEX.rule)
@@ -327,8 +399,14 @@ def getitem(x: SArray, idx: Any) -> Any:
         raw, t = operand(x)
         out_t = _rules.dynamic_index_type(t, idx_types, _compat.FEATURES, op="indexing",  # type: ignore[arg-type]
                                           gather=gather)
-        return checked("indexing", raw[idx], out_t)
-    return unary_op(_STATIC_INDEX, x, lambda r: r[idx], op="indexing")
+        out = raw[idx]
+        varying = frozenset().union(*(i.varying for i in idx_types))
+        return checked("indexing", out, out_t, _refining.refine(
+            "index", "dynamic_slice", [x], out_t, out, op="indexing",
+            params={"items": ["array"], "index_varying": varying}))
+    static_items = _refining.index_items(idx, x.raw.shape)
+    return unary_op(_STATIC_INDEX, x, lambda r: r[idx], op="indexing",
+                    refine=("index", {"items": static_items}))
 
 
 def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()") -> Any:
@@ -337,9 +415,11 @@ def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()
     raw, t = operand(x)
     assert isinstance(t, SpmdType)
     if not (t.unreduced or t.reduced):
-        return checked(op, jnp.mean(raw, axis=axis, keepdims=keepdims),
-                       _rules.mean_type(t, _compat.FEATURES, op=op))
-    total = unary_op("sum", x, lambda r: jnp.sum(r, axis=axis, keepdims=keepdims), op=op)
+        out, out_t = jnp.mean(raw, axis=axis, keepdims=keepdims), _rules.mean_type(t, _compat.FEATURES, op=op)
+        return checked(op, out, out_t, _refining.refine(
+            "reduction", "mean", [x], out_t, out, op=op, params={"axis": axis, "keepdims": keepdims}))
+    total = unary_op("sum", x, lambda r: jnp.sum(r, axis=axis, keepdims=keepdims), op=op,
+                     refine=("reduction", {"axis": axis, "keepdims": keepdims}))
     n = int(np.prod([raw.shape[a] for a in ((axis,) if isinstance(axis, int) else (axis or range(raw.ndim)))]))
     if n == 0:  # the mean of nothing is nan (as jnp.mean); nan * partial sums sums to nan
         return binary("mul", total, float("nan"), op=op)
@@ -360,11 +440,23 @@ def getattr_(x: SArray, name: str) -> Any:
     if rule is None:
         return getattr(x.raw, name)
     if row.kind == "property":
-        return unary_op(rule, x, lambda r: getattr(r, name), op=f".{name}")
+        return unary_op(rule, x, lambda r: getattr(r, name), op=f".{name}",
+                        refine=(row.refine, {"name": name}))
     if row.binding == "mean":
         return lambda axis=None, keepdims=False: mean(x, axis, keepdims=keepdims)
     return lambda *args, **kw: call_op(rule, x, lambda r, *a, **k: getattr(r, name)(*a, **k),
-                                       args, kw, op=f".{name}()")
+                                       args, kw, op=f".{name}()",
+                                       refine=(row.refine, _method_params(name, x, args, kw)))
+
+
+def _method_params(name: str, x: Any, args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
+    """A method call's arguments by name, as `jnp.<name>(x, ...)` binds them
+    (`x.transpose(1, 0)` takes the permutation as separate arguments)."""
+    if name == "transpose":
+        axes = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+        return {"axes": tuple(axes) or kw.get("axes")}
+    fn = getattr(jnp, name, None)
+    return _refining.call_params(fn, x.raw, unwrap(args), unwrap(kw)) if fn is not None else {}
 
 
 _ATTRIBUTES = tuple(r.name for r in (*_surface.PROPERTIES, *_surface.METHODS))
@@ -396,7 +488,9 @@ class _AtIndex:
         out_t = _rules.at_update_type(method, typeof(self.x), tv, _compat.FEATURES, op=op,
                                       index=self.index_types)
         out = getattr(self.x.raw.at[self.idx], method)(raw_v, **kw)
-        return checked(op, out, out_t)
+        return checked(op, out, out_t, _refining.refine(
+            "at", method, [self.x, value], out_t, out, op=op,
+            params={"traced_index": _is_dynamic_index(self.idx)}))
 
 
 def _at_method(method: str) -> Callable[..., Any]:

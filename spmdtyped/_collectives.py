@@ -13,10 +13,10 @@ from typing import Any
 
 import jax
 
-from . import _compat, _rules, _surface
+from . import _compat, _refining, _rules, _surface
 from ._array import checked, in_vma_off, is_typed, operand
 from ._errors import error
-from ._rules import LITERAL, SpmdType
+from ._rules import LITERAL, SpmdType, refine_shape
 
 
 def _axes(axis_name: Any, op: str) -> tuple[str, ...]:
@@ -58,9 +58,10 @@ def _no_groups(axis_index_groups: Any, op: str) -> None:
 
 
 def _axis_op(name: str, x: Any, axis_name: Any, bind: Callable[[Any, tuple[str, ...] | str], Any],
-             to: object = None) -> Any:
+             to: object = None, params: dict[str, Any] | None = None) -> Any:
     """`st.<name>(x, axis_name, ..., to=to)`: the `AXIS_OPS` row of its surface-table entry
-    (`_surface.Collective.op`), applied leaf by leaf."""
+    (`_surface.Collective.op`), applied leaf by leaf. `params`: the collective's parameters the
+    refinement reads (`scatter_dimension`, `tiled`, `axis`, `split_axis`)."""
     op = f"st.{name}"
     collective = _surface.collective(name)
     assert collective is not None, name
@@ -78,7 +79,11 @@ def _axis_op(name: str, x: Any, axis_name: Any, bind: Callable[[Any, tuple[str, 
         out_t = _rules.axis_op(rule, t, axes, _compat.FEATURES, op=op)
         if out_t.unreduced or out_t.reduced:
             _full_manual_only(op)
-        return checked(op, bind(raw, jax_axis), out_t)
+        out = bind(raw, jax_axis)
+        # the Shard/Partial/Rep refinement of the result (SPMD108: a psum of a shard)
+        ref = refine_shape.collective(rule, t, _refining.of(leaf), out_t, axes,
+                                      shape=_refining.shape_of(leaf), op=op, params=params)
+        return checked(op, out, out_t, ref)
 
     return _leaves_map(one, x)
 
@@ -159,7 +164,8 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     # check_vma=False: every value is Invariant to JAX; gather plainly (same data and program).
     return _axis_op("all_gather", x, axis_name,
                     lambda r, a: _compat.all_gather(r, a, axis=axis, tiled=tiled,
-                                                    to="varying" if in_vma_off() else to), to)
+                                                    to="varying" if in_vma_off() else to), to,
+                    params={"axis": axis, "tiled": tiled})
 
 
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
@@ -168,7 +174,8 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
     _no_groups(axis_index_groups, "st.psum_scatter")
     return _axis_op("psum_scatter", x, axis_name,
                     lambda r, a: _compat.psum_scatter(r, a, scatter_dimension=scatter_dimension,
-                                                      tiled=tiled))
+                                                      tiled=tiled),
+                    params={"scatter_dimension": scatter_dimension, "tiled": tiled})
 
 
 def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
@@ -176,7 +183,8 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
     """Typed `jax.lax.all_to_all`: Varying -> Varying."""
     _no_groups(axis_index_groups, "st.all_to_all")
     return _axis_op("all_to_all", x, axis_name,
-                    lambda r, a: _compat.all_to_all(r, a, split_axis, concat_axis, tiled=tiled))
+                    lambda r, a: _compat.all_to_all(r, a, split_axis, concat_axis, tiled=tiled),
+                    params={"split_axis": split_axis, "concat_axis": concat_axis, "tiled": tiled})
 
 
 def _cast_bind(to: str) -> Callable[[Any, Any], Any]:
@@ -205,7 +213,7 @@ def axis_index(axis_name: Any) -> Any:
     """Typed `jax.lax.axis_index`: an int32 scalar, Varying on the named axes."""
     axes = _axes(axis_name, "st.axis_index")
     raw = _compat.axis_index(_jax_axes(axis_name))
-    return checked("st.axis_index", raw, _rules.axis_index_type(axes))
+    return checked("st.axis_index", raw, _rules.axis_index_type(axes), refine_shape.axis_index(axes))
 
 
 def axis_size(axis_name: Any) -> int:

@@ -243,6 +243,12 @@ def staged_shard_map_eqn(out: Any) -> Any:
     return None
 
 
+def spec_entries(spec: Any) -> tuple[Any, ...]:
+    """The per-dimension entries of a PartitionSpec (None, an axis name or a tuple of names)."""
+    # PartitionSpec.partitions (0.10 and 0.12): iterating a spec with reduced/unreduced raises.
+    return tuple(spec.partitions if hasattr(spec, "partitions") else tuple(spec))
+
+
 def spec_parts(spec: Any) -> tuple[tuple[str, ...], frozenset[str], frozenset[str], str | None]:
     """(partitioned axes in order, unreduced, reduced, unreduced kind) of a PartitionSpec."""
     part: list[str] = []

@@ -175,7 +175,7 @@ PAGES: tuple[ErrorPage, ...] = (
                'f(x)',
         after='@st.shard_map(mesh=mesh, in_specs=P("dp"), out_specs=P(), axis_names={"dp"})\n'
               'def f(x):\n'
-              '    return st.psum(x, "dp")             # tp is left to the compiler\n'
+              '    return st.psum(x.sum(0), "dp")      # tp is left to the compiler\n'
               'f(x)',
         when="Partial-manual shard_map bodies that name an auto axis.",
         related=("SPMD501",),
@@ -216,7 +216,7 @@ PAGES: tuple[ErrorPage, ...] = (
         fix='st.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P())(x)',
         solutions=("Call it inside the shard_map'd function.",),
         before='y = st.psum(x, "dp")      # at top level',
-        after='y = st.shard_map(lambda x: st.psum(x, "dp"), mesh=mesh, in_specs=P("dp"), out_specs=P())(x)',
+        after='y = st.shard_map(lambda x: st.psum(x.sum(0), "dp"), mesh=mesh, in_specs=P("dp"), out_specs=P())(x)',
         when="Calling a per-shard helper directly, e.g. from a test, without a shard_map around it.",
         related=("SPMD501",),
     ),

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import ParamSpec, TypeVar
 
-from . import _error_pages, _error_pages_boundary
+from . import _error_pages, _error_pages_boundary, _error_pages_refine
 from ._error_pages import ErrorPage
 
 _P = ParamSpec("_P")
@@ -122,7 +122,8 @@ class ErrorInfo(ErrorPage):
 
 REGISTRY: dict[str, ErrorInfo] = {
     page.code: ErrorInfo(**{f.name: getattr(page, f.name) for f in dataclasses.fields(page)})
-    for page in (*_error_pages.PAGES, *_error_pages_boundary.PAGES)
+    for page in sorted((*_error_pages.PAGES, *_error_pages_boundary.PAGES,
+                        *_error_pages_refine.PAGES), key=lambda page: page.code)
 }
 
 _NAMES: dict[str, str] = {  # every accepted spelling (lowercase) -> code
@@ -145,7 +146,10 @@ def info(code: str | int, op: str = "st.explain") -> ErrorInfo:
                     f"{type(code).__name__}", op=op, fix=f'{op}("SPMD101")')
     if key in _NAMES:
         return REGISTRY[_NAMES[key]]
-    close = difflib.get_close_matches(key, list(_NAMES), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(key, list(_NAMES), n=5, cutoff=0.6)
+    # equal scores ('spmd1o1' is as close to spmd101 as to spmd211): the most equal positions
+    close.sort(key=lambda c: (-round(difflib.SequenceMatcher(None, key, c).ratio(), 6),
+                              -sum(a == b for a, b in zip(c, key, strict=False))))
     hint = f"; did you mean {_NAMES[close[0]]!r} ({REGISTRY[_NAMES[close[0]]].title})?" if close else ""
     raise error("SPMD508", f"{op}: {code!r} is not an spmdtyped error code{hint}", op=op,
                 fix=f"{op}({_NAMES[close[0]]!r})" if close else "python -m spmdtyped explain   "

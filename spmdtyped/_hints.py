@@ -28,7 +28,9 @@ from typing import Any
 
 from . import _surface
 from ._errors import error
-from ._rules import INVARIANT, SpmdType
+from ._rules import INVARIANT, SpmdType, refine_shape
+from ._rules.refine import NONE as NO_REFINEMENT
+from ._rules.refine import Refinement, describe
 
 _AXIS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 
@@ -179,7 +181,7 @@ class SArray(metaclass=_StateMeta):
     its `SpmdType`; `x.shape`, `x.dtype`, `x.ndim` are the local (per-device) ones.
     """
 
-    __slots__ = ("raw",)
+    __slots__ = ("raw", "refinement")
     _spmd_type: SpmdType | None = None
     _verdicts: dict[type, bool] = {}  # noqa: RUF012 - the metaclass's per-class cache
 
@@ -188,6 +190,7 @@ class SArray(metaclass=_StateMeta):
             raise error("SPMD504", "SArray() needs a state: use st.wrap(x), or "
                         "st.Varying['dp'](x) with an explicit state")
         self.raw = raw
+        self.refinement = NO_REFINEMENT
 
     def __class_getitem__(cls, params: Any) -> type[SArray]:
         if cls is not SArray:
@@ -206,7 +209,9 @@ class SArray(metaclass=_StateMeta):
             inner = repr(self.raw)
         except Exception:  # a leaked tracer's repr raises; show what is known
             inner = f"<{type(self.raw).__name__} {getattr(self.raw, 'shape', '?')}>"
-        return f"{type(self).__qualname__}({inner})"
+        ref = getattr(self, "refinement", NO_REFINEMENT)
+        name = describe(type(self)._spmd_type, ref) if ref else type(self).__qualname__  # type: ignore[arg-type]
+        return f"{name}({inner})"
 
     # Operators and array methods live in _array (they need JAX).
     def __getattr__(self, name: str) -> Any:
@@ -310,9 +315,12 @@ def _subscript(family: str, params: Any) -> type[SArray]:
         raise error("SPMD504", f"{family}[] needs at least one axis")
     axes: list[str] = []
     nested: list[SpmdType] = []
+    refined: list[Refinement] = []
     for p in params:
         if isinstance(p, _StateMeta) and p._spmd_type is not None:
             nested.append(p._spmd_type)
+            if isinstance(p, _RefinedMeta):
+                refined.append(p._refinement)
         elif isinstance(p, typing.TypeVar):
             return SArray if family != "Typed" else SArray
         else:
@@ -341,6 +349,9 @@ def _subscript(family: str, params: Any) -> type[SArray]:
         u |= t.unreduced
         r |= t.reduced
         kind = kind or t.unreduced_kind
+    if refined:
+        items = {a: k for ref in refined for a, k in ref.items}
+        return refined_class(SpmdType(v, u, r, kind), Refinement.of(items))
     return state_class(SpmdType(v, u, r, kind))
 
 
@@ -361,3 +372,107 @@ Invariant = state_class(INVARIANT)
 def hint_type(hint: Any) -> SpmdType | None:
     """The SpmdType a hint class stands for (None for SArray / unsubscripted families)."""
     return getattr(hint, "_spmd_type", None) if isinstance(hint, _StateMeta) else None
+
+
+# ------------------------------------------------------------------------------ refinements
+
+
+class _RefinedMeta(_StateMeta):
+    """A hint that names how a Varying value varies (DESIGN.md §1b): `Shard["tp", -1]`,
+    `Partial["tp"]`, `Rep["tp"]`, or a `Typed[...]` mixing them with the four states.
+
+    A typed value's class is its four-state class; its refinement is per instance. So the
+    check is the four-state check (cached per pair of classes, as for every hint) and then the
+    refinement, per value, with `refine_shape.accepts`: gradual, a plain Varying value (not
+    followed) is accepted, an Invariant one and one of another kind are refused. A Shard dim
+    counted from the left (`Shard["tp", 0]`) is resolved against the value's rank.
+    """
+
+    _refinement: Refinement
+    _base: _StateMeta
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        if not _StateMeta.__instancecheck__(cls._base, obj):
+            return False
+        return _refinement_reason(cls, obj) is None
+
+    def __instancecheck_str__(cls, obj: object) -> str:
+        t = spmd_type_of(obj)
+        if t is None or not _StateMeta.__instancecheck__(cls._base, obj):
+            return _StateMeta.__instancecheck_str__(cls._base, obj)
+        return _refinement_reason(cls, obj) or "this value is accepted"
+
+
+def _refinement_reason(cls: _RefinedMeta, obj: object) -> str | None:
+    t = spmd_type_of(obj)
+    assert t is not None
+    have = getattr(obj, "refinement", NO_REFINEMENT) if isinstance(type(obj), _StateMeta) \
+        else NO_REFINEMENT
+    shape = getattr(getattr(obj, "raw", obj), "shape", None)
+    return refine_shape.accepts(cls._refinement, have, t,
+                                ndim=len(shape) if shape is not None else None)
+
+
+@functools.cache
+def refined_class(t: SpmdType, ref: Refinement) -> type[SArray]:
+    """The hint class of state `t` refined by `ref` (cached). Never the class of a value."""
+    name = describe(t, ref)
+    cls = _RefinedMeta(name, (SArray,), {"__slots__": (), "_spmd_type": t, "_verdicts": {},
+                                         "_refinement": ref, "_base": state_class(t),
+                                         "__module__": "spmdtyped", "__qualname__": name,
+                                         "__doc__": f"Typed values that are {name}."})
+    return cls  # type: ignore[return-value]
+
+
+def _dim(p: Any) -> int:
+    if typing.get_origin(p) is typing.Literal and len(typing.get_args(p)) == 1:
+        p = typing.get_args(p)[0]
+    if isinstance(p, int) and not isinstance(p, bool):
+        return p
+    raise error("SPMD504", f"Shard[axis, dim]: the dim must be an int (negative: from the right), "
+                f"got {p!r}")
+
+
+class _RefineFamilyMeta(_StateMeta):
+    """`Shard`, `Partial`, `Rep`: subscript to get a refined hint class."""
+
+    _family: str
+
+    def __getitem__(cls, params: Any) -> type[SArray]:
+        return _refined_subscript(cls._family, params if isinstance(params, tuple) else (params,))
+
+
+@functools.lru_cache(maxsize=1024)
+def _refined_subscript(family: str, params: tuple[Any, ...]) -> type[SArray]:
+    if family == "Shard":
+        if len(params) != 2:
+            raise error("SPMD504", f"Shard[axis, dim] takes an axis and a dim, got {len(params)} "
+                        f"arguments (mix axes with Typed[Shard['dp', 0], Shard['tp', 1]])")
+        (axis,) = _literal_axes(params[0], family)
+        ref = refine_shape.hint_refinement({axis: _dim(params[1])})
+        axes = [axis]
+    else:
+        axes = [a for p in params for a in _literal_axes(p, family)]
+        if not axes:
+            raise error("SPMD504", f"{family}[...] needs at least one axis")
+        dup = sorted({a for a in axes if axes.count(a) > 1})
+        if dup:
+            raise error("SPMD504", f"{family}[...]: axis {dup[0]!r} is named twice", axes=dup)
+        ref = (refine_shape.hint_refinement({}, partial=axes) if family == "Partial"
+               else refine_shape.hint_refinement({}, rep=axes))
+    return refined_class(SpmdType(varying=axes), ref)
+
+
+def _refine_family(name: str, doc: str) -> type[SArray]:
+    cls = _RefineFamilyMeta(name, (SArray,), {"__slots__": (), "_spmd_type": None,
+                                              "_family": name, "_verdicts": {},
+                                              "__module__": "spmdtyped", "__doc__": doc})
+    return cls  # type: ignore[return-value]
+
+
+Shard = _refine_family("Shard", "A shard of a global array: `Shard['tp', -1]` is Varying over "
+                       "'tp', the device's slice along the last dim.")
+Partial = _refine_family("Partial", "Partial sums: `Partial['tp']` is Varying over 'tp', one "
+                         "device's term of a sum over 'tp' (the true value is the psum).")
+Rep = _refine_family("Rep", "Replicated but typed Varying: `Rep['tp']` is equal on every device "
+                     "of 'tp' (a pvary of an Invariant value).")

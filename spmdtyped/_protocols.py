@@ -26,6 +26,7 @@ import numpy as np
 
 from . import _compat, _hints, _rules
 from ._errors import error
+from ._rules.refine import describe
 
 #: jax.numpy / jax.nn function name -> the st.* function with the rule for it
 _REPLACEMENTS: dict[str, str] = {
@@ -182,7 +183,9 @@ def represent(self: Any) -> str:
     shape = ",".join(str(d) for d in getattr(raw, "shape", ()))
     dtype = getattr(raw, "dtype", "?")
     where = "traced" if isinstance(raw, jax.core.Tracer) else "concrete"
-    return f"{type(self).__qualname__}(local {dtype}[{shape}], {where})"
+    ref = getattr(self, "refinement", None)    # Shard/Partial/Rep (issue 15) when known
+    name = describe(type(self)._spmd_type, ref) if ref else type(self).__qualname__
+    return f"{name}(local {dtype}[{shape}], {where})"
 
 
 def _register_class(cls: type) -> None:

@@ -13,9 +13,10 @@ import jax
 from jax.sharding import PartitionSpec
 
 from . import _compat, _hints, _rules, _specs
-from ._array import is_typed, typeof, unwrap, vma_off, wrap
+from ._array import is_typed, typeof, unwrap, vma_off, with_refinement, wrap
 from ._errors import SpmdTypeError, error, error_context
 from ._jax_errors import jax_errors
+from ._rules import refine_shape
 
 
 def spec_state(spec: Any, manual: tuple[str, ...]) -> _rules.SpmdType:
@@ -96,23 +97,35 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
         def spec_type(spec: Any) -> _rules.SpmdType:
             return spec_state(spec, manual)
 
+        def typed_input(spec: Any, raw: Any, t: _rules.SpmdType | None) -> Any:
+            # the state JAX gives the argument (or the spec's, check_vma=False), refined by the
+            # spec: a dim named in it is a Shard of the global array; every input carries data
+            x = wrap(raw, t)
+            ndim = getattr(raw, "ndim", None)
+            if ndim is None:
+                return x
+            entries = _compat.spec_entries(spec if spec is not None else PartitionSpec())
+            return with_refinement(x, refine_shape.from_spec(entries, ndim, manual))
+
+        def typed_inputs(raw_args: tuple[Any, ...], typed: bool) -> Any:
+            sp = specs if specs is not None else PartitionSpec()
+            if is_spec_leaf(sp):
+                sp = tuple(sp for _ in raw_args)
+            return jax.tree_util.tree_map(
+                lambda spec, sub: jax.tree_util.tree_map(
+                    lambda r: typed_input(spec, r, spec_type(spec) if typed else None), sub),
+                sp, tuple(raw_args), is_leaf=is_spec_leaf)
+
         def body(*raw_args: Any) -> Any:
             with jax_errors(where):
                 if check_vma:
                     # the state JAX gives each argument (equal to spec_type(spec): JAX is the truth)
-                    args = jax.tree_util.tree_map(wrap, raw_args)
-                    out = f(*args)
+                    out = f(*typed_inputs(raw_args, typed=False))
                 else:
                     # check_vma=False: JAX types everything Invariant; spmdtyped tracks the states
                     # from the specs itself, and still checks collectives and outputs.
-                    sp = specs if specs is not None else PartitionSpec()
-                    if is_spec_leaf(sp):
-                        sp = tuple(sp for _ in raw_args)
                     with vma_off():
-                        args = jax.tree_util.tree_map(
-                            lambda spec, sub: jax.tree_util.tree_map(lambda r: wrap(r, spec_type(spec)), sub),
-                            sp, tuple(raw_args), is_leaf=is_spec_leaf)
-                        out = f(*args)
+                        out = f(*typed_inputs(raw_args, typed=True))
             check_outputs(out, out_specs, manual, where)
             # every typed leaf, in any pytree (registered dataclasses too): typed values are
             # pytree nodes, and JAX would rebuild them around the global outputs

@@ -36,6 +36,29 @@ from ._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
 FUNCTION_BINDINGS: tuple[str, ...] = ("unary", "binary", "nary", "join", "einsum", "take", "like",
                                       "new")
 
+#: how a row's refinement (Shard/Partial/Rep, DESIGN.md §1b) is computed; the runtime
+#: dispatches on it (`_refining.REFINERS`), each kind calls one rule of `_rules.refine*`:
+#: "elementwise" -- `refine.elementwise` (right-aligned broadcasting of the operands)
+#: "where"       -- `refine.elementwise("where", ..., onehot_fill=)`: the owner mask
+#: "reduction"   -- `refine.reduction` with axis/keepdims (sum over a Shard dim: Partial)
+#: "along"       -- `refine.along_dim` (cumsum/sort/flip/roll along one dim)
+#: "take"        -- `refine_shape.take` (the gathered dim, the index's variation)
+#: "einsum"      -- `refine.einsum` with the subscripts
+#: "matmul"      -- `refine.einsum` with `matmul_spec` / `dot_spec` of the ranks
+#: "reshape" / "transpose" / "squeeze" / "expand" / "broadcast" -- `refine_shape.<kind>`
+#: "index"       -- `refine_shape.index` (static items; traced: "array")
+#: "at"          -- `refine_shape.at_update`
+#: "concat" / "stack" -- `refine_shape.concatenate`
+#: "softmax"     -- `refine.softmax` (a max, exp, sum and divide over a dim: SPMD211 on a Shard)
+#: "one_hot"     -- `refine_shape.one_hot` (non-linear, appends a dim)
+#: "collective"  -- `refine_shape.collective` with the call's parameters
+#: "constructor" -- a new constant (no data, plain)
+#: "plain"       -- no refinement (attributes)
+REFINE_KINDS: tuple[str, ...] = (
+    "elementwise", "where", "reduction", "along", "take", "einsum", "matmul", "reshape",
+    "transpose", "squeeze", "expand", "broadcast", "index", "at", "concat", "stack", "softmax",
+    "one_hot", "collective", "constructor", "plain")
+
 
 @dataclasses.dataclass(frozen=True)
 class Row:
@@ -51,6 +74,8 @@ class Row:
     - `jax`: the JAX callable it binds, dotted (`operator.mod`, `jax.numpy.exp`, `jax.lax.psum`).
     - `reflected`: the reflected dunder (`__rmod__`) for binary operators.
     - `symbol`: the operator symbol (`%`) for operators.
+    - `refine`: how the Shard/Partial/Rep refinement of the result is computed (one of
+      `REFINE_KINDS`; the rule functions of `_rules.refine` / `_rules.refine_shape`).
     """
 
     form: str
@@ -62,6 +87,7 @@ class Row:
     jax: str
     reflected: str | None = None
     symbol: str | None = None
+    refine: str = "plain"
 
 
 # ------------------------------------------------------------------------------ operators
@@ -81,50 +107,57 @@ _OPERATOR_FN = {"and": "and_", "or": "or_"}
 
 OPERATORS: tuple[Row, ...] = tuple(
     Row(f"x {sym} y", "operator", f"__{stem}__", rule, 2, "binary",
-        f"operator.{_OPERATOR_FN.get(stem, stem)}", f"__r{stem}__" if refl else None, sym)
+        f"operator.{_OPERATOR_FN.get(stem, stem)}", f"__r{stem}__" if refl else None, sym,
+        "matmul" if rule == "matmul" else "elementwise")
     for stem, sym, rule, refl in _BINARY_OPERATORS
 )
 
 UNARY_OPERATORS: tuple[Row, ...] = (
-    Row("-x", "unary_operator", "__neg__", "neg", 1, "unary", "operator.neg", symbol="-"),
-    Row("+x", "unary_operator", "__pos__", "copy", 1, "unary", "operator.pos", symbol="+"),
+    Row("-x", "unary_operator", "__neg__", "neg", 1, "unary", "operator.neg", symbol="-",
+        refine="elementwise"),
+    Row("+x", "unary_operator", "__pos__", "copy", 1, "unary", "operator.pos", symbol="+",
+        refine="elementwise"),
     Row("~x", "unary_operator", "__invert__", "logical_not", 1, "unary", "operator.invert",
-        symbol="~"),
-    Row("abs(x)", "unary_operator", "__abs__", "abs", 1, "unary", "builtins.abs"),
+        symbol="~", refine="elementwise"),
+    Row("abs(x)", "unary_operator", "__abs__", "abs", 1, "unary", "builtins.abs",
+        refine="elementwise"),
 )
 
 # ------------------------------------------------------------------------------ methods
 
 METHODS: tuple[Row, ...] = (
-    *(Row(f"x.{n}()", "method", n, n, 1, "unary", f"jax.numpy.{n}") for n in ("sum", "max", "min")),
-    Row("x.mean()", "method", "mean", "mean", 1, "mean", "jax.numpy.mean"),
-    *(Row(f"x.{n}(...)", "method", n, n, 1, "unary", f"jax.Array.{n}")
-      for n in ("reshape", "transpose", "astype", "squeeze", "ravel")),
+    *(Row(f"x.{n}()", "method", n, n, 1, "unary", f"jax.numpy.{n}", refine="reduction")
+      for n in ("sum", "max", "min")),
+    Row("x.mean()", "method", "mean", "mean", 1, "mean", "jax.numpy.mean", refine="reduction"),
+    *(Row(f"x.{n}(...)", "method", n, n, 1, "unary", f"jax.Array.{n}", refine=k)
+      for n, k in (("reshape", "reshape"), ("transpose", "transpose"), ("astype", "elementwise"),
+                   ("squeeze", "squeeze"), ("ravel", "reshape"))),
 )
 
 PROPERTIES: tuple[Row, ...] = (
-    Row("x.T", "property", "T", "transpose", 1, "unary", "jax.Array.T"),
-    Row("x.mT", "property", "mT", "transpose", 1, "unary", "jax.Array.mT"),
+    Row("x.T", "property", "T", "transpose", 1, "unary", "jax.Array.T", refine="transpose"),
+    Row("x.mT", "property", "mT", "transpose", 1, "unary", "jax.Array.mT", refine="transpose"),
     *(Row(f"x.{n}", "property", n, None, 0, "attr", f"jax.Array.{n}")
       for n in ("shape", "dtype", "ndim", "size", "weak_type")),
 )
 
 #: `x[i]` with static indices (ints, slices, None, Ellipsis)
-STATIC_INDEX = Row("x[i]", "index", "__getitem__", "getitem", 1, "index", "operator.getitem")
+STATIC_INDEX = Row("x[i]", "index", "__getitem__", "getitem", 1, "index", "operator.getitem",
+                   refine="index")
 #: `x[i]` with a traced (array-valued) index: `functions.dynamic_index_type`
 TRACED_INDEX = Row("x[traced_i]", "index", "__getitem__", "dynamic_slice", 2, "index",
-                   "operator.getitem")
+                   "operator.getitem", refine="index")
 INDEXING: tuple[Row, ...] = (STATIC_INDEX, TRACED_INDEX)
 
 AT: tuple[Row, ...] = tuple(
-    Row(f"x.at[i].{m}(v)", "at", m, rule, 2, "at", f"jax.Array.at[].{m}")
+    Row(f"x.at[i].{m}(v)", "at", m, rule, 2, "at", f"jax.Array.at[].{m}", refine="at")
     for m, rule in AT_METHODS.items()
 )
 
 # ------------------------------------------------------------------------------ st.numpy, st.nn
 
 _NUMPY: tuple[tuple[str, str, str], ...] = (
-    # (st.numpy name, rule, binding)
+    # (st.numpy name, rule, binding); the refinement kind is `_NUMPY_REFINE` (default by binding)
     *((n, n, "unary") for n in ("exp", "log", "tanh", "sqrt", "sin", "cos", "abs", "square",
                                 "sign", "log1p", "expm1", "reciprocal", "floor", "ceil",
                                 "round", "isnan", "isfinite", "conj", "copy")),
@@ -155,16 +188,32 @@ _NUMPY: tuple[tuple[str, str, str], ...] = (
     *((n, n, "like") for n in LIKE_CONSTRUCTORS),
     *((n, n, "new") for n in CONSTRUCTORS),
 )
+#: the refinement kind of each st.numpy row whose kind is not its binding's default
+_NUMPY_REFINE: dict[str, str] = {
+    **dict.fromkeys(("sum", "max", "min", "amax", "amin", "prod", "var", "std", "mean", "argmax",
+                     "argmin"), "reduction"),
+    **dict.fromkeys(("cumsum", "cumprod", "flip", "sort", "roll"), "along"),
+    **dict.fromkeys(("reshape", "ravel"), "reshape"),
+    **dict.fromkeys(("transpose", "swapaxes", "moveaxis"), "transpose"),
+    "expand_dims": "expand", "squeeze": "squeeze",
+    **dict.fromkeys(("broadcast_to", "tile", "repeat", "pad"), "broadcast"),
+    "concatenate": "concat", "stack": "stack", "dot": "matmul", "matmul": "matmul",
+}
+_BINDING_REFINE = {"unary": "elementwise", "binary": "elementwise", "where": "where",
+                   "mean": "reduction", "join": "concat", "einsum": "einsum", "take": "take",
+                   "like": "constructor", "new": "constructor"}
 _ARITY = {"unary": 1, "mean": 1, "like": 1, "new": 0, "binary": 2, "take": 2, "where": 3,
           "join": 2, "einsum": 2}
 
 NUMPY: tuple[Row, ...] = tuple(
-    Row(f"st.numpy.{n}(...)", "numpy", n, r, _ARITY[b], b, f"jax.numpy.{n}") for n, r, b in _NUMPY
+    Row(f"st.numpy.{n}(...)", "numpy", n, r, _ARITY[b], b, f"jax.numpy.{n}",
+        refine=_NUMPY_REFINE.get(n, _BINDING_REFINE[b])) for n, r, b in _NUMPY
 )
 NN: tuple[Row, ...] = tuple(
-    Row(f"st.nn.{n}(x)", "nn", n, n, 1, "unary", f"jax.nn.{n}")
-    for n in ("relu", "gelu", "silu", "sigmoid", "softplus", "softmax", "log_softmax",
-              "logsumexp", "one_hot")
+    Row(f"st.nn.{n}(x)", "nn", n, n, 1, "unary", f"jax.nn.{n}", refine=k)
+    for n, k in (("relu", "elementwise"), ("gelu", "elementwise"), ("silu", "elementwise"),
+                 ("sigmoid", "elementwise"), ("softplus", "elementwise"), ("softmax", "softmax"),
+                 ("log_softmax", "softmax"), ("logsumexp", "softmax"), ("one_hot", "one_hot"))
 )
 
 # ------------------------------------------------------------------------------ collectives
@@ -219,7 +268,7 @@ LAX_NAMES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES if c.in_lax)
 TYPED_COLLECTIVES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES if c.ops)
 
 COLLECTIVE_ROWS: tuple[Row, ...] = tuple(
-    Row(f"st.{c.name}(x, axes)", "collective", c.name, op, 1, "axis", c.jax)
+    Row(f"st.{c.name}(x, axes)", "collective", c.name, op, 1, "axis", c.jax, refine="collective")
     for c in COLLECTIVES for op in c.ops
 )
 
@@ -260,6 +309,8 @@ def _check() -> None:
     known = set(ELEMENTWISE) | set(CONSTRUCTORS) | set(LIKE_CONSTRUCTORS)
     missing = sorted(rules - known)
     assert not missing, f"surface rows name unknown rules: {missing}"
+    bad = sorted({r.refine for r in ROWS} - set(REFINE_KINDS))
+    assert not bad, f"surface rows name unknown refinement kinds: {bad}"
     axis = {op for c in COLLECTIVES for op in c.ops}
     assert axis == set(AXIS_OPS), sorted(axis ^ set(AXIS_OPS))
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from . import _surface
-from ._array import call_op
+from . import _refining, _surface
+from ._array import call_op, unwrap
 from ._rules import ELEMENTWISE
 
 #: st.nn function -> its `_rules.ELEMENTWISE` rule, from the surface table's `st.nn` rows
@@ -38,7 +38,10 @@ def _make(row: _surface.Row) -> Callable[..., Any]:
     jfn = getattr(jax.nn, row.jax.removeprefix("jax.nn."))
 
     def f(x: Any, *args: Any, **kwargs: Any) -> Any:
-        return call_op(rule_name, x, jfn, args, kwargs, op=op)
+        # softmax-like rows read `axis`/`keepdims` (a Shard dim normalised locally: SPMD211)
+        params = ({} if row.refine == "elementwise" else _refining.call_params(
+            jfn, unwrap(x), tuple(unwrap(a) for a in args), {k: unwrap(v) for k, v in kwargs.items()}))
+        return call_op(rule_name, x, jfn, args, kwargs, op=op, refine=(row.refine, params))
 
     f.__name__ = f.__qualname__ = name
     f.__module__ = __name__

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
 
-from . import _compat, _rules, _surface
+from . import _compat, _refining, _rules, _surface
 from ._array import binary, call_op, checked, is_typed, nary, operand, typeof, unary_op, unwrap
 from ._array import mean as array_mean
 from ._rules import LITERAL, SpmdType
@@ -81,16 +81,28 @@ def _unary(row: _surface.Row) -> None:
     rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(x: Any, *args: Any, **kwargs: Any) -> Any:
-        return call_op(rule, x, jfn, args, kwargs, op=op)
+        raw_args = tuple(unwrap(a) for a in args)
+        raw_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+        params = _params(row, jfn, x, raw_args, raw_kwargs)
+        return call_op(rule, x, jfn, args, kwargs, op=op, refine=(row.refine, params))
 
     _register(row.name, f, "unary")
+
+
+def _params(row: _surface.Row, jfn: Callable[..., Any], x: Any, args: tuple[Any, ...],
+            kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments by name, for the row's refinement (only where the rule reads them:
+    elementwise rows need none)."""
+    if row.refine in ("elementwise", "reshape", "broadcast", "constructor", "plain"):
+        return {}
+    return _refining.call_params(jfn, unwrap(x), args, kwargs)
 
 
 def _binary(row: _surface.Row) -> None:
     rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(x1: Any, x2: Any, /) -> Any:
-        return binary(rule, x1, x2, op=op, bind=jfn)
+        return binary(rule, x1, x2, op=op, bind=jfn, refine=(row.refine, {}))
 
     _register(row.name, f, "binary")
 
@@ -103,7 +115,8 @@ def _where(row: _surface.Row) -> None:
             raise TypeError(f"{op}: the one-argument form (nonzero) has a data-dependent shape "
                             f"and is not supported; pass x and y")
         return nary(lambda t: _rules.where_type(t[0], t[1], t[2], _compat.FEATURES, op=op),
-                    [condition, x, y], jfn, op=op)
+                    [condition, x, y], jfn, op=op, name="where",
+                    refine=(row.refine, {"y": y if isinstance(y, (int, float)) else None}))
 
     _register(row.name, f, "selection")
 
@@ -112,7 +125,8 @@ def _join(row: _surface.Row) -> None:  # concatenate, stack
     rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(arrays: Sequence[Any], axis: int = 0, **kwargs: Any) -> Any:
-        return nary(rule, list(arrays), lambda *rs: jfn(rs, axis=axis, **kwargs), op=op)
+        return nary(rule, list(arrays), lambda *rs: jfn(rs, axis=axis, **kwargs), op=op,
+                    refine=(row.refine, {"axis": axis}))
 
     _register(row.name, f, "join")
 
@@ -121,7 +135,8 @@ def _einsum(row: _surface.Row) -> None:
     rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(subscripts: str, /, *operands: Any, **kwargs: Any) -> Any:
-        return nary(rule, list(operands), lambda *rs: jfn(subscripts, *rs, **kwargs), op=op)
+        return nary(rule, list(operands), lambda *rs: jfn(subscripts, *rs, **kwargs), op=op,
+                    refine=(row.refine, {"subscripts": subscripts}))
 
     _register(row.name, f, "contraction")
 
@@ -134,7 +149,9 @@ def _take(row: _surface.Row) -> None:
         raw_i, t_i = operand(indices)
         t = t_a if isinstance(t_a, SpmdType) else _rules.INVARIANT
         out_t = _rules.take_type(t, t_i, _compat.FEATURES, op=op)
-        return checked(op, jfn(raw_a, raw_i, axis=axis, **kwargs), out_t)
+        out = jfn(raw_a, raw_i, axis=axis, **kwargs)
+        return checked(op, out, out_t, _refining.refine(row.refine, row.name, [a, indices], out_t,
+                                                        out, op=op, params={"axis": axis}))
 
     _register(row.name, f, "indexing")
 
@@ -240,7 +257,8 @@ def _reduction(row: _surface.Row) -> None:
     rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(a: Any, axis: Any = None, *, keepdims: bool = False, **kwargs: Any) -> Any:
-        return call_op(rule, a, jfn, (), {"axis": axis, "keepdims": keepdims, **kwargs}, op=op)
+        return call_op(rule, a, jfn, (), {"axis": axis, "keepdims": keepdims, **kwargs}, op=op,
+                       refine=(row.refine, {"axis": axis, "keepdims": keepdims}))
 
     _register(row.name, f, "reduction over local dimensions")
 

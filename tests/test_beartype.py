@@ -17,6 +17,16 @@ from jax.sharding import PartitionSpec as P
 import spmdtyped as st
 from spmdtyped import Invariant, Reduced, Typed, Unreduced, Varying
 
+
+@pytest.fixture(autouse=True)
+def _four_state_only() -> Any:
+    """These tests check the four-state hints on inputs sharded over the axes they reduce
+    (`st.psum(x, "j")` of an `in_specs=P("j")` block) and scale by replicated inputs of the
+    same local shape: SPMD108 and SPMD215 are the refinement's opt-outs (the refinement hints
+    are checked by tests/test_refine_runtime.py)."""
+    with st.allow("SPMD108", "SPMD215"):
+        yield
+
 # ---------------------------------------------------------------------------------------------
 # one cached class per state
 

@@ -46,12 +46,14 @@ from jax.sharding import PartitionSpec as P
 import spmdtyped as st
 import spmdtyped.numpy as snp
 from spmdtyped import _compat, _rules
+from spmdtyped._rules import refine
 
 N_PROGRAMS = 400      # traced programs per run (each traced twice: typed and raw)
 N_ALLOW = 120         # traced programs with every strict code opted out
 N_NUMERIC = 60        # programs generated for the numeric test (the accepted ones are executed)
 FEATURES = _compat.FEATURES
 STRICTER_CODES = frozenset(row[0] for row in _rules.STRICTER_THAN_JAX)
+REFINEMENT_CODES = refine.CODES
 
 STATS: collections.Counter[str] = collections.Counter()
 TIMES: dict[str, float] = collections.defaultdict(float)
@@ -330,9 +332,17 @@ def run_differential(program: pg.Program) -> str:
     mesh = mesh_of(program)
     args = abstract_args(program, mesh)
     t0 = time.perf_counter()
-    typed, _ = record_program(program, "typed", mesh, args)
+    # the four-state level: the refinement's codes (Shard/Partial, which JAX does not track)
+    # make an axis plain instead of stopping the program; how many programs they would stop
+    # is counted on its own
+    with st.allow(*REFINEMENT_CODES):
+        typed, _ = record_program(program, "typed", mesh, args)
     raw, _ = record_program(program, "raw", mesh, args)
     TIMES["trace"] += time.perf_counter() - t0
+    strict, _ = record_program(program, "typed", mesh, args)
+    last = strict[-1] if strict else None
+    if last is not None and not last.ok and getattr(last.exc, "code", None) in REFINEMENT_CODES:
+        STATS[f"refinement stops the program: {last.exc.code}"] += 1
     STATS["programs"] += 1
     STATS["steps"] += len(program.steps)
     for s in program.steps:
@@ -398,14 +408,16 @@ def test_numerics_bit_identical(program: pg.Program) -> None:
     mesh = mesh_of(program)
     t0 = time.perf_counter()
     abstract = abstract_args(program, mesh)
-    typed, _ = record_program(program, "typed", mesh, abstract)
+    with st.allow(*REFINEMENT_CODES):
+        typed, _ = record_program(program, "typed", mesh, abstract)
     raw, _ = record_program(program, "raw", mesh, abstract)
     outcome = compare(program, typed, raw)
     STATS["numeric programs generated"] += 1
     if outcome != "both accept":
         return
     args = concrete_args(program, mesh, seed=len(program.steps))
-    rec_t, out_t = record_program(program, "typed", mesh, args, jit_run=True)
+    with st.allow(*REFINEMENT_CODES):
+        rec_t, out_t = record_program(program, "typed", mesh, args, jit_run=True)
     rec_r, out_r = record_program(program, "raw", mesh, args, jit_run=True)
     if out_t is None or out_r is None:
         # e.g. jax 0.12 refuses to lower a ppermute over axes out of mesh order (RuntimeError):

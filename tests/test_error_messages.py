@@ -259,15 +259,21 @@ EXAMPLES: dict[str, tuple[str, dict[str, str], str]] = {
     "SPMD105": ("body", {"x": "V:dp U:tp"}, ""),
     "SPMD106": ("body", {"partial_sums": "U:tp"}, ""),
     "SPMD107": ("body", {"w": "I"}, ""),
+    "SPMD108": ("body", {"expert_grad": "S:tp:0"}, ""),
     "SPMD201": ("body", {"u": "U:tp", "bias": "I"}, ""),
     "SPMD202": ("body", {"u": "U:tp"}, ""),
     "SPMD203": ("body", {"w": "R:dp", "scale": "I"}, ""),
     "SPMD204": ("body", {"a": "R:dp", "b": "R:tp"}, ""),
     "SPMD205": ("body", {"x": "V:dp,tp", "w": "R:dp"}, ""),
+    "SPMD210": ("body", {"h": "S:tp:-1", "w2": "S:tp:0", "b": "I"}, ""),
+    "SPMD211": ("body", {"h": "S:tp:-1", "w2": "S:tp:0"}, ""),
+    "SPMD212": ("body", {"l": "S:dp:0", "mask": "S:dp:0"}, ""),
+    "SPMD213": ("body", {"x": "V:tp", "p": "P:tp"}, ""),
+    "SPMD215": ("body", {"q_heads": "S:tp:-2", "sinks": "I", "sinks_local": "S:tp:-2"}, "h = 8"),
     "SPMD301": ("body", {"u": "U:tp"}, ""),
     "SPMD302": ("body", {"acc0": "U:tp"}, "n = 3\npart = lambda i: acc0 * 2.0"),
     "SPMD401": ("top", {}, "f = lambda x: x"),
-    "SPMD402": ("top", {}, "f = lambda x, b: st.psum(x, 'dp') * b"),
+    "SPMD402": ("top", {}, "f = lambda x, b: st.psum(x.sum(0), 'dp') * b"),
     "SPMD403": ("top", {}, "f = lambda x: x"),
     "SPMD404": ("body", {"w": "V:tp"}, "f = lambda w: st.pcast(w, 'tp', to='unreduced')"),
     "SPMD405": ("body", {"w": "V:tp"},
@@ -287,14 +293,29 @@ EXAMPLES: dict[str, tuple[str, dict[str, str], str]] = {
 
 
 def _in_state(v: Any, spec: str) -> Any:
-    """`v` (Invariant) brought to `spec`: "I", "V:dp,tp", "R:dp", "U:tp", or several."""
+    """`v` (Invariant) brought to `spec`: "I", "V:dp,tp", "R:dp", "U:tp", or several; the
+    refinements of Varying: "S:tp:-1" (a Shard over tp along dim -1; dims from the left are
+    resolved against the rank), "P:tp" (partial sums over tp)."""
+    from spmdtyped import _array
+    from spmdtyped._rules import refine
+
     for part in spec.split():
         if part == "I":
             continue
-        kind, axes = part.split(":")
+        kind, axes = part.split(":", 1)
+        if kind in ("S", "P"):
+            axis, _, dim = axes.partition(":")
+            k = refine.Shard(refine.neg_dim(int(dim), v.ndim)) if kind == "S" else refine.PARTIAL
+            v = st.pvary(v, axis)
+            ref = refine.Refinement.of({**_array.refinement_of(v).as_dict(), axis: k}, data=True)
+            v = _array.with_refinement(v, ref)
+            continue
         for axis in axes.split(","):
-            if kind == "V":
+            if kind == "V":  # plain Varying: a pvary is Rep (equal everywhere), forget that
                 v = st.pvary(v, axis)
+                ref = _array.refinement_of(v).as_dict()
+                ref.pop(axis, None)
+                v = _array.with_refinement(v, refine.Refinement.of(ref, data=True))
             elif kind == "R":
                 v = st.pcast(v, axis, to="reduced")
             else:

@@ -183,6 +183,74 @@ def test_spmd205_partial_reduced_cast(mesh_ij: Any) -> None:
 # ------------------------------------------------------------------------------- SPMD3xx
 
 
+# ------------------------------------------------------------------ the refinement of Varying
+# (DESIGN.md §1b): in_specs make Shards, contractions and sums over them make Partials
+
+ROW_PARALLEL = (P("dp", None), P(None, "tp"), P("tp", None), P())
+
+
+def test_spmd210_bias_added_to_a_partial_sum(mesh_dp_tp: Any) -> None:
+    def body(x: Any, w1: Any, w2: Any, b: Any) -> None:
+        _ = (x @ w1) @ w2 + b[0]
+
+    expect("SPMD210", lambda: trace(mesh_dp_tp, body, ROW_PARALLEL, local=(8, 8)), axes=("tp",),
+           states={"tp": "varying (partial sums)"}, fragments=("operator +", "bias"),
+           fix=("st.psum(x, 'tp')",))
+
+    def norm(x: Any) -> None:   # a layernorm over a tp-sharded hidden dim
+        _ = x - st.numpy.mean(x, axis=-1, keepdims=True)
+
+    expect("SPMD210", lambda: trace(mesh_dp_tp, norm, (P("dp", "tp"),)), axes=("tp",),
+           fragments=("shard of a global array",))
+
+
+def test_spmd211_nonlinear_op_on_a_partial_sum_and_softmax_over_a_shard(mesh_dp_tp: Any) -> None:
+    def body(x: Any, w1: Any, w2: Any, b: Any) -> None:
+        _ = st.numpy.tanh((x @ w1) @ w2)
+
+    expect("SPMD211", lambda: trace(mesh_dp_tp, body, ROW_PARALLEL), axes=("tp",),
+           fragments=("st.numpy.tanh", "tanh is not linear"))
+    expect("SPMD211", lambda: trace(mesh_dp_tp, lambda z: st.nn.softmax(z, axis=-1),
+                                    (P("dp", "tp"),)),
+           axes=("tp",), fragments=("st.nn.softmax", "normalises"), fix=("st.pmax", "st.psum"))
+
+
+def test_spmd212_divisor_is_a_partial_sum(mesh_dp_tp: Any) -> None:
+    def body(loss: Any, mask: Any) -> None:
+        _ = (loss * mask).sum() / mask.sum()
+
+    expect("SPMD212", lambda: trace(mesh_dp_tp, body, (P("dp"), P("dp"))), axes=("dp",),
+           fragments=("operator /", "divisor"), fix=("st.psum(d, 'dp')",))
+
+
+def test_spmd213_partial_sum_selected_per_device(mesh_dp_tp: Any) -> None:
+    def body(h: Any, w: Any) -> None:
+        p = h @ w                                     # Partial over tp
+        _ = st.numpy.where(st.axis_index("tp") > 0, p, 0.0)
+
+    expect("SPMD213", lambda: trace(mesh_dp_tp, body, (P(None, "tp"), P("tp"))),
+           axes=("tp",), fragments=("st.numpy.where", "predicate varies"))
+
+
+def test_spmd108_shard_summed_over_its_own_axis(mesh_dp_tp: Any) -> None:
+    e = expect("SPMD108", lambda: trace(mesh_dp_tp, lambda g: st.psum(g, "tp"), (P("tp"),)),
+               axes=("tp",), fragments=("st.psum", "slices"), fix=("st.all_gather",))
+    assert isinstance(e, st.AxisStateError)
+    with st.allow("SPMD108"):   # a stack of per-device terms: the opt-out
+        trace(mesh_dp_tp, lambda g: st.psum(g, "tp"), (P("tp"),))
+    trace(mesh_dp_tp, lambda g: st.psum(g.sum(0), "tp"), (P("tp"),))   # a partial sum: fine
+
+
+def test_spmd215_replicated_values_along_a_shard(mesh_dp_tp: Any) -> None:
+    def body(q: Any, per_head: Any) -> None:
+        _ = q * per_head[: q.shape[0]]               # the first device's heads on every device
+
+    expect("SPMD215", lambda: trace(mesh_dp_tp, body, (P("tp"), P())), axes=("tp",),
+           fragments=("operator *", "same values"))
+    # constants and per-device values of extent 1 along the shard are fine
+    trace(mesh_dp_tp, lambda q, b: q * st.numpy.ones(q.shape) + b[0, 0], (P("tp"), P()))
+
+
 def test_spmd301_unsupported_cast(mesh_ij: Any) -> None:
     e = expect("SPMD301", lambda: trace(mesh_ij, lambda x: st.pcast(x, "i", to="varying"), (P("i"),)),
                axes=("i",), states={"i": "varying"}, fragments=("st.pcast", "Varying"))

@@ -31,6 +31,20 @@ STRICTER_THAN_JAX: tuple[tuple[str, str, str], ...] = (
     ("SPMD302", "st.cond/st.while_loop/st.fori_loop whose predicate or bounds vary: outputs and "
      "carries become Varying (an Unreduced one is rejected)",
      "JAX types such results Invariant although devices may take different paths"),
+    # the refinement of Varying (DESIGN.md §1b): JAX sees Varying in every one of these
+    ("SPMD108", "psum/pmean over an axis of a value that is a Shard over it (an in_spec, a hint or "
+     "a tiled psum_scatter made it a slice of a global array along that axis)",
+     "JAX sums different slices elementwise; a stack of per-device terms opts out"),
+    ("SPMD210", "a Partial value (a sum or mean over a Shard dim, a contraction of a dim sharded "
+     "on both sides) plus or minus a replicated, literal or Shard value",
+     "JAX types both Varying: the other term is counted once per device when reduced"),
+    ("SPMD211", "a non-linear op on a Partial value, the product of two Partials, and "
+     "softmax/log_softmax/logsumexp over a Shard dim", "JAX applies it to each device's term"),
+    ("SPMD212", "division by a Partial value", "JAX divides by each device's local term"),
+    ("SPMD213", "where on a Partial value with a predicate Varying on its axis",
+     "JAX selects per device between terms of different sums"),
+    ("SPMD215", "a replicated array (not a constant) laid along a dim another operand has "
+     "sharded", "JAX gives every device the same values for a different slice"),
 )
 
 LOOSER_THAN_JAX: tuple[tuple[str, str], ...] = (

@@ -1,0 +1,261 @@
+"""The runtime refinement (Shard / Partial / Rep): every Python form of the surface table
+computes its result's refinement through the rule its row names, shard_map inputs are refined
+by their in_specs, collectives by their parameters, and the hints `st.Shard`, `st.Partial`,
+`st.Rep` check a value's refinement with isinstance and beartype.
+
+Each test traces a body on the (dp: 2, tp: 4) mesh (nothing is compiled) and records
+`_array.refinement_of(...)` of the values it builds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import jax.numpy as jnp
+import pytest
+from _helpers import trace
+from beartype import beartype
+from beartype.roar import BeartypeCallHintParamViolation
+from jax.sharding import PartitionSpec as P
+
+import spmdtyped as st
+from spmdtyped import _array, _refining, _surface
+from spmdtyped._rules import refine as rf
+
+snp = st.numpy
+PARTIAL, REP, INDEX, ONEHOT = rf.PARTIAL, rf.REP, rf.INDEX, rf.ONEHOT
+
+
+def S(d: int) -> rf.Shard:
+    return rf.Shard(d)
+
+
+def kinds(x: Any) -> dict[str, Any]:
+    return _array.refinement_of(x).as_dict()
+
+
+def run(mesh: Any, body: Any, specs: tuple[P, ...], local: tuple[int, ...] = (4, 8)) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    trace(mesh, lambda *a: body(seen, *a), specs, local=local)
+    return seen
+
+
+# ---------------------------------------------------------------------------- the table
+
+
+def test_every_row_names_a_kind_the_runtime_dispatches() -> None:
+    for row in _surface.ROWS:
+        assert row.refine in _surface.REFINE_KINDS, row
+        assert row.refine == "collective" or row.refine in _refining.REFINERS, row
+    assert set(_refining.REFINERS) == set(_surface.REFINE_KINDS) - {"collective"}
+    # a few rows, as the design note reads them
+    assert _surface.by_dunder("__matmul__").refine == "matmul"
+    assert _surface.by_function("numpy", "sum").refine == "reduction"
+    assert _surface.by_function("nn", "softmax").refine == "softmax"
+    assert _surface.by_function("numpy", "zeros_like").refine == "constructor"
+    assert _surface.by_attribute("T").refine == "transpose"
+
+
+# ---------------------------------------------------------------------------- sources
+
+
+def test_in_specs_make_shards_and_every_input_carries_data(mesh_dp_tp: Any) -> None:
+    def body(seen: dict[str, Any], x: Any, w: Any, b: Any, both: Any) -> None:
+        seen.update(x=kinds(x), w=kinds(w), b=_array.refinement_of(b), both=kinds(both))
+
+    seen = run(mesh_dp_tp, body, (P("dp", "tp"), P(None, "tp"), P(), P(("dp", "tp"))))
+    assert seen["x"] == {"dp": S(-2), "tp": S(-1)}
+    assert seen["w"] == {"tp": S(-1)}
+    assert seen["b"] == rf.Refinement(data=True)
+    assert seen["both"] == {"dp": S(-2), "tp": S(-2)}
+
+
+def test_collectives_and_casts(mesh_dp_tp: Any) -> None:
+    def body(seen: dict[str, Any], x: Any, b: Any) -> None:
+        seen["psum_scatter"] = kinds(st.psum_scatter(x.sum(0), "tp", scatter_dimension=0, tiled=True))
+        seen["all_gather"] = kinds(st.all_gather(x, "tp", axis=1, tiled=True))
+        seen["all_to_all"] = kinds(st.all_to_all(x, "tp", 0, 1, tiled=True))
+        seen["ppermute"] = kinds(st.ppermute(x, "tp", [(i, (i + 1) % 4) for i in range(4)]))
+        seen["pvary"] = kinds(st.pvary(b, "tp"))
+        seen["pcast"] = kinds(st.pcast(b, "tp", to="varying"))
+        seen["axis_index"] = kinds(st.axis_index("tp"))
+        seen["owner"] = kinds(snp.where(st.axis_index("tp") == 0, b, 0.0))
+        seen["psum"] = kinds(st.psum(x.sum(-1), "tp"))
+
+    seen = run(mesh_dp_tp, body, (P(None, "tp"), P()), local=(8, 4))
+    assert seen["psum_scatter"] == {"tp": S(-1)}
+    assert seen["all_gather"] == {"tp": REP}
+    assert seen["all_to_all"] == {"tp": S(-2)}
+    assert seen["ppermute"] == {}
+    assert seen["pvary"] == seen["pcast"] == {"tp": REP}
+    assert seen["axis_index"] == {"tp": INDEX}
+    assert seen["owner"] == {"tp": PARTIAL}      # where(axis_index(a) == c, x, 0)
+    assert seen["psum"] == {}
+
+
+# ---------------------------------------------------------------------------- each form
+
+
+def test_operators_methods_and_properties(mesh_dp_tp: Any) -> None:
+    def body(seen: dict[str, Any], x: Any, w: Any, b: Any) -> None:
+        h = x @ w                                 # [8, 8] @ [8, 8]: contracts the tp shard
+        seen["@"] = kinds(h)
+        seen["-x"] = kinds(-x)
+        seen["x * 2"] = kinds(x * 2.0)
+        seen["x.sum(-1)"] = kinds(x.sum(-1))
+        seen["x.sum(0)"] = kinds(x.sum(0))
+        seen["x.max(-1)"] = kinds(x.max(-1))
+        seen["x.mean(-1, keepdims)"] = kinds(x.mean(-1, keepdims=True))
+        seen["x.T"] = kinds(x.T)
+        seen["x.transpose(1, 0)"] = kinds(x.transpose(1, 0))
+        seen["x.reshape"] = kinds(x.reshape(2, 4, 8))
+        seen["x.astype"] = kinds(x.astype(jnp.bfloat16))
+        seen["h / b"] = kinds(h / b[0, 0])
+
+    seen = run(mesh_dp_tp, body, (P(None, "tp"), P("tp", None), P()), local=(8, 8))
+    assert seen["@"] == {"tp": PARTIAL}
+    assert seen["-x"] == seen["x * 2"] == seen["x.astype"] == {"tp": S(-1)}
+    assert seen["x.sum(-1)"] == {"tp": PARTIAL}
+    assert seen["x.sum(0)"] == {"tp": S(-1)}
+    assert seen["x.max(-1)"] == {}
+    assert seen["x.mean(-1, keepdims)"] == {"tp": PARTIAL}
+    assert seen["x.T"] == seen["x.transpose(1, 0)"] == {"tp": S(-2)}
+    assert seen["x.reshape"] == {"tp": S(-1)}
+    assert seen["h / b"] == {"tp": PARTIAL}      # scaled by a replicated factor
+
+
+def test_indexing_and_at(mesh_dp_tp: Any) -> None:
+    def body(seen: dict[str, Any], x: Any) -> None:
+        seen["x[0]"] = kinds(x[0])
+        seen["x[:, 0]"] = kinds(x[:, 0])
+        seen["x[:2]"] = kinds(x[:2])
+        seen["x[None]"] = kinds(x[None])
+        seen["x[..., :]"] = kinds(x[..., :])
+        seen["x[traced]"] = kinds(x[st.axis_index("tp")])
+        seen["at set literal"] = kinds(x.at[0].set(0.0))
+        p = x.sum(-1)
+        seen["p[traced uniform]"] = kinds(p[jnp.int32(1)])
+
+    seen = run(mesh_dp_tp, body, (P("tp", None),), local=(4, 8))
+    assert seen["x[0]"] == {}                          # a constant index into the shard
+    assert seen["x[:, 0]"] == {"tp": S(-1)}
+    assert seen["x[:2]"] == {}                         # a partial slice of the shard
+    assert seen["x[None]"] == {"tp": S(-2)}
+    assert seen["x[..., :]"] == {"tp": S(-2)}
+    assert seen["x[traced]"] == {}
+    assert seen["at set literal"] == {"tp": S(-2)}
+    assert seen["p[traced uniform]"] == {}             # x.sum(-1) keeps rows: a Shard, then cut
+
+
+def test_numpy_functions(mesh_dp_tp: Any) -> None:
+    def body(seen: dict[str, Any], x: Any, y: Any) -> None:
+        seen["sum axis=-1"] = kinds(snp.sum(x, axis=-1))
+        seen["mean"] = kinds(snp.mean(x, axis=-1))
+        seen["cumsum -1"] = kinds(snp.cumsum(x, axis=-1))
+        seen["cumsum 0"] = kinds(snp.cumsum(x, axis=0))
+        seen["sort"] = kinds(snp.sort(x))                          # axis=-1 by default
+        seen["flip 0"] = kinds(snp.flip(x, 0))
+        seen["roll"] = kinds(snp.roll(x, 1, axis=0))
+        seen["take 0"] = kinds(snp.take(x, jnp.arange(2), axis=0))
+        seen["swapaxes"] = kinds(snp.swapaxes(x, 0, 1))
+        seen["moveaxis"] = kinds(snp.moveaxis(x[None], 0, -1))
+        seen["expand_dims"] = kinds(snp.expand_dims(x, 0))
+        seen["squeeze"] = kinds(snp.squeeze(x[None]))
+        seen["broadcast_to"] = kinds(snp.broadcast_to(x, (3, 4, 2)))
+        seen["concatenate 0"] = kinds(snp.concatenate([x, y], axis=0))
+        seen["concatenate -1"] = kinds(snp.concatenate([x, y], axis=-1))
+        seen["stack"] = kinds(snp.stack([x, y], axis=0))
+        seen["einsum"] = kinds(snp.einsum("ij,kj->ik", x, y))
+        seen["dot"] = kinds(snp.dot(x, y.T))
+        seen["zeros_like"] = _array.refinement_of(snp.zeros_like(x))
+        seen["ones"] = _array.refinement_of(snp.ones((4, 2)))
+
+    seen = run(mesh_dp_tp, body, (P(None, "tp"), P(None, "tp")), local=(4, 2))
+    assert seen["sum axis=-1"] == seen["mean"] == {"tp": PARTIAL}
+    assert seen["cumsum -1"] == seen["sort"] == {}
+    assert seen["cumsum 0"] == seen["flip 0"] == seen["roll"] == seen["take 0"] == {"tp": S(-1)}
+    assert seen["swapaxes"] == {"tp": S(-2)}
+    assert seen["moveaxis"] == {"tp": S(-2)}
+    assert seen["expand_dims"] == seen["squeeze"] == seen["broadcast_to"] == {"tp": S(-1)}
+    assert seen["concatenate 0"] == seen["stack"] == {"tp": S(-1)}
+    assert seen["concatenate -1"] == {}
+    assert seen["einsum"] == seen["dot"] == {"tp": PARTIAL}
+    assert seen["zeros_like"] == seen["ones"] == rf.NONE
+
+
+def test_softmax_over_a_shard_dim_is_rejected_elsewhere_kept(mesh_dp_tp: Any) -> None:
+    def body(seen: dict[str, Any], x: Any) -> None:
+        seen["softmax rows"] = kinds(st.nn.softmax(x, axis=-1))
+        seen["logsumexp rows"] = kinds(st.nn.logsumexp(x, axis=-1))
+        seen["relu"] = kinds(st.nn.relu(x))
+
+    seen = run(mesh_dp_tp, body, (P("tp", None),))
+    assert seen["softmax rows"] == seen["relu"] == {"tp": S(-2)}
+    assert seen["logsumexp rows"] == {"tp": S(-1)}
+    for fn in (st.nn.softmax, st.nn.log_softmax, st.nn.logsumexp):
+        with pytest.raises(st.CombineError, match="SPMD211"):
+            trace(mesh_dp_tp, lambda z, fn=fn: fn(z, axis=-1), (P(None, "tp"),), local=(4, 8))
+
+
+def test_an_allowed_code_makes_the_axis_plain(mesh_dp_tp: Any) -> None:
+    def body(seen: dict[str, Any], h: Any, w: Any, b: Any) -> None:
+        with st.allow("SPMD210"):
+            seen["y"] = kinds(h @ w + b[0])
+
+    assert run(mesh_dp_tp, body, (P(None, "tp"), P("tp", None), P()), local=(4, 4))["y"] == {}
+
+
+# ---------------------------------------------------------------------------- hints
+
+
+def test_hint_classes_and_spellings() -> None:
+    assert st.Shard["tp", -1] is st.Shard["tp", Literal[-1]]
+    assert st.Typed[st.Shard["dp", 0], st.Partial["tp"]] is st.Typed[st.Partial["tp"], st.Shard["dp", 0]]
+    assert st.Partial["dp", "tp"] is st.Typed[st.Partial["dp"], st.Partial["tp"]]
+    assert repr(st.Shard["tp", -1]) == "<class 'spmdtyped.Shard['tp', -1]'>"
+    with pytest.raises(st.UsageError, match="SPMD504"):
+        st.Shard["tp"]
+    with pytest.raises(st.UsageError, match="the dim must be an int"):
+        st.Shard["tp", "last"]
+    with pytest.raises(st.UsageError, match="named twice"):
+        st.Rep["tp", "tp"]
+
+
+def test_isinstance_checks_the_refinement_per_value(mesh_dp_tp: Any) -> None:
+    def body(seen: dict[str, Any], x: Any, b: Any) -> None:
+        p = x.sum(-1)
+        seen.update({
+            "shard from the left": isinstance(x, st.Shard["tp", 1]),
+            "shard from the right": isinstance(x, st.Shard["tp", -1]),
+            "other dim": isinstance(x, st.Shard["tp", 0]),
+            "partial": isinstance(p, st.Partial["tp"]),
+            "partial is not a shard": isinstance(p, st.Shard["tp", -1]),
+            "plain accepted": isinstance(st.ppermute(x, "tp", [(0, 1), (1, 0), (2, 3), (3, 2)]),
+                                         st.Shard["tp", -1]),
+            "invariant refused": isinstance(b, st.Partial["tp"]),
+            "rep": isinstance(st.pvary(b, "tp"), st.Rep["tp"]),
+            "four-state still": isinstance(x, st.Varying["tp"]),
+            "why": st.Shard["tp", 0].__instancecheck_str__(x),
+            "why invariant": st.Partial["tp"].__instancecheck_str__(b),
+            "repr": repr(p),
+        })
+
+    seen = run(mesh_dp_tp, body, (P(None, "tp"), P()))
+    assert seen["shard from the left"] and seen["shard from the right"] and seen["partial"]
+    assert seen["plain accepted"] and seen["rep"] and seen["four-state still"]
+    assert not seen["other dim"] and not seen["partial is not a shard"]
+    assert not seen["invariant refused"]
+    assert seen["why"] == "this value is Shard(-1) over 'tp', but the hint wants Shard(-2)"
+    assert seen["why invariant"] == "this value is not varying over 'tp', but the hint wants Partial"
+    assert seen["repr"].startswith("Partial['tp'](")
+
+
+def test_beartype_checks_refined_hints(mesh_dp_tp: Any) -> None:
+    @beartype
+    def row_parallel(h: st.Shard["tp", -1], w: st.Shard["tp", 0]) -> st.Partial["tp"]:
+        return h @ w
+
+    trace(mesh_dp_tp, row_parallel, (P(None, "tp"), P("tp", None)), local=(4, 4))
+    with pytest.raises(BeartypeCallHintParamViolation, match="Shard"):
+        trace(mesh_dp_tp, lambda h, w: row_parallel(w, h), (P(None, "tp"), P("tp", None)),
+              local=(4, 4))
