@@ -242,3 +242,42 @@ def aval_type(aval: Any) -> SpmdType:
     """The manual-axis state recorded in an abstract value (Invariant when it has none)."""
     mat = getattr(aval, "manual_axis_type", None)
     return SpmdType() if mat is None else mat_to_spmd(mat)
+
+
+# ------------------------------------------------------------------- autodiff under vmap
+
+
+def is_batched(x: Any) -> bool:
+    """Whether the traced value `x` carries a `jax.vmap` batch dimension (per-example values).
+
+    Walks the tracer chain of `x`: `grad`'s JVP/linearize tracers keep the primal in
+    `.primal`, `vmap`'s `BatchTracer` keeps the per-example value in `.val` and its mapped
+    dimension in `.batch_dim` (None / `not_mapped` when unbatched). Same attribute names in jax
+    0.10.2 and 0.12 (the tracer classes are internal; only attributes are read).
+    """
+    seen = 0
+    while isinstance(x, _Tracer) and seen < 64:
+        seen += 1
+        if hasattr(x, "batch_dim"):
+            bd = x.batch_dim
+            if bd is not None:  # not_mapped is None (0.10 and 0.12)
+                return True
+            x = getattr(x, "val", None)
+            continue
+        nxt = getattr(x, "primal", None)
+        if nxt is None or nxt is x:
+            return False
+        x = nxt
+    return False
+
+
+def custom_vjp_rules(fn: Any) -> tuple[Any, Any, Any] | None:
+    """(primal function, fwd, bwd) of a `jax.custom_vjp` function whose rules are defined and
+    that has no `nondiff_argnums`; None for anything else. `jax.custom_vjp` and its `fun`,
+    `fwd`, `bwd`, `nondiff_argnums` attributes are public in 0.10 and 0.12."""
+    if not isinstance(fn, jax.custom_vjp):
+        return None
+    fwd, bwd = getattr(fn, "fwd", None), getattr(fn, "bwd", None)
+    if fwd is None or bwd is None or getattr(fn, "nondiff_argnums", ()):
+        return None
+    return fn.fun, fwd, bwd

@@ -136,6 +136,38 @@ PAGES: tuple[ErrorPage, ...] = (
         related=("SPMD404", "SPMD405"),
     ),
     ErrorPage(
+        code="SPMD407", slug="vmap-grad-invariant", title="Per-example gradients of replicated parameters",
+        headline="grad under vmap of a per-example loss Varying over an axis, with respect to a parameter "
+                 "Invariant over it",
+        rule="Under vmap, grad with respect to a parameter takes a parameter that varies on every axis "
+             "the per-example loss varies on.",
+        meaning="Inside shard_map, the gradient of a Varying loss with respect to an Invariant parameter is "
+                "summed over the devices: JAX inserts an implicit pvary of the parameter, whose transpose "
+                "is a psum. For a total loss that is right. Under `jax.vmap(grad(...))` each per-example "
+                "gradient is summed over the devices too, so example i of device 0 gets the sum of the "
+                "i-th gradients of every device (jax#36886), with no error. Casting the parameter to "
+                "Varying first gives every device its own copy, whose per-example gradients stay local. "
+                "Strict: the sum of the per-example gradients over the batch (`sum(vmap(grad(...)), 0)`) "
+                "is the right total gradient; `st.allow(\"SPMD407\")` accepts it.",
+        fix='params = st.pcast(params, "dp", to="varying")   # before jax.vmap(st.grad(...))',
+        solutions=(
+            'Cast the replicated parameters to Varying before the vmap: `st.pcast(params, axis, '
+            'to="varying")`; the per-example gradients are then Varying and local.',
+            "For the total gradient, differentiate the summed loss instead: `st.grad(lambda p: "
+            "jnp.sum(jax.vmap(net, (None, 0))(p, xs)))(params)`.",
+            'Or, if only the sum over the batch is used, `with st.allow("SPMD407"):`.',
+        ),
+        before="net = lambda p, x: st.numpy.sin((p * x).sum())\n"
+               "g = jax.vmap(st.grad(net), in_axes=(None, 0))(w, xb)   # w: Invariant, xb: Varying['dp']",
+        after="net = lambda p, x: st.numpy.sin((p * x).sum())\n"
+              "w = st.pcast(w, 'dp', to='varying')\n"
+              "g = jax.vmap(st.grad(net), in_axes=(None, 0))(w, xb)   # per-example, Varying['dp']",
+        when="Per-example gradients (DP-SGD clipping, influence functions, gradient-noise estimates) "
+             "computed inside shard_map with data-parallel samples and replicated parameters.",
+        related=("SPMD405", "SPMD103"),
+        opt_out=True,
+    ),
+    ErrorPage(
         code="SPMD501", slug="unknown-axis", title="Unknown axis",
         headline="an axis name is not an axis of the mesh",
         rule="Every axis named in a collective, cast, spec or hint is an axis of the mesh.",

@@ -273,6 +273,7 @@ EXAMPLES: dict[str, tuple[str, dict[str, str], str]] = {
     "SPMD405": ("body", {"w": "V:tp"},
                 "partial_loss = lambda w: st.pcast(w, 'tp', to='unreduced').sum()"),
     "SPMD406": ("body", {"w": "R:dp", "x": "V:dp"}, "n = 2"),
+    "SPMD407": ("body", {"w": "I", "xb": "V:dp"}, ""),
     "SPMD501": ("body", {"x": "V:tp"}, ""),
     "SPMD502": ("body", {"x": "V:dp,tp"}, ""),
     "SPMD503": ("top", {}, ""),
