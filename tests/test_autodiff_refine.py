@@ -168,3 +168,51 @@ def test_vmap_grad_without_a_varying_loss_is_accepted(mesh_dp):
     got = jax.jit(st.shard_map(body, mesh=mesh_dp, in_specs=(P(), P()), out_specs=P()))(params, xs)
     ref = jax.vmap(jax.grad(lambda p, x: jnp.sin(jnp.sum(p * x))), in_axes=(None, 0))(params, xs)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- control flow joins
+
+
+def test_loop_carries_and_branch_outputs_join_refinements(mesh_dp):
+    """A carry keeps its Shard when every iteration keeps it, and loses it (plain) when the
+    body gives something else; cond outputs take the join of both branches; scan slices drop
+    a Shard on the scanned dim; a varying condition leaves only Shards."""
+    seen = {}
+
+    def same(new, like):  # the refinement the runtime gives `like * 2.0` (kept: a literal)
+        return _array.with_refinement(new, _array.refinement_of(like))
+
+    def body(x):
+        xs = _shard(x, "dp", -1)                                    # [4, 2] local, Shard(-1)
+        keep = st.fori_loop(0, 3, lambda i, c: same(c * 2.0, c), xs)
+        seen["keep"] = _array.refinement_of(keep)
+        lose = st.fori_loop(0, 3, lambda i, c: _array.with_refinement(c * 2.0, Refinement()), xs)
+        seen["lose"] = _array.refinement_of(lose)
+        rows = _shard(x, "dp", -2)                                  # Shard on the scanned dim
+        _, ys = st.scan(lambda c, r: (c, same(r * 1.0, r)), 0.0, rows)
+        seen["ys"] = _array.refinement_of(ys)
+        _, ys2 = st.scan(lambda c, r: (c, same(r * 1.0, r)), 0.0, xs)       # Shard(-1) survives slicing
+        seen["ys2"] = _array.refinement_of(ys2)
+        both = st.cond(x.sum() > 0, lambda v: same(v * 2.0, v), lambda v: same(v * 3.0, v), xs)
+        seen["both"] = _array.refinement_of(both)
+        one = st.cond(x.sum() > 0, lambda v: same(v * 2.0, v),
+                      lambda v: _array.with_refinement(v * 3.0, Refinement()), xs)
+        seen["one"] = _array.refinement_of(one)
+        rep = st.pcast(st.psum(x.sum(), "dp"), "dp", to="varying")
+        rep = _array.with_refinement(rep, Refinement.of({"dp": REP}, data=True))
+        w = st.while_loop(lambda c: c[1] < st.axis_index("dp"), lambda c: (same(c[0] * 2.0, c[0]), c[1] + 1),
+                          (rep, 0))
+        seen["while"] = _array.refinement_of(w[0])
+        return keep
+
+    x = jnp.arange(32.0).reshape(4, 8)
+    out = jax.jit(st.shard_map(body, mesh=mesh_dp, in_specs=P(None, "dp"),
+                               out_specs=P(None, "dp")))(x)
+    np.testing.assert_allclose(out, x * 8.0)
+    assert seen["keep"].get("dp") == Shard(-1)
+    assert seen["lose"].get("dp") is None
+    assert seen["ys"].get("dp") is None
+    assert seen["ys2"].get("dp") == Shard(-1)
+    assert seen["both"].get("dp") == Shard(-1)
+    assert seen["one"].get("dp") is None
+    assert seen["while"].get("dp") is None          # Rep does not survive a varying trip count
