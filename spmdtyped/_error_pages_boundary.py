@@ -168,6 +168,46 @@ PAGES: tuple[ErrorPage, ...] = (
         opt_out=True,
     ),
     ErrorPage(
+        code="SPMD408", slug="opaque-drops-axis", title="Opaque computation drops a varying axis",
+        headline="an opaque computation (callback, FFI call, custom kernel) takes an input varying over an "
+                 "axis and JAX types its result as not varying there",
+        rule="What leaves an opaque computation varies over every axis one of its inputs varies over.",
+        meaning="JAX cannot see inside a host callback or an FFI kernel, and types its results Invariant "
+                "whatever its inputs vary on. A per-device result is then taken for a replicated one: a "
+                "later psum double counts it, and under grad the kernel's cotangent for a replicated input "
+                "is a per-device partial sum that JAX takes for the finished gradient (jax-finufft#226). "
+                "Cast the replicated inputs to Varying before the kernel (their cotangents are then summed "
+                "by the cast's transpose) and the kernel's outputs and cotangents to Varying after it. "
+                "`st.opaque(kernel)` / `st.custom_op` do both; `infer` reports the raw form at the call.",
+        fix='y = st.opaque(kernel)(g, x)   # or pcast g, the outputs and the cotangents to varying',
+        solutions=(
+            "Wrap the kernel with `st.opaque` (or `st.custom_op`): replicated inputs are cast to Varying, "
+            "a `jax.custom_vjp` kernel's outputs and cotangents get their primals' states.",
+            'By hand: `g = jax.lax.pcast(g, axis, to="varying")` before the call, and cast the results '
+            "of the callbacks (forward and backward) to varying inside the kernel.",
+        ),
+        before="def f(g, x):                           # g: Invariant, x: Varying['dp']\n"
+               "    y = jax.pure_callback(np.matmul, jax.ShapeDtypeStruct(x.shape[:1], x.dtype), x, g,\n"
+               "                          vmap_method='sequential')\n"
+               "    return jax.lax.psum((y * y).sum(), 'dp')\n"
+               "import numpy as np\n"
+               "rep = st.adapters.infer(f, b8, x, mesh=mesh, in_specs=(P(), P('dp')), out_specs=P())\n"
+               "if not rep.ok:\n"
+               "    raise rep.violations[0]",
+        after="def f(g, x):\n"
+              "    y = jax.pure_callback(np.matmul, jax.ShapeDtypeStruct(x.shape[:1], x.dtype), x, g,\n"
+              "                          vmap_method='sequential')\n"
+              "    y = jax.lax.pcast(y, 'dp', to='varying')   # the result is per device\n"
+              "    return jax.lax.psum((y * y).sum(), 'dp')\n"
+              "import numpy as np\n"
+              "rep = st.adapters.infer(f, b8, x, mesh=mesh, in_specs=(P(), P('dp')), out_specs=P())\n"
+              "if not rep.ok:\n"
+              "    raise rep.violations[0]",
+        when="FFI/Pallas kernels and pure_callback/io_callback inside shard_map with some inputs "
+             "replicated and others sharded (NUFFTs, custom attention kernels, host-side samplers).",
+        related=("SPMD407", "SPMD902"),
+    ),
+    ErrorPage(
         code="SPMD501", slug="unknown-axis", title="Unknown axis",
         headline="an axis name is not an axis of the mesh",
         rule="Every axis named in a collective, cast, spec or hint is an axis of the mesh.",

@@ -21,6 +21,7 @@ from .refine import (
     Refinement,
     Shard,
     aligned_shard,
+    drop_dims,
     fail,
     kind,
     neg_dim,

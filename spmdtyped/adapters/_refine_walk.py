@@ -1,0 +1,880 @@
+"""The refinement walk of `infer`: Shard / Partial / Rep over a traced jaxpr (issue 15, item 7).
+
+JAX's avals carry the four states only, so `infer` keeps its own environment: a `Refinement`
+per jaxpr variable, seeded from the in_specs (`refine_shape.from_spec`) and propagated
+equation by equation with the pure rules of `_rules.refine` / `_rules.refine_shape`. Nested
+jaxprs (jit, custom_jvp/vjp, remat, cond, while, scan) are walked with their arguments'
+refinements mapped in; loops iterate to a fixed point (refinements only shrink). Unknown
+primitives give plain Varying: never a new false error.
+
+Besides the refinement rules' own errors (SPMD108, SPMD21x) at the equation's user line, the
+walk reports what only a jaxpr shows:
+
+- SPMD303 `varying-predicate`: a raw `cond`/`while_loop` whose predicate varies over an axis
+  while JAX types a result Invariant there (jax#40823: the gradient reduces inside the
+  divergent branches);
+- SPMD408 `opaque-drops-axis`: an opaque computation (a callback, an FFI call, or a call of
+  one) whose output is less varying than its inputs: JAX types a per-device result replicated
+  (jax-finufft#226), reported at the outermost call the user wrote;
+- SPMD407 `vmap-grad-invariant` and the cotangents' refinements: `jax.grad` / `jax.vjp` are
+  routed while infer traces (`routed_autodiff`) so that each gradient is marked with its primal,
+  and typed by the cotangent rule (Rep <-> Partial, Shard kept) instead of by walking the
+  transposed equations (which lose the Shard at any constant index).
+
+A few correct idioms that the strict runtime rules reject need the typed program's opt-outs;
+the walk of a raw program cannot see those, so it accepts them where the jaxpr says which one
+is meant (docs/design/shard_partial.md, F1-F6): a non-linear op on a partial sum whose only
+use is `pmax`/`pmin` (a per-shard statistic), a partial sum plus a constant built in the
+program (a regulariser such as `eps * eye`), a replicated term divided by the axis size
+(the pre-divided bias), and per-example gradients summed over the batch right away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+
+from .. import _compat, _rules
+from .._errors import SpmdTypeError, error
+from .._rules import LITERAL, SpmdType
+from .._rules import refine as _r
+from .._rules import refine_shape as _rs
+from .._rules.refine import FIXED, INDEX, NONE, PARTIAL, REP, Arg, Refinement, Shard
+
+Where = "tuple[str, int] | None"
+Report = Callable[[SpmdTypeError, Any, str], None]
+
+#: markers `routed_autodiff` leaves in the jaxpr: a `jit` of `(primal, cotangent) -> cotangent`
+CT_MARK = "spmdtyped_cotangent"
+PER_EXAMPLE_MARK = "spmdtyped_per_example_cotangent"
+
+#: elementwise primitives (rule names of `_rules.PRIMITIVES`, which refine understands for the
+#: linear ones: add/sub/mul/div/neg/astype/copy/...; every other name is non-linear)
+_ELEMENTWISE = frozenset({
+    "add", "add_any", "sub", "mul", "div", "neg", "max", "min", "pow", "atan2", "rem", "clamp",
+    "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor", "not", "exp", "exp2", "log", "tanh",
+    "sin", "cos", "tan", "sqrt", "rsqrt", "abs", "square", "sign", "log1p", "expm1", "logistic",
+    "erf", "erfc", "erf_inv", "floor", "ceil", "round", "is_finite", "integer_pow",
+    "convert_element_type", "reduce_precision", "copy", "copy_p", "conj", "real", "imag",
+    "stop_gradient", "cbrt", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+    "lgamma", "digamma", "nextafter", "shift_left", "shift_right_logical",
+    "shift_right_arithmetic", "population_count", "select_n",
+})
+_REDUCTIONS = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
+               "reduce_prod": "prod", "reduce_and": "all", "reduce_or": "any",
+               "argmax": "argmax", "argmin": "argmin"}
+_ALONG = {"cumsum": "cumsum", "cumprod": "cumprod", "cummax": "cummax", "cummin": "cummin",
+          "cumlogsumexp": "cumprod"}
+#: primitives with a rule here (structural) or elsewhere: never "opaque"
+_STRUCTURAL = frozenset({"dot_general", "transpose", "reshape", "broadcast_in_dim", "squeeze",
+                         "expand_dims", "slice", "dynamic_slice", "gather", "concatenate", "pad",
+                         "iota", "sort", "rev", "axis_index", "split", "dynamic_update_slice",
+                         "scatter", "scatter-add", "scatter_add", "full", "empty"})
+#: primitives that compute on their operands without a rule here, whose output states JAX
+#: derives from the inputs (so they never drop an axis): not opaque either
+_KNOWN_PLAIN = frozenset({"eigh", "svd", "qr", "cholesky", "triangular_solve", "lu",
+                          "custom_linear_solve", "while", "cond", "scan", "random_bits",
+                          "random_seed", "random_wrap", "random_unwrap", "threefry2x32",
+                          "erf_inv", "clz", "top_k", "reduce_xor", "reduce_and", "reduce_or",
+                          "conv_general_dilated", "fft", "cumlogsumexp", "select_and_scatter_add",
+                          "reduce_window_sum", "reduce_window_max", "reduce_window_min",
+                          "optimization_barrier", "name", "with_sharding_constraint",
+                          "sharding_constraint", "device_put", "mesh_cast", "reshard",
+                          "pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
+                          "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
+                          "shard_map"})
+
+
+@dataclasses.dataclass
+class _Pending:
+    """A violation that the uses of a value may excuse (see the module docstring)."""
+
+    error: SpmdTypeError
+    where: Any
+    extra: str
+    #: "nonlinear" (excused by pmax/pmin uses), "per_example" (by a sum over dim 0),
+    #: "opaque" (by a cast back to Varying on the dropped axes)
+    kind: str
+    axes: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass
+class RefineWalk:
+    """Walks a jaxpr with refinements; `report(e, where, extra)` receives each violation."""
+
+    report: Report
+    axis_sizes: dict[str, int]
+    steps: list[tuple[Any, str, str]] = dataclasses.field(default_factory=list)
+
+    # ------------------------------------------------------------------ entry points
+
+    def top(self, jaxpr: Any, in_refs: Sequence[Refinement]) -> list[Refinement]:
+        """Walk the shard_map body `jaxpr` whose inputs have `in_refs`; the outputs' refs."""
+        outs, pending = self.jaxpr(jaxpr, list(in_refs), parent=None, quiet=False)
+        for p in pending:   # reaching the body's outputs: nothing will excuse them
+            self.report(p.error, p.where, p.extra)
+        return outs
+
+    # ------------------------------------------------------------------ jaxprs
+
+    def jaxpr(self, jaxpr: Any, in_refs: list[Refinement], *, parent: Any, quiet: bool,
+              consts: Sequence[Any] = ()) -> tuple[list[Refinement], list[_Pending]]:
+        """Walk one (open) jaxpr. Returns the outputs' refinements and the pending violations
+        that reach its outputs (the caller decides about them)."""
+        env: dict[Any, Refinement] = {}
+        side = _Side()
+        for v in jaxpr.constvars:
+            env[v] = NONE
+        for v, r in zip(jaxpr.invars, in_refs, strict=False):
+            env[v] = r
+        uses: dict[Any, list[Any]] = {}
+        for eqn in jaxpr.eqns:
+            for v in eqn.invars:
+                if not _is_literal(v):
+                    uses.setdefault(v, []).append(eqn)
+        pending: dict[Any, _Pending] = {}
+        for eqn in jaxpr.eqns:
+            self.eqn(eqn, env, side, pending, parent=parent, quiet=quiet)
+        outvars = [v for v in jaxpr.outvars if not _is_literal(v)]
+        left: list[_Pending] = []
+        for v, p in pending.items():
+            if quiet:
+                continue
+            if any(o is v for o in outvars):
+                left.append(p)
+                continue
+            if _excused(p, uses.get(v, [])):
+                continue
+            self.report(p.error, p.where, p.extra)
+        outs = [NONE if _is_literal(v) else env.get(v, NONE) for v in jaxpr.outvars]
+        return outs, left
+
+    # ------------------------------------------------------------------ one equation
+
+    def eqn(self, eqn: Any, env: dict[Any, Refinement], side: _Side,
+            pending: dict[Any, _Pending], *, parent: Any, quiet: bool) -> None:
+        from ._walk import user_frame
+
+        name = _compat.primitive_name(eqn)
+        frames = _compat.eqn_frames(eqn)
+        where = user_frame(frames) or parent
+        if _from_autodiff(frames, where):
+            # a tangent or transposed equation: typed by the cotangent rule at the grad
+            # (routed_autodiff's markers), not by walking what JAX generated (class 7, G5)
+            quiet = True
+        ins = [LITERAL if _is_literal(v) else _compat.aval_type(v.aval) for v in eqn.invars]
+        outs = [_compat.aval_type(v.aval) for v in eqn.outvars]
+        refs = [NONE if _is_literal(v) else env.get(v, NONE) for v in eqn.invars]
+        op = name
+        results: list[Refinement] | None = None
+        try:
+            results = self._rule(eqn, name, ins, outs, refs, env, side, pending, where, quiet)
+        except SpmdTypeError as e:
+            if not quiet:
+                if self._excuse_now(e, eqn, name, ins, refs, side):
+                    results = [NONE] * len(outs)
+                else:
+                    deferred = e.code == "SPMD211"
+                    if deferred and eqn.outvars:
+                        pending[eqn.outvars[0]] = _Pending(e, where, f"primitive: {op}", "nonlinear")
+                    else:
+                        self.report(e, where, f"primitive: {op}")
+        if results is None:
+            results = [NONE] * len(outs)
+        data = any(r.data for r in refs)
+        _track_side(side, eqn, name, self.axis_sizes)
+        for v, t, r in zip(eqn.outvars, outs, results, strict=False):
+            env[v] = r.restrict(t.varying).with_data(r.data or data)
+        # opaque values cast back to Varying on the axes they dropped
+        if name in ("pvary", "reduced_vary_cast") or _rules.AXIS_PRIMITIVES.get(name) == "pvary":
+            for v in eqn.invars:
+                p = None if _is_literal(v) else pending.get(v)
+                if p is not None and p.kind == "opaque" and p.axes <= outs[0].varying:
+                    del pending[v]
+        self.steps.append((where, name, ", ".join(str(r) for r in results)))
+
+    def _rule(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
+              refs: list[Refinement], env: dict[Any, Refinement], side: _Side,
+              pending: dict[Any, _Pending], where: Any, quiet: bool) -> list[Refinement] | None:
+        out = outs[0] if outs else SpmdType()
+        shapes = [_shape(v) for v in eqn.invars]
+        out_shape = _shape(eqn.outvars[0]) if eqn.outvars else ()
+        op = name
+        p = eqn.params
+        subs = _compat.sub_jaxprs(eqn)
+
+        mark = str(p.get("name", "")) if name == "jit" else ""
+        if mark == CT_MARK or mark.startswith(PER_EXAMPLE_MARK):
+            ct = _rs.cotangent(refs[0]).restrict(out.varying)
+            if mark.startswith(PER_EXAMPLE_MARK) and not quiet:
+                loss_axes = [a for a in mark[len(PER_EXAMPLE_MARK):].split("__") if a]
+                e = _per_example_error(ins[0], loss_axes)
+                if e is not None:
+                    pending[eqn.outvars[0]] = _Pending(e, where, "jax.grad under jax.vmap",
+                                                       "per_example")
+            return [ct.with_data(True)]
+        if name in _rules.AXIS_PRIMITIVES:
+            return self._collective(eqn, name, ins, outs, refs, shapes)
+        if name == "axis_index":
+            return [_rs.axis_index(_axes(eqn))]
+        if name in _ELEMENTWISE:
+            return [self._elementwise(eqn, name, ins, out, refs, shapes, out_shape, side, op)]
+        if name in _REDUCTIONS:
+            return [_r.reduction(_REDUCTIONS[name], ins[0], refs[0], out, ndim=len(shapes[0]),
+                                 axis=tuple(p.get("axes", ())), op=op)]
+        if name in _ALONG:
+            return [_r.along_dim(_ALONG[name], ins[0], refs[0], out, ndim=len(shapes[0]),
+                                 axis=int(p.get("axis", 0)), op=op)]
+        if name == "sort":
+            dim = int(p.get("dimension", -1))
+            return [_r.along_dim("sort", t, r, o, ndim=len(s), axis=dim, op=op)
+                    for t, r, o, s in zip(ins, refs, outs, shapes, strict=False)]
+        if name == "rev":
+            dims = tuple(p.get("dimensions", ()))
+            return [_r.along_dim("flip", ins[0], refs[0], out, ndim=len(shapes[0]),
+                                 axis=dims[0] if len(dims) == 1 else None, op=op)]
+        if name == "dot_general":
+            spec = _dot_spec(p["dimension_numbers"], len(shapes[0]), len(shapes[1]))
+            args = [Arg(ins[0], refs[0], shapes[0]), Arg(ins[1], refs[1], shapes[1])]
+            return [_r.einsum(spec, args, out, op="dot_general")]
+        if name == "transpose":
+            return [_rs.transpose(out, refs[0], tuple(p["permutation"]), len(shapes[0]))]
+        if name == "reshape":
+            return [_rs.reshape(out, refs[0], shapes[0], out_shape)]
+        if name == "squeeze":
+            return [_rs.squeeze(out, refs[0], len(shapes[0]), tuple(p["dimensions"]))]
+        if name == "expand_dims":
+            return [_rs.expand(out, refs[0], len(shapes[0]), tuple(p["dimensions"]))]
+        if name == "broadcast_in_dim":
+            return [_broadcast(out, refs[0], shapes[0], out_shape,
+                               tuple(p["broadcast_dimensions"]))]
+        if name == "slice":
+            items = _slice_items(shapes[0], p["start_indices"], p["limit_indices"],
+                                 p.get("strides"))
+            return [_rs.index(ins[0], refs[0], out, len(shapes[0]), items, len(out_shape))]
+        if name == "dynamic_slice":
+            return [self._dynamic_slice(ins, refs, out, shapes, tuple(p["slice_sizes"]))]
+        if name == "gather":
+            return [_rs.index(ins[0], refs[0], out, len(shapes[0]), ["array"], len(out_shape))]
+        if name == "concatenate":
+            args = [Arg(t, r, s) for t, r, s in zip(ins, refs, shapes, strict=True)]
+            return [_rs.concatenate(args, out, axis=int(p["dimension"]), out_ndim=len(out_shape),
+                                    op="concatenate")]
+        if name == "pad":
+            return [_pad(ins[0], refs[0], out, shapes[0], p.get("padding_config", ()))]
+        if name == "iota":
+            return [NONE]
+        if name == "cond":
+            return self._cond(eqn, ins, outs, refs, where, quiet, pending)
+        if name == "while":
+            return self._while(eqn, ins, outs, refs, where, quiet, pending)
+        if name == "scan":
+            return self._scan(eqn, outs, refs, shapes, where, quiet, pending)
+        if name == "shard_map":
+            return None
+        if subs:
+            return self._call(eqn, subs, ins, outs, refs, where, quiet, pending)
+        if name not in _STRUCTURAL and name not in _KNOWN_PLAIN and not quiet:
+            self._opaque(eqn, name, ins, outs, where, pending)
+        return None
+
+    # ------------------------------------------------------------------ families
+
+    def _collective(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
+                    refs: list[Refinement], shapes: list[tuple[int, ...]]) -> list[Refinement]:
+        rule = _rules.AXIS_PRIMITIVES[name]
+        kind = {"pcast_varying": "pcast_varying"}.get(rule, rule)
+        p = eqn.params
+        params = {"axis": p.get("all_gather_dimension", p.get("axis", 0)),
+                  "tiled": p.get("tiled", False),
+                  "scatter_dimension": p.get("scatter_dimension", 0),
+                  "split_axis": p.get("split_axis", 0)}
+        axes = _axes(eqn)
+        res = []
+        for t, r, o, s in zip(ins, refs, outs, shapes, strict=False):
+            if t is LITERAL:
+                t = SpmdType()
+            got = _rs.collective(kind, t, r, o, axes, shape=s, op=_api(name), params=params)
+            # a cast keeps what the value is made of (a constant stays a constant)
+            res.append(got.with_data(r.data) if rule in ("pvary", "pcast_varying") else got)
+        return res or [NONE]
+
+    def _elementwise(self, eqn: Any, name: str, ins: list[Any], out: SpmdType,
+                     refs: list[Refinement], shapes: list[tuple[int, ...]],
+                     out_shape: tuple[int, ...], side: _Side, op: str) -> Refinement:
+        rule = _rules.PRIMITIVES.get(name, name)
+        if name == "stop_gradient":
+            rule = "stop_gradient"
+        # the extent each operand really has along each dim: 1 where it was broadcast there;
+        # a scalar constant JAX cast itself (the auto-pvary of a literal) is that literal
+        eff = [side.effective(v, s) for v, s in zip(eqn.invars, shapes, strict=True)]
+        ins = [LITERAL if (not _is_literal(v) and side.is_constant(v) and not s) else t
+               for v, t, s in zip(eqn.invars, ins, shapes, strict=True)]
+        args = [Arg(t, r, e) for t, r, e in zip(ins, refs, eff, strict=True)]
+        onehot_fill = False
+        if name == "select_n":
+            if len(args) != 3:
+                return NONE
+            args = [args[0], args[2], args[1]]     # where(pred, on_true, on_false)
+            onehot_fill = side.is_zero(eqn.invars[1])
+            rule = "where"
+        side.after_elementwise(eqn, name)
+        res = _r.elementwise(rule, args, out, op=_api(name), out_ndim=len(out_shape),
+                             onehot_fill=onehot_fill)
+        if rule == "where":
+            # a choice between offsets derived from axis_index(a) (JAX's clamp of a dynamic
+            # index) is still derived from it
+            idx = {a for a in out.varying
+                   if {_r.kind(x.type, x.ref, a) for x in args[1:]} - {FIXED} == {INDEX}}
+            if idx:
+                res = Refinement.of({**res.as_dict(), **{a: INDEX for a in idx}}, res.data)
+        return res
+
+    def _dynamic_slice(self, ins: list[Any], refs: list[Refinement], out: SpmdType,
+                       shapes: list[tuple[int, ...]], sizes: tuple[int, ...]) -> Refinement:
+        """A full dim keeps a Shard, a partial slice drops it; slicing a replicated value at
+        an offset made from `axis_index(a)` gives Shard(a) on that dim (rule 1)."""
+        shape = shapes[0]
+        items = ["slice:full" if sz == n else "slice:part" for sz, n in zip(sizes, shape, strict=True)]
+        res = _rs.index(ins[0], refs[0], out, len(shape), items, len(shape)).as_dict()
+        for d, (idx_t, idx_r) in enumerate(zip(ins[1:], refs[1:], strict=False)):
+            if sizes[d] == shape[d] or idx_t is LITERAL:
+                continue
+            for a in out.varying:
+                if _r.kind(idx_t, idx_r, a) is INDEX and _r.kind(ins[0], refs[0], a) in (FIXED, REP):
+                    res[a] = Shard(d - len(shape))
+        return Refinement.of(res, refs[0].data)
+
+    def _call(self, eqn: Any, subs: list[Any], ins: list[Any], outs: list[SpmdType],
+              refs: list[Refinement], where: Any, quiet: bool,
+              pending: dict[Any, _Pending]) -> list[Refinement] | None:
+        sub = next((s for s in subs if len(s.invars) == len(eqn.invars)
+                    and len(s.outvars) == len(eqn.outvars)), None)
+        if sub is None:
+            return None
+        res, left = self.jaxpr(sub, refs, parent=where, quiet=quiet)
+        for p in left:
+            if p.kind == "opaque":
+                self._opaque_call(eqn, ins, outs, where, pending, p)
+            else:
+                for v in eqn.outvars[:1]:
+                    pending.setdefault(v, dataclasses.replace(p))
+        return res
+
+    def _cond(self, eqn: Any, ins: list[Any], outs: list[SpmdType], refs: list[Refinement],
+              where: Any, quiet: bool, pending: dict[Any, _Pending]) -> list[Refinement]:
+        pred_t = ins[0] if ins[0] is not LITERAL else SpmdType()
+        diverge = pred_t.varying
+        if diverge and not quiet:
+            bad = sorted(a for a in diverge for o in outs if a not in o.varying)
+            if bad:
+                self.report(_varying_predicate("jax.lax.cond", sorted(set(bad)), outs), where,
+                            "primitive: cond")
+        joined: list[Refinement] | None = None
+        for br in eqn.params["branches"]:
+            jp = br.jaxpr if hasattr(br, "jaxpr") else br
+            res, _left = self.jaxpr(jp, refs[1:], parent=where, quiet=quiet)
+            joined = res if joined is None else [_rs.join(a, b, o.varying)
+                                                 for a, b, o in zip(joined, res, outs, strict=True)]
+        return [_diverged(r, diverge) for r in (joined or [NONE] * len(outs))]
+
+    def _while(self, eqn: Any, ins: list[Any], outs: list[SpmdType], refs: list[Refinement],
+               where: Any, quiet: bool, pending: dict[Any, _Pending]) -> list[Refinement]:
+        p = eqn.params
+        nc, nb = int(p["cond_nconsts"]), int(p["body_nconsts"])
+        cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
+        cj, bj = (cj.jaxpr if hasattr(cj, "jaxpr") else cj), (bj.jaxpr if hasattr(bj, "jaxpr") else bj)
+        cconsts, bconsts, carry = refs[:nc], refs[nc:nc + nb], refs[nc + nb:]
+        pred_t = _compat.aval_type(cj.outvars[0].aval) if cj.outvars else SpmdType()
+        diverge = pred_t.varying
+        if diverge and not quiet:
+            bad = sorted(a for a in diverge for o in outs if a not in o.varying)
+            if bad:
+                self.report(_varying_predicate("jax.lax.while_loop", sorted(set(bad)), outs),
+                            where, "primitive: while")
+        carry = [_diverged(r, diverge) for r in carry]
+        carry = self._fixed_point(bj, list(bconsts), carry, outs, nb, where)
+        self.jaxpr(cj, list(cconsts) + carry, parent=where, quiet=quiet)
+        res, _ = self.jaxpr(bj, list(bconsts) + carry, parent=where, quiet=quiet)
+        return [_diverged(_rs.join(c, r, o.varying), diverge)
+                for c, r, o in zip(carry, res, outs, strict=True)]
+
+    def _scan(self, eqn: Any, outs: list[SpmdType], refs: list[Refinement],
+              shapes: list[tuple[int, ...]], where: Any, quiet: bool,
+              pending: dict[Any, _Pending]) -> list[Refinement]:
+        p = eqn.params
+        nconsts, ncarry = int(p["num_consts"]), int(p["num_carry"])
+        body = p["jaxpr"].jaxpr if hasattr(p["jaxpr"], "jaxpr") else p["jaxpr"]
+        consts, carry = refs[:nconsts], refs[nconsts:nconsts + ncarry]
+        xs = [_drop_leading(r, len(s)) for r, s in
+              zip(refs[nconsts + ncarry:], shapes[nconsts + ncarry:], strict=True)]
+        carry = self._fixed_point(body, list(consts), list(carry), outs[:ncarry], 0, where,
+                                  extra=xs)
+        res, _ = self.jaxpr(body, list(consts) + carry + xs, parent=where, quiet=quiet)
+        return [_rs.join(c, r, o.varying) for c, r, o in zip(carry, res[:ncarry], outs, strict=True)] \
+            + res[ncarry:]
+
+    def _fixed_point(self, body: Any, consts: list[Refinement], carry: list[Refinement],
+                     outs: Sequence[SpmdType], _nb: int, where: Any,
+                     extra: Sequence[Refinement] = ()) -> list[Refinement]:
+        for _ in range(16):
+            res, _ = self.jaxpr(body, consts + carry + list(extra), parent=where, quiet=True)
+            new = [_rs.join(c, r, o.varying) for c, r, o in zip(carry, res, outs, strict=False)]
+            if new == carry:
+                return carry
+            carry = new
+        return [NONE] * len(carry)
+
+    # ------------------------------------------------------------------ opaque computations
+
+    def _opaque(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], where: Any,
+                pending: dict[Any, _Pending]) -> None:
+        varying = frozenset().union(*(t.varying for t in ins if t is not LITERAL)) if ins else frozenset()
+        for v, o in zip(eqn.outvars, outs, strict=True):
+            dropped = varying - o.varying
+            if dropped:
+                pending[v] = _Pending(_opaque_error(name, sorted(dropped), ins, o), where,
+                                      f"primitive: {name}", "opaque", frozenset(dropped))
+
+    def _opaque_call(self, eqn: Any, ins: list[Any], outs: list[SpmdType], where: Any,
+                     pending: dict[Any, _Pending], inner: _Pending) -> None:
+        """An opaque result reached the outputs of a call: report it at the call when the
+        call's own outputs drop the axes (the line the user wrote), else it was cast back."""
+        name = _compat.primitive_name(eqn)
+        varying = frozenset().union(*(t.varying for t in ins if t is not LITERAL)) if ins else frozenset()
+        for v, o in zip(eqn.outvars, outs, strict=True):
+            dropped = (varying - o.varying) & inner.axes
+            if dropped:
+                inner_name = inner.extra.removeprefix("primitive: ")
+                pending[v] = _Pending(_opaque_error(f"{name} of {inner_name}", sorted(dropped),
+                                                    ins, o), where, f"primitive: {name}",
+                                      "opaque", frozenset(dropped))
+                return
+
+    # ------------------------------------------------------------------ excuses
+
+    def _excuse_now(self, e: SpmdTypeError, eqn: Any, name: str, ins: list[Any],
+                    refs: list[Refinement], side: _Side) -> bool:
+        """SPMD210 (a partial sum plus a replicated term) when that term is a constant built
+        in the program (a regulariser) or was divided by the axis size (the pre-divided bias,
+        F1): accepted by the raw walk, as the typed program accepts them with an opt-out."""
+        if e.code != "SPMD210" or name not in ("add", "add_any", "sub"):
+            return False
+        axis = e.axes[0] if e.axes else None
+        for v, t, r in zip(eqn.invars, ins, refs, strict=True):
+            k = _r.kind(t, r, axis) if axis else None
+            if k is PARTIAL:
+                continue
+            if k in (FIXED, REP) and (side.is_constant(v) or axis in side.prescaled(v)):
+                continue
+            return False
+        return True
+
+
+def _per_example_error(primal: Any, loss_axes: Sequence[str]) -> SpmdTypeError | None:
+    """SPMD407 for a per-example gradient of a parameter Invariant where the loss varies."""
+    t = primal if isinstance(primal, SpmdType) else SpmdType()
+    try:
+        _rules.check_vmap_grad(SpmdType(varying=tuple(loss_axes)), [("the parameter", t)],
+                               op="jax.grad")
+    except SpmdTypeError as err:
+        return err
+    return None
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+_AUTODIFF_FUNCTIONS = ("tangent_fun", "backward_pass", "transpose", "_linear_jvp")
+
+
+def _from_autodiff(frames: Sequence[tuple[str, int, str]], user: Any) -> bool:
+    """Whether JAX's autodiff generated the equation (a tangent or a transposed equation):
+    one of the library functions between the bind and the user's frame says so."""
+    for file, line, fn in frames:
+        if user is not None and (file, line) == tuple(user):
+            return False
+        if any(k in fn for k in _AUTODIFF_FUNCTIONS):
+            return True
+    return False
+
+
+def _is_literal(v: Any) -> bool:
+    return type(v).__name__ == "Literal"
+
+
+def _shape(v: Any) -> tuple[int, ...]:
+    aval = getattr(v, "aval", None)
+    return tuple(int(d) for d in getattr(aval, "shape", ()) or ())
+
+
+def _axes(eqn: Any) -> tuple[str, ...]:
+    p = eqn.params
+    a = p.get("axes", p.get("axis_name", ()))
+    if isinstance(a, str):
+        return (a,)
+    return tuple(x for x in a if isinstance(x, str))
+
+
+def _api(name: str) -> str:
+    return f"jax.lax.{name}" if name in _rules.AXIS_PRIMITIVES else name
+
+
+def _dot_spec(dn: Any, lhs_ndim: int, rhs_ndim: int) -> str:
+    """`dot_general`'s dimension numbers as an einsum spec (batch, lhs free, rhs free)."""
+    (lc, rc), (lb, rb) = dn
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    lhs = [""] * lhs_ndim
+    rhs = [""] * rhs_ndim
+    out_b, out_l, out_r = [], [], []
+    for i, j in zip(lb, rb, strict=True):
+        c = next(letters)
+        lhs[i] = rhs[j] = c
+        out_b.append(c)
+    for i, j in zip(lc, rc, strict=True):
+        c = next(letters)
+        lhs[i] = rhs[j] = c
+    for i in range(lhs_ndim):
+        if not lhs[i]:
+            lhs[i] = next(letters)
+            out_l.append(lhs[i])
+    for j in range(rhs_ndim):
+        if not rhs[j]:
+            rhs[j] = next(letters)
+            out_r.append(rhs[j])
+    return f"{''.join(lhs)},{''.join(rhs)}->{''.join(out_b + out_l + out_r)}"
+
+
+def _broadcast(out: SpmdType, ref: Refinement, shape: tuple[int, ...], out_shape: tuple[int, ...],
+               bdims: tuple[int, ...]) -> Refinement:
+    res: dict[str, Any] = {}
+    for a, k in ref.items:
+        if isinstance(k, Shard):
+            src = k.dim + len(shape)
+            if 0 <= src < len(bdims) and shape[src] == out_shape[bdims[src]]:
+                res[a] = Shard(bdims[src] - len(out_shape))
+        else:
+            res[a] = k
+    return Refinement.of(res, ref.data).restrict(out.varying)
+
+
+def _slice_items(shape: tuple[int, ...], start: Sequence[int], limit: Sequence[int],
+                 strides: Sequence[int] | None) -> list[str]:
+    items = []
+    for d, n in enumerate(shape):
+        s = strides[d] if strides else 1
+        items.append("slice:full" if start[d] == 0 and limit[d] == n and s in (1, None)
+                     else "slice:part")
+    return items
+
+
+def _pad(t: Any, ref: Refinement, out: SpmdType, shape: tuple[int, ...], config: Any) -> Refinement:
+    res: dict[str, Any] = {}
+    for a, k in ref.items:
+        if isinstance(k, Shard):
+            lo, hi, interior = config[k.dim + len(shape)]
+            if lo or hi or interior:
+                continue
+        res[a] = k
+    return Refinement.of(res, ref.data).restrict(out.varying)
+
+
+def _drop_leading(ref: Refinement, ndim: int) -> Refinement:
+    """A scan slice: the leading dim is gone (a Shard on it is lost)."""
+    return Refinement.of({a: k for a, k in ref.items
+                          if not (isinstance(k, Shard) and k.dim == -ndim)}, ref.data)
+
+
+def _diverged(ref: Refinement, axes: frozenset[str]) -> Refinement:
+    """After devices took different paths over `axes`, only Shards (layouts) still hold."""
+    if not axes:
+        return ref
+    return Refinement.of({a: k for a, k in ref.items if a not in axes or isinstance(k, Shard)},
+                         ref.data)
+
+
+def _excused(p: _Pending, uses: list[Any]) -> bool:
+    if not uses:
+        return False
+    names = [_compat.primitive_name(e) for e in uses]
+    if p.kind == "nonlinear":
+        return all(n in ("pmax", "pmin") for n in names)
+    if p.kind == "per_example":
+        return all(n == "reduce_sum" and 0 in tuple(e.params.get("axes", ()))
+                   for n, e in zip(names, uses, strict=True))
+    return False
+
+
+def _varying_predicate(api: str, axes: list[str], outs: Sequence[SpmdType]) -> SpmdTypeError:
+    a = axes[0]
+    return error("SPMD303", f"{api}: the predicate varies over {a!r}, but JAX types a result "
+                 f"Invariant there: devices take different branches, and under grad the "
+                 f"reduction of the operands' cotangents runs inside them (jax#40823)",
+                 axes=tuple(axes), states={x: "varying predicate, invariant result" for x in axes},
+                 op=api, details=tuple(f"result: {o}" for o in outs[:3]),
+                 fix=f"x = jax.lax.pcast(x, {a!r}, to='varying') for each operand before the "
+                     f"branch (st.cond does it), or make the predicate uniform: "
+                     f"jax.lax.pmax(pred, {a!r})")
+
+
+def _opaque_error(name: str, axes: list[str], ins: Sequence[Any], out: SpmdType) -> SpmdTypeError:
+    a = axes[0]
+    return error("SPMD408", f"{name}: an input varies over {a!r} but JAX types the result "
+                 f"{out.state(a).title} there: the opaque computation's per-device result is "
+                 f"taken as replicated, and its backward as a finished gradient "
+                 f"(jax-finufft#226)", axes=tuple(axes),
+                 states={x: "dropped by an opaque computation" for x in axes}, op=name,
+                 details=tuple(f"input: {t}" for t in ins if t is not LITERAL)[:3],
+                 fix=f"pcast the replicated inputs to varying over {a!r} before the kernel and its "
+                     f"outputs and cotangents after it (st.opaque(kernel)(...) does both)")
+
+
+class _Side:
+    """What the refinements do not say about a value: which dims it was broadcast along
+    (constant there: its real extent is 1), whether it is a constant built in the program
+    (no array data), whether it is zero, and which axes' sizes it was divided by."""
+
+    def __init__(self) -> None:
+        self.bcast: dict[Any, frozenset[int]] = {}
+        self.const: set[Any] = set()
+        self.zero: set[Any] = set()
+        self.scaled: dict[Any, frozenset[str]] = {}
+
+    def effective(self, v: Any, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+        if _is_literal(v):
+            return ()
+        dims = self.bcast.get(v, frozenset())
+        n = len(shape)
+        return tuple(1 if (d - n) in dims else s for d, s in enumerate(shape))
+
+    def is_zero(self, v: Any) -> bool:
+        if _is_literal(v):
+            try:
+                return bool(float(v.val) == 0.0)
+            except (TypeError, ValueError):
+                return False
+        return v in self.zero
+
+    def is_constant(self, v: Any) -> bool:
+        return _is_literal(v) or v in self.const
+
+    def prescaled(self, v: Any) -> frozenset[str]:
+        return self.scaled.get(v, frozenset())
+
+    def after_elementwise(self, eqn: Any, name: str) -> None:
+        ins = eqn.invars
+        outs = eqn.outvars
+        if not outs:
+            return
+        o = outs[0]
+        dims = None
+        for v in ins:
+            if _is_literal(v):
+                continue
+            d = self.bcast.get(v, frozenset())
+            dims = d if dims is None else dims & d
+        if dims:
+            self.bcast[o] = dims
+        if all(self.is_constant(v) for v in ins):
+            self.const.add(o)
+        if name in ("convert_element_type", "copy", "copy_p") and ins and self.is_zero(ins[0]):
+            self.zero.add(o)
+
+
+def _track_side(side: _Side, eqn: Any, name: str, sizes: dict[str, int]) -> None:
+    """Side facts of the structural equations (called for every equation)."""
+    ins, outs = eqn.invars, eqn.outvars
+    if not outs:
+        return
+    o = outs[0]
+    if name == "broadcast_in_dim":
+        shape, out_shape = _shape(ins[0]), _shape(o)
+        bd = tuple(eqn.params["broadcast_dimensions"])
+        n = len(out_shape)
+        kept = {bd[i]: i for i in range(len(bd))}
+        dims = set()
+        src_b = side.bcast.get(ins[0], frozenset()) if not _is_literal(ins[0]) else frozenset()
+        for d in range(n):
+            if d not in kept:
+                dims.add(d - n)
+            else:
+                i = kept[d]
+                if shape[i] == 1 and out_shape[d] != 1 or (i - len(shape)) in src_b:
+                    dims.add(d - n)
+        side.bcast[o] = frozenset(dims)
+        if side.is_constant(ins[0]):
+            side.const.add(o)
+        if side.is_zero(ins[0]):
+            side.zero.add(o)
+        if not _is_literal(ins[0]) and side.prescaled(ins[0]):
+            side.scaled[o] = side.prescaled(ins[0])
+    elif name == "iota":
+        side.const.add(o)
+    elif name in ("pvary", "reduced_vary_cast"):
+        for v, out in zip(ins, outs, strict=False):
+            if side.is_constant(v):
+                side.const.add(out)
+            if side.is_zero(v):
+                side.zero.add(out)
+            if not _is_literal(v):
+                if side.prescaled(v):
+                    side.scaled[out] = side.prescaled(v)
+                if v in side.bcast:
+                    side.bcast[out] = side.bcast[v]
+    elif name in ("div", "mul") and len(ins) == 2:
+        num, den = ins
+        if _is_literal(den) and not _is_literal(num):
+            try:
+                val = float(den.val)
+            except (TypeError, ValueError):
+                return
+            scale = val if name == "div" else (1.0 / val if val else 0.0)
+            axes = frozenset(a for a, s in sizes.items() if s > 1 and abs(scale - s) < 1e-6)
+            if axes:
+                side.scaled[o] = axes | side.prescaled(num)
+    elif name in ("reshape", "squeeze", "expand_dims", "transpose", "slice", "convert_element_type"):
+        if ins and not _is_literal(ins[0]):
+            if side.is_constant(ins[0]):
+                side.const.add(o)
+            if side.prescaled(ins[0]):
+                side.scaled[o] = side.prescaled(ins[0])
+
+
+# ------------------------------------------------------------------------------ routing
+
+
+_ROUTE_LOCK = threading.RLock()
+_ROUTE_DEPTH = [0]
+_SAVED: dict[str, Any] = {}
+
+
+def _mark(primal: Any, ct: Any, name: str) -> Any:
+    """`ct`, returned through a `jit` named `name` that also takes `primal`: the walk types
+    the result by the cotangent rule of `primal`'s refinement."""
+    if ct is None or not isinstance(ct, (jax.Array, jax.core.Tracer)) \
+            or getattr(ct, "dtype", None) == jax.dtypes.float0:
+        return ct
+    if not isinstance(primal, (jax.Array, jax.core.Tracer)):
+        return ct
+
+    def ident(p: Any, c: Any) -> Any:
+        return c
+
+    ident.__name__ = name
+    return jax.jit(ident)(primal, ct)
+
+
+def _marked_tree(primals: Any, cts: Any, name: str) -> Any:
+    try:
+        return jax.tree_util.tree_map(lambda p, c: _mark(p, c, name), primals, cts)
+    except (ValueError, TypeError):
+        return cts
+
+
+def _routed_value_and_grad(orig: Callable[..., Any], fun: Callable[..., Any],
+                           argnums: int | Sequence[int] = 0, has_aux: bool = False,
+                           **kw: Any) -> Callable[..., Any]:
+    state: dict[str, Any] = {}
+
+    @functools.wraps(fun)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        res = fun(*args, **kwargs)
+        loss = res[0] if has_aux else res
+        try:
+            t = _compat.typeof_raw(loss)
+            batched = bool(t.varying) and _compat.is_batched(loss)
+            state["loss_axes"] = tuple(sorted(t.varying)) if batched else ()
+        except TypeError:
+            state["loss_axes"] = ()
+        return res
+
+    vg = orig(inner, argnums, has_aux=has_aux, **kw)
+
+    @functools.wraps(fun)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        value, grads = vg(*args, **kwargs)
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        prim = args[nums[0]] if isinstance(argnums, int) else tuple(args[k] for k in nums)
+        axes = state.get("loss_axes", ())
+        name = "__".join((PER_EXAMPLE_MARK, *axes)) if axes else CT_MARK
+        return value, _marked_tree(prim, grads, name)
+
+    return call
+
+
+@contextlib.contextmanager
+def routed_autodiff() -> Iterator[None]:
+    """Route `jax.grad`, `jax.value_and_grad` and `jax.vjp` while a body is traced for infer:
+    each gradient (each pullback's cotangent) is passed through a marker `jit` with its primal,
+    which the refinement walk types by the cotangent rule. The numbers are unchanged."""
+    with _ROUTE_LOCK:
+        if _ROUTE_DEPTH[0] == 0:
+            _SAVED.update(grad=jax.grad, value_and_grad=jax.value_and_grad, vjp=jax.vjp)
+            vg_orig = _SAVED["value_and_grad"]
+
+            def value_and_grad(fun: Callable[..., Any], argnums: Any = 0, has_aux: bool = False,
+                               **kw: Any) -> Callable[..., Any]:
+                return _routed_value_and_grad(vg_orig, fun, argnums, has_aux, **kw)
+
+            def grad(fun: Callable[..., Any], argnums: Any = 0, has_aux: bool = False,
+                     **kw: Any) -> Callable[..., Any]:
+                vg = _routed_value_and_grad(vg_orig, fun, argnums, has_aux, **kw)
+
+                @functools.wraps(fun)
+                def g(*args: Any, **kwargs: Any) -> Any:
+                    value, grads = vg(*args, **kwargs)
+                    return (grads, value[1]) if has_aux else grads
+
+                return g
+
+            vjp_orig = _SAVED["vjp"]
+
+            def vjp(fun: Callable[..., Any], *primals: Any, **kw: Any) -> Any:
+                res = vjp_orig(fun, *primals, **kw)
+                pull = res[1]
+
+                def pullback(ct: Any) -> Any:
+                    return _marked_tree(tuple(primals), pull(ct), CT_MARK)
+
+                return (res[0], pullback, *res[2:])
+
+            jax.grad, jax.value_and_grad, jax.vjp = grad, value_and_grad, vjp  # type: ignore[assignment]
+        _ROUTE_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        with _ROUTE_LOCK:
+            _ROUTE_DEPTH[0] -= 1
+            if _ROUTE_DEPTH[0] == 0:
+                jax.grad = _SAVED["grad"]
+                jax.value_and_grad = _SAVED["value_and_grad"]
+                jax.vjp = _SAVED["vjp"]
+                _SAVED.clear()
+
+
+# ------------------------------------------------------------------------------ entry
+
+
+def in_refinements(specs: Sequence[Any], avals: Sequence[Any], manual: Sequence[str]) -> list[Refinement]:
+    """The refinement of each shard_map input from its in_spec (`refine_shape.from_spec`)."""
+    out = []
+    for spec, aval in zip(specs, avals, strict=True):
+        ndim = len(getattr(aval, "shape", ()) or ())
+        entries = getattr(spec, "partitions", None)
+        entries = tuple(entries) if entries is not None else tuple(spec or ())
+        out.append(_rs.from_spec(entries, ndim, manual))
+    return out
+
+
+def walk_refinements(body: Any, in_refs: Sequence[Refinement], axis_sizes: dict[str, int],
+                     report: Report) -> RefineWalk:
+    """Walk the shard_map body jaxpr `body`; every violation goes to `report`."""
+    w = RefineWalk(report, axis_sizes)
+    w.top(body, in_refs)
+    return w
