@@ -31,28 +31,39 @@ program (a regulariser such as `eps * eye`), a replicated term divided by the ax
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
-
 from .. import _compat, _rules
-from .._errors import SpmdTypeError, error
+from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType
 from .._rules import refine as _r
 from .._rules import refine_shape as _rs
 from .._rules.refine import FIXED, INDEX, NONE, PARTIAL, REP, Arg, Refinement, Shard
+from ._refine_facts import (
+    Side,
+    api_name,
+    broadcast_ref,
+    diverged,
+    dot_spec,
+    drop_leading,
+    eqn_axes,
+    from_autodiff,
+    is_literal,
+    opaque_error,
+    pad_ref,
+    per_example_error,
+    shape_of,
+    slice_items,
+    track_side,
+    varying_predicate_error,
+)
+from ._refine_route import CT_MARK, PER_EXAMPLE_MARK
 
 Where = "tuple[str, int] | None"
 Report = Callable[[SpmdTypeError, Any, str], None]
 
-#: markers `routed_autodiff` leaves in the jaxpr: a `jit` of `(primal, cotangent) -> cotangent`
-CT_MARK = "spmdtyped_cotangent"
-PER_EXAMPLE_MARK = "spmdtyped_per_example_cotangent"
 
 #: elementwise primitives (rule names of `_rules.PRIMITIVES`, which refine understands for the
 #: linear ones: add/sub/mul/div/neg/astype/copy/...; every other name is non-linear)
@@ -128,7 +139,7 @@ class RefineWalk:
         """Walk one (open) jaxpr. Returns the outputs' refinements and the pending violations
         that reach its outputs (the caller decides about them)."""
         env: dict[Any, Refinement] = {}
-        side = _Side()
+        side = Side()
         for v in jaxpr.constvars:
             env[v] = NONE
         for v, r in zip(jaxpr.invars, in_refs, strict=False):
@@ -136,12 +147,12 @@ class RefineWalk:
         uses: dict[Any, list[Any]] = {}
         for eqn in jaxpr.eqns:
             for v in eqn.invars:
-                if not _is_literal(v):
+                if not is_literal(v):
                     uses.setdefault(v, []).append(eqn)
         pending: dict[Any, _Pending] = {}
         for eqn in jaxpr.eqns:
             self.eqn(eqn, env, side, pending, parent=parent, quiet=quiet)
-        outvars = [v for v in jaxpr.outvars if not _is_literal(v)]
+        outvars = [v for v in jaxpr.outvars if not is_literal(v)]
         left: list[_Pending] = []
         for v, p in pending.items():
             if quiet:
@@ -152,25 +163,25 @@ class RefineWalk:
             if _excused(p, uses.get(v, [])):
                 continue
             self.report(p.error, p.where, p.extra)
-        outs = [NONE if _is_literal(v) else env.get(v, NONE) for v in jaxpr.outvars]
+        outs = [NONE if is_literal(v) else env.get(v, NONE) for v in jaxpr.outvars]
         return outs, left
 
     # ------------------------------------------------------------------ one equation
 
-    def eqn(self, eqn: Any, env: dict[Any, Refinement], side: _Side,
+    def eqn(self, eqn: Any, env: dict[Any, Refinement], side: Side,
             pending: dict[Any, _Pending], *, parent: Any, quiet: bool) -> None:
         from ._walk import user_frame
 
         name = _compat.primitive_name(eqn)
         frames = _compat.eqn_frames(eqn)
         where = user_frame(frames) or parent
-        if _from_autodiff(frames, where):
+        if from_autodiff(frames, where):
             # a tangent or transposed equation: typed by the cotangent rule at the grad
             # (routed_autodiff's markers), not by walking what JAX generated (class 7, G5)
             quiet = True
-        ins = [LITERAL if _is_literal(v) else _compat.aval_type(v.aval) for v in eqn.invars]
+        ins = [LITERAL if is_literal(v) else _compat.aval_type(v.aval) for v in eqn.invars]
         outs = [_compat.aval_type(v.aval) for v in eqn.outvars]
-        refs = [NONE if _is_literal(v) else env.get(v, NONE) for v in eqn.invars]
+        refs = [NONE if is_literal(v) else env.get(v, NONE) for v in eqn.invars]
         op = name
         results: list[Refinement] | None = None
         try:
@@ -188,23 +199,23 @@ class RefineWalk:
         if results is None:
             results = [NONE] * len(outs)
         data = any(r.data for r in refs)
-        _track_side(side, eqn, name, self.axis_sizes)
+        track_side(side, eqn, name, self.axis_sizes)
         for v, t, r in zip(eqn.outvars, outs, results, strict=False):
             env[v] = r.restrict(t.varying).with_data(r.data or data)
         # opaque values cast back to Varying on the axes they dropped
         if name in ("pvary", "reduced_vary_cast") or _rules.AXIS_PRIMITIVES.get(name) == "pvary":
             for v in eqn.invars:
-                p = None if _is_literal(v) else pending.get(v)
+                p = None if is_literal(v) else pending.get(v)
                 if p is not None and p.kind == "opaque" and p.axes <= outs[0].varying:
                     del pending[v]
         self.steps.append((where, name, ", ".join(str(r) for r in results)))
 
     def _rule(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
-              refs: list[Refinement], env: dict[Any, Refinement], side: _Side,
+              refs: list[Refinement], env: dict[Any, Refinement], side: Side,
               pending: dict[Any, _Pending], where: Any, quiet: bool) -> list[Refinement] | None:
         out = outs[0] if outs else SpmdType()
-        shapes = [_shape(v) for v in eqn.invars]
-        out_shape = _shape(eqn.outvars[0]) if eqn.outvars else ()
+        shapes = [shape_of(v) for v in eqn.invars]
+        out_shape = shape_of(eqn.outvars[0]) if eqn.outvars else ()
         op = name
         p = eqn.params
         subs = _compat.sub_jaxprs(eqn)
@@ -214,7 +225,7 @@ class RefineWalk:
             ct = _rs.cotangent(refs[0]).restrict(out.varying)
             if mark.startswith(PER_EXAMPLE_MARK) and not quiet:
                 loss_axes = [a for a in mark[len(PER_EXAMPLE_MARK):].split("__") if a]
-                e = _per_example_error(ins[0], loss_axes)
+                e = per_example_error(ins[0], loss_axes)
                 if e is not None:
                     pending[eqn.outvars[0]] = _Pending(e, where, "jax.grad under jax.vmap",
                                                        "per_example")
@@ -222,7 +233,7 @@ class RefineWalk:
         if name in _rules.AXIS_PRIMITIVES:
             return self._collective(eqn, name, ins, outs, refs, shapes)
         if name == "axis_index":
-            return [_rs.axis_index(_axes(eqn))]
+            return [_rs.axis_index(eqn_axes(eqn))]
         if name in _ELEMENTWISE:
             return [self._elementwise(eqn, name, ins, out, refs, shapes, out_shape, side, op)]
         if name in _REDUCTIONS:
@@ -240,7 +251,7 @@ class RefineWalk:
             return [_r.along_dim("flip", ins[0], refs[0], out, ndim=len(shapes[0]),
                                  axis=dims[0] if len(dims) == 1 else None, op=op)]
         if name == "dot_general":
-            spec = _dot_spec(p["dimension_numbers"], len(shapes[0]), len(shapes[1]))
+            spec = dot_spec(p["dimension_numbers"], len(shapes[0]), len(shapes[1]))
             args = [Arg(ins[0], refs[0], shapes[0]), Arg(ins[1], refs[1], shapes[1])]
             return [_r.einsum(spec, args, out, op="dot_general")]
         if name == "transpose":
@@ -252,10 +263,10 @@ class RefineWalk:
         if name == "expand_dims":
             return [_rs.expand(out, refs[0], len(shapes[0]), tuple(p["dimensions"]))]
         if name == "broadcast_in_dim":
-            return [_broadcast(out, refs[0], shapes[0], out_shape,
+            return [broadcast_ref(out, refs[0], shapes[0], out_shape,
                                tuple(p["broadcast_dimensions"]))]
         if name == "slice":
-            items = _slice_items(shapes[0], p["start_indices"], p["limit_indices"],
+            items = slice_items(shapes[0], p["start_indices"], p["limit_indices"],
                                  p.get("strides"))
             return [_rs.index(ins[0], refs[0], out, len(shapes[0]), items, len(out_shape))]
         if name == "dynamic_slice":
@@ -267,7 +278,7 @@ class RefineWalk:
             return [_rs.concatenate(args, out, axis=int(p["dimension"]), out_ndim=len(out_shape),
                                     op="concatenate")]
         if name == "pad":
-            return [_pad(ins[0], refs[0], out, shapes[0], p.get("padding_config", ()))]
+            return [pad_ref(ins[0], refs[0], out, shapes[0], p.get("padding_config", ()))]
         if name == "iota":
             return [NONE]
         if name == "cond":
@@ -295,26 +306,26 @@ class RefineWalk:
                   "tiled": p.get("tiled", False),
                   "scatter_dimension": p.get("scatter_dimension", 0),
                   "split_axis": p.get("split_axis", 0)}
-        axes = _axes(eqn)
+        axes = eqn_axes(eqn)
         res = []
         for t, r, o, s in zip(ins, refs, outs, shapes, strict=False):
             if t is LITERAL:
                 t = SpmdType()
-            got = _rs.collective(kind, t, r, o, axes, shape=s, op=_api(name), params=params)
+            got = _rs.collective(kind, t, r, o, axes, shape=s, op=api_name(name), params=params)
             # a cast keeps what the value is made of (a constant stays a constant)
             res.append(got.with_data(r.data) if rule in ("pvary", "pcast_varying") else got)
         return res or [NONE]
 
     def _elementwise(self, eqn: Any, name: str, ins: list[Any], out: SpmdType,
                      refs: list[Refinement], shapes: list[tuple[int, ...]],
-                     out_shape: tuple[int, ...], side: _Side, op: str) -> Refinement:
+                     out_shape: tuple[int, ...], side: Side, op: str) -> Refinement:
         rule = _rules.PRIMITIVES.get(name, name)
         if name == "stop_gradient":
             rule = "stop_gradient"
         # the extent each operand really has along each dim: 1 where it was broadcast there;
         # a scalar constant JAX cast itself (the auto-pvary of a literal) is that literal
         eff = [side.effective(v, s) for v, s in zip(eqn.invars, shapes, strict=True)]
-        ins = [LITERAL if (not _is_literal(v) and side.is_constant(v) and not s) else t
+        ins = [LITERAL if (not is_literal(v) and side.is_constant(v) and not s) else t
                for v, t, s in zip(eqn.invars, ins, shapes, strict=True)]
         args = [Arg(t, r, e) for t, r, e in zip(ins, refs, eff, strict=True)]
         onehot_fill = False
@@ -325,7 +336,7 @@ class RefineWalk:
             onehot_fill = side.is_zero(eqn.invars[1])
             rule = "where"
         side.after_elementwise(eqn, name)
-        res = _r.elementwise(rule, args, out, op=_api(name), out_ndim=len(out_shape),
+        res = _r.elementwise(rule, args, out, op=api_name(name), out_ndim=len(out_shape),
                              onehot_fill=onehot_fill)
         if rule == "where":
             # a choice between offsets derived from axis_index(a) (JAX's clamp of a dynamic
@@ -374,7 +385,7 @@ class RefineWalk:
         if diverge and not quiet:
             bad = sorted(a for a in diverge for o in outs if a not in o.varying)
             if bad:
-                self.report(_varying_predicate("jax.lax.cond", sorted(set(bad)), outs), where,
+                self.report(varying_predicate_error("jax.lax.cond", sorted(set(bad)), outs), where,
                             "primitive: cond")
         joined: list[Refinement] | None = None
         for br in eqn.params["branches"]:
@@ -382,7 +393,7 @@ class RefineWalk:
             res, _left = self.jaxpr(jp, refs[1:], parent=where, quiet=quiet)
             joined = res if joined is None else [_rs.join(a, b, o.varying)
                                                  for a, b, o in zip(joined, res, outs, strict=True)]
-        return [_diverged(r, diverge) for r in (joined or [NONE] * len(outs))]
+        return [diverged(r, diverge) for r in (joined or [NONE] * len(outs))]
 
     def _while(self, eqn: Any, ins: list[Any], outs: list[SpmdType], refs: list[Refinement],
                where: Any, quiet: bool, pending: dict[Any, _Pending]) -> list[Refinement]:
@@ -396,13 +407,13 @@ class RefineWalk:
         if diverge and not quiet:
             bad = sorted(a for a in diverge for o in outs if a not in o.varying)
             if bad:
-                self.report(_varying_predicate("jax.lax.while_loop", sorted(set(bad)), outs),
+                self.report(varying_predicate_error("jax.lax.while_loop", sorted(set(bad)), outs),
                             where, "primitive: while")
-        carry = [_diverged(r, diverge) for r in carry]
+        carry = [diverged(r, diverge) for r in carry]
         carry = self._fixed_point(bj, list(bconsts), carry, outs, nb, where)
         self.jaxpr(cj, list(cconsts) + carry, parent=where, quiet=quiet)
         res, _ = self.jaxpr(bj, list(bconsts) + carry, parent=where, quiet=quiet)
-        return [_diverged(_rs.join(c, r, o.varying), diverge)
+        return [diverged(_rs.join(c, r, o.varying), diverge)
                 for c, r, o in zip(carry, res, outs, strict=True)]
 
     def _scan(self, eqn: Any, outs: list[SpmdType], refs: list[Refinement],
@@ -412,7 +423,7 @@ class RefineWalk:
         nconsts, ncarry = int(p["num_consts"]), int(p["num_carry"])
         body = p["jaxpr"].jaxpr if hasattr(p["jaxpr"], "jaxpr") else p["jaxpr"]
         consts, carry = refs[:nconsts], refs[nconsts:nconsts + ncarry]
-        xs = [_drop_leading(r, len(s)) for r, s in
+        xs = [drop_leading(r, len(s)) for r, s in
               zip(refs[nconsts + ncarry:], shapes[nconsts + ncarry:], strict=True)]
         carry = self._fixed_point(body, list(consts), list(carry), outs[:ncarry], 0, where,
                                   extra=xs)
@@ -439,7 +450,7 @@ class RefineWalk:
         for v, o in zip(eqn.outvars, outs, strict=True):
             dropped = varying - o.varying
             if dropped:
-                pending[v] = _Pending(_opaque_error(name, sorted(dropped), ins, o), where,
+                pending[v] = _Pending(opaque_error(name, sorted(dropped), ins, o), where,
                                       f"primitive: {name}", "opaque", frozenset(dropped))
 
     def _opaque_call(self, eqn: Any, ins: list[Any], outs: list[SpmdType], where: Any,
@@ -452,7 +463,7 @@ class RefineWalk:
             dropped = (varying - o.varying) & inner.axes
             if dropped:
                 inner_name = inner.extra.removeprefix("primitive: ")
-                pending[v] = _Pending(_opaque_error(f"{name} of {inner_name}", sorted(dropped),
+                pending[v] = _Pending(opaque_error(f"{name} of {inner_name}", sorted(dropped),
                                                     ins, o), where, f"primitive: {name}",
                                       "opaque", frozenset(dropped))
                 return
@@ -460,7 +471,7 @@ class RefineWalk:
     # ------------------------------------------------------------------ excuses
 
     def _excuse_now(self, e: SpmdTypeError, eqn: Any, name: str, ins: list[Any],
-                    refs: list[Refinement], side: _Side) -> bool:
+                    refs: list[Refinement], side: Side) -> bool:
         """SPMD210 (a partial sum plus a replicated term) when that term is a constant built
         in the program (a regulariser) or was divided by the axis size (the pre-divided bias,
         F1): accepted by the raw walk, as the typed program accepts them with an opt-out."""
@@ -477,128 +488,6 @@ class RefineWalk:
         return True
 
 
-def _per_example_error(primal: Any, loss_axes: Sequence[str]) -> SpmdTypeError | None:
-    """SPMD407 for a per-example gradient of a parameter Invariant where the loss varies."""
-    t = primal if isinstance(primal, SpmdType) else SpmdType()
-    try:
-        _rules.check_vmap_grad(SpmdType(varying=tuple(loss_axes)), [("the parameter", t)],
-                               op="jax.grad")
-    except SpmdTypeError as err:
-        return err
-    return None
-
-
-# ---------------------------------------------------------------------------------- helpers
-
-
-_AUTODIFF_FUNCTIONS = ("tangent_fun", "backward_pass", "transpose", "_linear_jvp")
-
-
-def _from_autodiff(frames: Sequence[tuple[str, int, str]], user: Any) -> bool:
-    """Whether JAX's autodiff generated the equation (a tangent or a transposed equation):
-    one of the library functions between the bind and the user's frame says so."""
-    for file, line, fn in frames:
-        if user is not None and (file, line) == tuple(user):
-            return False
-        if any(k in fn for k in _AUTODIFF_FUNCTIONS):
-            return True
-    return False
-
-
-def _is_literal(v: Any) -> bool:
-    return type(v).__name__ == "Literal"
-
-
-def _shape(v: Any) -> tuple[int, ...]:
-    aval = getattr(v, "aval", None)
-    return tuple(int(d) for d in getattr(aval, "shape", ()) or ())
-
-
-def _axes(eqn: Any) -> tuple[str, ...]:
-    p = eqn.params
-    a = p.get("axes", p.get("axis_name", ()))
-    if isinstance(a, str):
-        return (a,)
-    return tuple(x for x in a if isinstance(x, str))
-
-
-def _api(name: str) -> str:
-    return f"jax.lax.{name}" if name in _rules.AXIS_PRIMITIVES else name
-
-
-def _dot_spec(dn: Any, lhs_ndim: int, rhs_ndim: int) -> str:
-    """`dot_general`'s dimension numbers as an einsum spec (batch, lhs free, rhs free)."""
-    (lc, rc), (lb, rb) = dn
-    letters = iter("abcdefghijklmnopqrstuvwxyz")
-    lhs = [""] * lhs_ndim
-    rhs = [""] * rhs_ndim
-    out_b, out_l, out_r = [], [], []
-    for i, j in zip(lb, rb, strict=True):
-        c = next(letters)
-        lhs[i] = rhs[j] = c
-        out_b.append(c)
-    for i, j in zip(lc, rc, strict=True):
-        c = next(letters)
-        lhs[i] = rhs[j] = c
-    for i in range(lhs_ndim):
-        if not lhs[i]:
-            lhs[i] = next(letters)
-            out_l.append(lhs[i])
-    for j in range(rhs_ndim):
-        if not rhs[j]:
-            rhs[j] = next(letters)
-            out_r.append(rhs[j])
-    return f"{''.join(lhs)},{''.join(rhs)}->{''.join(out_b + out_l + out_r)}"
-
-
-def _broadcast(out: SpmdType, ref: Refinement, shape: tuple[int, ...], out_shape: tuple[int, ...],
-               bdims: tuple[int, ...]) -> Refinement:
-    res: dict[str, Any] = {}
-    for a, k in ref.items:
-        if isinstance(k, Shard):
-            src = k.dim + len(shape)
-            if 0 <= src < len(bdims) and shape[src] == out_shape[bdims[src]]:
-                res[a] = Shard(bdims[src] - len(out_shape))
-        else:
-            res[a] = k
-    return Refinement.of(res, ref.data).restrict(out.varying)
-
-
-def _slice_items(shape: tuple[int, ...], start: Sequence[int], limit: Sequence[int],
-                 strides: Sequence[int] | None) -> list[str]:
-    items = []
-    for d, n in enumerate(shape):
-        s = strides[d] if strides else 1
-        items.append("slice:full" if start[d] == 0 and limit[d] == n and s in (1, None)
-                     else "slice:part")
-    return items
-
-
-def _pad(t: Any, ref: Refinement, out: SpmdType, shape: tuple[int, ...], config: Any) -> Refinement:
-    res: dict[str, Any] = {}
-    for a, k in ref.items:
-        if isinstance(k, Shard):
-            lo, hi, interior = config[k.dim + len(shape)]
-            if lo or hi or interior:
-                continue
-        res[a] = k
-    return Refinement.of(res, ref.data).restrict(out.varying)
-
-
-def _drop_leading(ref: Refinement, ndim: int) -> Refinement:
-    """A scan slice: the leading dim is gone (a Shard on it is lost)."""
-    return Refinement.of({a: k for a, k in ref.items
-                          if not (isinstance(k, Shard) and k.dim == -ndim)}, ref.data)
-
-
-def _diverged(ref: Refinement, axes: frozenset[str]) -> Refinement:
-    """After devices took different paths over `axes`, only Shards (layouts) still hold."""
-    if not axes:
-        return ref
-    return Refinement.of({a: k for a, k in ref.items if a not in axes or isinstance(k, Shard)},
-                         ref.data)
-
-
 def _excused(p: _Pending, uses: list[Any]) -> bool:
     if not uses:
         return False
@@ -609,253 +498,6 @@ def _excused(p: _Pending, uses: list[Any]) -> bool:
         return all(n == "reduce_sum" and 0 in tuple(e.params.get("axes", ()))
                    for n, e in zip(names, uses, strict=True))
     return False
-
-
-def _varying_predicate(api: str, axes: list[str], outs: Sequence[SpmdType]) -> SpmdTypeError:
-    a = axes[0]
-    return error("SPMD303", f"{api}: the predicate varies over {a!r}, but JAX types a result "
-                 f"Invariant there: devices take different branches, and under grad the "
-                 f"reduction of the operands' cotangents runs inside them (jax#40823)",
-                 axes=tuple(axes), states={x: "varying predicate, invariant result" for x in axes},
-                 op=api, details=tuple(f"result: {o}" for o in outs[:3]),
-                 fix=f"x = jax.lax.pcast(x, {a!r}, to='varying') for each operand before the "
-                     f"branch (st.cond does it), or make the predicate uniform: "
-                     f"jax.lax.pmax(pred, {a!r})")
-
-
-def _opaque_error(name: str, axes: list[str], ins: Sequence[Any], out: SpmdType) -> SpmdTypeError:
-    a = axes[0]
-    return error("SPMD408", f"{name}: an input varies over {a!r} but JAX types the result "
-                 f"{out.state(a).title} there: the opaque computation's per-device result is "
-                 f"taken as replicated, and its backward as a finished gradient "
-                 f"(jax-finufft#226)", axes=tuple(axes),
-                 states={x: "dropped by an opaque computation" for x in axes}, op=name,
-                 details=tuple(f"input: {t}" for t in ins if t is not LITERAL)[:3],
-                 fix=f"pcast the replicated inputs to varying over {a!r} before the kernel and its "
-                     f"outputs and cotangents after it (st.opaque(kernel)(...) does both)")
-
-
-class _Side:
-    """What the refinements do not say about a value: which dims it was broadcast along
-    (constant there: its real extent is 1), whether it is a constant built in the program
-    (no array data), whether it is zero, and which axes' sizes it was divided by."""
-
-    def __init__(self) -> None:
-        self.bcast: dict[Any, frozenset[int]] = {}
-        self.const: set[Any] = set()
-        self.zero: set[Any] = set()
-        self.scaled: dict[Any, frozenset[str]] = {}
-
-    def effective(self, v: Any, shape: tuple[int, ...]) -> tuple[int, ...] | None:
-        if _is_literal(v):
-            return ()
-        dims = self.bcast.get(v, frozenset())
-        n = len(shape)
-        return tuple(1 if (d - n) in dims else s for d, s in enumerate(shape))
-
-    def is_zero(self, v: Any) -> bool:
-        if _is_literal(v):
-            try:
-                return bool(float(v.val) == 0.0)
-            except (TypeError, ValueError):
-                return False
-        return v in self.zero
-
-    def is_constant(self, v: Any) -> bool:
-        return _is_literal(v) or v in self.const
-
-    def prescaled(self, v: Any) -> frozenset[str]:
-        return self.scaled.get(v, frozenset())
-
-    def after_elementwise(self, eqn: Any, name: str) -> None:
-        ins = eqn.invars
-        outs = eqn.outvars
-        if not outs:
-            return
-        o = outs[0]
-        dims = None
-        for v in ins:
-            if _is_literal(v):
-                continue
-            d = self.bcast.get(v, frozenset())
-            dims = d if dims is None else dims & d
-        if dims:
-            self.bcast[o] = dims
-        if all(self.is_constant(v) for v in ins):
-            self.const.add(o)
-        if name in ("convert_element_type", "copy", "copy_p") and ins and self.is_zero(ins[0]):
-            self.zero.add(o)
-
-
-def _track_side(side: _Side, eqn: Any, name: str, sizes: dict[str, int]) -> None:
-    """Side facts of the structural equations (called for every equation)."""
-    ins, outs = eqn.invars, eqn.outvars
-    if not outs:
-        return
-    o = outs[0]
-    if name == "broadcast_in_dim":
-        shape, out_shape = _shape(ins[0]), _shape(o)
-        bd = tuple(eqn.params["broadcast_dimensions"])
-        n = len(out_shape)
-        kept = {bd[i]: i for i in range(len(bd))}
-        dims = set()
-        src_b = side.bcast.get(ins[0], frozenset()) if not _is_literal(ins[0]) else frozenset()
-        for d in range(n):
-            if d not in kept:
-                dims.add(d - n)
-            else:
-                i = kept[d]
-                if shape[i] == 1 and out_shape[d] != 1 or (i - len(shape)) in src_b:
-                    dims.add(d - n)
-        side.bcast[o] = frozenset(dims)
-        if side.is_constant(ins[0]):
-            side.const.add(o)
-        if side.is_zero(ins[0]):
-            side.zero.add(o)
-        if not _is_literal(ins[0]) and side.prescaled(ins[0]):
-            side.scaled[o] = side.prescaled(ins[0])
-    elif name == "iota":
-        side.const.add(o)
-    elif name in ("pvary", "reduced_vary_cast"):
-        for v, out in zip(ins, outs, strict=False):
-            if side.is_constant(v):
-                side.const.add(out)
-            if side.is_zero(v):
-                side.zero.add(out)
-            if not _is_literal(v):
-                if side.prescaled(v):
-                    side.scaled[out] = side.prescaled(v)
-                if v in side.bcast:
-                    side.bcast[out] = side.bcast[v]
-    elif name in ("div", "mul") and len(ins) == 2:
-        num, den = ins
-        if _is_literal(den) and not _is_literal(num):
-            try:
-                val = float(den.val)
-            except (TypeError, ValueError):
-                return
-            scale = val if name == "div" else (1.0 / val if val else 0.0)
-            axes = frozenset(a for a, s in sizes.items() if s > 1 and abs(scale - s) < 1e-6)
-            if axes:
-                side.scaled[o] = axes | side.prescaled(num)
-    elif name in ("reshape", "squeeze", "expand_dims", "transpose", "slice", "convert_element_type"):
-        if ins and not _is_literal(ins[0]):
-            if side.is_constant(ins[0]):
-                side.const.add(o)
-            if side.prescaled(ins[0]):
-                side.scaled[o] = side.prescaled(ins[0])
-
-
-# ------------------------------------------------------------------------------ routing
-
-
-_ROUTE_LOCK = threading.RLock()
-_ROUTE_DEPTH = [0]
-_SAVED: dict[str, Any] = {}
-
-
-def _mark(primal: Any, ct: Any, name: str) -> Any:
-    """`ct`, returned through a `jit` named `name` that also takes `primal`: the walk types
-    the result by the cotangent rule of `primal`'s refinement."""
-    if ct is None or not isinstance(ct, (jax.Array, jax.core.Tracer)) \
-            or getattr(ct, "dtype", None) == jax.dtypes.float0:
-        return ct
-    if not isinstance(primal, (jax.Array, jax.core.Tracer)):
-        return ct
-
-    def ident(p: Any, c: Any) -> Any:
-        return c
-
-    ident.__name__ = name
-    return jax.jit(ident)(primal, ct)
-
-
-def _marked_tree(primals: Any, cts: Any, name: str) -> Any:
-    try:
-        return jax.tree_util.tree_map(lambda p, c: _mark(p, c, name), primals, cts)
-    except (ValueError, TypeError):
-        return cts
-
-
-def _routed_value_and_grad(orig: Callable[..., Any], fun: Callable[..., Any],
-                           argnums: int | Sequence[int] = 0, has_aux: bool = False,
-                           **kw: Any) -> Callable[..., Any]:
-    state: dict[str, Any] = {}
-
-    @functools.wraps(fun)
-    def inner(*args: Any, **kwargs: Any) -> Any:
-        res = fun(*args, **kwargs)
-        loss = res[0] if has_aux else res
-        try:
-            t = _compat.typeof_raw(loss)
-            batched = bool(t.varying) and _compat.is_batched(loss)
-            state["loss_axes"] = tuple(sorted(t.varying)) if batched else ()
-        except TypeError:
-            state["loss_axes"] = ()
-        return res
-
-    vg = orig(inner, argnums, has_aux=has_aux, **kw)
-
-    @functools.wraps(fun)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        value, grads = vg(*args, **kwargs)
-        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-        prim = args[nums[0]] if isinstance(argnums, int) else tuple(args[k] for k in nums)
-        axes = state.get("loss_axes", ())
-        name = "__".join((PER_EXAMPLE_MARK, *axes)) if axes else CT_MARK
-        return value, _marked_tree(prim, grads, name)
-
-    return call
-
-
-@contextlib.contextmanager
-def routed_autodiff() -> Iterator[None]:
-    """Route `jax.grad`, `jax.value_and_grad` and `jax.vjp` while a body is traced for infer:
-    each gradient (each pullback's cotangent) is passed through a marker `jit` with its primal,
-    which the refinement walk types by the cotangent rule. The numbers are unchanged."""
-    with _ROUTE_LOCK:
-        if _ROUTE_DEPTH[0] == 0:
-            _SAVED.update(grad=jax.grad, value_and_grad=jax.value_and_grad, vjp=jax.vjp)
-            vg_orig = _SAVED["value_and_grad"]
-
-            def value_and_grad(fun: Callable[..., Any], argnums: Any = 0, has_aux: bool = False,
-                               **kw: Any) -> Callable[..., Any]:
-                return _routed_value_and_grad(vg_orig, fun, argnums, has_aux, **kw)
-
-            def grad(fun: Callable[..., Any], argnums: Any = 0, has_aux: bool = False,
-                     **kw: Any) -> Callable[..., Any]:
-                vg = _routed_value_and_grad(vg_orig, fun, argnums, has_aux, **kw)
-
-                @functools.wraps(fun)
-                def g(*args: Any, **kwargs: Any) -> Any:
-                    value, grads = vg(*args, **kwargs)
-                    return (grads, value[1]) if has_aux else grads
-
-                return g
-
-            vjp_orig = _SAVED["vjp"]
-
-            def vjp(fun: Callable[..., Any], *primals: Any, **kw: Any) -> Any:
-                res = vjp_orig(fun, *primals, **kw)
-                pull = res[1]
-
-                def pullback(ct: Any) -> Any:
-                    return _marked_tree(tuple(primals), pull(ct), CT_MARK)
-
-                return (res[0], pullback, *res[2:])
-
-            jax.grad, jax.value_and_grad, jax.vjp = grad, value_and_grad, vjp  # type: ignore[assignment]
-        _ROUTE_DEPTH[0] += 1
-    try:
-        yield
-    finally:
-        with _ROUTE_LOCK:
-            _ROUTE_DEPTH[0] -= 1
-            if _ROUTE_DEPTH[0] == 0:
-                jax.grad = _SAVED["grad"]
-                jax.value_and_grad = _SAVED["value_and_grad"]
-                jax.vjp = _SAVED["vjp"]
-                _SAVED.clear()
 
 
 # ------------------------------------------------------------------------------ entry
@@ -878,3 +520,26 @@ def walk_refinements(body: Any, in_refs: Sequence[Refinement], axis_sizes: dict[
     w = RefineWalk(report, axis_sizes)
     w.top(body, in_refs)
     return w
+
+
+def body_jaxpr(closed: Any) -> Any | None:
+    """The shard_map equation of a traced program (its body is `eqn.params["jaxpr"]`)."""
+    for e in closed.jaxpr.eqns:
+        if _compat.primitive_name(e) == "shard_map":
+            return e
+    return None
+
+
+
+
+def check_program(closed: Any, flat_specs: Sequence[Any], manual: Sequence[str], mesh: Any,
+                  report: Report) -> RefineWalk | None:
+    """Walk the shard_map body of `closed` (traced under `routed_autodiff`) with refinements
+    seeded from the flattened in_specs; each violation goes to `report(e, where, extra)`."""
+    eqn = body_jaxpr(closed)
+    if eqn is None:
+        return None
+    inner = eqn.params["jaxpr"]
+    inner = inner.jaxpr if hasattr(inner, "jaxpr") else inner
+    refs = in_refinements(flat_specs, [v.aval for v in inner.invars], manual)
+    return walk_refinements(inner, refs, _compat.mesh_axis_sizes(mesh), report)
