@@ -15,6 +15,8 @@ from .. import _compat, _rules
 from .._errors import SpmdTypeError
 from .._rules import SpmdType
 from .._shard_map import check_outputs, is_spec_leaf
+from ._refine_route import routed_autodiff, trace_discarding_outputs
+from ._refine_walk import check_program
 from ._route import checked_lax, manual_axes
 from ._walk import Step, Walk, boundary_source, exception_source, function_source, located
 
@@ -181,7 +183,8 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
     smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 axis_names=axis_names, check_vma=True)
     try:
-        closed, out_shape = jax.make_jaxpr(smapped, return_shape=True)(*sds)
+        with routed_autodiff():
+            closed, out_shape = jax.make_jaxpr(smapped, return_shape=True)(*sds)
     except SpmdTypeError as e:  # f already uses spmdtyped.lax / st.*
         return _failed(f, args, spec_types, e, order)
     except Exception as jax_error:  # noqa: BLE001 - JAX rejected it: find spmdtyped's code
@@ -197,7 +200,16 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
                                              out_specs=out_specs, axis_names=axis_names,
                                              check_vma=True))(*sds)
         except SpmdTypeError as e:
-            return _failed(f, args, spec_types, e, order)
+            rep = _failed(f, args, spec_types, e, order)
+            # the refinement walk still sees every equation when only the outputs failed
+            refined = trace_discarding_outputs(f, sds, mesh=mesh, in_specs=in_specs,
+                                               axis_names=axis_names)
+            if refined is not None:
+                extra = Walk()
+                refine(extra, refined, _flat_specs(in_specs, sds), manual, mesh)
+                rep.violations.extend(extra.violations)
+                rep.mismatches.extend(extra.mismatches)
+            return rep
         except Exception:  # noqa: BLE001
             pass
         raise jax_error
@@ -217,9 +229,24 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
             _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_rules.spec_text(spec))
         except SpmdTypeError as e:
             walk.violation(e, function_source(f), "at the shard_map boundary")
+    # Shard / Partial / Rep: JAX's avals do not carry them; the walk keeps its own
+    refine(walk, closed, _flat_specs(in_specs, sds), manual, mesh)
     sig = signature_line(f, args, in_types, out_shape, out_types, order)
     return InferReport(not walk.violations, walk.violations, in_types, out_types, sig,
                        walk.steps, walk.mismatches, closed, order)
+
+
+def refine(walk: Walk, closed: Any, flat_specs: Sequence[Any], manual: Sequence[str],
+           mesh: Any) -> None:
+    """The refinement walk (Shard / Partial / Rep, `_refine_walk`) of a traced program, its
+    violations added to `walk`. A failure of the walk itself is a gap, listed in
+    `walk.mismatches` (as the rule table's are), never a crash of infer."""
+    try:
+        check_program(closed, flat_specs, manual, mesh, walk.violation)
+    except SpmdTypeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        walk.mismatches.append(f"refinement walk: {type(e).__name__}: {e}")
 
 
 def functools_wraps(body: Callable[..., Any], f: Callable[..., Any]) -> None:

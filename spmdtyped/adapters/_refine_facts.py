@@ -159,6 +159,28 @@ class Side:
         self.const: set[Any] = set()
         self.zero: set[Any] = set()
         self.scaled: dict[Any, frozenset[str]] = {}
+        #: values computed from a gradient (a cotangent marker of `routed_autodiff`)
+        self.grad: set[Any] = set()
+
+    def export(self, v: Any) -> tuple[Any, ...]:
+        """The facts of `v`, to seed the matching variable of a nested jaxpr (or the caller)."""
+        if is_literal(v):
+            return (True, self.is_zero(v), frozenset(), frozenset(), False)
+        return (v in self.const, v in self.zero, self.scaled.get(v, frozenset()),
+                self.bcast.get(v, frozenset()), v in self.grad)
+
+    def seed(self, v: Any, facts: tuple[Any, ...]) -> None:
+        const, zero, scaled, bcast, grad = facts
+        if const:
+            self.const.add(v)
+        if zero:
+            self.zero.add(v)
+        if scaled:
+            self.scaled[v] = scaled
+        if bcast:
+            self.bcast[v] = bcast
+        if grad:
+            self.grad.add(v)
 
     def effective(self, v: Any, shape: tuple[int, ...]) -> tuple[int, ...] | None:
         if is_literal(v):
@@ -206,6 +228,8 @@ def track_side(side: Side, eqn: Any, name: str, sizes: dict[str, int]) -> None:
     ins, outs = eqn.invars, eqn.outvars
     if not outs:
         return
+    if any(not is_literal(v) and v in side.grad for v in ins):
+        side.grad.update(outs)
     o = outs[0]
     if name == "broadcast_in_dim":
         shape, out_shape = shape_of(ins[0]), shape_of(o)

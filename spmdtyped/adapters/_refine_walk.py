@@ -135,15 +135,20 @@ class RefineWalk:
     # ------------------------------------------------------------------ jaxprs
 
     def jaxpr(self, jaxpr: Any, in_refs: list[Refinement], *, parent: Any, quiet: bool,
-              consts: Sequence[Any] = ()) -> tuple[list[Refinement], list[_Pending]]:
+              facts: Sequence[tuple[Any, ...]] | None = None
+              ) -> tuple[list[Refinement], list[_Pending]]:
         """Walk one (open) jaxpr. Returns the outputs' refinements and the pending violations
-        that reach its outputs (the caller decides about them)."""
+        that reach its outputs (the caller decides about them); `self.out_facts` are the
+        outputs' side facts (`Side.export`), `facts` the inputs'."""
         env: dict[Any, Refinement] = {}
         side = Side()
         for v in jaxpr.constvars:
             env[v] = NONE
+            side.const.add(v)
         for v, r in zip(jaxpr.invars, in_refs, strict=False):
             env[v] = r
+        for v, f in zip(jaxpr.invars, facts or (), strict=False):
+            side.seed(v, f)
         uses: dict[Any, list[Any]] = {}
         for eqn in jaxpr.eqns:
             for v in eqn.invars:
@@ -164,6 +169,7 @@ class RefineWalk:
                 continue
             self.report(p.error, p.where, p.extra)
         outs = [NONE if is_literal(v) else env.get(v, NONE) for v in jaxpr.outvars]
+        self.out_facts = [side.export(v) for v in jaxpr.outvars]
         return outs, left
 
     # ------------------------------------------------------------------ one equation
@@ -223,6 +229,7 @@ class RefineWalk:
         mark = str(p.get("name", "")) if name == "jit" else ""
         if mark == CT_MARK or mark.startswith(PER_EXAMPLE_MARK):
             ct = _rs.cotangent(refs[0]).restrict(out.varying)
+            side.grad.update(eqn.outvars)
             if mark.startswith(PER_EXAMPLE_MARK) and not quiet:
                 loss_axes = [a for a in mark[len(PER_EXAMPLE_MARK):].split("__") if a]
                 e = per_example_error(ins[0], loss_axes)
@@ -231,6 +238,15 @@ class RefineWalk:
                                                        "per_example")
             return [ct.with_data(True)]
         if name in _rules.AXIS_PRIMITIVES:
+            if _rules.AXIS_PRIMITIVES[name] == "psum":
+                # a psum of a Shard over its axis (SPMD108) is reported for gradients only:
+                # for a value the in_specs shard, a spec cannot tell a slice of a global array
+                # from a stack of per-device terms (F5), and raw programs sum such values
+                axes = set(eqn_axes(eqn))
+                refs = [r if (not is_literal(v) and v in side.grad) else
+                        Refinement.of({a: k for a, k in r.items
+                                       if not (a in axes and isinstance(k, Shard))}, r.data)
+                        for v, r in zip(eqn.invars, refs, strict=True)]
             return self._collective(eqn, name, ins, outs, refs, shapes)
         if name == "axis_index":
             return [_rs.axis_index(eqn_axes(eqn))]
@@ -290,7 +306,7 @@ class RefineWalk:
         if name == "shard_map":
             return None
         if subs:
-            return self._call(eqn, subs, ins, outs, refs, where, quiet, pending)
+            return self._call(eqn, subs, ins, outs, refs, where, quiet, pending, side)
         if name not in _STRUCTURAL and name not in _KNOWN_PLAIN and not quiet:
             self._opaque(eqn, name, ins, outs, where, pending)
         return None
@@ -364,12 +380,15 @@ class RefineWalk:
 
     def _call(self, eqn: Any, subs: list[Any], ins: list[Any], outs: list[SpmdType],
               refs: list[Refinement], where: Any, quiet: bool,
-              pending: dict[Any, _Pending]) -> list[Refinement] | None:
+              pending: dict[Any, _Pending], side: Side) -> list[Refinement] | None:
         sub = next((s for s in subs if len(s.invars) == len(eqn.invars)
                     and len(s.outvars) == len(eqn.outvars)), None)
         if sub is None:
             return None
-        res, left = self.jaxpr(sub, refs, parent=where, quiet=quiet)
+        res, left = self.jaxpr(sub, refs, parent=where, quiet=quiet,
+                               facts=[side.export(v) for v in eqn.invars])
+        for v, f in zip(eqn.outvars, self.out_facts, strict=False):
+            side.seed(v, f)
         for p in left:
             if p.kind == "opaque":
                 self._opaque_call(eqn, ins, outs, where, pending, p)
@@ -428,7 +447,7 @@ class RefineWalk:
         carry = self._fixed_point(body, list(consts), list(carry), outs[:ncarry], 0, where,
                                   extra=xs)
         res, _ = self.jaxpr(body, list(consts) + carry + xs, parent=where, quiet=quiet)
-        return [_rs.join(c, r, o.varying) for c, r, o in zip(carry, res[:ncarry], outs, strict=True)] \
+        return [_rs.join(c, r, o.varying) for c, r, o in zip(carry, res[:ncarry], outs[:ncarry], strict=True)] \
             + res[ncarry:]
 
     def _fixed_point(self, body: Any, consts: list[Refinement], carry: list[Refinement],
