@@ -188,10 +188,9 @@ PAGES: tuple[ErrorPage, ...] = (
         ),
         before="def f(g, x):                           # g: Invariant, x: Varying['dp']\n"
                "    y = jax.pure_callback(np.matmul, jax.ShapeDtypeStruct(x.shape[:1], x.dtype), x, g,\n"
-               "                          vmap_method='sequential')\n"
-               "    return jax.lax.psum((y * y).sum(), 'dp')\n"
-               "import numpy as np\n"
-               "rep = st.adapters.infer(f, b8, x, mesh=mesh, in_specs=(P(), P('dp')), out_specs=P())\n"
+               "                          vmap_method='sequential')   # typed Invariant\n"
+               "    return (y * y).sum()\n"
+               "rep = st.adapters.infer(f, g, x, mesh=mesh, in_specs=(P(), P('dp')), out_specs=P())\n"
                "if not rep.ok:\n"
                "    raise rep.violations[0]",
         after="def f(g, x):\n"
@@ -199,8 +198,7 @@ PAGES: tuple[ErrorPage, ...] = (
               "                          vmap_method='sequential')\n"
               "    y = jax.lax.pcast(y, 'dp', to='varying')   # the result is per device\n"
               "    return jax.lax.psum((y * y).sum(), 'dp')\n"
-              "import numpy as np\n"
-              "rep = st.adapters.infer(f, b8, x, mesh=mesh, in_specs=(P(), P('dp')), out_specs=P())\n"
+              "rep = st.adapters.infer(f, g, x, mesh=mesh, in_specs=(P(), P('dp')), out_specs=P())\n"
               "if not rep.ok:\n"
               "    raise rep.violations[0]",
         when="FFI/Pallas kernels and pure_callback/io_callback inside shard_map with some inputs "
