@@ -150,7 +150,9 @@ def _init_refs(tree: _Tree, types: list[SpmdType],
     `diverge`, only Shards survive there."""
     out = []
     for r, t0, t in zip(tree.refs, tree.types, types, strict=True):
-        cast = t.varying - t0.varying
+        # a cast value carrying data is Rep; a constant (zeros: an accumulator's start, which
+        # is every kind of sum at once) stays plain, so that `acc + partial` is no error
+        cast = t.varying - t0.varying if r.data else frozenset()
         ref = Refinement.of({**r.as_dict(), **{a: REP for a in cast}}, r.data).restrict(t.varying)
         out.append(_uniform_dropped(ref, diverge))
     return out
@@ -324,7 +326,7 @@ def _vary_operands(optree: _Tree, axes: frozenset[str], op: str) -> tuple[list[A
     for leaf, t, r in zip(optree.leaves, optree.types, optree.refs, strict=True):
         widen = sorted(a for a in axes if t.state(a) in (_rules.I, _rules.R))
         target = t.with_states(widen, _rules.V) if widen else t
-        ref = Refinement.of({**r.as_dict(), **{a: REP for a in widen}}, r.data)
+        ref = Refinement.of({**r.as_dict(), **{a: REP for a in widen if r.data}}, r.data)
         if widen and not isinstance(leaf, (int, float, complex, bool)):
             raw = _cast(leaf, t, target)
             leaf = checked(op, raw, target, ref.restrict(target.varying))

@@ -193,15 +193,14 @@ class RefineWalk:
         try:
             results = self._rule(eqn, name, ins, outs, refs, env, side, pending, where, quiet)
         except SpmdTypeError as e:
-            if not quiet:
-                if self._excuse_now(e, eqn, name, ins, refs, side):
-                    results = [NONE] * len(outs)
+            excused = self._excuse_now(e, eqn, name, ins, refs, side)
+            if excused is not None:
+                results = [excused.restrict(outs[0].varying)] if outs else []
+            elif not quiet:
+                if e.code == "SPMD211" and eqn.outvars:   # a per-shard statistic if only pmax'd
+                    pending[eqn.outvars[0]] = _Pending(e, where, f"primitive: {op}", "nonlinear")
                 else:
-                    deferred = e.code == "SPMD211"
-                    if deferred and eqn.outvars:
-                        pending[eqn.outvars[0]] = _Pending(e, where, f"primitive: {op}", "nonlinear")
-                    else:
-                        self.report(e, where, f"primitive: {op}")
+                    self.report(e, where, f"primitive: {op}")
         if results is None:
             results = [NONE] * len(outs)
         data = any(r.data for r in refs)
@@ -490,21 +489,32 @@ class RefineWalk:
     # ------------------------------------------------------------------ excuses
 
     def _excuse_now(self, e: SpmdTypeError, eqn: Any, name: str, ins: list[Any],
-                    refs: list[Refinement], side: Side) -> bool:
-        """SPMD210 (a partial sum plus a replicated term) when that term is a constant built
-        in the program (a regulariser) or was divided by the axis size (the pre-divided bias,
-        F1): accepted by the raw walk, as the typed program accepts them with an opt-out."""
-        if e.code != "SPMD210" or name not in ("add", "add_any", "sub"):
-            return False
-        axis = e.axes[0] if e.axes else None
+                    refs: list[Refinement], side: Side) -> Refinement | None:
+        """SPMD210 (a partial sum plus a replicated term) when that term is a zero (an
+        accumulator's start: the sum stays Partial), was divided by the axis size (the
+        pre-divided bias, F1: Partial), or is another constant built in the program (a
+        regulariser such as `eps * eye`: plain). The typed program says which with an opt-out;
+        the raw walk accepts them. Returns the result's refinement, or None (not excused)."""
+        if e.code != "SPMD210" or name not in ("add", "add_any", "sub") or not e.axes:
+            return None
+        axis = e.axes[0]
+        partial = True
         for v, t, r in zip(eqn.invars, ins, refs, strict=True):
-            k = _r.kind(t, r, axis) if axis else None
+            k = _r.kind(t, r, axis)
             if k is PARTIAL:
                 continue
-            if k in (FIXED, REP) and (side.is_constant(v) or axis in side.prescaled(v)):
+            if k not in (FIXED, REP):
+                return None
+            if side.is_zero(v) or axis in side.prescaled(v):
                 continue
-            return False
-        return True
+            if side.is_constant(v):
+                partial = False
+                continue
+            return None
+        kept = {a: k for a, k in (refs[0].items if refs else ()) if a != axis and isinstance(k, Shard)}
+        if partial:
+            kept[axis] = PARTIAL
+        return Refinement.of(kept, any(r.data for r in refs))
 
 
 def _excused(p: _Pending, uses: list[Any]) -> bool:
