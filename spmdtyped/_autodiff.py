@@ -8,6 +8,14 @@ and Reduced swapped (`_rules.cotangent`, reference §5). A ZeRO step is therefor
 end: a parameter gathered with `st.all_gather(w, "dp", to="reduced")` is `Reduced["dp"]`, its
 gradient `Unreduced["dp"]`, reduced with `st.psum_scatter`.
 
+Gradients carry the cotangent of their primal's refinement (`refine_shape.cotangent`): the
+gradient of a Rep value (a pvary'd copy) is Partial (per-device terms of the total), of a
+Partial value Rep, of a Shard the same Shard. `st.grad` of a Partial loss is the gradient of
+the global sum (JAX seeds every device's term). Under `jax.vmap` a per-example loss Varying
+over an axis, differentiated w.r.t. a parameter Invariant there, is SPMD407: JAX would sum
+each per-example gradient over the devices (jax#36886); strict, since the sum of the
+per-example gradients over the batch is the right total.
+
 Plain `jax.grad` / `jax.vjp` also work on functions of typed values: typed values are pytrees,
 and a cotangent rebuilt around a JAX value whose state differs from the primal's class gets the
 class of its own state (`_array._unflatten`). `jax.grad` needs the function to return a raw

@@ -10,6 +10,18 @@ trip count or branch predicate that varies makes every carry/output Varying on i
 (devices may take different paths; JAX types such results Invariant). A state change no free
 cast fixes raises `CastError` SPMD302 naming the carry by its pytree path.
 
+A cond/switch predicate that varies over some axes casts the Invariant (and Reduced) operands
+to Varying there *before* the branch is bound: under grad, the transpose of that cast (a psum
+of the operands' cotangents) then runs outside the divergent branches, where every device
+takes part. Widening only the outputs, inside the branches, puts the psum inside them and
+gives a wrong gradient (jax#40823: 16 instead of 23 on 8 devices). The forward values are
+the same. Values the branches close over are not operands and are not cast: pass them as
+operands. Loop carries are cast before the loop already (the initial carry).
+
+Refinements (Shard / Partial / Rep) follow the same joins: a carry or output keeps one where
+every iteration or branch agrees (`refine_shape.join`), and on the axes of a varying
+predicate or trip count only a Shard (a layout) survives.
+
 The first trace runs inside the real `jax.lax` call; only when a carry must widen is that
 trace abandoned (a private exception) and the loop traced again, so a body whose carries are
 stable is traced exactly as often as with jax.lax.
@@ -414,7 +426,9 @@ def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any],
 
     Each output takes the join of its states in both branches (e.g. Invariant in one branch and
     Varying in the other gives Varying: the Invariant branch's value is `pvary`'d). A predicate
-    that varies makes every output Varying on its axes (JAX types such outputs Invariant).
+    that varies makes every output Varying on its axes (JAX types such outputs Invariant), and
+    casts the operands to Varying on those axes before the branch, so that the gradient of an
+    Invariant operand is reduced outside the divergent branches (jax#40823).
 
     **Arguments:** as `jax.lax.cond`: `pred` a typed or raw boolean scalar, `*operands` typed or
     raw pytrees passed to the branch taken.

@@ -8,6 +8,14 @@ values; spmdtyped checks the inputs against `requires`, computes the result stat
 the `produces` overrides) and brings JAX's result to that state with free casts
 (`_rules.free_casts(..., reinterpret=True)`, identity in the compiled program). A result JAX
 types as more varying than declared cannot be cast and raises SPMD902.
+
+A custom kernel's backward is made right too (jax-finufft#226): every input Invariant on an
+axis another input varies on (and not pinned there by `requires`) is cast to Varying before
+the kernel, so its cotangent is reduced by the cast's transpose (a psum) instead of being a
+per-device partial taken for the finished gradient; and a `jax.custom_vjp` kernel is
+re-wrapped so that its outputs are Varying on the join of the inputs' varying axes and its
+cotangents have their primals' states (an opaque callback or FFI call types both Invariant,
+which JAX rejects for a Varying primal). The casts are identities in the compiled program.
 """
 
 from __future__ import annotations
