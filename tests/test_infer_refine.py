@@ -147,3 +147,23 @@ def test_routing_restores_jax_and_keeps_the_numbers(mesh):
                                        out_specs=P()))(w, x)
     assert (jax.grad, jax.vjp, jax.value_and_grad) == (grad, vjp, vg)
     np.testing.assert_allclose(routed, plain, rtol=1e-6)
+
+
+def test_collectives_give_shards_and_reps(mesh):
+    """psum_scatter of a Partial is Shard (a sharded bias adds to it), all_gather of that Shard
+    is Rep; a replicated bias laid along the scattered dim is SPMD215."""
+    def ok(h, w, b):
+        y = lax.psum_scatter(h @ w, "tp", scatter_dimension=1, tiled=True) + b
+        return lax.all_gather(y, "tp", axis=1, tiled=True)
+
+    def bad(h, w, c):
+        y = lax.psum_scatter(h @ w, "tp", scatter_dimension=1, tiled=True)
+        return lax.all_gather(y + c, "tp", axis=1, tiled=True)  # replicated along the shard
+
+    args = (jnp.ones((4, 16)), jnp.ones((16, 8)))
+    specs = (P("dp", "tp"), P("tp", None))
+    assert st.adapters.infer(ok, *args, jnp.ones((8,)), mesh=mesh, in_specs=(*specs, P("tp")),
+                             out_specs=P("dp", "tp")).ok
+    rep = st.adapters.infer(bad, *args, jnp.ones((2,)), mesh=mesh, in_specs=(*specs, P()),
+                            out_specs=P("dp", "tp"))
+    assert ("SPMD215", _line(bad, "replicated along")) in _codes(rep), _codes(rep)
