@@ -281,3 +281,14 @@ def custom_vjp_rules(fn: Any) -> tuple[Any, Any, Any] | None:
     if fwd is None or bwd is None or getattr(fn, "nondiff_argnums", ()):
         return None
     return fn.fun, fwd, bwd
+
+
+def scan_counts(eqn: Any) -> tuple[int, int]:
+    """(number of loop constants, number of carries) of a `scan` equation: [0.10] the params
+    `num_consts`/`num_carry`; [0.12] the flat-tree `ft_in` = (consts, carry, xs), each an
+    `FTTuple` whose `.vals` are its leaves."""
+    p = eqn.params
+    if "num_consts" in p:
+        return int(p["num_consts"]), int(p["num_carry"])
+    consts, carry = p["ft_in"].elts[:2]
+    return len(consts.vals), len(carry.vals)

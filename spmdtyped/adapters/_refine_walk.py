@@ -438,7 +438,7 @@ class RefineWalk:
               shapes: list[tuple[int, ...]], where: Any, quiet: bool,
               pending: dict[Any, _Pending]) -> list[Refinement]:
         p = eqn.params
-        nconsts, ncarry = int(p["num_consts"]), int(p["num_carry"])
+        nconsts, ncarry = _compat.scan_counts(eqn)
         body = p["jaxpr"].jaxpr if hasattr(p["jaxpr"], "jaxpr") else p["jaxpr"]
         consts, carry = refs[:nconsts], refs[nconsts:nconsts + ncarry]
         xs = [drop_leading(r, len(s)) for r, s in
