@@ -30,6 +30,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from . import adapters as adapters
+    from . import debug as debug
     from . import lax as lax
     from . import nn as nn
     from . import numpy as numpy
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
     from ._custom import CustomOp as CustomOp
     from ._custom import custom_op as custom_op
     from ._custom import opaque as opaque
+    from ._optim import clip_by_global_norm as clip_by_global_norm
+    from ._optim import global_norm as global_norm
     from ._static import *  # noqa: F403
 else:
     from ._hints import Invariant as Invariant
@@ -60,13 +63,14 @@ else:
         **dict.fromkeys(_COLLECTIVE_NAMES, "._collectives"),
         **{n: "._array" for n in ("typeof", "wrap", "unwrap", "set_check_mode", "check_mode")},
         "shard_map": "._shard_map",
+        **{n: "._optim" for n in ("clip_by_global_norm", "global_norm")},
         **{n: "._autodiff" for n in ("cotangent_type", "grad", "value_and_grad", "vjp")},
         **{n: "._control" for n in ("cond", "fori_loop", "scan", "switch", "while_loop")},
         **{n: "._custom" for n in ("CustomOp", "custom_op", "opaque")},
         # jaxtyping interop (imports jax and jaxtyping): st.Float[Varying["dp"], "batch/dp d"]
         **{n: "._jaxtyping" for n in ("Bool", "Float", "Inexact", "Int", "Num", "Shaped")},
     }
-    _SUBMODULES = ("numpy", "lax", "adapters", "nn")
+    _SUBMODULES = ("numpy", "lax", "adapters", "nn", "debug")
 
     def __getattr__(name: str) -> Any:
         if name in _LAZY:
@@ -87,6 +91,8 @@ __all__ = sorted([
     "InternalConsistencyError", "Reduced", "SArray", "SpmdType", "SpmdTypeError", "State", "Typed",
     "Unreduced", "UsageError", "Varying", "allow", "check_mode", "explain", "set_check_mode",
     "shard_map", "typeof", "unwrap", "wrap", *_COLLECTIVE_NAMES,
+    # issue 14: optimisers
+    "clip_by_global_norm", "global_norm",
     # issue 4: autodiff, control flow, custom ops
     "CustomOp", "cond", "cotangent_type", "custom_op", "fori_loop", "grad", "opaque", "scan",
     "switch", "value_and_grad", "vjp", "while_loop",

@@ -1,9 +1,10 @@
-"""`python -m spmdtyped {demo,check,infer,port,explain}`."""
+"""`python -m spmdtyped {demo,check,infer,port,explain}` and `python -m spmdtyped --version`."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,10 @@ _COMMANDS = {
     "port": ("spmdtyped.adapters._codemod", "rewrite raw shard_map code to spmdtyped (libcst)"),
     "explain": ("spmdtyped.__main__", "print the page of an error code, e.g. SPMD101"),
 }
+
+
+#: subcommand -> (module it needs, the extra that installs it)
+_NEEDS = {"check": ("mypy", "mypy"), "port": ("libcst", "port")}
 
 
 def explain_main(argv: list[str]) -> int:
@@ -46,6 +51,11 @@ def explain_main(argv: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("--version", "-V"):
+        from . import __version__
+
+        print(f"spmdtyped {__version__}")
+        return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in _COMMANDS:
         print("usage: python -m spmdtyped {" + ",".join(_COMMANDS) + "} ...\n")
         for name, (_, help_) in _COMMANDS.items():
@@ -54,6 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "explain":
         return explain_main(rest)
+    if cmd in _NEEDS and importlib.util.find_spec(_NEEDS[cmd][0]) is None:
+        dep, extra = _NEEDS[cmd]
+        print(f"python -m spmdtyped {cmd} needs {dep}, which is not installed: "
+              f"pip install 'spmdtyped[{extra}]'  (or: pip install {dep})", file=sys.stderr)
+        return 2
     module = importlib.import_module(_COMMANDS[cmd][0])
     return int(module.main(rest) or 0)
 

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat, _hints, _rules, _surface
+from . import _compat, _hints, _protocols, _rules, _surface
 from ._errors import error
 from ._hints import SArray, is_state_class, state_class
 from ._rules import LITERAL, Operand, SpmdType
@@ -55,6 +55,10 @@ def with_refinement(x: Any, refinement: Refinement) -> Any:
 
 
 def _unflatten(cls: type, raw: Any) -> Any:
+    if is_state_class(type(raw)):
+        # a tree_map whose function returned a typed value (`p - lr * g` with a typed `lr`):
+        # that value is the node, typed by the rules, never a typed value inside a typed value
+        return raw
     # jax.grad / jax.vjp rebuild the *primal's* class around each cotangent, but a cotangent's
     # state differs (Reduced <-> Unreduced, reference §5): inside a checking shard_map, a JAX
     # value whose state disagrees with the class gets the class of its own state.
@@ -137,6 +141,8 @@ def wrap(raw: Any, spmd_type: SpmdType | None = None) -> Any:
 
     **Returns:** an instance of the state class, e.g. `st.Varying["dp"]`.
     """
+    if _is_container(raw):  # a pytree (tuple, eqx.Module, nnx state, dataclass): every leaf
+        return jax.tree_util.tree_map(lambda r: wrap(r, spmd_type), raw, is_leaf=is_typed)
     if is_state_class(type(raw)):
         if spmd_type is not None and spmd_type != raw.spmd_type:
             raise error("SPMD504", f"st.wrap: value is already typed {raw.spmd_type}, not {spmd_type}")
@@ -150,9 +156,17 @@ def unwrap(x: Any) -> Any:
     """The JAX value of a typed value (`x.raw`); anything else is returned unchanged. Pytrees too."""
     if is_state_class(type(x)):
         return x.raw
-    if isinstance(x, (list, tuple, dict)):
+    if _is_container(x):  # any pytree: eqx.Module, flax nnx state, registered dataclasses, ...
         return jax.tree_util.tree_map(unwrap, x, is_leaf=is_typed)
     return x
+
+
+def _is_container(x: Any) -> bool:
+    """A pytree node (not a leaf, not a typed value): wrap/unwrap descend into it."""
+    if is_state_class(type(x)) or isinstance(x, (jax.Array, np.ndarray, np.generic)):
+        return False
+    return not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(x, is_leaf=is_typed)) \
+        or isinstance(x, (list, tuple, dict))
 
 
 def is_typed(x: Any) -> bool:
@@ -251,6 +265,9 @@ def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op:
     return checked(op, bind(raw), out_t)
 
 
+_STATIC_INDEX = str(_surface.STATIC_INDEX.rule)
+
+
 def _is_dynamic_index(idx: Any) -> bool:
     items = idx if isinstance(idx, tuple) else (idx,)
     return any(isinstance(i, (jax.Array, jax.core.Tracer)) or is_typed(i) for i in items)
@@ -265,7 +282,7 @@ def getitem(x: SArray, idx: Any) -> Any:
         raw, t = operand(x)
         out_t = _rules.dynamic_index_type(t, idx_types, _compat.FEATURES, op="indexing")  # type: ignore[arg-type]
         return checked("indexing", raw[idx], out_t)
-    return unary_op("getitem", x, lambda r: r[idx], op="indexing")
+    return unary_op(_STATIC_INDEX, x, lambda r: r[idx], op="indexing")
 
 
 def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()") -> Any:
@@ -296,7 +313,7 @@ def getattr_(x: SArray, name: str) -> Any:
         return getattr(x.raw, name)
     if row.kind == "property":
         return unary_op(rule, x, lambda r: getattr(r, name), op=f".{name}")
-    if rule == "mean":
+    if row.binding == "mean":
         return lambda axis=None, keepdims=False: mean(x, axis, keepdims=keepdims)
     return lambda *args, **kw: unary_op(rule, x, lambda r: getattr(r, name)(*args, **kw),
                                         op=f".{name}()")
@@ -342,3 +359,6 @@ for _row in _surface.AT:
 
 _hints.register_operations(_hints.Operations(binary=binary, unary=unary_op, getitem=getitem,
                                              getattr=getattr_))
+
+# __jax_array__, __array__, __iter__, __len__, __bool__/__float__/..., __repr__, IndexError
+_protocols.install(SArray, getitem=getitem, vma_off=in_vma_off)

@@ -84,6 +84,8 @@ class SArray(Generic[_V, _U, _R]):
     @property
     def size(self) -> int: ...
     @property
+    def weak_type(self) -> bool: ...
+    @property
     def T(self) -> SArray[Any, Any, Any]: ...
     @property
     def mT(self) -> SArray[Any, Any, Any]: ...
@@ -359,13 +361,13 @@ class ShardMapDecorator(Generic[_S, _M]):
 
 
 @overload
-def shard_map(f: _F, /, *, out_specs: Any, in_specs: Any = None, mesh: Any,
+def shard_map(f: _F, /, *, out_specs: Any = None, in_specs: Any = None, mesh: Any,
               axis_names: Any = frozenset(), check_vma: bool = True) -> Callable[..., Any]: ...
 @overload
-def shard_map(f: None = None, /, *, out_specs: Any, in_specs: Any = None, mesh: Any,
+def shard_map(f: None = None, /, *, out_specs: Any = None, in_specs: Any = None, mesh: Any,
               axis_names: Any = frozenset(),
               check_vma: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
-def shard_map(f: Any = None, /, *, out_specs: Any, in_specs: Any = None, mesh: Any,
+def shard_map(f: Any = None, /, *, out_specs: Any = None, in_specs: Any = None, mesh: Any,
               axis_names: Any = frozenset(), check_vma: bool = True) -> Any:
     """Typed `jax.shard_map` (decorator form too): the result takes and returns raw arrays."""
     ...

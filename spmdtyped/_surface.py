@@ -13,8 +13,9 @@ against the runtime. Imports no JAX, only `_rules`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
-from ._rules.axis_ops import AXIS_OPS
+from ._rules.axis_ops import AXIS_OPS, all_gather_op, pcast_op
 from ._rules.elementwise import ELEMENTWISE
 from ._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
 
@@ -108,10 +109,12 @@ PROPERTIES: tuple[Row, ...] = (
       for n in ("shape", "dtype", "ndim", "size", "weak_type")),
 )
 
-INDEXING: tuple[Row, ...] = (
-    Row("x[i]", "index", "__getitem__", "getitem", 1, "index", "operator.getitem"),
-    Row("x[traced_i]", "index", "__getitem__", "dynamic_slice", 2, "index", "operator.getitem"),
-)
+#: `x[i]` with static indices (ints, slices, None, Ellipsis)
+STATIC_INDEX = Row("x[i]", "index", "__getitem__", "getitem", 1, "index", "operator.getitem")
+#: `x[i]` with a traced (array-valued) index: `functions.dynamic_index_type`
+TRACED_INDEX = Row("x[traced_i]", "index", "__getitem__", "dynamic_slice", 2, "index",
+                   "operator.getitem")
+INDEXING: tuple[Row, ...] = (STATIC_INDEX, TRACED_INDEX)
 
 AT: tuple[Row, ...] = tuple(
     Row(f"x.at[i].{m}(v)", "at", m, rule, 2, "at", f"jax.Array.at[].{m}")
@@ -177,6 +180,16 @@ class Collective:
     ops: tuple[str, ...]
     jax: str
     in_lax: bool = True
+    #: `(to, op label) -> AXIS_OPS key` where the `to=` keyword picks the row
+    select: Callable[[object, str], str] | None = None
+
+    def op(self, to: object = None, label: str | None = None) -> str:
+        """The `AXIS_OPS` row this call applies (`to`: the `to=` argument, where it has one);
+        an unknown target is the rule's error (SPMD505)."""
+        if self.select is None:
+            assert len(self.ops) == 1, self
+            return self.ops[0]
+        return self.select(to, label or f"st.{self.name}")
 
 
 COLLECTIVES: tuple[Collective, ...] = (
@@ -188,10 +201,11 @@ COLLECTIVES: tuple[Collective, ...] = (
     Collective("pshuffle", ("pshuffle",), "jax.lax.pshuffle"),
     Collective("pbroadcast", ("pbroadcast",), "jax.lax.pbroadcast"),
     Collective("all_gather", ("all_gather", "all_gather_invarying", "all_gather_reduced"),
-               "jax.lax.all_gather"),
+               "jax.lax.all_gather", select=lambda to, _op: all_gather_op(to)),
     Collective("psum_scatter", ("psum_scatter",), "jax.lax.psum_scatter"),
     Collective("all_to_all", ("all_to_all",), "jax.lax.all_to_all"),
-    Collective("pcast", ("pcast_varying", "pcast_reduced", "pcast_unreduced"), "jax.lax.pcast"),
+    Collective("pcast", ("pcast_varying", "pcast_reduced", "pcast_unreduced"), "jax.lax.pcast",
+               select=pcast_op),
     # st.pvary: the old spelling of pcast(to="varying"); spmdtyped.lax has pcast only
     Collective("pvary", ("pvary",), "jax.lax.pcast", in_lax=False),
     Collective("axis_index", (), "jax.lax.axis_index"),

@@ -10,15 +10,16 @@ from mypy.nodes import Expression
 from mypy.plugin import FunctionContext
 from mypy.types import TupleType, Type, get_proper_type
 
-from .. import _rules
+from .. import _rules, _surface
 from .._errors import SpmdTypeError
 from .._rules import SpmdType
 from .codes import AXIS, apply, report
 from .config import CONFIG
 from .convert import STATIC, alternatives, any_type, arg, arrays_only, axis_value, from_spmd, literal_value
 
-NAMES: Final = ("psum", "pmean", "pmax", "pmin", "ppermute", "pshuffle", "pbroadcast", "all_gather",
-                "psum_scatter", "all_to_all", "pvary", "pcast", "axis_index")
+#: the collectives and casts with a typed result: the surface table's (`_surface.COLLECTIVES`;
+#: `st.axis_size` is a Python int)
+NAMES: Final = tuple(c.name for c in _surface.COLLECTIVES if c.ops or c.name == "axis_index")
 #: full name -> collective
 FULLNAMES: Final = {f"{m}.{n}": n for m in (STATIC, "spmdtyped", "spmdtyped._collectives")
                     for n in NAMES}
@@ -42,14 +43,13 @@ def analyze(ctx: FunctionContext, name: str) -> Type:
         axes = _rules.normalize_axes(value, op)
         if name == "axis_index":
             return from_spmd(ctx.api, _rules.axis_index_type(axes))
-        if name in ("pcast", "all_gather"):
-            to = arg(ctx, "to")
-            to_value = "varying" if to is None else literal_value(to[1])
-            if to_value is None:
-                return default
-            rule = _rules.pcast_op(to_value, op) if name == "pcast" else _rules.all_gather_op(to_value)
-        else:
-            rule = name
+        collective = _surface.collective(name)
+        assert collective is not None, name
+        to = arg(ctx, "to") if collective.select else None
+        to_value = "varying" if to is None else literal_value(to[1])
+        if to_value is None:
+            return default
+        rule = collective.op(to_value, op)
     except SpmdTypeError as err:
         report(ctx.api, err, ctx.context)
         return default

@@ -1,7 +1,7 @@
 """`st.numpy` and `st.nn` functions and constructors: each function's rule and binding come from
-`_rules.NUMPY_FUNCTIONS` / `NUMPY_BINDINGS` and `NN_FUNCTIONS` / `NN_BINDINGS`, the tables
-spmdtyped/numpy.py and nn.py are built from (`_rules.FUNCTION_BINDINGS` says what each
-binding means)."""
+its row of the surface table (`_surface.NUMPY`, `_surface.NN`), the rows spmdtyped/numpy.py and
+nn.py are built from (the comment above `_surface.FUNCTION_BINDINGS` says what each binding
+means); each binding calls the `_rules` function the runtime calls for it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from mypy.plugin import FunctionContext
 from mypy.typeops import make_simplified_union
 from mypy.types import Instance, TupleType, Type, get_proper_type
 
-from .. import _rules
+from .. import _rules, _surface
 from .._rules import LITERAL, SpmdType
 from .codes import apply
 from .config import CONFIG
@@ -29,12 +29,8 @@ from .convert import (
 )
 
 #: full name -> (module label, name, rule, binding)
-FULLNAMES: Final = {
-    **{f"spmdtyped.numpy.{n}": ("numpy", n, r, _rules.NUMPY_BINDINGS[n])
-       for n, r in _rules.NUMPY_FUNCTIONS.items()},
-    **{f"spmdtyped.nn.{n}": ("nn", n, r, _rules.NN_BINDINGS[n])
-       for n, r in _rules.NN_FUNCTIONS.items()},
-}
+FULLNAMES: Final = {f"spmdtyped.{r.kind}.{r.name}": (r.kind, r.name, r.rule, r.binding)
+                     for r in (*_surface.NUMPY, *_surface.NN) if r.rule is not None}
 _ARRAY_LIKE_STATIC: Final = frozenset({"builtins.list", "builtins.tuple", "builtins.int",
                                        "builtins.bool", "builtins.slice"})
 _Args = list[tuple[Expression, Type]]
@@ -60,6 +56,18 @@ def analyze(ctx: FunctionContext, entry: tuple[str, str, str, str]) -> Type:
         alts.append(a)
     if not alts or all(a == [LITERAL] for a in alts):
         return default
+    if binding == "mean":
+        return apply(ctx.api, ctx.context, default, [arrays_only(alts[0])],
+                     lambda t: _rules.mean_type(t, CONFIG.features, op=op))
+    if binding == "take":  # `_operands` leaves a constant index out: LITERAL
+        index = alts[1] if len(alts) > 1 else [LITERAL]
+        return apply(ctx.api, ctx.context, default, [arrays_only(alts[0]), index],
+                     lambda t, i: _rules.take_type(t, i, CONFIG.features, op=op))
+    if binding == "where":
+        if len(alts) != 3:
+            return default
+        return apply(ctx.api, ctx.context, default, alts,
+                     lambda c, x, y: _rules.where_type(c, x, y, CONFIG.features, op=op).type)
     if len(alts) == 1 and binding not in ("join", "nary", "einsum"):
         return apply(ctx.api, ctx.context, default, [arrays_only(alts[0])],
                      lambda t: _rules.unary(rule, t, CONFIG.features, op=op))
@@ -81,7 +89,7 @@ def _operands(ctx: FunctionContext, args: _Args, binding: str) -> _Args | None:
         if not isinstance(seq, (ListExpr, TupleExpr)):
             return None
         return [(item, ctx.api.get_expression_type(item, None)) for item in seq.items]
-    if binding in ("nary", "einsum"):
+    if binding in ("nary", "einsum", "where"):
         return [(e, t) for e, t in args if not is_str(t)]  # einsum's subscripts
     if binding == "binary":
         return args[:2] if len(args) >= 2 else None
@@ -122,8 +130,6 @@ def _constructor(ctx: FunctionContext, args: _Args, rule: str, binding: str, op:
         return default
 
     def fn(base: SpmdType, f: Known) -> SpmdType:
-        if f is LITERAL:
-            return base
-        return _rules.combine("add", [base, f], CONFIG.features, op=op).type
+        return _rules.fill_type(base, f, CONFIG.features, op=op)
 
     return apply(ctx.api, ctx.context, default, [bases, fills], fn)

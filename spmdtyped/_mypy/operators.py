@@ -4,12 +4,13 @@ uses for it (`_rules.binary`, `unary`, `dynamic_index_type`, `combine`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from mypy.plugin import AttributeContext, FunctionContext, MethodContext
 from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 
-from .. import _rules
+from .. import _rules, _surface
 from .._rules import LITERAL, SpmdType
 from .codes import apply, report, report_past_operator_fallback
 from .config import CONFIG
@@ -25,51 +26,50 @@ from .convert import (
     to_operand,
 )
 
-# operator method -> (rule name, the runtime's op label); the reflected `__r<name>__` of each
-# name in _REFLECTED too (the runtime's `_hints` defines the same set)
-_SYMBOLS: Final = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "matmul": "@", "pow": "**",
-                   "mod": "%", "floordiv": "//", "and": "&", "or": "|", "xor": "^",
-                   "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-_RULES: Final = {"truediv": "div"}
-_REFLECTED: Final = ("add", "sub", "mul", "truediv", "matmul", "pow", "mod", "floordiv", "and",
-                     "or", "xor")
-#: method -> (rule, reflected, op label)
+#: operator method -> (rule, reflected, the runtime's op label), from the surface table's
+#: operator rows (`_surface.OPERATORS`: `__mod__` and its reflected `__rmod__`)
 BINARY: Final = {
-    **{f"__{m}__": (_RULES.get(m, m), False, f"operator {s}") for m, s in _SYMBOLS.items()},
-    **{f"__r{m}__": (_RULES.get(m, m), True, f"operator {_SYMBOLS[m]}") for m in _REFLECTED},
+    **{r.name: (str(r.rule), False, f"operator {r.symbol}") for r in _surface.OPERATORS},
+    **{r.reflected: (str(r.rule), True, f"operator {r.symbol}") for r in _surface.OPERATORS
+       if r.reflected},
 }
-#: array method / operator -> (rule name, the runtime's op label)
+#: operators Python reflects by swapping (`2 < x` is `x.__gt__(2)`): a Python scalar on the left
+#: reaches the typed value's own method, after mypy tried the scalar's
+_SWAPPED: Final = frozenset(r.rule for r in _surface.OPERATORS if r.reflected is None)
+#: unary operator / array method -> (rule, binding, the runtime's op label), from the surface
+#: table (`_surface.UNARY_OPERATORS`, `_surface.METHODS`)
 UNARY: Final = {
-    "__neg__": ("neg", "neg"), "__abs__": ("abs", "abs"), "__invert__": ("logical_not", "logical_not"),
-    "reshape": ("reshape", ".reshape()"), "transpose": ("transpose", ".transpose()"),
-    "astype": ("astype", ".astype()"), "squeeze": ("squeeze", ".squeeze()"),
-    "ravel": ("ravel", ".ravel()"), "sum": ("sum", ".sum()"), "max": ("max", ".max()"),
-    "min": ("min", ".min()"), "mean": ("mean", ".mean()"),
+    **{r.name: (str(r.rule), r.binding, str(r.rule)) for r in _surface.UNARY_OPERATORS},
+    **{r.name: (str(r.rule), r.binding, f".{r.name}()") for r in _surface.METHODS},
 }
-PROPERTIES: Final = {"T": ("transpose", ".T"), "mT": ("transpose", ".mT")}
-#: `x.at[idx].<method>(v)` -> the rule (`_array._AT_RULES`)
-AT_METHODS: Final = {"set": "at_set", "add": "at_add", "multiply": "at_mul", "min": "at_min",
-                     "max": "at_max"}
+#: typed properties (`x.T`): (rule, binding, op label); `_surface.PROPERTIES` with a rule
+PROPERTIES: Final = {r.name: (str(r.rule), r.binding, f".{r.name}") for r in _surface.PROPERTIES
+                     if r.rule is not None}
+#: `x.at[idx].<method>(v)`: the surface table's `.at[]` rows (`_rules.at_update_type` types them)
+AT_METHODS: Final = {r.name: r.rule for r in _surface.AT}
 AT_INDEX: Final = f"{STATIC}._AtIndex"
+#: the rule of `x[i]` with static indices (a traced one: `_rules.dynamic_index_type`)
+_STATIC_INDEX: Final = str(_surface.STATIC_INDEX.rule)
 
 #: `0 == x`: Python's `int.__eq__` gives NotImplemented, then `x.__eq__(0)` runs (mypy would
 #: type it `bool` through `int.__eq__(object)`)
-SCALAR_COMPARISONS: Final = {f"builtins.{c}.__{m}__": f"scalar.{m}"
-                             for c in ("int", "float", "bool", "complex") for m in ("eq", "ne")}
+SCALAR_COMPARISONS: Final = {f"builtins.{c}.{r.name}": f"scalar.{r.name}"
+                             for c in ("int", "float", "bool", "complex")
+                             for r in _surface.OPERATORS if r.name in ("__eq__", "__ne__")}
 #: full name -> feature key of `analyze`
 METHODS: Final = {**{f"{SARRAY}.{m}": m for m in (*BINARY, *UNARY, "__getitem__")},
                   **{f"{AT_INDEX}.{m}": f"at.{m}" for m in AT_METHODS}, **SCALAR_COMPARISONS}
 ATTRIBUTES: Final = {f"{SARRAY}.{a}": a for a in PROPERTIES}
-FUNCTIONS: Final = {"builtins.abs": "abs"}
+#: builtins that call a dunder (`abs(x)`: mypy's function hook, not `__abs__`'s method hook)
+FUNCTIONS: Final = {r.jax: r.name for r in _surface.UNARY_OPERATORS if r.jax.startswith("builtins.")}
 
 
 def analyze(ctx: MethodContext | AttributeContext | FunctionContext, feature: str) -> Type:
     """The result of operator / method / property `feature` of a typed value."""
     if isinstance(ctx, FunctionContext):
-        return _abs(ctx)
+        return _builtin(ctx, *UNARY[feature])
     if isinstance(ctx, AttributeContext):
-        name, op = PROPERTIES[feature]
-        return _unary(ctx, name, op)
+        return _unary(ctx, *PROPERTIES[feature])
     if feature in BINARY:
         return _binary(ctx, *BINARY[feature])
     if feature in UNARY:
@@ -77,7 +77,7 @@ def analyze(ctx: MethodContext | AttributeContext | FunctionContext, feature: st
     if feature == "__getitem__":
         return _getitem(ctx)
     if feature.startswith("scalar."):
-        return _scalar_comparison(ctx, feature.partition(".")[2])
+        return _scalar_comparison(ctx, *BINARY[feature.partition(".")[2]])
     return _at(ctx, feature.partition(".")[2])
 
 
@@ -98,15 +98,15 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
         a, b = (o, s) if reflected else (s, o)
         return _rules.binary(name, a, b, CONFIG.features, op=op, int_literal=int_literal).type
 
-    # `2.0 + u`: mypy tried `float.__add__` first and would report its generic `[operator]`
-    # error instead of the rule's; `u == 0.0`: mypy would fall back to `float.__eq__(object)`
-    # and type it `bool` silently. Report the rule's error past that fallback.
-    past = (reflected or name in ("eq", "ne")) and not is_sarray(other_t)
+    # `2.0 + u`, `2 < u`: mypy tried `float.__add__` / `int.__lt__` first and would report its
+    # generic `[operator]` error instead of the rule's; `u == 0.0`: mypy would fall back to
+    # `float.__eq__(object)` and type it `bool` silently. Report the rule's error past that.
+    past = (reflected or name in _SWAPPED) and not is_sarray(other_t)
     on_error = report_past_operator_fallback if past else report
     return apply(ctx.api, ctx.context, default, [self_alts, other_alts], fn, on_error)
 
 
-def _scalar_comparison(ctx: MethodContext, name: str) -> Type:
+def _scalar_comparison(ctx: MethodContext, name: str, _reflected: bool, op: str) -> Type:
     """`0 == x` with a typed `x`: the runtime's `x == 0` (`_rules.binary(name, x, 0)`)."""
     default = ctx.default_return_type
     if not ctx.args or not ctx.args[0] or not is_sarray(ctx.arg_types[0][0]):
@@ -115,17 +115,22 @@ def _scalar_comparison(ctx: MethodContext, name: str) -> Type:
     if alts is None:
         return default
     return apply(ctx.api, ctx.context, default, [alts],
-                 lambda x: _rules.binary(name, x, LITERAL, CONFIG.features,
-                                         op=f"operator {_SYMBOLS[name]}").type)
+                 lambda x: _rules.binary(name, x, LITERAL, CONFIG.features, op=op).type)
 
 
-def _unary(ctx: MethodContext | AttributeContext, name: str, op: str) -> Type:
+def _unary_rule(name: str, binding: str, op: str) -> Callable[[SpmdType], SpmdType]:
+    """The rule of a one-operand row: `unary`, or `mean_type` for the "mean" binding."""
+    if binding == "mean":
+        return lambda t: _rules.mean_type(t, CONFIG.features, op=op)
+    return lambda t: _rules.unary(name, t, CONFIG.features, op=op)
+
+
+def _unary(ctx: MethodContext | AttributeContext, name: str, binding: str, op: str) -> Type:
     default = ctx.default_return_type if isinstance(ctx, MethodContext) else ctx.default_attr_type
     alts = alternatives(ctx.api, ctx.type, None)
     if alts is None:
         return default
-    return apply(ctx.api, ctx.context, default, [alts],
-                 lambda t: _rules.unary(name, t, CONFIG.features, op=op))
+    return apply(ctx.api, ctx.context, default, [alts], _unary_rule(name, binding, op))
 
 
 def _getitem(ctx: MethodContext) -> Type:
@@ -159,14 +164,13 @@ def _getitem(ctx: MethodContext) -> Type:
         return default
     if not dynamic:
         return apply(ctx.api, ctx.context, default, [alts],
-                     lambda t: _rules.unary("getitem", t, CONFIG.features, op="indexing"))
+                     lambda t: _rules.unary(_STATIC_INDEX, t, CONFIG.features, op="indexing"))
     return apply(ctx.api, ctx.context, default, [alts],
                  lambda t: _rules.dynamic_index_type(t, index_types, CONFIG.features, op="indexing"))
 
 
 def _at(ctx: MethodContext, method: str) -> Type:
-    """`x.at[idx].<method>(v)`, as `_array._AtIndex._update`: the rule on `x`, joined (`add`)
-    with the rule on `v` when `v` is an array."""
+    """`x.at[idx].<method>(v)`: `_rules.at_update_type`, as at runtime."""
     default = ctx.default_return_type
     p = get_proper_type(ctx.type)
     x = state_of_args(p.args) if isinstance(p, Instance) else None
@@ -175,20 +179,15 @@ def _at(ctx: MethodContext, method: str) -> Type:
     values = alternatives(ctx.api, ctx.arg_types[0][0], ctx.args[0][0])
     if values is None:
         return default
-    rule, op = AT_METHODS[method], f".at[].{method}()"
+    op = f".at[].{method}()"
 
     def fn(v: Known) -> SpmdType:
-        joined = _rules.unary(rule, x, CONFIG.features, op=op)
-        if v is LITERAL:
-            return joined
-        assert isinstance(v, SpmdType)
-        return _rules.combine("add", [joined, _rules.unary(rule, v, CONFIG.features, op=op)],
-                              CONFIG.features, op=op).type
+        return _rules.at_update_type(method, x, v, CONFIG.features, op=op)
 
     return apply(ctx.api, ctx.context, default, [values], fn)
 
 
-def _abs(ctx: FunctionContext) -> Type:
+def _builtin(ctx: FunctionContext, name: str, binding: str, op: str) -> Type:
     """`abs(x)` (builtins.abs does not go through the `__abs__` method hook)."""
     if not ctx.arg_types or not ctx.arg_types[0]:
         return ctx.default_return_type
@@ -196,5 +195,5 @@ def _abs(ctx: FunctionContext) -> Type:
     if alts is None or LITERAL in alts:
         return ctx.default_return_type
     return apply(ctx.api, ctx.context, ctx.default_return_type, [arrays_only(alts)],
-                 lambda t: _rules.unary("abs", t, CONFIG.features, op="abs"))
+                 _unary_rule(name, binding, op))
 

@@ -96,12 +96,8 @@ from .primitives import AXIS_PRIMITIVES, PRIMITIVE_OPERANDS, PRIMITIVES
 from .states import INVARIANT, UNREDUCED_KINDS, I, R, SpmdType, State, U, V, cotangent, fmt_axes
 
 #: views of the `st.numpy` / `st.nn` rows of `spmdtyped._surface` (the one table), kept for
-#: readers of `_rules`: name -> rule, name -> binding
-_SURFACE_VIEWS = ("NUMPY_FUNCTIONS", "NUMPY_BINDINGS", "NN_FUNCTIONS", "NN_BINDINGS",
-                  "FUNCTION_BINDINGS")
-
-
-_OLD_BINDINGS = {"mean": "unary", "where": "nary"}
+#: readers of `_rules`: name -> rule (how each applies it: the row's `binding`)
+_SURFACE_VIEWS = ("NUMPY_FUNCTIONS", "NN_FUNCTIONS")
 
 
 def __getattr__(name: str) -> Any:
@@ -110,13 +106,7 @@ def __getattr__(name: str) -> Any:
 
         value: Any = {
             "NUMPY_FUNCTIONS": {r.name: r.rule for r in _surface.NUMPY},
-            # "mean"/"where" are typed by `mean_type`/`where_type`; older readers bind them
-            # as the unary / n-ary rule of the same name
-            "NUMPY_BINDINGS": {r.name: _OLD_BINDINGS.get(r.binding, r.binding)
-                               for r in _surface.NUMPY},
             "NN_FUNCTIONS": {r.name: r.rule for r in _surface.NN},
-            "NN_BINDINGS": {r.name: r.binding for r in _surface.NN},
-            "FUNCTION_BINDINGS": _surface.FUNCTION_BINDINGS,
         }[name]
         globals()[name] = value
         return value

@@ -24,6 +24,12 @@ def auto_cast(t: SpmdType, varying: frozenset[str], *, op: str, what: str = "the
         return t
     if t.reduced == rest:
         return t.replace(reduced=frozenset(), varying=t.varying | rest)
+    bad_u = t.unreduced & rest
+    if bad_u:
+        raise error("SPMD201", f"{op}: {what} is Unreduced on {sorted(bad_u)} where another operand "
+                    f"is Varying: no cast takes a pending sum to per-device values",
+                    axes=sorted(bad_u), states=t.states(sorted(bad_u)), op=op,
+                    fix=f"reduce it first: st.psum(x, {fmt_axes(sorted(bad_u))})")
     bad = t.reduced & rest
     if bad:
         raise error("SPMD205", f"{op}: {what} is Reduced on {sorted(t.reduced)} but another "
@@ -37,8 +43,12 @@ def dynamic_index_type(t: SpmdType, index_types: Sequence[SpmdType],
                        features: Features = CONSERVATIVE, *, op: str = "indexing") -> SpmdType:
     """`x[i]` with traced indices (dynamic_slice): the value's unary rule (Unreduced rejected,
     Reduced kept), then JAX's auto-cast of the value to the indices' varying axes
-    (`auto_cast`). The indices get no reduced check: `x[axis_index('j')]` on `Reduced['i']`
-    is `Typed[Varying['j'], Reduced['i']]`."""
+    (`auto_cast`). Each index is first compared with an Invariant zero, as JAX does to wrap
+    negative indices (`lt`: an Unreduced or Reduced index is rejected there, as by JAX); the
+    value itself may be Reduced: `x[axis_index('j')]` on `Reduced['i']` is
+    `Typed[Varying['j'], Reduced['i']]`."""
+    for i in index_types:  # JAX wraps negative indices first: `i < 0` with an Invariant zero
+        combine("lt", [i, INVARIANT], features, op=op)
     out = unary("dynamic_slice", t, features, op=op)
     return auto_cast(out, frozenset().union(*(i.varying for i in index_types)), op=op)
 

@@ -13,11 +13,12 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from .. import _compat, _rules
 from .._errors import SpmdTypeError
+from .._jax_errors import translate
 from .._rules import SpmdType
 from .._shard_map import check_outputs, is_spec_leaf
+from ._conventions import checked_lax, fn_name, manual_axes, resolve_in_specs, resolve_mesh
 from ._refine_route import routed_autodiff, trace_discarding_outputs
-from ._refine_walk import check_program
-from ._route import checked_lax, manual_axes
+from ._refine_walk import body_jaxpr, check_program
 from ._walk import Step, Walk, boundary_source, exception_source, function_source, located
 
 
@@ -49,6 +50,9 @@ class InferReport:
     mismatches: list[str]
     jaxpr: Any = None
     mesh_axes: tuple[str, ...] = ()
+    #: for code written with `check_vma=False` (`infer(..., check_vma=False)`): what turning
+    #: the checks on changes, one line per violation (`file:line: CODE: ...`); else empty
+    check_vma_changes: list[str] = dataclasses.field(default_factory=list)
 
     def listing(self, *, file: str | None = None, casts: bool = False) -> list[str]:
         """The per-line type listing: `file:line  op: (in states) -> out states`, in order
@@ -69,6 +73,9 @@ class InferReport:
                       for v in self.violations]
         else:
             lines.append("ok: no violations")
+        if self.check_vma_changes:
+            lines.append("turning check_vma on changes:")
+            lines += [f"  {c}" for c in self.check_vma_changes]
         return "\n".join(lines)
 
 
@@ -101,7 +108,7 @@ def _tree_hint(tree: Any, types: Sequence[SpmdType], order: Sequence[str]) -> st
 def signature_line(f: Callable[..., Any], args: Sequence[Any], in_types: Sequence[SpmdType],
                    out_tree: Any, out_types: Sequence[SpmdType], order: Sequence[str]) -> str:
     """`def name(p: Hint, ...) -> Hint:` for `f`'s positional parameters."""
-    name = getattr(f, "__name__", "f")
+    name = fn_name(f)
     try:
         params = [p.name for p in inspect.signature(f).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -134,8 +141,8 @@ def _abstract(args: Sequence[Any], in_specs: Any, mesh: Any) -> tuple[Any, ...]:
     return tuple(jax.tree_util.tree_map(one, specs, tuple(args), is_leaf=is_spec_leaf))
 
 
-def infer(f: Callable[..., Any], *args: Any, mesh: Any, in_specs: Any, out_specs: Any,
-          axis_names: Any = frozenset()) -> InferReport:
+def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _compat.INFER,
+          mesh: Any = None, axis_names: Any = frozenset(), check_vma: bool = True) -> InferReport:
     """Trace a raw per-shard function and check it with the strict rules, without editing it.
 
     `f` is traced under `jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)`
@@ -146,13 +153,17 @@ def infer(f: Callable[..., Any], *args: Any, mesh: Any, in_specs: Any, out_specs
     that are already summed (JAX auto-inserts a `pvary`: SPMD103), cumsum/`**`/flip of an
     Unreduced value (SPMD202), a Varying output declared unreduced on jax 0.10 (SPMD401).
     If JAX rejects the program, it is traced again with `jax.lax` routed through
-    `spmdtyped.lax`, so the report carries spmdtyped's code instead of JAX's ValueError.
+    `spmdtyped.lax`, and JAX's manual-axis errors are translated (`_jax_errors.TABLE`), so the
+    report carries spmdtyped's code instead of JAX's exception: no manual-axis error escapes.
 
     **Arguments:**
 
-    - `f`: the per-shard function (raw JAX code).
+    - `f`: the per-shard function (raw JAX code; a `functools.partial` or jitted one too).
     - `*args`: global arrays or `jax.ShapeDtypeStruct`s (only shapes and dtypes are used).
-    - `mesh`, `in_specs`, `out_specs`, `axis_names`: as for `jax.shard_map`.
+    - `out_specs`, `in_specs`, `mesh`, `axis_names`: as for `jax.shard_map`, with its defaults
+      (`mesh` from `jax.set_mesh`, `in_specs` inferred from the arguments' shardings).
+    - `check_vma`: `infer` always traces with the checks on; with `check_vma=False` (code
+      written for it) the report's `check_vma_changes` lists what turning them on changes.
 
     **Returns:** an `InferReport` (`ok`, `violations`, `in_types`, `out_types`, `signature`,
     `steps`, `mismatches`).
@@ -162,15 +173,26 @@ def infer(f: Callable[..., Any], *args: Any, mesh: Any, in_specs: Any, out_specs
 
     !!! Example
         ```python
-        rep = st.adapters.infer(mlp, x, w1, w2, mesh=mesh,
-                                in_specs=(P("dp"), P(None, "tp"), P("tp")), out_specs=P("dp"))
+        with jax.set_mesh(mesh):
+            rep = st.adapters.infer(mlp, x, w1, w2, in_specs=(P("dp"), P(None, "tp"), P("tp")),
+                                    out_specs=P("dp"))
         print(rep.signature)   # def mlp(x: Varying["dp"], w1: Varying["tp"], ...) -> Varying["dp"]:
         for v in rep.violations:
             print(v.source, v.code)
         ```
     """
-    return run_infer(f, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                     axis_names=axis_names, where=f"infer({getattr(f, '__name__', 'f')})")
+    where = f"infer({fn_name(f)})"
+    mesh = resolve_mesh(mesh, where, concrete=True)
+    rep = run_infer(f, args, mesh=mesh, in_specs=resolve_in_specs(in_specs, tuple(args)),
+                    out_specs=out_specs, axis_names=axis_names, where=where)
+    if not check_vma:
+        # the program was written for check_vma=False: each strict-rule violation of its
+        # check_vma=True trace is a line whose meaning changes when the checks are turned on
+        # (typically an explicit psum of a gradient JAX now sums itself: a double sum)
+        rep.check_vma_changes = [
+            f"{getattr(v, 'source', None) or '?'}: {v.code}: with check_vma=True, {v.headline}"
+            for v in rep.violations]
+    return rep
 
 
 def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs: Any,
@@ -183,15 +205,27 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
     smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 axis_names=axis_names, check_vma=True)
     try:
-        with routed_autodiff():
+        with routed_autodiff():   # gradients marked for the refinement walk's cotangent rule
             closed, out_shape = jax.make_jaxpr(smapped, return_shape=True)(*sds)
     except SpmdTypeError as e:  # f already uses spmdtyped.lax / st.*
         return _failed(f, args, spec_types, e, order)
     except Exception as jax_error:  # noqa: BLE001 - JAX rejected it: find spmdtyped's code
+        def rejected(rep: InferReport) -> InferReport:
+            # the refinement walk still sees every equation when only the outputs failed
+            refined = trace_discarding_outputs(f, sds, mesh=mesh, in_specs=in_specs,
+                                               axis_names=axis_names)
+            eqn = body_jaxpr(refined) if refined is not None else None
+            if eqn is not None:
+                extra = Walk(record_steps=False)
+                _refine(extra, eqn, manual, mesh)
+                rep.violations.extend(extra.violations)
+                rep.mismatches.extend(extra.mismatches)
+            return rep
+
         def body(*a: Any) -> Any:
             with checked_lax():
                 out = f(*a)
-            check_outputs(out, out_specs, manual, where)
+            check_outputs(out, out_specs, _compat.current_mesh()[1], where)
             return out
 
         functools_wraps(body, f)
@@ -200,22 +234,32 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
                                              out_specs=out_specs, axis_names=axis_names,
                                              check_vma=True))(*sds)
         except SpmdTypeError as e:
-            rep = _failed(f, args, spec_types, e, order)
-            # the refinement walk still sees every equation when only the outputs failed
-            refined = trace_discarding_outputs(f, sds, mesh=mesh, in_specs=in_specs,
-                                               axis_names=axis_names)
-            if refined is not None:
-                extra = Walk()
-                refine(extra, refined, _flat_specs(in_specs, sds), manual, mesh)
-                rep.violations.extend(extra.violations)
-                rep.mismatches.extend(extra.mismatches)
-            return rep
-        except Exception:  # noqa: BLE001
+            return rejected(_failed(f, args, spec_types, e, order))
+        except Exception:  # noqa: BLE001, S110 - the first (unrouted) error is translated
             pass
-        raise jax_error
+        translated = translate(jax_error, where)
+        if translated is None:
+            raise
+        translated.__cause__ = jax_error
+        return rejected(_failed(f, args, spec_types, translated, order))
+    return walk_traced(closed, out_shape, f, args, mesh=mesh, axis_names=axis_names, where=where,
+                       refine=True)
 
-    walk = Walk()
-    (eqn,) = [e for e in closed.jaxpr.eqns if _compat.primitive_name(e) == "shard_map"][:1] or [None]
+
+def walk_traced(closed: Any, out_shape: Any, f: Callable[..., Any], args: Sequence[Any], *,
+                mesh: Any, axis_names: Any, where: str, steps: bool = True,
+                refine: bool = False) -> InferReport:
+    """Check the traced `jax.shard_map(f)` program: `closed`, a ClosedJaxpr with one shard_map
+    equation, or that equation itself (as staged in the caller's trace). `refine`: also walk
+    Shard / Partial / Rep (`_refine_walk`; infer)."""
+    order = _compat.mesh_axis_names(mesh)
+    manual = manual_axes(mesh, axis_names)
+    walk = Walk(record_steps=steps)
+    if hasattr(closed, "jaxpr"):
+        (eqn,) = [e for e in closed.jaxpr.eqns
+                  if _compat.primitive_name(e) == "shard_map"][:1] or [None]
+    else:
+        eqn, closed = closed, None
     if eqn is None:  # pragma: no cover - jax.shard_map always leaves one equation
         raise RuntimeError("infer: no shard_map equation in the traced program")
     inner = eqn.params["jaxpr"]
@@ -229,20 +273,20 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
             _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_rules.spec_text(spec))
         except SpmdTypeError as e:
             walk.violation(e, function_source(f), "at the shard_map boundary")
-    # Shard / Partial / Rep: JAX's avals do not carry them; the walk keeps its own
-    refine(walk, closed, _flat_specs(in_specs, sds), manual, mesh)
+    if refine:
+        # Shard / Partial / Rep: JAX's avals do not carry them; the walk keeps its own
+        _refine(walk, eqn, manual, mesh)
     sig = signature_line(f, args, in_types, out_shape, out_types, order)
     return InferReport(not walk.violations, walk.violations, in_types, out_types, sig,
                        walk.steps, walk.mismatches, closed, order)
 
 
-def refine(walk: Walk, closed: Any, flat_specs: Sequence[Any], manual: Sequence[str],
-           mesh: Any) -> None:
-    """The refinement walk (Shard / Partial / Rep, `_refine_walk`) of a traced program, its
-    violations added to `walk`. A failure of the walk itself is a gap, listed in
-    `walk.mismatches` (as the rule table's are), never a crash of infer."""
+def _refine(walk: Walk, eqn: Any, manual: Sequence[str], mesh: Any) -> None:
+    """The refinement walk (`_refine_walk`) of a shard_map equation, its violations added to
+    `walk`. A failure of the walk itself is a gap, listed in `walk.mismatches` (as the rule
+    table's are), never a crash of infer."""
     try:
-        check_program(closed, flat_specs, manual, mesh, walk.violation)
+        check_program(eqn, manual, mesh, walk.violation)
     except SpmdTypeError:
         raise
     except Exception as e:  # noqa: BLE001 - see the docstring
@@ -250,11 +294,7 @@ def refine(walk: Walk, closed: Any, flat_specs: Sequence[Any], manual: Sequence[
 
 
 def functools_wraps(body: Callable[..., Any], f: Callable[..., Any]) -> None:
-    try:
-        body.__name__ = f.__name__
-        body.__qualname__ = getattr(f, "__qualname__", f.__name__)
-    except AttributeError:
-        pass
+    body.__name__ = body.__qualname__ = fn_name(f)
 
 
 def _failed(f: Callable[..., Any], args: Sequence[Any], spec_types: list[SpmdType],

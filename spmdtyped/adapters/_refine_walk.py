@@ -561,14 +561,11 @@ def body_jaxpr(closed: Any) -> Any | None:
 
 
 
-def check_program(closed: Any, flat_specs: Sequence[Any], manual: Sequence[str], mesh: Any,
-                  report: Report) -> RefineWalk | None:
-    """Walk the shard_map body of `closed` (traced under `routed_autodiff`) with refinements
-    seeded from the flattened in_specs; each violation goes to `report(e, where, extra)`."""
-    eqn = body_jaxpr(closed)
-    if eqn is None:
-        return None
+def check_program(eqn: Any, manual: Sequence[str], mesh: Any, report: Report) -> RefineWalk:
+    """Walk the body of the shard_map equation `eqn` (traced under `routed_autodiff` for the
+    cotangent markers) with refinements seeded from its in_specs (one per flat input); each
+    violation goes to `report(e, where, extra)`."""
     inner = eqn.params["jaxpr"]
     inner = inner.jaxpr if hasattr(inner, "jaxpr") else inner
-    refs = in_refinements(flat_specs, [v.aval for v in inner.invars], manual)
+    refs = in_refinements(list(eqn.params["in_specs"]), [v.aval for v in inner.invars], manual)
     return walk_refinements(inner, refs, _compat.mesh_axis_sizes(mesh), report)
