@@ -357,3 +357,22 @@ def scan_counts(eqn: Any) -> tuple[int, int]:
         return int(p["num_consts"]), int(p["num_carry"])
     consts, carry = p["ft_in"].elts[:2]
     return len(consts.vals), len(carry.vals)
+
+
+def is_differentiated(x: Any) -> bool:
+    """Whether `x` is being differentiated where it is used: a JVP or linearize tracer (of
+    `jax.grad`/`jax.vjp`/`jax.jvp`) in its tracer chain. A value staged by `jax.jit` is not
+    (it may be differentiated later, outside: not visible here). The tracer classes are
+    internal in jax 0.10.2 and 0.12; only their names and `.primal`/`.val` are read."""
+    seen = 0
+    while isinstance(x, _Tracer) and seen < 64:
+        seen += 1
+        if type(x).__name__ in ("JVPTracer", "LinearizeTracer"):
+            return True
+        nxt = getattr(x, "primal", None)
+        if nxt is None:
+            nxt = getattr(x, "val", None)
+        if nxt is None or nxt is x:
+            return False
+        x = nxt
+    return False

@@ -34,8 +34,9 @@ from typing import Any
 
 import jax
 
-from . import _collectives, _rules
+from . import _collectives, _compat, _rules
 from ._array import checked, is_typed, refinement_of, typeof, unwrap
+from ._errors import error
 from ._rules import SpmdType
 from ._rules import refine_shape as _refine
 from ._rules.refine import NONE as _NO_REFINEMENT
@@ -349,6 +350,36 @@ def _vary_operands(optree: _Tree, axes: frozenset[str], op: str) -> tuple[list[A
     return leaves, types, refs
 
 
+def _check_closures(op: str, fns: Sequence[Callable[..., Any]], optree: _Tree,
+                    axes: frozenset[str]) -> None:
+    """SPMD303 for a branch that closes over a differentiated value replicated over the
+    predicate's axes: not an operand, it is not cast, and its gradient would be reduced inside
+    the divergent branches (jax#40823). `jax.closure_convert` hoists the closed-over values
+    that may be differentiated; those a grad/vjp traces here (`_compat.is_differentiated`) are
+    reported. Forward values are right, so a program only staged by jit is accepted (a grad
+    taken outside that jit is not visible here: pass such values as operands)."""
+    ops = optree.treedef.unflatten(optree.leaves) if optree.leaves else ()
+    for k, fn in enumerate(fns):
+        try:
+            _conv, consts = jax.closure_convert(fn, *ops)
+        except Exception:  # noqa: BLE001 - a branch closure_convert cannot trace: JAX will say
+            continue
+        for c in consts:
+            if not _compat.is_differentiated(c):
+                continue
+            t = typeof(c)
+            bad = sorted(a for a in axes if t.state(a) in (_rules.I, _rules.R))
+            if bad and jax.numpy.issubdtype(getattr(c, "dtype", None) or float, jax.numpy.inexact):
+                a = bad[0]
+                raise error("SPMD303", f"{op}: branch {k} closes over a differentiated value "
+                            f"{t.state(a).title} over {a!r} ({c.dtype}{list(c.shape)}) while the "
+                            f"predicate varies over {a!r}: its gradient would be reduced inside "
+                            f"the divergent branches (jax#40823)", axes=tuple(bad),
+                            states={x: "closed over, not varying" for x in bad}, op=op,
+                            fix=f"pass it as an operand: {op}(pred, lambda x: ..., lambda x: ..., "
+                                f"x) ({op} casts operands to varying over {a!r})")
+
+
 def _branches(op: str, pred: Any, fns: Sequence[Callable[..., Any]], operands: tuple[Any, ...],
               bind: Callable[[Any, list[Callable[..., Any]], list[Any]], Any]) -> Any:
     req = _pred_req(pred)
@@ -356,6 +387,8 @@ def _branches(op: str, pred: Any, fns: Sequence[Callable[..., Any]], operands: t
     optree = _Tree(operands, "operands")
     if diverge and optree.leaves:
         optree.leaves, optree.types, optree.refs = _vary_operands(optree, diverge, op)
+    if diverge:
+        _check_closures(op, fns, optree, diverge)
     info: dict[str, Any] = {}
 
     def run(preset: list[SpmdType] | None) -> Any:

@@ -362,7 +362,9 @@ PAGES: tuple[ErrorPage, ...] = (
                 "wrong with no error (jax#40823: 16 instead of 23 on 8 devices). Casting the operands to "
                 "Varying before the branch moves that reduction outside, where every device takes part. "
                 "`st.cond`, `st.switch` and `st.while_loop` do this cast themselves; `infer` reports the raw"
-                " form.",
+                " form, and `st.cond`/`st.switch` report a branch that *closes over* a value being "
+                "differentiated and replicated over the predicate's axes (not an operand, it cannot "
+                "be cast: pass it as an operand).",
         fix='x = jax.lax.pcast(x, "tp", to="varying")   # before the branch; or st.cond(...)',
         solutions=(
             'Cast each operand to Varying over the predicate\'s axes before the branch: `jax.lax.pcast(x, '

@@ -230,3 +230,21 @@ def test_class12_fixed_matches_the_reference():
 def test_flow_classes_are_in_the_suite():
     assert {"cond_axis_index_grad", "per_example_grads_vmap",
             "custom_kernel_replicated_grad"} <= set(bugs.BUG_CLASSES)
+
+
+def test_class10_typed_cond_closing_over_a_differentiated_invariant_is_spmd303():
+    """The closure form of class 10: x is not an operand, so it cannot be cast; under grad
+    that is SPMD303 (not JAX's silent 16). Forward-only it computes right and is accepted."""
+    (x,) = cond_bug.make_inputs()
+
+    def body(x):
+        y = st.cond(st.axis_index("tp") == 0, lambda: 2 * x, lambda: 3 * x)
+        return y[None]
+
+    fwd = st.shard_map(body, mesh=cond_bug.mesh, in_specs=cond_bug.IN_SPECS,
+                       out_specs=cond_bug.OUT_SPECS)
+    with pytest.raises(st.CastError) as info:
+        jax.jit(jax.grad(lambda x: fwd(x).sum())).trace(x)
+    assert info.value.code == "SPMD303" and "pass it as an operand" in str(info.value)
+    want = np.array([2 * x] + [3 * x] * 7)
+    np.testing.assert_allclose(np.asarray(jax.jit(fwd)(x)), want)
