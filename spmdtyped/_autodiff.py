@@ -8,6 +8,14 @@ and Reduced swapped (`_rules.cotangent`, reference §5). A ZeRO step is therefor
 end: a parameter gathered with `st.all_gather(w, "dp", to="reduced")` is `Reduced["dp"]`, its
 gradient `Unreduced["dp"]`, reduced with `st.psum_scatter`.
 
+Gradients carry the cotangent of their primal's refinement (`refine_shape.cotangent`): the
+gradient of a Rep value (a pvary'd copy) is Partial (per-device terms of the total), of a
+Partial value Rep, of a Shard the same Shard. `st.grad` of a Partial loss is the gradient of
+the global sum (JAX seeds every device's term). Under `jax.vmap` a per-example loss Varying
+over an axis, differentiated w.r.t. a parameter Invariant there, is SPMD407: JAX would sum
+each per-example gradient over the devices (jax#36886); strict, since the sum of the
+per-example gradients over the batch is the right total.
+
 Plain `jax.grad` / `jax.vjp` also work on functions of typed values: typed values are pytrees,
 and a cotangent rebuilt around a JAX value whose state differs from the primal's class gets the
 class of its own state (`_array._unflatten`). `jax.grad` needs the function to return a raw
@@ -24,10 +32,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import _rules
-from ._array import checked, is_typed, typeof, unwrap
+from . import _compat, _rules
+from ._array import checked, is_typed, refinement_of, typeof, unwrap
 from ._errors import error
 from ._rules import SpmdType
+from ._rules import refine_shape as _refine
+from ._rules.refine import NONE as _NO_REFINEMENT
+from ._rules.refine import Refinement
 
 # JAX's transpose of scan/while mistypes the Unreduced cotangents of Reduced carries and loop
 # constants (jax 0.10.2 and 0.12.0.1, same texts): translated to SPMD406
@@ -61,17 +72,27 @@ class _Args:
         leaves, treedef = jax.tree_util.tree_flatten(args, is_leaf=is_typed)
         self.treedef: Any = treedef
         self.types = [typeof(x) if _is_value(x) else None for x in leaves]
+        self.refs = [refinement_of(x) for x in leaves]
         self.mask = [is_typed(x) for x in leaves]
         self.raw = _unflatten(treedef, [unwrap(x) for x in leaves])
 
     def rewrap(self, raw: Any, op: str) -> Any:
         leaves = self.treedef.flatten_up_to(raw)
-        return self.treedef.unflatten([checked(op, r, t) if m and t is not None else r
-                                       for r, t, m in zip(leaves, self.types, self.mask, strict=True)])
+        return self.treedef.unflatten([checked(op, r, t, f) if m and t is not None else r
+                                       for r, t, m, f in zip(leaves, self.types, self.mask,
+                                                             self.refs, strict=True)])
 
     def cotangents(self, raw_cts: Any, op: str) -> Any:
         leaves = self.treedef.flatten_up_to(raw_cts)
-        return self.treedef.unflatten([_wrap_ct(r, t, op) for r, t in zip(leaves, self.types, strict=True)])
+        return self.treedef.unflatten([_wrap_ct(r, t, f, op) for r, t, f in
+                                       zip(leaves, self.types, self.refs, strict=True)])
+
+    def named_types(self, name: str) -> list[tuple[str, SpmdType]]:
+        """(name, state) of each value leaf, for messages."""
+        with_path = jax.tree_util.tree_flatten_with_path(
+            self.treedef.unflatten([0] * self.treedef.num_leaves))[0]
+        return [(name + jax.tree_util.keystr(p), t)
+                for (p, _), t in zip(with_path, self.types, strict=True) if t is not None]
 
 
 def _unflatten(treedef: Any, leaves: list[Any]) -> Any:
@@ -83,10 +104,20 @@ def _is_value(x: Any) -> bool:
                                          int, float, complex))
 
 
-def _wrap_ct(raw: Any, primal: SpmdType | None, op: str) -> Any:
+def _wrap_ct(raw: Any, primal: SpmdType | None, ref: Refinement, op: str) -> Any:
+    """A cotangent typed by the cotangent rule: the state with Unreduced and Reduced swapped,
+    the refinement with Rep and Partial swapped (Shard and Invariant kept)."""
     if primal is None or getattr(raw, "dtype", None) == jax.dtypes.float0:
         return raw  # integer inputs get float0 cotangents: no state
-    return checked(op, raw, _rules.cotangent(primal))
+    ct = _rules.cotangent(primal)
+    return checked(op, raw, ct, _refine.cotangent(ref).restrict(ct.varying) if ref else _NO_REFINEMENT)
+
+
+def _check_vmap(loss: Any, loss_t: SpmdType, diff: list[tuple[str, SpmdType]], op: str) -> None:
+    """SPMD407: a per-example (vmap-batched) loss Varying where a differentiated parameter is
+    Invariant: JAX would sum each per-example gradient over the devices (jax#36886)."""
+    if loss_t.varying and _compat.is_batched(unwrap(loss)):
+        _rules.check_vmap_grad(loss_t, diff, op=op)
 
 
 def cotangent_type(x: Any) -> SpmdType:
@@ -139,6 +170,7 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
             out, aux = res
         leaves, treedef = jax.tree_util.tree_flatten(out if has_aux else res, is_leaf=is_typed)
         info["types"], info["treedef"] = [typeof(x) for x in leaves], treedef
+        info["refs"] = [refinement_of(x) for x in leaves]
         raw_out = _unflatten(treedef, [unwrap(x) for x in leaves])
         return (raw_out, aux) if has_aux else raw_out
 
@@ -146,8 +178,8 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     raw_out, raw_pull = res[0], res[1]
     out_def: Any = info["treedef"]
     out_types: list[SpmdType] = info["types"]
-    out = out_def.unflatten([checked(op, r, t)
-                             for r, t in zip(out_def.flatten_up_to(raw_out), out_types, strict=True)])
+    out = out_def.unflatten([checked(op, r, t, f) for r, t, f in
+                             zip(out_def.flatten_up_to(raw_out), out_types, info["refs"], strict=True)])
 
     def pullback(ct: Any) -> Any:
         with_path, ct_def = jax.tree_util.tree_flatten_with_path(ct, is_leaf=is_typed)
@@ -193,6 +225,9 @@ def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_a
     def value_and_grad_f(*call_args: Any, **kwargs: Any) -> Any:
         args = _Args(call_args)
         info: dict[str, Any] = {}
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        per_arg = [_Args(call_args[k]) for k in nums]
+        diff = [nt for k, a in zip(nums, per_arg, strict=True) for nt in a.named_types(f"argument {k}")]
 
         def raw_fun(*raw_args: Any, **kw: Any) -> Any:
             res = fun(*args.rewrap(raw_args, op), **kw)
@@ -205,7 +240,9 @@ def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_a
                 loss = res
             if is_typed(loss) or isinstance(loss, (jax.Array, jax.core.Tracer)):
                 info["type"] = typeof(loss)
+                info["ref"] = refinement_of(loss)
                 _rules.grad_loss_type(info["type"], op=op)
+                _check_vmap(loss, info["type"], diff, op)
             raw = unwrap(loss)
             return (raw, aux) if has_aux else raw
 
@@ -214,9 +251,7 @@ def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_a
                                                 holomorphic=holomorphic,
                                                 allow_int=allow_int)(*args.raw, **kwargs)
         raw_loss, aux = res if has_aux else (res, None)
-        loss = checked(op, raw_loss, info["type"]) if "type" in info else raw_loss
-        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-        per_arg = [_Args(call_args[k]) for k in nums]
+        loss = checked(op, raw_loss, info["type"], info["ref"]) if "type" in info else raw_loss
         grads = [a.cotangents(g, op) for a, g in
                  zip(per_arg, (raw_grads,) if isinstance(argnums, int) else raw_grads, strict=True)]
         out_grads = grads[0] if isinstance(argnums, int) else tuple(grads)

@@ -346,3 +346,72 @@ def register_value_handler(cls: type, handler: Any) -> None:
     # `jax.typeof(x)` (used before bind by lax.dot_general's resharding and others): the raw
     # value's type; jax 0.10.2 and 0.12 look the class up in this private table first
     core.pytype_aval_mappings[cls] = lambda x: core.typeof(x.raw)
+
+
+# ------------------------------------------------------------------- autodiff under vmap
+
+
+def is_batched(x: Any) -> bool:
+    """Whether the traced value `x` carries a `jax.vmap` batch dimension (per-example values).
+
+    Walks the tracer chain of `x`: `grad`'s JVP/linearize tracers keep the primal in
+    `.primal`, `vmap`'s `BatchTracer` keeps the per-example value in `.val` and its mapped
+    dimension in `.batch_dim` (None / `not_mapped` when unbatched). Same attribute names in jax
+    0.10.2 and 0.12 (the tracer classes are internal; only attributes are read).
+    """
+    seen = 0
+    while isinstance(x, _Tracer) and seen < 64:
+        seen += 1
+        if hasattr(x, "batch_dim"):
+            bd = x.batch_dim
+            if bd is not None:  # not_mapped is None (0.10 and 0.12)
+                return True
+            x = getattr(x, "val", None)
+            continue
+        nxt = getattr(x, "primal", None)
+        if nxt is None or nxt is x:
+            return False
+        x = nxt
+    return False
+
+
+def custom_vjp_rules(fn: Any) -> tuple[Any, Any, Any] | None:
+    """(primal function, fwd, bwd) of a `jax.custom_vjp` function whose rules are defined and
+    that has no `nondiff_argnums`; None for anything else. `jax.custom_vjp` and its `fun`,
+    `fwd`, `bwd`, `nondiff_argnums` attributes are public in 0.10 and 0.12."""
+    if not isinstance(fn, jax.custom_vjp):
+        return None
+    fwd, bwd = getattr(fn, "fwd", None), getattr(fn, "bwd", None)
+    if fwd is None or bwd is None or getattr(fn, "nondiff_argnums", ()):
+        return None
+    return fn.fun, fwd, bwd
+
+
+def scan_counts(eqn: Any) -> tuple[int, int]:
+    """(number of loop constants, number of carries) of a `scan` equation: [0.10] the params
+    `num_consts`/`num_carry`; [0.12] the flat-tree `ft_in` = (consts, carry, xs), each an
+    `FTTuple` whose `.vals` are its leaves."""
+    p = eqn.params
+    if "num_consts" in p:
+        return int(p["num_consts"]), int(p["num_carry"])
+    consts, carry = p["ft_in"].elts[:2]
+    return len(consts.vals), len(carry.vals)
+
+
+def is_differentiated(x: Any) -> bool:
+    """Whether `x` is being differentiated where it is used: a JVP or linearize tracer (of
+    `jax.grad`/`jax.vjp`/`jax.jvp`) in its tracer chain. A value staged by `jax.jit` is not
+    (it may be differentiated later, outside: not visible here). The tracer classes are
+    internal in jax 0.10.2 and 0.12; only their names and `.primal`/`.val` are read."""
+    seen = 0
+    while isinstance(x, _Tracer) and seen < 64:
+        seen += 1
+        if type(x).__name__ in ("JVPTracer", "LinearizeTracer"):
+            return True
+        nxt = getattr(x, "primal", None)
+        if nxt is None:
+            nxt = getattr(x, "val", None)
+        if nxt is None or nxt is x:
+            return False
+        x = nxt
+    return False

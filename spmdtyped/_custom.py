@@ -8,6 +8,14 @@ values; spmdtyped checks the inputs against `requires`, computes the result stat
 the `produces` overrides) and brings JAX's result to that state with free casts
 (`_rules.free_casts(..., reinterpret=True)`, identity in the compiled program). A result JAX
 types as more varying than declared cannot be cast and raises SPMD902.
+
+A custom kernel's backward is made right too (jax-finufft#226): every input Invariant on an
+axis another input varies on (and not pinned there by `requires`) is cast to Varying before
+the kernel, so its cotangent is reduced by the cast's transpose (a psum) instead of being a
+per-device partial taken for the finished gradient; and a `jax.custom_vjp` kernel is
+re-wrapped so that its outputs are Varying on the join of the inputs' varying axes and its
+cotangents have their primals' states (an opaque callback or FFI call types both Invariant,
+which JAX rejects for a Varying primal). The casts are identities in the compiled program.
 """
 
 from __future__ import annotations
@@ -117,7 +125,17 @@ class CustomOp:
                             else self.all_args)
         in_types = [typeof(x) for x in leaves]
         out_t = _rules.custom_op_type(in_types, reqs, self.produces, op=op, names=names)
-        raw_out = self.fn(*(unwrap(a) for a in args), **{k: unwrap(v) for k, v in kwargs.items()})
+        if manual:
+            args, kwargs = self._vary_inputs(args, kwargs, leaves, in_types, reqs)
+        raw_args = tuple(unwrap(a) for a in args)
+        raw_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+        rules = _compat.custom_vjp_rules(self.fn) if manual and not kwargs else None
+        if rules is not None:
+            out_axes = out_t.varying if self.produces is None and self.produces_fn is None \
+                else frozenset()
+            raw_out = _cast_rules(*rules, out_axes)(*raw_args)
+        else:
+            raw_out = self.fn(*raw_args, **raw_kwargs)
         out_leaves, out_def_ = jax.tree_util.tree_flatten(raw_out, is_leaf=is_typed)
         out_def: Any = out_def_
         if self.produces_fn is not None:
@@ -131,6 +149,30 @@ class CustomOp:
         else:
             wants = [out_t] * len(out_leaves)
         return out_def.unflatten([self._fit(unwrap(r), w) for r, w in zip(out_leaves, wants, strict=True)])
+
+    def _vary_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any],
+                     in_types: list[SpmdType], reqs: list[dict[str, State]]
+                     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Each input Invariant on an axis another input varies on (and that its `requires` does
+        not pin) cast to Varying there before the kernel. The kernel then sees one state on
+        that axis, and the cotangent of the replicated input is reduced by the cast's transpose
+        (a psum) instead of being taken, per device, for the finished gradient
+        (jax-finufft#226)."""
+        union = frozenset().union(*(t.varying for t in in_types)) if in_types else frozenset()
+        cast: dict[int, Any] = {}
+        for leaf, t, req in zip(leaves, in_types, reqs, strict=True):
+            widen = tuple(sorted(a for a in union if t.state(a) is State.INVARIANT and a not in req))
+            if widen and id(leaf) not in cast:
+                cast[id(leaf)] = _collectives.pcast(leaf, widen if len(widen) > 1 else widen[0],
+                                                    to="varying")
+        if not cast:
+            return args, kwargs
+
+        def swap(x: Any) -> Any:
+            return cast.get(id(x), x)
+
+        return (jax.tree_util.tree_map(swap, args, is_leaf=is_typed),
+                jax.tree_util.tree_map(swap, kwargs, is_leaf=is_typed))
 
     def _fit(self, raw: Any, want: SpmdType) -> Any:
         if not isinstance(raw, (jax.Array, jax.core.Tracer)):
@@ -156,6 +198,55 @@ class CustomOp:
 
     def __repr__(self) -> str:
         return f"<st.custom_op {self.name}>"
+
+
+def _vary_to(x: Any, axes: frozenset[str]) -> Any:
+    """A raw value cast (pvary) to Varying on the axes of `axes` it is Invariant on."""
+    if x is None or not isinstance(x, (jax.Array, jax.core.Tracer)):
+        return x
+    t = typeof(x)
+    missing = tuple(sorted(a for a in axes if a not in t.axes))
+    if not missing:
+        return x
+    return _compat.pcast(x, missing if len(missing) > 1 else missing[0], to="varying")
+
+
+def _cast_rules(fun: Callable[..., Any], fwd: Callable[..., Any], bwd: Callable[..., Any],
+                out_axes: frozenset[str]) -> Callable[..., Any]:
+    """A `jax.custom_vjp` kernel re-wrapped so that its outputs are Varying on `out_axes` (the
+    join of the inputs' varying axes) and its cotangents have their primals' states.
+
+    An opaque kernel (a callback, an FFI call) types its results Invariant whatever its inputs
+    vary on; its backward then returns cotangents less varying than the primals it was given,
+    which JAX rejects, or (once cast by hand to pass that check) takes per-device partial
+    cotangents for finished gradients. The casts are identities in the compiled program.
+    """
+    def cast_tree(tree: Any, axes: Sequence[frozenset[str]] | frozenset[str]) -> Any:
+        leaves, tdef = jax.tree_util.tree_flatten(tree)
+        per = axes if isinstance(axes, (list, tuple)) else [axes] * len(leaves)
+        return tdef.unflatten([_vary_to(x, a) for x, a in zip(leaves, per, strict=True)])
+
+    def call(*primals: Any) -> Any:
+        in_axes = [[typeof(x).varying if isinstance(x, (jax.Array, jax.core.Tracer)) else
+                    frozenset() for x in jax.tree_util.tree_leaves(p)] for p in primals]
+
+        @jax.custom_vjp
+        def wrapped(*a: Any) -> Any:
+            return cast_tree(fun(*a), out_axes)
+
+        def wrapped_fwd(*a: Any) -> Any:
+            out, res = fwd(*a)
+            return cast_tree(out, out_axes), res
+
+        def wrapped_bwd(res: Any, ct: Any) -> Any:
+            cts = bwd(res, ct)
+            return tuple(c if c is None else cast_tree(c, axes)
+                         for c, axes in zip(cts, in_axes, strict=True))
+
+        wrapped.defvjp(wrapped_fwd, wrapped_bwd)
+        return wrapped(*primals)
+
+    return call
 
 
 def custom_op(fn: Callable[..., Any] | None = None, /, *, requires: Requires | None = None,

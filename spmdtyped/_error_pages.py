@@ -349,4 +349,45 @@ PAGES: tuple[ErrorPage, ...] = (
              " carry of a while_loop whose condition varies across devices.",
         related=("SPMD301", "SPMD201"),
     ),
+    ErrorPage(
+        code="SPMD303", slug="varying-predicate", title="Branch on a varying predicate with Invariant results",
+        headline="a raw cond/switch/while_loop branches on a predicate that varies over an axis, and JAX "
+                 "types a result Invariant there",
+        rule="A branch or loop whose predicate varies over an axis takes operands that vary over it (or a "
+             "uniform predicate).",
+        meaning="With a predicate that differs across devices (`axis_index(a) == 0`, a per-shard count), "
+                "devices take different branches, so the result differs per device although JAX types it "
+                "Invariant when the operands are. Under grad the cotangents of the Invariant operands are "
+                "reduced (psum) inside the branches, where only some devices run them: the gradient is "
+                "wrong with no error (jax#40823: 16 instead of 23 on 8 devices). Casting the operands to "
+                "Varying before the branch moves that reduction outside, where every device takes part. "
+                "`st.cond`, `st.switch` and `st.while_loop` do this cast themselves; `infer` reports the raw"
+                " form, and `st.cond`/`st.switch` report a branch that *closes over* a value being "
+                "differentiated and replicated over the predicate's axes (not an operand, it cannot "
+                "be cast: pass it as an operand).",
+        fix='x = jax.lax.pcast(x, "tp", to="varying")   # before the branch; or st.cond(...)',
+        solutions=(
+            'Cast each operand to Varying over the predicate\'s axes before the branch: `jax.lax.pcast(x, '
+            'axis, to="varying")`, or use `st.cond` / `st.switch` / `st.while_loop`, which do it.',
+            "If every device should take the same branch, make the predicate uniform: `jax.lax.pmax(pred,"
+            " axis)`.",
+        ),
+        before="def f(x):                                # x: Invariant\n"
+               '    y = jax.lax.cond(jax.lax.axis_index("dp") == 0, lambda x: 2 * x, lambda x: 3 * x, x)\n'
+               "    return y[None]\n"
+               'rep = st.adapters.infer(f, b, mesh=mesh, in_specs=P(), out_specs=P("dp"))\n'
+               "if not rep.ok:\n"
+               "    raise rep.violations[0]",
+        after="def f(x):\n"
+              '    x = jax.lax.pcast(x, "dp", to="varying")\n'
+              '    y = jax.lax.cond(jax.lax.axis_index("dp") == 0, lambda x: 2 * x, lambda x: 3 * x, x)\n'
+              "    return y[None]\n"
+              'rep = st.adapters.infer(f, b, mesh=mesh, in_specs=P(), out_specs=P("dp"))\n'
+              "if not rep.ok:\n"
+              "    raise rep.violations[0]",
+        when="Rank-dependent code paths (`axis_index(a) == 0` for the first stage of a pipeline, the owner "
+             "of a slice), per-device early exits, data-dependent predicates on sharded data, "
+             "differentiated.",
+        related=("SPMD302", "SPMD407"),
+    ),
 )

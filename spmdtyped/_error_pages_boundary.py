@@ -136,6 +136,76 @@ PAGES: tuple[ErrorPage, ...] = (
         related=("SPMD404", "SPMD405"),
     ),
     ErrorPage(
+        code="SPMD407", slug="vmap-grad-invariant", title="Per-example gradients of replicated parameters",
+        headline="grad under vmap of a per-example loss Varying over an axis, with respect to a parameter "
+                 "Invariant over it",
+        rule="Under vmap, grad with respect to a parameter takes a parameter that varies on every axis "
+             "the per-example loss varies on.",
+        meaning="Inside shard_map, the gradient of a Varying loss with respect to an Invariant parameter is "
+                "summed over the devices: JAX inserts an implicit pvary of the parameter, whose transpose "
+                "is a psum. For a total loss that is right. Under `jax.vmap(grad(...))` each per-example "
+                "gradient is summed over the devices too, so example i of device 0 gets the sum of the "
+                "i-th gradients of every device (jax#36886), with no error. Casting the parameter to "
+                "Varying first gives every device its own copy, whose per-example gradients stay local. "
+                "Strict: the sum of the per-example gradients over the batch (`sum(vmap(grad(...)), 0)`) "
+                "is the right total gradient; `st.allow(\"SPMD407\")` accepts it.",
+        fix='params = st.pcast(params, "dp", to="varying")   # before jax.vmap(st.grad(...))',
+        solutions=(
+            'Cast the replicated parameters to Varying before the vmap: `st.pcast(params, axis, '
+            'to="varying")`; the per-example gradients are then Varying and local.',
+            "For the total gradient, differentiate the summed loss instead: `st.grad(lambda p: "
+            "jnp.sum(jax.vmap(net, (None, 0))(p, xs)))(params)`.",
+            'Or, if only the sum over the batch is used, `with st.allow("SPMD407"):`.',
+        ),
+        before="net = lambda p, x: st.numpy.sin((p * x).sum())\n"
+               "g = jax.vmap(st.grad(net), in_axes=(None, 0))(w, xb)   # w: Invariant, xb: Varying['dp']",
+        after="net = lambda p, x: st.numpy.sin((p * x).sum())\n"
+              "w = st.pcast(w, 'dp', to='varying')\n"
+              "g = jax.vmap(st.grad(net), in_axes=(None, 0))(w, xb)   # per-example, Varying['dp']",
+        when="Per-example gradients (DP-SGD clipping, influence functions, gradient-noise estimates) "
+             "computed inside shard_map with data-parallel samples and replicated parameters.",
+        related=("SPMD405", "SPMD103"),
+        opt_out=True,
+    ),
+    ErrorPage(
+        code="SPMD408", slug="opaque-drops-axis", title="Opaque computation drops a varying axis",
+        headline="an opaque computation (callback, FFI call, custom kernel) takes an input varying over an "
+                 "axis and JAX types its result as not varying there",
+        rule="What leaves an opaque computation varies over every axis one of its inputs varies over.",
+        meaning="JAX cannot see inside a host callback or an FFI kernel, and types its results Invariant "
+                "whatever its inputs vary on. A per-device result is then taken for a replicated one: a "
+                "later psum double counts it, and under grad the kernel's cotangent for a replicated input "
+                "is a per-device partial sum that JAX takes for the finished gradient (jax-finufft#226). "
+                "Cast the replicated inputs to Varying before the kernel (their cotangents are then summed "
+                "by the cast's transpose) and the kernel's outputs and cotangents to Varying after it. "
+                "`st.opaque(kernel)` / `st.custom_op` do both; `infer` reports the raw form at the call.",
+        fix='y = st.opaque(kernel)(g, x)   # or pcast g, the outputs and the cotangents to varying',
+        solutions=(
+            "Wrap the kernel with `st.opaque` (or `st.custom_op`): replicated inputs are cast to Varying, "
+            "a `jax.custom_vjp` kernel's outputs and cotangents get their primals' states.",
+            'By hand: `g = jax.lax.pcast(g, axis, to="varying")` before the call, and cast the results '
+            "of the callbacks (forward and backward) to varying inside the kernel.",
+        ),
+        before="def f(g, x):                           # g: Invariant, x: Varying['dp']\n"
+               "    y = jax.pure_callback(np.matmul, jax.ShapeDtypeStruct(x.shape[:1], x.dtype), x, g,\n"
+               "                          vmap_method='sequential')   # typed Invariant\n"
+               "    return (y * y).sum()\n"
+               "rep = st.adapters.infer(f, g, x, mesh=mesh, in_specs=(P(), P('dp')), out_specs=P())\n"
+               "if not rep.ok:\n"
+               "    raise rep.violations[0]",
+        after="def f(g, x):\n"
+              "    y = jax.pure_callback(np.matmul, jax.ShapeDtypeStruct(x.shape[:1], x.dtype), x, g,\n"
+              "                          vmap_method='sequential')\n"
+              "    y = jax.lax.pcast(y, 'dp', to='varying')   # the result is per device\n"
+              "    return jax.lax.psum((y * y).sum(), 'dp')\n"
+              "rep = st.adapters.infer(f, g, x, mesh=mesh, in_specs=(P(), P('dp')), out_specs=P())\n"
+              "if not rep.ok:\n"
+              "    raise rep.violations[0]",
+        when="FFI/Pallas kernels and pure_callback/io_callback inside shard_map with some inputs "
+             "replicated and others sharded (NUFFTs, custom attention kernels, host-side samplers).",
+        related=("SPMD407", "SPMD902"),
+    ),
+    ErrorPage(
         code="SPMD501", slug="unknown-axis", title="Unknown axis",
         headline="an axis name is not an axis of the mesh",
         rule="Every axis named in a collective, cast, spec or hint is an axis of the mesh.",

@@ -128,3 +128,45 @@ def test_infer_accepts_the_false_positive_risk_programs(name):
     rep = st.adapters.infer(body, *make_inputs(), mesh=mesh, in_specs=in_specs,
                             out_specs=out_specs)
     assert rep.ok, [(v.code, getattr(v, "line", None)) for v in rep.violations]
+
+
+# ----------------------------------------------------------------------------- infer finds each bug
+# `infer` on the raw buggy body reports a violation at the `# BUG` line: the refinement walk
+# (Shard / Partial / Rep over the jaxpr, adapters/_refine_walk.py) for 13 classes, the four-state
+# walk for class 9. The code each class must be reported with:
+INFER_CODES = {
+    "row_parallel_bias": "SPMD210",            # Partial + Invariant bias
+    "token_count_normaliser": "SPMD212",       # Partial divisor (local token count)
+    "mean_of_means": "SPMD212",
+    "attention_sink_heads": "SPMD215",         # replicated sinks along the Shard(tp) heads
+    "grad_norm_overcount": "SPMD210",
+    "grad_clip_local_norm": "SPMD211",         # sqrt of a Partial
+    "expert_grads_wrong_group": "SPMD108",     # psum of a Shard(ep) cotangent (routed grad)
+    "vocab_ce_missing_reduction": "SPMD211",   # log of a Partial (JAX rejects at out_specs too)
+    "vocab_ce_doubled_reduction": "SPMD103",   # psum of an Invariant (four-state rule)
+    "cond_axis_index_grad": "SPMD303",         # raw cond on a varying predicate
+    "per_example_grads_vmap": "SPMD407",       # vmap(grad) w.r.t. an Invariant parameter
+    "custom_kernel_replicated_grad": "SPMD408",  # opaque kernel drops dp
+    "layernorm_sharded_hidden": "SPMD210",     # Shard - Partial
+    "softmax_vocab_sharded": "SPMD212",        # Shard / Partial
+}
+
+
+def _at(rep) -> list[tuple[str, str | None, int | None]]:
+    return [(v.code, getattr(v, "file", None), getattr(v, "line", None)) for v in rep.violations]
+
+
+@pytest.mark.parametrize("name", bugs.BUG_CLASSES)
+def test_infer_reports_each_buggy_program_at_the_bug_line(name):
+    m = _module(name)
+    path, line = bugs.bug_location(m)
+    rep = st.adapters.infer(m.buggy_body, *m.make_inputs(), mesh=m.mesh, in_specs=m.IN_SPECS,
+                            out_specs=m.OUT_SPECS)
+    found = _at(rep)
+    at_line = [c for c, f, n in found if f is not None and n == line
+               and pathlib.Path(f).resolve() == pathlib.Path(path).resolve()]
+    assert INFER_CODES[name] in at_line, (name, line, found)
+
+
+def test_every_class_has_an_infer_code():
+    assert set(INFER_CODES) == set(bugs.BUG_CLASSES)

@@ -572,6 +572,46 @@ def test_partial_manual_reduced_in_spec_is_an_spmd_error(mesh_ij: Any) -> None:
            fragments=("full-manual", "reduced"))
 
 
+def _first_violation(rep: Any) -> None:
+    if rep.violations:
+        raise rep.violations[0]
+
+
+def test_spmd407_vmap_grad_of_an_invariant_parameter(mesh_dp_tp: Any) -> None:
+    def body(w: Any, xb: Any) -> Any:
+        def net(p: Any, x: Any) -> Any:
+            return st.numpy.sin((p * x).sum())
+        return jax.vmap(st.grad(net), in_axes=(None, 0))(w, xb)
+
+    f = st.shard_map(body, mesh=mesh_dp_tp, in_specs=(P(), P("dp")), out_specs=P("dp"))
+    args = (local_sds(mesh_dp_tp, P(), (8,)), local_sds(mesh_dp_tp, P("dp"), (4, 8)))
+    expect("SPMD407", lambda: jax.jit(f).trace(*args), axes=("dp",),
+           fix=("pcast(params, 'dp', to='varying')",))
+
+
+def test_spmd303_infer_raw_cond_on_a_varying_predicate(mesh_dp_tp: Any) -> None:
+    def f(x: Any) -> Any:
+        y = jax.lax.cond(jax.lax.axis_index("tp") == 0, lambda x: 2 * x, lambda x: 3 * x, x)
+        return y[None]
+
+    rep = st.adapters.infer(f, jnp.float32(2.0), mesh=mesh_dp_tp, in_specs=P(), out_specs=P("tp"))
+    e = expect("SPMD303", lambda: _first_violation(rep), axes=("tp",),
+               fix=("pcast(x, 'tp', to='varying')",))
+    assert e.line == f.__code__.co_firstlineno + 1  # type: ignore[attr-defined]
+
+
+def test_spmd408_infer_callback_drops_a_varying_axis(mesh_dp_tp: Any) -> None:
+    def f(g: Any, x: Any) -> Any:
+        y = jax.pure_callback(np.matmul, jax.ShapeDtypeStruct(x.shape[:1], x.dtype), x, g,
+                              vmap_method="sequential")
+        return (y * y).sum()
+
+    rep = st.adapters.infer(f, jnp.ones(8), jnp.ones((8, 8)), mesh=mesh_dp_tp,
+                            in_specs=(P(), P("dp")), out_specs=P())
+    e = expect("SPMD408", lambda: _first_violation(rep), axes=("dp",), fragments=("st.opaque",))
+    assert e.line == f.__code__.co_firstlineno + 1  # type: ignore[attr-defined]
+
+
 def test_every_registered_code_is_tested() -> None:
     """Every code of the registry is the expected code of an `expect(...)` call in a test of
     this file (each such test fails unless the call raises that code). Read from this file's

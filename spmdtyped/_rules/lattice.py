@@ -268,3 +268,28 @@ def check_cotangent(out: SpmdType, ct: SpmdType, *, op: str = "st.vjp", what: st
 
 
 #: per-axis join of two states by a free cast that keeps the value (symmetric). Varying ->
+
+
+def check_vmap_grad(loss: SpmdType, params: Sequence[tuple[str, SpmdType]], *,
+                    op: str = "st.grad") -> None:
+    """SPMD407: `grad` traced under `vmap` of a per-example loss Varying over some axes, with
+    respect to a parameter Invariant there. JAX transposes the implicit pvary of the parameter
+    to a psum, so every per-example gradient comes out summed over the devices (jax#36886).
+
+    `params`: `(name, state)` of each differentiated leaf. Strict (`st.allow("SPMD407")`): the
+    sum of the per-example gradients over the batch is right (the total gradient).
+    """
+    if allowed("SPMD407"):
+        return
+    for name, t in params:
+        bad = sorted(a for a in loss.varying if a not in t.axes)
+        if not bad:
+            continue
+        axes = fmt_axes(bad)
+        raise error("SPMD407", f"{op} under jax.vmap: the per-example loss is Varying over {axes} "
+                    f"and {name} is Invariant there: JAX sums each per-example gradient of {name} "
+                    f"over the devices", axes=bad, states={a: "invariant" for a in bad}, op=op,
+                    details=(f"loss: {loss}", f"{name}: {t}"),
+                    fix=f"params = st.pcast(params, {axes}, to='varying') before jax.vmap (a "
+                        f"per-device copy: no sum over devices); or st.allow('SPMD407') if only "
+                        f"the sum over the batch is used")

@@ -68,6 +68,11 @@ def reshape(t: SpmdType, ref: Refinement, old: Sequence[int], new: Sequence[int]
             if old[src] == 1 or not real_new:
                 break
             if len(real_old) == 1:       # a split (or 1:1): the outermost new factor
+                # a size-1 new dim before it is ambiguous: a split whose outer factor has one
+                # element per device (`(h_local * dh) -> (h_local=1, dh)`: the heads are
+                # sharded) or a new axis (`n -> (1, n)`): plain
+                if news[0] != real_new[0]:
+                    break
                 result[a] = Shard(real_new[0] - len(new))
             elif real_old[0] == src and len(real_new) == 1:   # a merge with the shard outermost
                 result[a] = Shard(real_new[0] - len(new))

@@ -17,6 +17,8 @@ from .._jax_errors import translate
 from .._rules import SpmdType
 from .._shard_map import check_outputs, is_spec_leaf
 from ._conventions import checked_lax, fn_name, manual_axes, resolve_in_specs, resolve_mesh
+from ._refine_route import routed_autodiff, trace_discarding_outputs
+from ._refine_walk import body_jaxpr, check_program
 from ._walk import Step, Walk, boundary_source, exception_source, function_source, located
 
 
@@ -203,10 +205,23 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
     smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 axis_names=axis_names, check_vma=True)
     try:
-        closed, out_shape = jax.make_jaxpr(smapped, return_shape=True)(*sds)
+        with routed_autodiff():   # gradients marked for the refinement walk's cotangent rule
+            closed, out_shape = jax.make_jaxpr(smapped, return_shape=True)(*sds)
     except SpmdTypeError as e:  # f already uses spmdtyped.lax / st.*
         return _failed(f, args, spec_types, e, order)
     except Exception as jax_error:  # noqa: BLE001 - JAX rejected it: find spmdtyped's code
+        def rejected(rep: InferReport) -> InferReport:
+            # the refinement walk still sees every equation when only the outputs failed
+            refined = trace_discarding_outputs(f, sds, mesh=mesh, in_specs=in_specs,
+                                               axis_names=axis_names)
+            eqn = body_jaxpr(refined) if refined is not None else None
+            if eqn is not None:
+                extra = Walk(record_steps=False)
+                _refine(extra, eqn, manual, mesh)
+                rep.violations.extend(extra.violations)
+                rep.mismatches.extend(extra.mismatches)
+            return rep
+
         def body(*a: Any) -> Any:
             with checked_lax():
                 out = f(*a)
@@ -219,21 +234,24 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
                                              out_specs=out_specs, axis_names=axis_names,
                                              check_vma=True))(*sds)
         except SpmdTypeError as e:
-            return _failed(f, args, spec_types, e, order)
+            return rejected(_failed(f, args, spec_types, e, order))
         except Exception:  # noqa: BLE001, S110 - the first (unrouted) error is translated
             pass
         translated = translate(jax_error, where)
         if translated is None:
             raise
         translated.__cause__ = jax_error
-        return _failed(f, args, spec_types, translated, order)
-    return walk_traced(closed, out_shape, f, args, mesh=mesh, axis_names=axis_names, where=where)
+        return rejected(_failed(f, args, spec_types, translated, order))
+    return walk_traced(closed, out_shape, f, args, mesh=mesh, axis_names=axis_names, where=where,
+                       refine=True)
 
 
 def walk_traced(closed: Any, out_shape: Any, f: Callable[..., Any], args: Sequence[Any], *,
-                mesh: Any, axis_names: Any, where: str, steps: bool = True) -> InferReport:
+                mesh: Any, axis_names: Any, where: str, steps: bool = True,
+                refine: bool = False) -> InferReport:
     """Check the traced `jax.shard_map(f)` program: `closed`, a ClosedJaxpr with one shard_map
-    equation, or that equation itself (as staged in the caller's trace)."""
+    equation, or that equation itself (as staged in the caller's trace). `refine`: also walk
+    Shard / Partial / Rep (`_refine_walk`; infer)."""
     order = _compat.mesh_axis_names(mesh)
     manual = manual_axes(mesh, axis_names)
     walk = Walk(record_steps=steps)
@@ -255,9 +273,24 @@ def walk_traced(closed: Any, out_shape: Any, f: Callable[..., Any], args: Sequen
             _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_rules.spec_text(spec))
         except SpmdTypeError as e:
             walk.violation(e, function_source(f), "at the shard_map boundary")
+    if refine:
+        # Shard / Partial / Rep: JAX's avals do not carry them; the walk keeps its own
+        _refine(walk, eqn, manual, mesh)
     sig = signature_line(f, args, in_types, out_shape, out_types, order)
     return InferReport(not walk.violations, walk.violations, in_types, out_types, sig,
                        walk.steps, walk.mismatches, closed, order)
+
+
+def _refine(walk: Walk, eqn: Any, manual: Sequence[str], mesh: Any) -> None:
+    """The refinement walk (`_refine_walk`) of a shard_map equation, its violations added to
+    `walk`. A failure of the walk itself is a gap, listed in `walk.mismatches` (as the rule
+    table's are), never a crash of infer."""
+    try:
+        check_program(eqn, manual, mesh, walk.violation)
+    except SpmdTypeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        walk.mismatches.append(f"refinement walk: {type(e).__name__}: {e}")
 
 
 def functools_wraps(body: Callable[..., Any], f: Callable[..., Any]) -> None:

@@ -1,0 +1,296 @@
+"""Facts the refinement walk of `infer` needs beside the refinements (see `_refine_walk`):
+jaxpr plumbing (literals, shapes, axes, dot_general as an einsum), structural rules of
+primitives that have no `refine_shape` counterpart (broadcast_in_dim, slice, pad, scan
+slices), what the refinements do not say about a value (`Side`: broadcast dims, constants,
+zeros, division by an axis size), and the walk's own errors (SPMD303, SPMD407, SPMD408).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import _rules
+from .._errors import SpmdTypeError, error
+from .._rules import LITERAL, SpmdType
+from .._rules.refine import Refinement, Shard
+
+AUTODIFF_FUNCTIONS = ("tangent_fun", "backward_pass", "transpose", "_linear_jvp")
+
+
+def from_autodiff(frames: Sequence[tuple[str, int, str]], user: Any) -> bool:
+    """Whether JAX's autodiff generated the equation (a tangent or a transposed equation):
+    one of the library functions between the bind and the user's frame says so."""
+    for file, line, fn in frames:
+        if user is not None and (file, line) == tuple(user):
+            return False
+        if any(k in fn for k in AUTODIFF_FUNCTIONS):
+            return True
+    return False
+
+
+def is_literal(v: Any) -> bool:
+    return type(v).__name__ == "Literal"
+
+
+def shape_of(v: Any) -> tuple[int, ...]:
+    aval = getattr(v, "aval", None)
+    return tuple(int(d) for d in getattr(aval, "shape", ()) or ())
+
+
+def eqn_axes(eqn: Any) -> tuple[str, ...]:
+    p = eqn.params
+    a = p.get("axes", p.get("axis_name", ()))
+    if isinstance(a, str):
+        return (a,)
+    return tuple(x for x in a if isinstance(x, str))
+
+
+def api_name(name: str) -> str:
+    return f"jax.lax.{name}" if name in _rules.AXIS_PRIMITIVES else name
+
+
+def dot_spec(dn: Any, lhs_ndim: int, rhs_ndim: int) -> str:
+    """`dot_general`'s dimension numbers as an einsum spec (batch, lhs free, rhs free)."""
+    (lc, rc), (lb, rb) = dn
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    lhs = [""] * lhs_ndim
+    rhs = [""] * rhs_ndim
+    out_b, out_l, out_r = [], [], []
+    for i, j in zip(lb, rb, strict=True):
+        c = next(letters)
+        lhs[i] = rhs[j] = c
+        out_b.append(c)
+    for i, j in zip(lc, rc, strict=True):
+        c = next(letters)
+        lhs[i] = rhs[j] = c
+    for i in range(lhs_ndim):
+        if not lhs[i]:
+            lhs[i] = next(letters)
+            out_l.append(lhs[i])
+    for j in range(rhs_ndim):
+        if not rhs[j]:
+            rhs[j] = next(letters)
+            out_r.append(rhs[j])
+    return f"{''.join(lhs)},{''.join(rhs)}->{''.join(out_b + out_l + out_r)}"
+
+
+def broadcast_ref(out: SpmdType, ref: Refinement, shape: tuple[int, ...], out_shape: tuple[int, ...],
+               bdims: tuple[int, ...]) -> Refinement:
+    res: dict[str, Any] = {}
+    for a, k in ref.items:
+        if isinstance(k, Shard):
+            src = k.dim + len(shape)
+            if 0 <= src < len(bdims) and shape[src] == out_shape[bdims[src]]:
+                res[a] = Shard(bdims[src] - len(out_shape))
+        else:
+            res[a] = k
+    return Refinement.of(res, ref.data).restrict(out.varying)
+
+
+def slice_items(shape: tuple[int, ...], start: Sequence[int], limit: Sequence[int],
+                 strides: Sequence[int] | None) -> list[str]:
+    items = []
+    for d, n in enumerate(shape):
+        s = strides[d] if strides else 1
+        items.append("slice:full" if start[d] == 0 and limit[d] == n and s in (1, None)
+                     else "slice:part")
+    return items
+
+
+def pad_ref(t: Any, ref: Refinement, out: SpmdType, shape: tuple[int, ...], config: Any) -> Refinement:
+    res: dict[str, Any] = {}
+    for a, k in ref.items:
+        if isinstance(k, Shard):
+            lo, hi, interior = config[k.dim + len(shape)]
+            if lo or hi or interior:
+                continue
+        res[a] = k
+    return Refinement.of(res, ref.data).restrict(out.varying)
+
+
+def drop_leading(ref: Refinement, ndim: int) -> Refinement:
+    """A scan slice: the leading dim is gone (a Shard on it is lost)."""
+    return Refinement.of({a: k for a, k in ref.items
+                          if not (isinstance(k, Shard) and k.dim == -ndim)}, ref.data)
+
+
+def diverged(ref: Refinement, axes: frozenset[str]) -> Refinement:
+    """After devices took different paths over `axes`, only Shards (layouts) still hold."""
+    if not axes:
+        return ref
+    return Refinement.of({a: k for a, k in ref.items if a not in axes or isinstance(k, Shard)},
+                         ref.data)
+
+
+
+
+def varying_predicate_error(api: str, axes: list[str], outs: Sequence[SpmdType]) -> SpmdTypeError:
+    a = axes[0]
+    return error("SPMD303", f"{api}: the predicate varies over {a!r}, but JAX types a result "
+                 f"Invariant there: devices take different branches, and under grad the "
+                 f"reduction of the operands' cotangents runs inside them (jax#40823)",
+                 axes=tuple(axes), states={x: "varying predicate, invariant result" for x in axes},
+                 op=api, details=tuple(f"result: {o}" for o in outs[:3]),
+                 fix=f"x = jax.lax.pcast(x, {a!r}, to='varying') for each operand before the "
+                     f"branch (st.cond does it), or make the predicate uniform: "
+                     f"jax.lax.pmax(pred, {a!r})")
+
+
+def opaque_error(name: str, axes: list[str], ins: Sequence[Any], out: SpmdType) -> SpmdTypeError:
+    a = axes[0]
+    return error("SPMD408", f"{name}: an input varies over {a!r} but JAX types the result "
+                 f"{out.state(a).title} there: the opaque computation's per-device result is "
+                 f"taken as replicated, and its backward as a finished gradient "
+                 f"(jax-finufft#226)", axes=tuple(axes),
+                 states={x: "dropped by an opaque computation" for x in axes}, op=name,
+                 details=tuple(f"input: {t}" for t in ins if t is not LITERAL)[:3],
+                 fix=f"pcast the replicated inputs to varying over {a!r} before the kernel and its "
+                     f"outputs and cotangents after it (st.opaque(kernel)(...) does both)")
+
+
+class Side:
+    """What the refinements do not say about a value: which dims it was broadcast along
+    (constant there: its real extent is 1), whether it is a constant built in the program
+    (no array data), whether it is zero, and which axes' sizes it was divided by."""
+
+    def __init__(self) -> None:
+        self.bcast: dict[Any, frozenset[int]] = {}
+        self.const: set[Any] = set()
+        self.zero: set[Any] = set()
+        self.scaled: dict[Any, frozenset[str]] = {}
+        #: values computed from a gradient (a cotangent marker of `routed_autodiff`)
+        self.grad: set[Any] = set()
+
+    def export(self, v: Any) -> tuple[Any, ...]:
+        """The facts of `v`, to seed the matching variable of a nested jaxpr (or the caller)."""
+        if is_literal(v):
+            return (True, self.is_zero(v), frozenset(), frozenset(), False)
+        return (v in self.const, v in self.zero, self.scaled.get(v, frozenset()),
+                self.bcast.get(v, frozenset()), v in self.grad)
+
+    def seed(self, v: Any, facts: tuple[Any, ...]) -> None:
+        const, zero, scaled, bcast, grad = facts
+        if const:
+            self.const.add(v)
+        if zero:
+            self.zero.add(v)
+        if scaled:
+            self.scaled[v] = scaled
+        if bcast:
+            self.bcast[v] = bcast
+        if grad:
+            self.grad.add(v)
+
+    def effective(self, v: Any, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+        if is_literal(v):
+            return ()
+        dims = self.bcast.get(v, frozenset())
+        n = len(shape)
+        return tuple(1 if (d - n) in dims else s for d, s in enumerate(shape))
+
+    def is_zero(self, v: Any) -> bool:
+        if is_literal(v):
+            try:
+                return bool(float(v.val) == 0.0)
+            except (TypeError, ValueError):
+                return False
+        return v in self.zero
+
+    def is_constant(self, v: Any) -> bool:
+        return is_literal(v) or v in self.const
+
+    def prescaled(self, v: Any) -> frozenset[str]:
+        return self.scaled.get(v, frozenset())
+
+    def after_elementwise(self, eqn: Any, name: str) -> None:
+        ins = eqn.invars
+        outs = eqn.outvars
+        if not outs:
+            return
+        o = outs[0]
+        dims = None
+        for v in ins:
+            if is_literal(v):
+                continue
+            d = self.bcast.get(v, frozenset())
+            dims = d if dims is None else dims & d
+        if dims:
+            self.bcast[o] = dims
+        if all(self.is_constant(v) for v in ins):
+            self.const.add(o)
+        if name in ("convert_element_type", "copy", "copy_p") and ins and self.is_zero(ins[0]):
+            self.zero.add(o)
+
+
+def track_side(side: Side, eqn: Any, name: str, sizes: dict[str, int]) -> None:
+    """Side facts of the structural equations (called for every equation)."""
+    ins, outs = eqn.invars, eqn.outvars
+    if not outs:
+        return
+    if any(not is_literal(v) and v in side.grad for v in ins):
+        side.grad.update(outs)
+    o = outs[0]
+    if name == "broadcast_in_dim":
+        shape, out_shape = shape_of(ins[0]), shape_of(o)
+        bd = tuple(eqn.params["broadcast_dimensions"])
+        n = len(out_shape)
+        kept = {bd[i]: i for i in range(len(bd))}
+        dims = set()
+        src_b = side.bcast.get(ins[0], frozenset()) if not is_literal(ins[0]) else frozenset()
+        for d in range(n):
+            if d not in kept:
+                dims.add(d - n)
+            else:
+                i = kept[d]
+                if shape[i] == 1 and out_shape[d] != 1 or (i - len(shape)) in src_b:
+                    dims.add(d - n)
+        side.bcast[o] = frozenset(dims)
+        if side.is_constant(ins[0]):
+            side.const.add(o)
+        if side.is_zero(ins[0]):
+            side.zero.add(o)
+        if not is_literal(ins[0]) and side.prescaled(ins[0]):
+            side.scaled[o] = side.prescaled(ins[0])
+    elif name == "iota":
+        side.const.add(o)
+    elif name in ("pvary", "reduced_vary_cast"):
+        for v, out in zip(ins, outs, strict=False):
+            if side.is_constant(v):
+                side.const.add(out)
+            if side.is_zero(v):
+                side.zero.add(out)
+            if not is_literal(v):
+                if side.prescaled(v):
+                    side.scaled[out] = side.prescaled(v)
+                if v in side.bcast:
+                    side.bcast[out] = side.bcast[v]
+    elif name in ("div", "mul") and len(ins) == 2:
+        num, den = ins
+        if is_literal(den) and not is_literal(num):
+            try:
+                val = float(den.val)
+            except (TypeError, ValueError):
+                return
+            scale = val if name == "div" else (1.0 / val if val else 0.0)
+            axes = frozenset(a for a, s in sizes.items() if s > 1 and abs(scale - s) < 1e-6)
+            if axes:
+                side.scaled[o] = axes | side.prescaled(num)
+    elif name in ("reshape", "squeeze", "expand_dims", "transpose", "slice", "convert_element_type"):
+        if ins and not is_literal(ins[0]):
+            if side.is_constant(ins[0]):
+                side.const.add(o)
+            if side.prescaled(ins[0]):
+                side.scaled[o] = side.prescaled(ins[0])
+
+
+
+def per_example_error(primal: Any, loss_axes: Sequence[str]) -> SpmdTypeError | None:
+    """SPMD407 for a per-example gradient of a parameter Invariant where the loss varies."""
+    t = primal if isinstance(primal, SpmdType) else SpmdType()
+    try:
+        _rules.check_vmap_grad(SpmdType(varying=tuple(loss_axes)), [("the parameter", t)],
+                               op="jax.grad")
+    except SpmdTypeError as err:
+        return err
+    return None
