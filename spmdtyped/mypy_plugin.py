@@ -55,6 +55,8 @@ class SpmdPlugin(Plugin):
         CONFIG.load(options.config_file)
 
     def get_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
+        if fullname in hints.ANNOTATED:
+            return guarded(hints.annotated)
         family = hints.FULLNAMES.get(fullname)
         if family is None and "." in fullname and not fullname.startswith(("builtins.", "typing")):
             try:  # `Fam = Varying`: an alias of a hint family
