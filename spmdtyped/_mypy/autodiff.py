@@ -72,8 +72,10 @@ def cotangent_of(api: Any, t: Type) -> Type | None:
     p = get_proper_type(t)
     if isinstance(p, Instance) and p.type.fullname == SARRAY:
         o = to_operand(p)
-        return refined.cotangent(api, from_spmd(api, _rules.cotangent(o)), p) \
-            if isinstance(o, SpmdType) else None
+        if not isinstance(o, SpmdType):
+            return None
+        g = from_spmd(api, _rules.cotangent(o))
+        return g.copy_modified(args=[*g.args[:3], refined.cotangent_k(api, p)])
     if isinstance(p, TupleType):
         items = [cotangent_of(api, i) for i in p.items]
         return None if any(i is None for i in items) else \
@@ -123,8 +125,8 @@ class _Generic:
             slots: list[Type] = [self._var(s) if s else UninhabitedType()
                                  for s in (o.varying, o.unreduced, o.reduced)]
             return (p.copy_modified(args=[*slots, *p.args[3:]]),
-                    refined.cotangent(self.api, p.copy_modified(args=[*[slots[i] for i in COTANGENT_SLOTS],
-                                                                      *p.args[3:]])))
+                    p.copy_modified(args=[*[slots[i] for i in COTANGENT_SLOTS],
+                                          refined.cotangent_k(self.api, p)]))
         if isinstance(p, TupleType):
             items = [self.param_and_grad(i) for i in p.items]
             if any(i is None for i in items):

@@ -32,7 +32,7 @@ from .._errors import SpmdTypeError
 from .._refine import NONE, Kind, Refinement
 from .._rules import LITERAL, SpmdType
 from .codes import report
-from .convert import SARRAY, Known, alternatives, any_type, from_spmd, literal_value, str_type, to_operand
+from .convert import SARRAY, Known, alternatives, any_type, from_spmd, literal_value, str_type
 
 _CODES: Final = {_refine.PARTIAL: "P", _refine.REP: "R", _refine.INDEX: "I", _refine.ONEHOT: "O"}
 _KINDS: Final = {v: k for k, v in _CODES.items()}
@@ -102,8 +102,11 @@ def read(t: Type) -> tuple[Refinement, int | None]:
 
 
 def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None) -> Type:
-    """The refinement slot for `kinds` and `rank`: `Any` when nothing is known."""
+    """The refinement slot for `kinds` and `rank`: `Any` when no axis is refined (a rank alone
+    is not kept: plain values keep the plain type `SArray[V, U, R]`)."""
     items = kinds.as_dict() if isinstance(kinds, Refinement) else kinds
+    if not items:
+        return any_type()
     s = str_type(api)
     lits: list[Type] = [LiteralType(f"{a}={_kind_code(k)}", s) for a, k in sorted(items.items())]
     if rank is not None:
@@ -117,21 +120,20 @@ def encode(api: Any, out: SpmdType, ref: Refinement, rank: int | None) -> Instan
     """`SArray[V, U, R, K]` for a state with a refinement (restricted to its Varying axes)."""
     inst = from_spmd(api, out)
     ref = ref.restrict(out.varying)
-    if not ref and rank is None:
+    if not ref:
         return inst
     return inst.copy_modified(args=[*inst.args[:3], k_type(api, ref, rank)])
 
 
-def cotangent(api: Any, grad: Type, primal: Type) -> Type:
-    """A gradient type with the cotangent of the primal's refinement (`_refine.cotangent`)."""
-    ref, rank = read(primal)
-    p = get_proper_type(grad)
+def cotangent_k(api: Any, primal: Type) -> Type:
+    """The refinement slot of a gradient: `_refine.cotangent` of the primal's (Rep and
+    Partial swap, a Shard stays)."""
+    p = get_proper_type(primal)
     if not (isinstance(p, Instance) and p.type.fullname == SARRAY and len(p.args) == 4):
-        return grad
-    state = to_operand(p)
-    if not isinstance(state, SpmdType):
-        return grad
-    return p.copy_modified(args=[*p.args[:3], k_type(api, _refine.cotangent(ref).restrict(state.varying), rank)])
+        return any_type()
+    kinds, rank = read_k(p.args[3])
+    ref = Refinement.of({a: k for a, k in kinds.items() if not isinstance(k, int)})
+    return k_type(api, _refine.cotangent(ref), rank)
 
 
 def _join(vals: list[Val]) -> list[Val]:
