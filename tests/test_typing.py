@@ -253,11 +253,11 @@ def test_incremental_cache(tmp_path: Path) -> None:
     _, second = run_mypy([src], cfg, cache, cwd=tmp_path)
     assert first == second
     assert "[spmd-reduced-operand]" in first
-    assert "SArray[Literal['dp'], Never, Never]" in first
+    assert "SArray[Literal['dp'], Never, Never, Any]" in first
     src.write_text(_SMALL.format(body='st.psum(st.pcast(w, "tp", to="varying"), "tp")'))
     _, third = run_mypy([src], cfg, cache, cwd=tmp_path)
     assert "error" not in third, third
-    assert "SArray[Literal['dp'], Never, Never]" in third
+    assert "SArray[Literal['dp'], Never, Never, Any]" in third
 
 
 def test_dmypy(tmp_path: Path) -> None:
@@ -283,7 +283,7 @@ def test_dmypy(tmp_path: Path) -> None:
         out2 = run("run", "--", "--config-file", str(cfg), "--cache-dir", str(tmp_path / "c"),
                    "prog.py")
         assert "spmd-" not in out2 and "name-defined" not in out2, out2
-        assert "SArray[Literal['dp'], Never, Never]" in out2, out2
+        assert "SArray[Literal['dp'], Never, Never, Any]" in out2, out2
         src.write_text(_SMALL.format(body='st.ppermute(w, "tp", [(0, 1)])'))
         out3 = run("run", "--", "--config-file", str(cfg), "--cache-dir", str(tmp_path / "c"),
                    "prog.py")
@@ -343,7 +343,7 @@ def test_jax_version_setting(tmp_path: Path) -> None:
     cfg = mypy_config(tmp_path, plugin=True, extra=_FAST + "\n[spmdtyped]\njax = 0.12")
     _, v12 = run_mypy([src], cfg, tmp_path / "c2", cwd=tmp_path)
     assert "error" not in v12, v12
-    assert "SArray[Never, Literal['tp'], Never]" in v12
+    assert "SArray[Never, Literal['tp'], Never, Any]" in v12
     (tmp_path / "pyproject.toml").write_text('[tool.mypy]\nplugins = ["spmdtyped.mypy_plugin"]\n'
                                              '[tool.spmdtyped]\njax = "0.99"\n')
     proc = subprocess.run([sys.executable, "-m", "mypy", "--config-file", "pyproject.toml",
