@@ -139,6 +139,30 @@ def test_seed_error_names_the_fix(plugin_run: tuple[int, str]) -> None:
     assert "python -m spmdtyped explain SPMD101" in lines[i + 2]
 
 
+_REVEALS = re.compile(r"#.*\breveals:\s*(?P<tokens>.+)$")
+
+
+def test_refinements_revealed(plugin_run: tuple[int, str]) -> None:
+    """`reveal_type(x)  # reveals: tp=S-1, #2` in pass_refine.py: the refinement slot of the
+    revealed type holds each token (`plain`: no refinement, the slot is `Any`)."""
+    _, out = plugin_run
+    source = (TYPING / "pass_refine.py").read_text().splitlines()
+    checked = 0
+    for n, line in enumerate(source, 1):
+        m = _REVEALS.search(line)
+        if not m:
+            continue
+        revealed = [ln for ln in out.splitlines() if ln.startswith(f"pass_refine.py:{n}: note: Revealed type is")]
+        assert len(revealed) == 1, (n, out)
+        for token in (t.strip() for t in m.group("tokens").split(",")):
+            if token == "plain":
+                assert revealed[0].endswith(', Any]"'), revealed[0]
+            else:
+                assert f"'{token}'" in revealed[0], (token, revealed[0])
+        checked += 1
+    assert checked >= 8
+
+
 # Other mypy versions: interpreters with another mypy (e.g. 1.x), separated by os.pathsep. The
 # typing files are analysed against this interpreter's packages (jax) via python_executable.
 OTHER_MYPYS = [p for p in os.environ.get("SPMDTYPED_MYPY_PYTHONS", "").split(os.pathsep) if p]

@@ -13,7 +13,7 @@ from mypy.typeops import make_simplified_union
 from mypy.types import Instance, TupleType, Type, get_proper_type
 
 from .. import _refine, _rules
-from .._refine import NONE, Refinement
+from .._refine import Refinement
 from .._rules import LITERAL, SpmdType
 from . import refined
 from .codes import apply
@@ -121,11 +121,15 @@ def _nary_refine(ctx: FunctionContext, args: _Args, operands: _Args, rule: str, 
 
         def join(out: SpmdType, *vals: refined.Val) -> tuple[Refinement, int | None]:
             rank = refined.max_rank(vals)
-            if not isinstance(cat, int) or rank is None:
-                return _refine.dims_unknown(out, NONE, out), None
-            out_rank = rank + 1 if rule == "stack" else rank
-            return _refine.concatenate([v.arg for v in vals], out, axis=cat, out_ndim=out_rank,
-                                       op=op, stack=rule == "stack"), out_rank
+            if isinstance(cat, int) and rank is not None:
+                out_rank = rank + 1 if rule == "stack" else rank
+                return _refine.concatenate([v.arg for v in vals], out, axis=cat, out_ndim=out_rank,
+                                           op=op, stack=rule == "stack"), out_rank
+            # dims unknown: the Partial rules still apply, a Shard falls back to plain
+            ndim = max(refined.shard_depth(vals), abs(cat) if isinstance(cat, int) else 0) + 1
+            ref = _refine.concatenate([v.arg for v in vals], out, axis=cat if isinstance(cat, int)
+                                      else 0, out_ndim=ndim, op=op, stack=rule == "stack")
+            return _refine.dims_unknown(out, ref, out), None
         return join
     fill = len(operands) == 3 and refined.is_zero(operands[2][0])
     return refined.elementwise(rule, op, onehot_fill=fill)

@@ -134,7 +134,7 @@ def _hint_arg(api: Any, arg: Type, out: HintArgs, family: str, slot: int) -> str
     if isinstance(arg, UnboundType) and _bare_string(api, arg, out):
         return None
     if isinstance(arg, RawExpressionType) and isinstance(arg.literal_value, int) \
-            and not isinstance(arg.literal_value, bool) and family == "Shard":
+            and not isinstance(arg.literal_value, bool) and family in ("Shard", "Partial", "Rep"):
         out.dims.append(arg.literal_value)  # Shard["tp", -1] (the plugin's spelling)
         return None
     if isinstance(arg, RawExpressionType) and isinstance(arg.literal_value, str):
