@@ -20,6 +20,7 @@ from typing import Any, Final
 from mypy.nodes import Context, Expression, FloatExpr, IntExpr, NameExpr, TupleExpr, UnaryExpr
 from mypy.typeops import make_simplified_union
 from mypy.types import (
+    AnyType,
     Instance,
     LiteralType,
     Type,
@@ -316,3 +317,38 @@ def unary(name: str, op: str, *, axis: tuple[bool, int | tuple[int, ...] | None]
             return _refine.dims_unknown(t, ref, out), new_rank
         return _refine.elementwise(name, [v.arg], out, op=op, out_ndim=rank), rank
     return refine
+
+
+# ----------------------------------------------------------------- calls of user functions
+
+
+def has_refinement(t: Type) -> bool:
+    """Whether a parameter type declares a refinement (`Shard[...]`, `Partial[...]`, ...)."""
+    p = get_proper_type(t)
+    return isinstance(p, Instance) and p.type.fullname == SARRAY and len(p.args) == 4 \
+        and not isinstance(get_proper_type(p.args[3]), AnyType)
+
+
+def check_call(ctx: Any, callee: Any) -> Type:
+    """A call of a user function with refined parameters: each argument must fit its hint
+    (`_refine.accepts`: a plain Varying value fits, an Invariant one or another kind does
+    not), reported as mypy reports any other argument mismatch (`arg-type`)."""
+    from mypy import errorcodes
+
+    for i, formal in enumerate(callee.arg_types):
+        if i >= len(ctx.arg_types) or not has_refinement(formal):
+            continue
+        want, _ = read(formal)
+        for expr, actual in zip(ctx.args[i], ctx.arg_types[i], strict=True):
+            vals = ralternatives(ctx.api, actual, expr)
+            for v in vals or ():
+                if not isinstance(v.op, SpmdType):
+                    continue
+                why = _refine.accepts(want, v.ref, v.op)
+                if why:
+                    name = callee.arg_names[i] or str(i + 1)
+                    ctx.api.fail(f'Argument "{name}" to "{callee.name or "function"}" does not fit its '
+                                 f"hint {_refine.describe(v.op, want)}: {why}", expr,
+                                 code=errorcodes.ARG_TYPE)
+                    break
+    return ctx.default_return_type

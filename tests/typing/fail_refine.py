@@ -53,3 +53,15 @@ def replicated_update_with_partial_grad(w: st.Rep["tp"], x: st.Shard["tp", -1]) 
 
 
 def bad_hints(x: st.Shard["tp"], y: st.Partial["tp", -1]) -> None: ...  # E: spmd-bad-hint E: spmd-bad-hint
+
+
+def takes_shard(x: st.Shard["tp", -1]) -> None: ...
+def takes_partial(p: st.Partial["tp"]) -> None: ...
+
+
+def hint_mismatch(c: Invariant, s: st.Shard["tp", -1], p: st.Partial["tp"], v: Varying["tp"]) -> None:
+    takes_shard(c)  # E: arg-type
+    takes_shard(p)  # E: arg-type
+    takes_partial(s)  # E: arg-type
+    takes_partial(v)  # a plain Varying value: the dims are gradual
+    takes_shard(s)
