@@ -154,7 +154,7 @@ def test_refinements_revealed(plugin_run: tuple[int, str]) -> None:
             continue
         revealed = [ln for ln in out.splitlines() if ln.startswith(f"pass_refine.py:{n}: note: Revealed type is")]
         assert len(revealed) == 1, (n, out)
-        for token in (t.strip() for t in m.group("tokens").split(",")):
+        for token in (t.split()[0] for t in m.group("tokens").split(",")):
             if token == "plain":
                 assert revealed[0].endswith(', Any]"'), revealed[0]
             else:

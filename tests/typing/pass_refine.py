@@ -111,3 +111,15 @@ def grad_of_replicated(w: st.Rep["tp"], x: st.Shard["tp", -1]) -> Varying["tp"]:
 def comparisons_keep_state(p: st.Partial["tp"], x: Varying["dp"]) -> None:
     assert_type(x == 0.0, Varying["dp"])
     assert_type(x != x, Varying["dp"])
+
+
+def mixed_spellings(a: st.Typed[st.Shard["tp", -1], Varying["dp"]],
+                    b: st.Float[st.Shard["tp", 0], "f d"],
+                    c: st.Typed[st.Partial["tp"], st.Shard["dp", -2]],
+                    d: st.Shard["tp", 0]) -> None:
+    reveal_type(a)  # reveals: tp=S-1
+    reveal_type(b)  # reveals: tp=S-2, #2
+    reveal_type(c)  # reveals: tp=P, dp=S-2
+    reveal_type(d)  # reveals: tp=S+0  (dim 0 of an unknown rank: plain Varying)
+    reveal_type(a @ b)  # reveals: tp=P
+    reveal_type(st.psum(c, "tp").sum(0))  # reveals: plain
