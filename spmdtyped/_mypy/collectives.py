@@ -86,7 +86,12 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
         grows = rule.startswith("all_gather") and not params.get("tiled", False)
         return ref, (v.rank + 1 if grows and v.rank is not None else v.rank)
 
+    # pvary / pcast(to="varying") make Rep, psum_scatter / all_to_all make Shard from a plain value
+    refine.from_plain = rule in _FROM_PLAIN  # type: ignore[attr-defined]
     return refined.rapply(ctx.api, ctx.context, default, [refined.arrays(alts)], rule_fn, refine)
+
+
+_FROM_PLAIN: Final = frozenset({"pvary", "pcast_varying", "psum_scatter", "all_to_all"})
 
 
 

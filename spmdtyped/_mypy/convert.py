@@ -91,7 +91,25 @@ def state_of_args(args: tuple[Type, ...] | list[Type]) -> SpmdType | None:
     refinement slot `K` is read by `refined`."""
     if len(args) not in (3, 4):
         return None
-    v, u, r = (axes_of(a) for a in args[:3])
+    key = (args[0], args[1], args[2])
+    try:
+        return _STATES[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable type argument: read it every time
+        return _state_of(key)
+    if len(_STATES) > 4096:
+        _STATES.clear()
+    state = _STATES[key] = _state_of(key)
+    return state
+
+
+#: type arguments -> state (the hooks read the same few states over and over)
+_STATES: Final[dict[tuple[Type, Type, Type], SpmdType | None]] = {}
+
+
+def _state_of(args: tuple[Type, Type, Type]) -> SpmdType | None:
+    v, u, r = (axes_of(a) for a in args)
     if v is None or u is None or r is None:
         return None
     try:

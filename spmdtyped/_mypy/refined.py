@@ -12,10 +12,9 @@ fallback is always plain, never a new error. Standard types only: the cache and 
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from mypy.nodes import Context, Expression, FloatExpr, IntExpr, NameExpr, TupleExpr, UnaryExpr
 from mypy.typeops import make_simplified_union
@@ -46,8 +45,7 @@ def _kind_code(k: Kind | int) -> str:
     return f"S{k.dim}" if isinstance(k, _refine.Shard) else _CODES[k]
 
 
-@dataclasses.dataclass(frozen=True)
-class Val:
+class Val(NamedTuple):
     """One operand alternative: its state (or LITERAL), refinement and rank (None: unknown)."""
 
     op: Known
@@ -96,7 +94,8 @@ def read_k(k: Type) -> tuple[dict[str, Kind | int], int | None]:
 def read(t: Type) -> tuple[Refinement, int | None]:
     """The refinement (Varying axes only) and rank of a typed value's type."""
     p = get_proper_type(t)
-    if not (isinstance(p, Instance) and p.type.fullname == SARRAY and len(p.args) == 4):
+    if not (isinstance(p, Instance) and p.type.fullname == SARRAY and len(p.args) == 4) \
+            or isinstance(p.args[3], AnyType):
         return NONE, None
     kinds, rank = read_k(p.args[3])
     return Refinement.of({a: k for a, k in kinds.items() if not isinstance(k, int)}), rank
@@ -120,6 +119,8 @@ def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None
 def encode(api: Any, out: SpmdType, ref: Refinement, rank: int | None) -> Instance:
     """`SArray[V, U, R, K]` for a state with a refinement (restricted to its Varying axes)."""
     inst = from_spmd(api, out)
+    if not ref:
+        return inst
     ref = ref.restrict(out.varying)
     if not ref:
         return inst
@@ -161,12 +162,15 @@ def ralternatives(api: Any, t: Type, expr: Expression | None) -> list[Val] | Non
     vals: list[Val] = []
     for i, o in enumerate(alts):
         if o is LITERAL:
-            vals.append(Val(LITERAL, NONE, 0))
+            vals.append(_LITERAL)
             continue
-        ref, rank = read(items[i]) if i < len(items) and len(items) == len(alts) else (NONE, None)
+        ref, rank = read(items[i]) if len(items) == len(alts) else (NONE, None)
         assert isinstance(o, SpmdType)
-        vals.append(Val(o, ref.restrict(o.varying), rank))
-    return _join(vals)
+        vals.append(Val(o, ref.restrict(o.varying) if ref else ref, rank))
+    return _join(vals) if len(vals) > 1 else vals
+
+
+_LITERAL: Final = Val(LITERAL, NONE, 0)
 
 
 def arrays(vals: list[Val]) -> list[Val]:
@@ -183,14 +187,23 @@ def rapply(api: Any, context: Context, default: Type, alts: Sequence[Sequence[Va
     """`codes.apply` with refinements: the four-state `rule` on the operands' states, then
     `refine(out, *vals)` (a `_refine` rule) for the result's refinement and rank."""
     results: list[Type] = []
-    for combo in itertools.product(*alts):
+    from_plain = getattr(refine, "from_plain", False)
+    combos = [tuple(a[0] for a in alts)] if all(len(a) == 1 for a in alts) else itertools.product(*alts)
+    for combo in combos:
         try:
-            out = rule(*(v.op for v in combo))
-            ref, rank = refine(out, *combo)
+            out = rule(*[v.op for v in combo])
+            # `_refine`'s rules refine a result only from refined operands (a collective can
+            # also refine a plain one: `from_plain`); skip them for plain operands
+            if from_plain or out.varying and any(v.ref for v in combo):
+                ref, rank = refine(out, *combo)
+            else:
+                ref, rank = NONE, None
         except SpmdTypeError as err:
             on_error(api, err, context)
             return default
         results.append(encode(api, out, ref, rank))
+    if len(results) == 1:
+        return results[0]
     return make_simplified_union(results) if results else default
 
 

@@ -1,5 +1,5 @@
 # legs: plugin
-# ruff: noqa: B018, F722, F821  (expressions evaluated for their static errors; jaxtyping dims)
+# ruff: noqa: B018, F722, F821, F841  (expressions evaluated for their static errors; jaxtyping dims)
 """The bug classes the Shard / Partial refinement catches statically (DESIGN.md §1b): JAX
 types every one of these Varying and computes wrong numbers."""
 
