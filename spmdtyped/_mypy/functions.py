@@ -88,11 +88,9 @@ def _unary_refine(ctx: FunctionContext, args: _Args, rule: str, binding: str, op
         axis_e = args[2][0] if len(args) > 2 else axis[0] if axis else None
     if rule in refined.REDUCTIONS or rule in refined.ALONG:
         keep = keyword(ctx, "keepdims")
-        default_axis = -1 if rule in ("softmax", "log_softmax", "logsumexp") and axis_e is None \
-            and rule != "logsumexp" else None
         known, ax = refined.axis_arg(axis_e)
-        if axis_e is None and default_axis is not None:
-            ax = default_axis
+        if axis_e is None and rule in ("softmax", "log_softmax"):
+            ax = -1  # jax.nn's default
         return refined.unary(rule, op, axis=(known, ax),
                              keepdims=keep is not None and literal_value(keep[1]) is True)
     if rule == "transpose":
