@@ -194,7 +194,7 @@ def rapply(api: Any, context: Context, default: Type, alts: Sequence[Sequence[Va
             out = rule(*[v.op for v in combo])
             # `_refine`'s rules refine a result only from refined operands (a collective can
             # also refine a plain one: `from_plain`); skip them for plain operands
-            if from_plain or out.varying and any(v.ref for v in combo):
+            if from_plain or any(v.ref for v in combo):
                 ref, rank = refine(out, *combo)
             else:
                 ref, rank = NONE, None
