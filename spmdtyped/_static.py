@@ -35,6 +35,9 @@ from typing import Annotated as Int  # noqa: F401
 from typing import Annotated as Num  # noqa: F401
 from typing import Annotated as Shaped  # noqa: F401
 
+from typing_extensions import TypeAliasType
+from typing_extensions import TypeVar as DefaultTypeVar
+
 from ._rules import SpmdType
 
 if TYPE_CHECKING:  # the module is only ever read by type checkers; keep a runtime import jax-free
@@ -45,7 +48,8 @@ __all__ = [
     # `Float[Varying["dp"], "batch/dp d"]` is `Annotated[Varying["dp"], ...]` for checkers, as
     # jaxtyping does: the state is static, shapes and dtypes are checked at runtime
     "Bool", "Float", "Inexact", "Int", "Num", "Shaped",
-    "Invariant", "Reduced", "SArray", "Typed", "Unreduced", "Varying", "all_gather", "all_to_all",
+    "Invariant", "Partial", "Reduced", "Rep", "SArray", "Shard", "Typed", "Unreduced", "Varying",
+    "all_gather", "all_to_all",
     "axis_index", "axis_size", "check_mode", "pbroadcast", "pcast", "pmax", "pmean", "pmin",
     "ppermute", "pshuffle", "psum", "psum_scatter", "pvary", "set_check_mode", "shard_map",
     "typeof", "unwrap", "wrap",
@@ -56,6 +60,10 @@ _U = TypeVar("_U", bound=str)
 _R = TypeVar("_R", bound=str)
 _A = TypeVar("_A", bound=str)
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: the refinement slot (Shard / Partial / Rep per axis, see `SArray`): `Any` unless the plugin
+#: knows better, so that every checker without the plugin reads `SArray[V, U, R]` unchanged
+_K = DefaultTypeVar("_K", default=Any)
+_D = TypeVar("_D")
 
 #: an axis name or a tuple of them (JAX's spelling)
 AxisName: TypeAlias = str | tuple[str, ...]
@@ -65,8 +73,14 @@ _Typed: TypeAlias = "SArray[Any, Any, Any]"
 _Input: TypeAlias = "SArray[Any, Any, Any] | jax.Array | float | int"
 
 
-class SArray(Generic[_V, _U, _R]):
+class SArray(Generic[_V, _U, _R, _K]):
     """A typed value: Varying on the axes `V`, Unreduced on `U`, Reduced on `R`.
+
+    `K` (default `Any`; written by the mypy plugin only) refines Varying axes (DESIGN.md §1b):
+    a union of str Literals `"tp=S-1"` (Shard over tp of dim -1), `"tp=P"` (Partial), `"tp=R"`
+    (Rep), `"tp=I"` (axis_index), `"tp=O"` (owner predicate), `"#2"` (rank 2), always joined
+    with `Any`, so that refinements are gradual: every refinement is compatible with every
+    other one for mypy's own checks (assignments, arguments, returns); the plugin checks them.
 
     `shape`, `dtype`, `ndim` and `size` are the local (per-device) ones; `raw` is the JAX value.
     """
@@ -165,6 +179,13 @@ Unreduced: TypeAlias = SArray[Never, _A, Never]
 Reduced: TypeAlias = SArray[Never, Never, _A]
 Invariant: TypeAlias = SArray[Never, Never, Never]
 Typed: TypeAlias = SArray  # plugin-only sugar: Typed[Varying["dp"], Reduced["tp"]]
+# Refinements of Varying (DESIGN.md §1b). Without the plugin each is exactly `Varying[axis]`
+# (the dim a phantom parameter): `Shard["tp", Literal[-1]]` (the plugin also reads `-1`),
+# `Partial["tp"]`, `Rep["tp"]`. With the plugin they refine Varying on that axis, and
+# `Shard`/`Partial` take several axes (`Partial["dp", "tp"]`) as `Varying` does.
+Shard = TypeAliasType("Shard", SArray[_A, Never, Never], type_params=(_A, _D))
+Partial = TypeAliasType("Partial", SArray[_A, Never, Never], type_params=(_A,))
+Rep = TypeAliasType("Rep", SArray[_A, Never, Never], type_params=(_A,))
 
 
 # ---------------------------------------------------------------------------- state of anything

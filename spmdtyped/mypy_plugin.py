@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from mypy.nodes import Decorator
 from mypy.options import Options
 from mypy.plugin import (
     AnalyzeTypeContext,
@@ -30,15 +31,29 @@ from mypy.plugin import (
     Plugin,
     ReportConfigContext,
 )
-from mypy.types import FunctionLike, Type
+from mypy.types import CallableType, FunctionLike, Type, get_proper_type
 
-from ._mypy import autodiff, boundary, collectives, control, custom, functions, hints, operators, wrappers
+from ._mypy import (
+    autodiff,
+    boundary,
+    collectives,
+    control,
+    custom,
+    functions,
+    hints,
+    operators,
+    refined,
+    wrappers,
+)
 from ._mypy.codes import AXIS, CODES, SPMD, guarded, guarded_sig
 from ._mypy.config import CONFIG, FEATURE_SETS, read_config, rules_digest
 
 __all__ = ["AXIS", "CODES", "FEATURE_SETS", "SPMD", "SpmdPlugin", "plugin", "read_config"]
 
 _DIGEST: Final = rules_digest()
+#: modules whose functions never take refined parameters (skip the look-up)
+_NOT_USER: Final = ("builtins.", "typing.", "jax.", "numpy.", "spmdtyped.", "functools.", "math.",
+                    "collections.", "itertools.", "os.", "sys.")
 
 
 class SpmdPlugin(Plugin):
@@ -55,6 +70,8 @@ class SpmdPlugin(Plugin):
         CONFIG.load(options.config_file)
 
     def get_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
+        if fullname in hints.ANNOTATED:
+            return guarded(hints.annotated)
         family = hints.FULLNAMES.get(fullname)
         if family is None and "." in fullname and not fullname.startswith(("builtins.", "typing")):
             try:  # `Fam = Varying`: an alias of a hint family
@@ -84,6 +101,24 @@ class SpmdPlugin(Plugin):
         decl = self._custom_op(fullname)
         if decl is not None:
             return guarded(functools.partial(custom.analyze_decorated, decl=decl))
+        callee = self._refined_callee(fullname)
+        if callee is not None:  # a user function with Shard / Partial / Rep parameters
+            return guarded(functools.partial(refined.check_call, callee=callee))
+        return None
+
+    def _refined_callee(self, fullname: str) -> CallableType | None:
+        """The signature of a function whose parameters declare refinements, else None."""
+        if fullname.startswith(_NOT_USER):
+            return None
+        try:
+            sym = self.lookup_fully_qualified(fullname)
+        except Exception:  # noqa: BLE001 - a name the module table does not have yet
+            return None
+        node = sym.node if sym is not None else None
+        t = node.var.type if isinstance(node, Decorator) else getattr(node, "type", None)
+        p = get_proper_type(t) if t is not None else None
+        if isinstance(p, CallableType) and any(refined.has_refinement(a) for a in p.arg_types):
+            return p
         return None
 
     def _custom_op(self, fullname: str) -> custom.Decl | None:

@@ -75,11 +75,12 @@ def _source(program: pg.Program) -> tuple[str, list[int]]:
 
 
 def _parse_static(t: str) -> _rules.SpmdType | None:
-    """A revealed `SArray[V, U, R]` as an SpmdType; None when any part is not a Literal set."""
+    """A revealed `SArray[V, U, R, K]` as an SpmdType (K, the Shard/Partial refinement, is not
+    a four-state matter); None when any part is not a Literal set."""
     m = _SARRAY.match(t)
     if not m:
         return None
-    parts = _split_args(m.group(1))
+    parts = _split_args(m.group(1))[:3]
     sets = []
     for p in parts:
         if p == "Never":

@@ -143,6 +143,30 @@ def test_seed_error_names_the_fix(plugin_run: tuple[int, str]) -> None:
     assert "python -m spmdtyped explain SPMD101" in lines[i + 2]
 
 
+_REVEALS = re.compile(r"#.*\breveals:\s*(?P<tokens>.+)$")
+
+
+def test_refinements_revealed(plugin_run: tuple[int, str]) -> None:
+    """`reveal_type(x)  # reveals: tp=S-1, #2` in pass_refine.py: the refinement slot of the
+    revealed type holds each token (`plain`: no refinement, the slot is `Any`)."""
+    _, out = plugin_run
+    source = (TYPING / "pass_refine.py").read_text().splitlines()
+    checked = 0
+    for n, line in enumerate(source, 1):
+        m = _REVEALS.search(line)
+        if not m:
+            continue
+        revealed = [ln for ln in out.splitlines() if ln.startswith(f"pass_refine.py:{n}: note: Revealed type is")]
+        assert len(revealed) == 1, (n, out)
+        for token in (t.split()[0] for t in m.group("tokens").split(",")):
+            if token == "plain":
+                assert revealed[0].endswith(', Any]"'), revealed[0]
+            else:
+                assert f"'{token}'" in revealed[0], (token, revealed[0])
+        checked += 1
+    assert checked >= 8
+
+
 # Other mypy versions: interpreters with another mypy (e.g. 1.x), separated by os.pathsep. The
 # typing files are analysed against this interpreter's packages (jax) via python_executable.
 OTHER_MYPYS = [p for p in os.environ.get("SPMDTYPED_MYPY_PYTHONS", "").split(os.pathsep) if p]
@@ -257,11 +281,11 @@ def test_incremental_cache(tmp_path: Path) -> None:
     _, second = run_mypy([src], cfg, cache, cwd=tmp_path)
     assert first == second
     assert "[spmd-reduced-operand]" in first
-    assert "SArray[Literal['dp'], Never, Never]" in first
+    assert "SArray[Literal['dp'], Never, Never, Any]" in first
     src.write_text(_SMALL.format(body='st.psum(st.pcast(w, "tp", to="varying"), "tp")'))
     _, third = run_mypy([src], cfg, cache, cwd=tmp_path)
     assert "error" not in third, third
-    assert "SArray[Literal['dp'], Never, Never]" in third
+    assert "SArray[Literal['dp'], Never, Never, Any]" in third
 
 
 def test_dmypy(tmp_path: Path) -> None:
@@ -287,7 +311,7 @@ def test_dmypy(tmp_path: Path) -> None:
         out2 = run("run", "--", "--config-file", str(cfg), "--cache-dir", str(tmp_path / "c"),
                    "prog.py")
         assert "spmd-" not in out2 and "name-defined" not in out2, out2
-        assert "SArray[Literal['dp'], Never, Never]" in out2, out2
+        assert "SArray[Literal['dp'], Never, Never, Any]" in out2, out2
         src.write_text(_SMALL.format(body='st.ppermute(w, "tp", [(0, 1)])'))
         out3 = run("run", "--", "--config-file", str(cfg), "--cache-dir", str(tmp_path / "c"),
                    "prog.py")
@@ -347,7 +371,7 @@ def test_jax_version_setting(tmp_path: Path) -> None:
     cfg = mypy_config(tmp_path, plugin=True, extra=_FAST + "\n[spmdtyped]\njax = 0.12")
     _, v12 = run_mypy([src], cfg, tmp_path / "c2", cwd=tmp_path)
     assert "error" not in v12, v12
-    assert "SArray[Never, Literal['tp'], Never]" in v12
+    assert "SArray[Never, Literal['tp'], Never, Any]" in v12
     (tmp_path / "pyproject.toml").write_text('[tool.mypy]\nplugins = ["spmdtyped.mypy_plugin"]\n'
                                              '[tool.spmdtyped]\njax = "0.99"\n')
     proc = subprocess.run([sys.executable, "-m", "mypy", "--config-file", "pyproject.toml",

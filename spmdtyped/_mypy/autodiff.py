@@ -31,6 +31,7 @@ from mypy.types import (
 from .. import _rules
 from .._errors import SpmdTypeError
 from .._rules import SpmdType
+from . import refined
 from .codes import report
 from .convert import (
     SARRAY,
@@ -71,7 +72,10 @@ def cotangent_of(api: Any, t: Type) -> Type | None:
     p = get_proper_type(t)
     if isinstance(p, Instance) and p.type.fullname == SARRAY:
         o = to_operand(p)
-        return from_spmd(api, _rules.cotangent(o)) if isinstance(o, SpmdType) else None
+        if not isinstance(o, SpmdType):
+            return None
+        g = from_spmd(api, _rules.cotangent(o))
+        return g.copy_modified(args=[*g.args[:3], refined.cotangent_k(api, p)])
     if isinstance(p, TupleType):
         items = [cotangent_of(api, i) for i in p.items]
         return None if any(i is None for i in items) else \
@@ -120,7 +124,9 @@ class _Generic:
                 return None
             slots: list[Type] = [self._var(s) if s else UninhabitedType()
                                  for s in (o.varying, o.unreduced, o.reduced)]
-            return p.copy_modified(args=slots), p.copy_modified(args=[slots[i] for i in COTANGENT_SLOTS])
+            return (p.copy_modified(args=[*slots, *p.args[3:]]),
+                    p.copy_modified(args=[*[slots[i] for i in COTANGENT_SLOTS],
+                                          refined.cotangent_k(self.api, p)]))
         if isinstance(p, TupleType):
             items = [self.param_and_grad(i) for i in p.items]
             if any(i is None for i in items):

@@ -77,6 +77,8 @@ def apply(api: Any, context: Context, default: Type, alternatives: Sequence[Sequ
             on_error(api, err, context)
             return default
         results.append(from_spmd(api, out))
+    if len(results) == 1:
+        return results[0]
     return make_simplified_union(results) if results else default
 
 

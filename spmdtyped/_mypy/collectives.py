@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from typing import Final
 
-from mypy.nodes import Expression
+from mypy.nodes import Expression, NameExpr
 from mypy.plugin import FunctionContext
 from mypy.types import TupleType, Type, get_proper_type
 
 from .. import _rules, _surface
 from .._errors import SpmdTypeError
-from .._rules import SpmdType
-from .codes import AXIS, apply, report
+from .._rules import SpmdType, refine_shape
+from .._rules.refine import Refinement
+from . import refined
+from .codes import AXIS, report
 from .config import CONFIG
-from .convert import STATIC, alternatives, any_type, arg, arrays_only, axis_value, from_spmd, literal_value
+from .convert import STATIC, any_type, arg, axis_value, literal_value
 
 #: the collectives and casts with a typed result: the surface table's (`_surface.COLLECTIVES`;
 #: `st.axis_size` is a Python int)
@@ -48,7 +50,7 @@ def analyze(ctx: FunctionContext, name: str, raw: bool = False) -> Type:
     try:
         axes = _rules.normalize_axes(value, op)
         if name == "axis_index":
-            return from_spmd(ctx.api, _rules.axis_index_type(axes))
+            return refined.encode(ctx.api, _rules.axis_index_type(axes), refine_shape.axis_index(axes), 0)
         collective = _surface.collective(name)
         assert collective is not None, name
         to = arg(ctx, "to") if collective.select else None
@@ -71,11 +73,48 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
     if isinstance(p, TupleType):  # a pytree: each leaf separately
         return p.copy_modified(items=[_result(ctx, rule, op, axes, None, i, any_type())
                                       for i in p.items])
-    alts = alternatives(ctx.api, t, expr)
+    alts = refined.ralternatives(ctx.api, t, expr)
     if alts is None:
         return default
+    params = _params(ctx)
 
     def rule_fn(x: SpmdType) -> SpmdType:
         return _rules.axis_op(rule, x, axes, CONFIG.features, op=op)
 
-    return apply(ctx.api, ctx.context, default, [arrays_only(alts)], rule_fn)
+    def refine(out: SpmdType, v: refined.Val) -> tuple[Refinement, int | None]:
+        depth = max(refined.shard_depth([v]), *(-int(d) for d in params.values()
+                                                 if isinstance(d, int) and d < 0), 1)
+        ndim = v.rank if v.rank is not None else depth
+        # statically a declared Shard is taken to have a local size > 1 (shapes are unknown)
+        shape = (2,) * ndim if v.rank is not None or rule in ("psum", "pmean") else None
+        ref = refine_shape.collective(rule, v.state, v.ref, out, axes,
+                                 shape=shape, op=op, params=params)
+        grows = rule.startswith("all_gather") and not params.get("tiled", False)
+        return ref, (v.rank + 1 if grows and v.rank is not None else v.rank)
+
+    # pvary / pcast(to="varying") make Rep, psum_scatter / all_to_all make Shard from a plain value
+    refine.from_plain = rule in _FROM_PLAIN  # type: ignore[attr-defined]
+    return refined.rapply(ctx.api, ctx.context, default, [refined.arrays(alts)], rule_fn, refine)
+
+
+_FROM_PLAIN: Final = frozenset({"pvary", "pcast_varying", "psum_scatter", "all_to_all"})
+
+
+
+def _params(ctx: FunctionContext) -> dict[str, object]:
+    """The literal `axis`, `tiled`, `scatter_dimension`, `split_axis`, `concat_axis` arguments."""
+    out: dict[str, object] = {}
+    for name in ("axis", "scatter_dimension", "split_axis", "concat_axis"):
+        a = arg(ctx, name)
+        if a is not None:
+            v = refined.int_value(a[0], a[1])
+            if v is not None:
+                out[name] = v
+    tiled = arg(ctx, "tiled")
+    if tiled is not None:
+        v = literal_value(tiled[1])
+        if isinstance(v, bool):
+            out["tiled"] = v
+        elif isinstance(tiled[0], NameExpr) and tiled[0].fullname in ("builtins.True", "builtins.False"):
+            out["tiled"] = tiled[0].fullname == "builtins.True"
+    return out

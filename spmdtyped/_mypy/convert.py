@@ -87,9 +87,28 @@ def is_sarray(t: Type) -> bool:
 
 
 def state_of_args(args: tuple[Type, ...] | list[Type]) -> SpmdType | None:
-    """The state three `SArray[V, U, R]`-like type arguments stand for (None: not literal)."""
-    if len(args) != 3:
+    """The state of `SArray[V, U, R, K]`-like type arguments (None: not literal); the
+    refinement slot `K` is read by `refined`."""
+    if len(args) not in (3, 4):
         return None
+    key = (args[0], args[1], args[2])
+    try:
+        return _STATES[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable type argument: read it every time
+        return _state_of(key)
+    if len(_STATES) > 4096:
+        _STATES.clear()
+    state = _STATES[key] = _state_of(key)
+    return state
+
+
+#: type arguments -> state (the hooks read the same few states over and over)
+_STATES: Final[dict[tuple[Type, Type, Type], SpmdType | None]] = {}
+
+
+def _state_of(args: tuple[Type, Type, Type]) -> SpmdType | None:
     v, u, r = (axes_of(a) for a in args)
     if v is None or u is None or r is None:
         return None
@@ -140,9 +159,9 @@ def axes_type(api: Any, axes: frozenset[str]) -> Type:
 
 
 def from_spmd(api: Any, t: SpmdType) -> Instance:
-    """`SArray[V, U, R]` for an SpmdType."""
+    """`SArray[V, U, R, Any]` for an SpmdType (no refinement: see `refined.encode`)."""
     return named(api, SARRAY, [axes_type(api, t.varying), axes_type(api, t.unreduced),
-                               axes_type(api, t.reduced)])
+                               axes_type(api, t.reduced), any_type()])
 
 
 def alternatives(api: Any, t: Type, expr: Expression | None) -> list[Known] | None:

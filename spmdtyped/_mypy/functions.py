@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from typing import Final
 
-from mypy.nodes import Expression, ListExpr, TupleExpr
+from mypy.nodes import Expression, ListExpr, StrExpr, TupleExpr
 from mypy.plugin import FunctionContext
 from mypy.typeops import make_simplified_union
 from mypy.types import Instance, TupleType, Type, get_proper_type
 
 from .. import _rules, _surface
 from .._rules import LITERAL, SpmdType
+from .._rules import refine_shape as _refine_shape
+from .._rules.refine import Refinement
+from . import refined
 from .arguments import call_arguments, has_arguments, typed_call
 from .codes import apply
 from .config import CONFIG
@@ -25,6 +28,7 @@ from .convert import (
     is_python_int,
     is_str,
     keyword,
+    literal_value,
     positional,
     to_operand,
 )
@@ -49,13 +53,13 @@ def analyze(ctx: FunctionContext, entry: tuple[str, str, str, str]) -> Type:
     operands = _operands(ctx, args, binding)
     if operands is None:
         return default
-    alts: list[list[Known]] = []
+    alts: list[list[refined.Val]] = []
     for expr, t in operands:
-        a = alternatives(ctx.api, t, expr)
+        a = refined.ralternatives(ctx.api, t, expr)
         if a is None:
             return default
         alts.append(a)
-    if not alts or all(a == [LITERAL] for a in alts):
+    if not alts or all(all(v.op is LITERAL for v in a) for a in alts):
         return default
     if binding == "mean":
         return apply(ctx.api, ctx.context, default, [arrays_only(alts[0])],
@@ -73,15 +77,73 @@ def analyze(ctx: FunctionContext, entry: tuple[str, str, str, str]) -> Type:
         pos, kw = call_arguments(ctx)
         return typed_call(ctx, rule, operands[0], pos[1:], kw, op, default)
     if len(alts) == 1 and binding not in ("join", "nary", "einsum"):
-        return apply(ctx.api, ctx.context, default, [arrays_only(alts[0])],
-                     lambda t: _rules.unary(rule, t, CONFIG.features, op=op))
+        return refined.rapply(ctx.api, ctx.context, default, [refined.arrays(alts[0])],
+                              lambda t: _rules.unary(rule, t, CONFIG.features, op=op),
+                              _unary_refine(ctx, args, rule, binding, op))
     if binding == "binary" and len(alts) == 2:
         int_literal = is_python_int(get_proper_type(operands[1][1]))
-        return apply(ctx.api, ctx.context, default, alts,
-                     lambda a, b: _rules.binary(rule, a, b, CONFIG.features, op=op,
-                                                int_literal=int_literal).type)
-    return apply(ctx.api, ctx.context, default, alts,
-                 lambda *ts: _rules.combine(rule, list(ts), CONFIG.features, op=op).type)
+        return refined.rapply(ctx.api, ctx.context, default, alts,
+                              lambda a, b: _rules.binary(rule, a, b, CONFIG.features, op=op,
+                                                         int_literal=int_literal).type,
+                              refined.matmul(op) if rule in ("matmul", "dot")
+                              else refined.elementwise(rule, op))
+    return refined.rapply(ctx.api, ctx.context, default, alts,
+                          lambda *ts: _rules.combine(rule, list(ts), CONFIG.features, op=op).type,
+                          _nary_refine(ctx, args, operands, rule, binding, op))
+
+
+def _unary_refine(ctx: FunctionContext, args: _Args, rule: str, binding: str, op: str
+                  ) -> refined.Refine:
+    """The `_refine` rule of a one-operand function, with its literal `axis` / `axes`."""
+    axis = keyword(ctx, "axis")
+    axis_e = args[1][0] if len(args) > 1 and binding != "take" else axis[0] if axis else None
+    if binding == "take":
+        axis_e = args[2][0] if len(args) > 2 else axis[0] if axis else None
+    if rule in refined.REDUCTIONS or rule in refined.ALONG:
+        keep = keyword(ctx, "keepdims")
+        known, ax = refined.axis_arg(axis_e)
+        if axis_e is None and rule in ("softmax", "log_softmax"):
+            ax = -1  # jax.nn's default
+        return refined.unary(rule, op, axis=(known, ax),
+                             keepdims=keep is not None and literal_value(keep[1]) is True)
+    if rule == "transpose":
+        axes = keyword(ctx, "axes")
+        e = args[1][0] if len(args) > 1 else axes[0] if axes else None
+        if e is None:
+            return refined.unary("transpose", op)
+        if isinstance(e, TupleExpr | ListExpr):
+            perm = [refined.int_value(i) for i in e.items]
+            if all(p is not None for p in perm):
+                return refined.unary("transpose", op, perm=[p for p in perm if p is not None])
+        return refined.unary("reshape", op)
+    return refined.unary(rule, op)
+
+
+def _nary_refine(ctx: FunctionContext, args: _Args, operands: _Args, rule: str, binding: str,
+                 op: str) -> refined.Refine:
+    """`where` (the owner mask `where(pred, x, 0)`), `einsum`, `concatenate` / `stack`."""
+    if binding == "einsum":
+        spec = args[0][0].value if args and isinstance(args[0][0], StrExpr) else None
+        return refined.einsum(spec, op)
+    if binding == "join":
+        axis = keyword(ctx, "axis")
+        known, ax = refined.axis_arg(args[1][0] if len(args) > 1 else axis[0] if axis else None)
+        cat = 0 if known and ax is None and axis is None and len(args) < 2 else ax
+
+        def join(out: SpmdType, *vals: refined.Val) -> tuple[Refinement, int | None]:
+            rank = refined.max_rank(vals)
+            if isinstance(cat, int) and rank is not None:
+                out_rank = rank + 1 if rule == "stack" else rank
+                return _refine_shape.concatenate([v.arg for v in vals], out, axis=cat, out_ndim=out_rank,
+                                           op=op, stack=rule == "stack"), out_rank
+            # dims unknown: the Partial rules still apply, a Shard falls back to plain
+            ndim = max(refined.shard_depth(vals), abs(cat) if isinstance(cat, int) else 0) + 1
+            ref = _refine_shape.concatenate([v.arg for v in vals], out, axis=cat if isinstance(cat, int)
+                                      else 0, out_ndim=ndim, op=op, stack=rule == "stack")
+            return _refine_shape.dims_unknown(out, ref, out), None
+        return join
+    fill = len(operands) == 3 and refined.is_zero(operands[2][0])
+    return refined.elementwise(rule, op, onehot_fill=fill)
 
 
 def _operands(ctx: FunctionContext, args: _Args, binding: str) -> _Args | None:

@@ -30,10 +30,17 @@ from mypy.types import (
 from .. import _hints
 from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
+from .._rules import refine as _refine
+from . import refined
 from .codes import CODES, SPMD
 from .convert import SARRAY, STATIC, axes_of, from_spmd, to_operand
 
-FAMILIES: Final = ("Varying", "Unreduced", "Reduced", "Typed")
+FAMILIES: Final = ("Varying", "Unreduced", "Reduced", "Typed", "Shard", "Partial", "Rep")
+#: the refinements of Varying (DESIGN.md §1b): `Shard[axis, dim]`, `Partial[axis]`, `Rep[axis]`
+_REFINING: Final = {"Partial": _refine.PARTIAL, "Rep": _refine.REP}
+#: jaxtyping's array hints in the static view (`Annotated` for checkers): `Float[hint, dims]`
+JAXTYPING: Final = frozenset({"Bool", "Float", "Inexact", "Int", "Num", "Shaped"})
+ANNOTATED: Final = ("typing.Annotated", "typing_extensions.Annotated")
 #: the hint families' full names (the static view's and the package's re-export)
 FULLNAMES: Final = {f"{m}.{f}": f for m in (STATIC, "spmdtyped") for f in FAMILIES}
 
@@ -48,9 +55,9 @@ def family_of_alias(fullname: str, lookup: Callable[[str], SymbolTableNode | Non
     if not isinstance(node, TypeAlias):
         return None
     target = get_proper_type(node.target)
-    if not (isinstance(target, Instance) and target.type.fullname == SARRAY and len(target.args) == 3):
+    if not (isinstance(target, Instance) and target.type.fullname == SARRAY and len(target.args) == 4):
         return None
-    slots = [get_proper_type(a) for a in target.args]
+    slots = [get_proper_type(a) for a in target.args[:3]]
     special = [isinstance(a, AnyType) and a.type_of_any == TypeOfAny.special_form for a in slots]
     if all(special):
         return "Typed"
@@ -103,6 +110,9 @@ class HintArgs:
         self.axes: list[str] = []
         self.nested: list[SpmdType] = []
         self.slots: list[tuple[int, Type]] = []  # (slot index, type) for TypeVars / Any
+        self.dims: list[int] = []  # Shard[axis, dim]: the dim
+        self.kinds: dict[str, Any] = {}  # refinements of nested hints (`refined.read_k`)
+        self.rank: int | None = None
 
 
 def _bare_string(api: Any, arg: UnboundType, out: HintArgs, in_string: bool = False) -> bool:
@@ -124,6 +134,10 @@ def _hint_arg(api: Any, arg: Type, out: HintArgs, family: str, slot: int) -> str
     """Collect one argument; returns an error headline for a non-axis argument."""
     if isinstance(arg, UnboundType) and _bare_string(api, arg, out):
         return None
+    if isinstance(arg, RawExpressionType) and isinstance(arg.literal_value, int) \
+            and not isinstance(arg.literal_value, bool) and family in ("Shard", "Partial", "Rep"):
+        out.dims.append(arg.literal_value)  # Shard["tp", -1] (the plugin's spelling)
+        return None
     if isinstance(arg, RawExpressionType) and isinstance(arg.literal_value, str):
         out.axes.extend(a.strip() for a in arg.literal_value.split("|"))
         return None
@@ -143,12 +157,19 @@ def _hint_arg(api: Any, arg: Type, out: HintArgs, family: str, slot: int) -> str
         t = to_operand(analysed)
         if isinstance(t, SpmdType):
             out.nested.append(t)
+            kinds, rank = refined.read_k(analysed.args[3]) if len(analysed.args) == 4 else ({}, None)
+            out.kinds.update(kinds)
+            out.rank = rank if rank is not None else out.rank
         else:
-            out.slots.extend((i, a) for i, a in enumerate(analysed.args)
+            out.slots.extend((i, a) for i, a in enumerate(analysed.args[:3])
                              if not isinstance(get_proper_type(a), UninhabitedType))
         return None
     if isinstance(analysed, TypeVarType):
         out.slots.append((slot, analysed))
+        return None
+    if family == "Shard" and isinstance(analysed, LiteralType) and isinstance(analysed.value, int) \
+            and not isinstance(analysed.value, bool):
+        out.dims.append(analysed.value)  # Shard["tp", Literal[-1]] (every checker's spelling)
         return None
     axes = axes_of(analysed)
     if axes is not None:
@@ -161,15 +182,25 @@ def analyze(ctx: AnalyzeTypeContext, family: str) -> Type:
     """The type-analyze hook of hint family `family`: the `SArray[V, U, R]` a hint stands for."""
     t, api = ctx.type, ctx.api
     slot = {"Varying": 0, "Unreduced": 1, "Reduced": 2}.get(family, 0)
+    refining = family in ("Shard", "Partial", "Rep")
+    refinement = family
+    if refining:
+        family = "Varying"
     if not t.args:
         anys = [AnyType(TypeOfAny.special_form) if family in ("Typed", f) else UninhabitedType()
                 for f in ("Varying", "Unreduced", "Reduced")]
-        return api.named_type(SARRAY, list[Type](anys))
+        return api.named_type(SARRAY, [*anys, AnyType(TypeOfAny.special_form)])
     out = HintArgs()
     for arg in t.args:
-        problem = _hint_arg(api, arg, out, family, slot)
+        problem = _hint_arg(api, arg, out, refinement if refining else family, slot)
         if problem:
             err = error("SPMD504", problem)
+            api.fail(err.headline, t, code=CODES["SPMD504"])
+            return AnyType(TypeOfAny.from_error)
+    if refining:
+        kind_error = _refinement(out, refinement)
+        if kind_error:
+            err = error("SPMD504", kind_error)
             api.fail(err.headline, t, code=CODES["SPMD504"])
             return AnyType(TypeOfAny.from_error)
     try:
@@ -185,6 +216,9 @@ def analyze(ctx: AnalyzeTypeContext, family: str) -> Type:
         return AnyType(TypeOfAny.from_error)
     assert state is not None
     result = from_spmd(api, state)
+    kinds = {a: k for a, k in out.kinds.items() if a in state.varying}
+    if kinds or out.rank is not None:
+        result = result.copy_modified(args=[*result.args[:3], refined.k_type(api, kinds, out.rank)])
     if not out.slots:
         return result
     args = list(result.args)
@@ -194,3 +228,72 @@ def analyze(ctx: AnalyzeTypeContext, family: str) -> Type:
     return result.copy_modified(args=args)
 
 
+
+
+def _refinement(out: HintArgs, family: str) -> str | None:
+    """The kinds a `Shard[axes, dim]` / `Partial[axes]` / `Rep[axes]` hint declares (into
+    `out.kinds`); an error headline for a malformed one."""
+    if family == "Shard":
+        if len(out.dims) != 1 or not out.axes:
+            return "Shard[...]: write the axis and the dim, e.g. Shard['tp', -1] (the last dim sharded over 'tp')"
+        dim = out.dims[0]
+        for a in out.axes:
+            out.kinds[a] = _refine.Shard(dim) if dim < 0 else dim  # from the left: rank needed
+        return None
+    if out.dims or not out.axes:
+        return f"{family}[...]: write one or more axis names, e.g. {family}['tp']"
+    for a in out.axes:
+        out.kinds[a] = _REFINING[family]
+    return None
+
+
+_DIM_MODIFIERS: Final = "*#_?"
+
+
+def _dims_string(arg: Type) -> str | None:
+    if isinstance(arg, RawExpressionType) and isinstance(arg.literal_value, str):
+        return arg.literal_value
+    if isinstance(arg, UnboundType) and arg.original_str_expr is not None:
+        return arg.original_str_expr
+    return None
+
+
+def annotated(ctx: AnalyzeTypeContext) -> Type:
+    """`Annotated[...]`: jaxtyping's `st.Float[Varying["tp"], "b d/tp"]` (the static view's
+    `Float` is `Annotated`) gets the rank and the Shard of each `name/axis` dim; any other
+    `Annotated` is mypy's own."""
+    t, api = ctx.type, ctx.api
+    name = t.name.rpartition(".")[2]
+    dims = _dims_string(t.args[1]) if name in JAXTYPING and len(t.args) == 2 else None
+    if dims is None:
+        special = getattr(api, "try_analyze_special_unbound_type", None)
+        if special is not None:
+            result = special(t, "typing.Annotated")
+            if result is not None:
+                return result  # type: ignore[no-any-return]
+        return api.analyze_type(t.args[0]) if len(t.args) >= 2 else AnyType(TypeOfAny.from_error)
+    inner = get_proper_type(api.analyze_type(t.args[0]))
+    if not (isinstance(inner, Instance) and inner.type.fullname == SARRAY and len(inner.args) == 4):
+        return inner
+    state = to_operand(inner)
+    if not isinstance(state, SpmdType):
+        return inner
+    kinds, _ = refined.read_k(inner.args[3])
+    tokens = dims.split()
+    variadic = [i for i, tok in enumerate(tokens) if tok.startswith("*") or tok == "..."]
+    rank = None if variadic else len(tokens)
+    first_known = (variadic[-1] + 1) if variadic else 0
+    for i, tok in enumerate(tokens):
+        if "/" not in tok or i < first_known:
+            continue
+        axes_text = tok.split("/", 1)[1].strip("()")
+        for a in (x.strip() for x in axes_text.split(",")):
+            if a in state.varying and a not in kinds:
+                kinds[a] = _refine.Shard(i - len(tokens))
+    for a, k in list(kinds.items()):
+        if isinstance(k, int):  # Shard["tp", 0]: counted from the left, now that the rank is known
+            if rank is not None and k < rank:
+                kinds[a] = _refine.Shard(k - rank)
+            else:
+                del kinds[a]
+    return inner.copy_modified(args=[*inner.args[:3], refined.k_type(api, kinds, rank)])

@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from mypy.nodes import CallExpr, IndexExpr, MemberExpr, RefExpr, TupleExpr
+from mypy.nodes import CallExpr, Expression, IndexExpr, MemberExpr, NameExpr, RefExpr, TupleExpr
 from mypy.plugin import AttributeContext, FunctionContext, MethodContext
 from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 
 from .. import _rules, _surface
 from .._rules import LITERAL, SpmdType
+from .._rules.refine import Refinement
+from . import refined
 from .arguments import call_arguments, has_arguments, typed_call
 from .codes import apply, report, report_past_operator_fallback
 from .config import CONFIG
@@ -21,7 +23,6 @@ from .convert import (
     STATIC,
     Known,
     alternatives,
-    arrays_only,
     is_python_int,
     is_sarray,
     state_of_args,
@@ -87,9 +88,9 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
     default = ctx.default_return_type
     if not ctx.args or not ctx.args[0]:
         return default
-    self_alts = alternatives(ctx.api, ctx.type, None)
+    self_alts = refined.ralternatives(ctx.api, ctx.type, None)
     other_t = ctx.arg_types[0][0]
-    other_alts = alternatives(ctx.api, other_t, ctx.args[0][0])
+    other_alts = refined.ralternatives(ctx.api, other_t, ctx.args[0][0])
     if self_alts is None or other_alts is None:
         return default
     p = get_proper_type(other_t)
@@ -100,12 +101,17 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
         a, b = (o, s) if reflected else (s, o)
         return _rules.binary(name, a, b, CONFIG.features, op=op, int_literal=int_literal).type
 
+    inner = refined.matmul(op) if name == "matmul" else refined.elementwise(name, op)
+
+    def refine(out: SpmdType, s: refined.Val, o: refined.Val) -> tuple[Refinement, int | None]:
+        return inner(out, *((o, s) if reflected else (s, o)))
+
     # `2.0 + u`, `2 < u`: mypy tried `float.__add__` / `int.__lt__` first and would report its
     # generic `[operator]` error instead of the rule's; `u == 0.0`: mypy would fall back to
     # `float.__eq__(object)` and type it `bool` silently. Report the rule's error past that.
     past = (reflected or name in _SWAPPED) and not is_sarray(other_t)
     on_error = report_past_operator_fallback if past else report
-    return apply(ctx.api, ctx.context, default, [self_alts, other_alts], fn, on_error)
+    return refined.rapply(ctx.api, ctx.context, default, [self_alts, other_alts], fn, refine, on_error)
 
 
 def _scalar_comparison(ctx: MethodContext, name: str, _reflected: bool, op: str) -> Type:
@@ -113,11 +119,13 @@ def _scalar_comparison(ctx: MethodContext, name: str, _reflected: bool, op: str)
     default = ctx.default_return_type
     if not ctx.args or not ctx.args[0] or not is_sarray(ctx.arg_types[0][0]):
         return default
-    alts = alternatives(ctx.api, ctx.arg_types[0][0], ctx.args[0][0])
+    alts = refined.ralternatives(ctx.api, ctx.arg_types[0][0], ctx.args[0][0])
     if alts is None:
         return default
-    return apply(ctx.api, ctx.context, default, [alts],
-                 lambda x: _rules.binary(name, x, LITERAL, CONFIG.features, op=op).type)
+    inner = refined.elementwise(name, op)
+    return refined.rapply(ctx.api, ctx.context, default, [alts],
+                          lambda x: _rules.binary(name, x, LITERAL, CONFIG.features, op=op).type,
+                          lambda out, v: inner(out, v, refined.Val(LITERAL, rank=0)))
 
 
 def _unary_rule(name: str, binding: str, op: str) -> Callable[[SpmdType], SpmdType]:
@@ -132,10 +140,50 @@ def _unary(ctx: MethodContext | AttributeContext, name: str, binding: str, op: s
     if isinstance(ctx, MethodContext) and has_arguments(name):
         pos, kw = call_arguments(ctx)
         return typed_call(ctx, name, (None, ctx.type), pos, kw, op, default)
-    alts = alternatives(ctx.api, ctx.type, None)
+    alts = refined.ralternatives(ctx.api, ctx.type, None)
     if alts is None:
         return default
-    return apply(ctx.api, ctx.context, default, [alts], _unary_rule(name, binding, op))
+    return refined.rapply(ctx.api, ctx.context, default, [alts],
+                          _unary_rule(name, binding, op),
+                          _unary_refine(ctx, name, op))
+
+
+def _unary_refine(ctx: MethodContext | AttributeContext, name: str, op: str) -> refined.Refine:
+    """The `_refine` rule of a method / property, with its literal arguments."""
+    if not isinstance(ctx, MethodContext):  # .T / .mT
+        return refined.unary("transpose" if name == "transpose" and op == ".T" else "reshape", op)
+    pos = [e for kinds, exprs in zip(ctx.arg_kinds, ctx.args, strict=True)
+           for k, e in zip(kinds, exprs, strict=True) if k.is_positional()]
+    axis_e = pos[0] if pos else _keyword(ctx, "axis")
+    if name in refined.REDUCTIONS:
+        keep = _keyword(ctx, "keepdims")
+        return refined.unary(name, op, axis=refined.axis_arg(axis_e),
+                             keepdims=isinstance(keep, NameExpr) and keep.fullname == "builtins.True")
+    if name == "transpose":
+        perm = [refined.int_value(e) for e in pos]
+        if not perm:
+            return refined.unary("transpose", op)
+        if len(perm) == 1 and isinstance(pos[0], TupleExpr):
+            perm = [refined.int_value(e) for e in pos[0].items]
+        if all(p is not None for p in perm):
+            return refined.unary("transpose", op, perm=[p for p in perm if p is not None])
+        return refined.unary("reshape", op)
+    if name in ("reshape", "ravel", "squeeze"):
+        dims = [refined.int_value(e) for e in pos]
+        if len(pos) == 1 and isinstance(pos[0], TupleExpr):
+            dims = [refined.int_value(e) for e in pos[0].items]
+        rank = 1 if name == "ravel" else (len(dims) if name == "reshape" and dims
+                                          and all(d is not None for d in dims) else None)
+        return refined.unary(name, op, new_rank=rank)
+    return refined.unary(name, op)
+
+
+def _keyword(ctx: MethodContext, name: str) -> Expression | None:
+    for names, exprs in zip(ctx.arg_names, ctx.args, strict=True):
+        for n, e in zip(names, exprs, strict=True):
+            if n == name:
+                return e
+    return None
 
 
 def _getitem(ctx: MethodContext) -> Type:
@@ -168,8 +216,12 @@ def _getitem(ctx: MethodContext) -> Type:
               lambda t: _rules.dynamic_index_type(t, index_types, CONFIG.features, op="indexing"))
         return default
     if not dynamic:
-        return apply(ctx.api, ctx.context, default, [alts],
-                     lambda t: _rules.unary(_STATIC_INDEX, t, CONFIG.features, op="indexing"))
+        ralts = refined.ralternatives(ctx.api, ctx.type, None)
+        if ralts is None:
+            return default
+        return refined.rapply(ctx.api, ctx.context, default, [ralts],
+                              lambda t: _rules.unary(_STATIC_INDEX, t, CONFIG.features, op="indexing"),
+                              refined.unary("getitem", "indexing"))
     if any(isinstance(a, SpmdType) and a.reduced for a in alts) \
             and not CONFIG.features.gather_keeps_reduced and not _scalar_indices(ctx):
         # a scalar index slices (Reduced kept), an index array gathers (jax 0.10 drops
@@ -261,6 +313,9 @@ def _builtin(ctx: FunctionContext, name: str, binding: str, op: str) -> Type:
     alts = alternatives(ctx.api, ctx.arg_types[0][0], ctx.args[0][0])
     if alts is None or LITERAL in alts:
         return ctx.default_return_type
-    return apply(ctx.api, ctx.context, ctx.default_return_type, [arrays_only(alts)],
-                 _unary_rule(name, binding, op))
+    ralts = refined.ralternatives(ctx.api, ctx.arg_types[0][0], ctx.args[0][0])
+    if ralts is None:
+        return ctx.default_return_type
+    return refined.rapply(ctx.api, ctx.context, ctx.default_return_type, [refined.arrays(ralts)],
+                          _unary_rule(name, binding, op), refined.unary(name, op))
 

@@ -126,6 +126,14 @@ def squeeze(t: SpmdType, ref: Refinement, ndim: int, dims: Sequence[int]) -> Ref
     return Refinement.of({a: drop_dims(k, removed) for a, k in ref.items}, ref.data).restrict(t.varying)
 
 
+def dims_unknown(t: SpmdType, ref: Refinement, out: SpmdType) -> Refinement:
+    """A structural op whose dims cannot be followed (the static checker without shapes: a
+    reshape, a transpose of unknown rank, ...): Partial and Rep survive (the op is linear and
+    the same on every device), a Shard falls back to plain."""
+    return Refinement.of({a: k for a, k in ref.items if k in (PARTIAL, REP)},
+                         ref.data).restrict(out.varying)
+
+
 #: an index item, as the runtime describes it: "int" (a constant), "slice:full",
 #: "slice:part", "none" (newaxis), "ellipsis", "array" (a gather)
 IndexItem = str

@@ -10,6 +10,15 @@ import spmdtyped as st
 from spmdtyped import Invariant, Reduced, SArray, Typed, Unreduced, Varying
 from spmdtyped import Varying as V
 
+_V = TypeVar("_V", bound=str, covariant=True)
+_U = TypeVar("_U", bound=str)
+_R = TypeVar("_R", bound=str)
+
+
+def states(x: SArray[_V, _U, _R]) -> SArray[_V, _U, _R]:
+    """The four states of `x` without its Shard / Partial refinement."""
+    return x
+
 A = TypeVar("A", bound=str)
 TP: Final = "tp"
 PERM = [(0, 1), (1, 0)]
@@ -43,15 +52,15 @@ def collectives(x: Varying["dp", "tp"], u: Unreduced["tp"], w: Varying["dp"],
     assert_type(st.psum_scatter(u, "tp"), Varying["tp"])
     assert_type(st.all_to_all(x, "tp", 0, 1), Varying["dp", "tp"])
     assert_type(st.psum(m, "tp"), Varying["dp"])
-    assert_type(st.axis_index("dp"), Varying["dp"])
+    assert_type(states(st.axis_index("dp")), Varying["dp"])  # refined: an axis_index
     assert_type(st.axis_index(("dp", "tp")), Varying["dp", "tp"])
     assert_type(st.axis_size("dp"), int)
 
 
 def casts(c: Invariant, r: Reduced["tp"], x: Varying["tp"]) -> None:
-    assert_type(st.pvary(c, "dp"), Varying["dp"])
-    assert_type(st.pcast(c, "tp", to="varying"), Varying["tp"])
-    assert_type(st.pcast(r, "tp", to="varying"), Varying["tp"])
+    assert_type(st.pvary(c, "dp"), st.Rep["dp"])  # Varying, equal on every device
+    assert_type(st.pcast(c, "tp", to="varying"), st.Rep["tp"])
+    assert_type(st.pcast(r, "tp", to="varying"), st.Rep["tp"])
     assert_type(st.pcast(c, "tp", to="reduced"), Reduced["tp"])
     assert_type(st.pcast(x, "tp", to="unreduced"), Unreduced["tp"])
     assert_type(st.pcast(1.0, "tp", to="reduced"), Reduced["tp"])
@@ -129,8 +138,8 @@ def ignored(r: Reduced["tp"]) -> None:
 
 
 def jaxtyping_hint(x: st.Float[Typed[Varying["dp"], Reduced["tp"]], "batch/dp d"]) -> None:
-    assert_type(x, Typed[Varying["dp"], Reduced["tp"]])
-    assert_type(st.psum(x.T, "dp"), Reduced["tp"])
+    assert_type(states(x), Typed[Varying["dp"], Reduced["tp"]])  # and Shard["dp", -2]
+    assert_type(st.psum(x.T.sum(-1), "dp"), Reduced["tp"])  # the sum over the batch shard
 
 
 def typed_numpy(x: Varying["dp"], w: Varying["tp"], u: Unreduced["tp"]) -> None:

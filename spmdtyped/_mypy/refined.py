@@ -1,0 +1,368 @@
+"""Shard / Partial / Rep refinements in mypy types (DESIGN.md §1b): every rule is `_refine`'s.
+
+A refinement travels in the fourth argument `K` of `SArray[V, U, R, K]` (default `Any`): a
+union of str Literals, one per refined axis (`"tp=S-1"` Shard of dim -1, `"tp=P"` Partial,
+`"tp=R"` Rep, `"tp=I"` an axis_index, `"tp=O"` an owner predicate) and `"#2"` for a known
+rank, always with `Any` in the union. `Any` makes refinements gradual for mypy's own checks
+(a plain value fits a `Shard` parameter, a reassigned variable may change its refinement);
+where mypy merges two refinements of one variable (an assignment narrows by a meet, a ternary
+joins), an axis with two kinds reads as plain Varying and two ranks as an unknown rank: the
+fallback is always plain, never a new error. Standard types only: the cache and dmypy work.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any, Final, NamedTuple
+
+from mypy.nodes import Context, Expression, FloatExpr, IntExpr, NameExpr, TupleExpr, UnaryExpr
+from mypy.typeops import make_simplified_union
+from mypy.types import (
+    AnyType,
+    Instance,
+    LiteralType,
+    Type,
+    UnionType,
+    get_proper_type,
+)
+
+from .._errors import SpmdTypeError
+from .._rules import LITERAL, SpmdType
+from .._rules import refine as _refine
+from .._rules import refine_shape as _refine_shape
+from .._rules.refine import NONE, Kind, Refinement
+from .codes import report
+from .convert import SARRAY, Known, alternatives, any_type, from_spmd, literal_value, str_type
+
+_CODES: Final = {_refine.PARTIAL: "P", _refine.REP: "R", _refine.INDEX: "I", _refine.ONEHOT: "O"}
+_KINDS: Final = {v: k for k, v in _CODES.items()}
+
+
+def _kind_code(k: Kind | int) -> str:
+    """`S-1` for Shard(-1), `S+0` for a dim counted from the left (rank not known yet)."""
+    if isinstance(k, int):
+        return f"S+{k}"
+    return f"S{k.dim}" if isinstance(k, _refine.Shard) else _CODES[k]
+
+
+class Val(NamedTuple):
+    """One operand alternative: its state (or LITERAL), refinement and rank (None: unknown)."""
+
+    op: Known
+    ref: Refinement = NONE
+    rank: int | None = None
+
+    @property
+    def arg(self) -> _refine.Arg:
+        return _refine.Arg(self.op, self.ref)
+
+    @property
+    def state(self) -> SpmdType:
+        return self.op if isinstance(self.op, SpmdType) else SpmdType()
+
+
+def read_k(k: Type) -> tuple[dict[str, Kind | int], int | None]:
+    """The refinement slot's kinds per axis (a dim from the left as an int) and rank."""
+    p = get_proper_type(k)
+    items = p.items if isinstance(p, UnionType) else [p]
+    kinds: dict[str, set[Kind | int]] = {}
+    ranks: set[int] = set()
+    for item in items:
+        item = get_proper_type(item)
+        if not (isinstance(item, LiteralType) and isinstance(item.value, str)):
+            continue
+        v = item.value
+        if v.startswith("#"):
+            ranks.add(int(v[1:]))
+            continue
+        axis, _, code = v.rpartition("=")
+        kind: Kind | int
+        if code.startswith("S+"):
+            kind = int(code[2:])
+        elif code.startswith("S"):
+            kind = _refine.Shard(int(code[1:]))
+        elif code in _KINDS:
+            kind = _KINDS[code]
+        else:
+            continue
+        kinds.setdefault(axis, set()).add(kind)
+    # two kinds for one axis: mypy merged two refinements of one variable -> plain
+    out = {a: next(iter(ks)) for a, ks in kinds.items() if len(ks) == 1}
+    return out, (next(iter(ranks)) if len(ranks) == 1 else None)
+
+
+def read(t: Type) -> tuple[Refinement, int | None]:
+    """The refinement (Varying axes only) and rank of a typed value's type."""
+    p = get_proper_type(t)
+    if not (isinstance(p, Instance) and p.type.fullname == SARRAY and len(p.args) == 4) \
+            or isinstance(p.args[3], AnyType):
+        return NONE, None
+    kinds, rank = read_k(p.args[3])
+    return Refinement.of({a: k for a, k in kinds.items() if not isinstance(k, int)}), rank
+
+
+def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None) -> Type:
+    """The refinement slot for `kinds` and `rank`: `Any` when no axis is refined (a rank alone
+    is not kept: plain values keep the plain type `SArray[V, U, R]`)."""
+    items = kinds.as_dict() if isinstance(kinds, Refinement) else kinds
+    if not items:
+        return any_type()
+    s = str_type(api)
+    lits: list[Type] = [LiteralType(f"{a}={_kind_code(k)}", s) for a, k in sorted(items.items())]
+    if rank is not None:
+        lits.append(LiteralType(f"#{rank}", s))
+    if not lits:
+        return any_type()
+    return UnionType.make_union([*lits, any_type()])
+
+
+def encode(api: Any, out: SpmdType, ref: Refinement, rank: int | None) -> Instance:
+    """`SArray[V, U, R, K]` for a state with a refinement (restricted to its Varying axes)."""
+    inst = from_spmd(api, out)
+    if not ref:
+        return inst
+    ref = ref.restrict(out.varying)
+    if not ref:
+        return inst
+    return inst.copy_modified(args=[*inst.args[:3], k_type(api, ref, rank)])
+
+
+def cotangent_k(api: Any, primal: Type) -> Type:
+    """The refinement slot of a gradient: `_refine_shape.cotangent` of the primal's (Rep and
+    Partial swap, a Shard stays)."""
+    p = get_proper_type(primal)
+    if not (isinstance(p, Instance) and p.type.fullname == SARRAY and len(p.args) == 4):
+        return any_type()
+    kinds, rank = read_k(p.args[3])
+    ref = Refinement.of({a: k for a, k in kinds.items() if not isinstance(k, int)})
+    return k_type(api, _refine_shape.cotangent(ref), rank)
+
+
+def _join(vals: list[Val]) -> list[Val]:
+    """Alternatives of one state joined (`_refine_shape.join`): control-flow merges of a variable."""
+    out: list[Val] = []
+    for v in vals:
+        same = next((i for i, w in enumerate(out) if w.op == v.op), None)
+        if same is None:
+            out.append(v)
+            continue
+        w = out[same]
+        ref = _refine_shape.join(w.ref, v.ref, w.state.varying) if isinstance(w.op, SpmdType) else NONE
+        out[same] = Val(w.op, ref, w.rank if w.rank == v.rank else None)
+    return out
+
+
+def ralternatives(api: Any, t: Type, expr: Expression | None) -> list[Val] | None:
+    """`convert.alternatives` with each alternative's refinement and rank."""
+    alts = alternatives(api, t, expr)
+    if alts is None:
+        return None
+    p = get_proper_type(t)
+    items = [get_proper_type(i) for i in (p.items if isinstance(p, UnionType) else [p])]
+    vals: list[Val] = []
+    for i, o in enumerate(alts):
+        if o is LITERAL:
+            vals.append(_LITERAL)
+            continue
+        ref, rank = read(items[i]) if len(items) == len(alts) else (NONE, None)
+        assert isinstance(o, SpmdType)
+        vals.append(Val(o, ref.restrict(o.varying) if ref else ref, rank))
+    return _join(vals) if len(vals) > 1 else vals
+
+
+_LITERAL: Final = Val(LITERAL, NONE, 0)
+
+
+def arrays(vals: list[Val]) -> list[Val]:
+    """A Python scalar as an Invariant rank-0 value (a unary op's operand)."""
+    return [Val(SpmdType(), NONE, 0) if v.op is LITERAL else v for v in vals]
+
+
+Refine = Callable[..., tuple[Refinement, int | None]]
+
+
+def rapply(api: Any, context: Context, default: Type, alts: Sequence[Sequence[Val]],
+           rule: Callable[..., SpmdType], refine: Refine,
+           on_error: Callable[[Any, SpmdTypeError, Context], None] = report) -> Type:
+    """`codes.apply` with refinements: the four-state `rule` on the operands' states, then
+    `refine(out, *vals)` (a `_refine` rule) for the result's refinement and rank."""
+    results: list[Type] = []
+    from_plain = getattr(refine, "from_plain", False)
+    combos = [tuple(a[0] for a in alts)] if all(len(a) == 1 for a in alts) else itertools.product(*alts)
+    for combo in combos:
+        try:
+            out = rule(*[v.op for v in combo])
+            # `_refine`'s rules refine a result only from refined operands (a collective can
+            # also refine a plain one: `from_plain`); skip them for plain operands
+            if from_plain or any(v.ref for v in combo):
+                ref, rank = refine(out, *combo)
+            else:
+                ref, rank = NONE, None
+        except SpmdTypeError as err:
+            on_error(api, err, context)
+            return default
+        results.append(encode(api, out, ref, rank))
+    if len(results) == 1:
+        return results[0]
+    return make_simplified_union(results) if results else default
+
+
+# ------------------------------------------------------------------------ literal arguments
+
+
+def int_value(expr: Expression | None, t: Type | None = None) -> int | None:
+    """A literal int argument (`-1` too)."""
+    if isinstance(expr, IntExpr):
+        return expr.value
+    if isinstance(expr, UnaryExpr) and expr.op == "-" and isinstance(expr.expr, IntExpr):
+        return -expr.expr.value
+    v = literal_value(t) if t is not None else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def axis_arg(expr: Expression | None) -> tuple[bool, int | tuple[int, ...] | None]:
+    """(known, value) of an `axis=` argument: an int, a tuple of ints or None."""
+    if expr is None:
+        return True, None
+    if isinstance(expr, NameExpr) and expr.fullname == "builtins.None":
+        return True, None
+    i = int_value(expr)
+    if i is not None:
+        return True, i
+    if isinstance(expr, TupleExpr):
+        items = [int_value(e) for e in expr.items]
+        if all(i is not None for i in items):
+            return True, tuple(i for i in items if i is not None)
+    return False, None
+
+
+def is_zero(expr: Expression | None) -> bool:
+    return isinstance(expr, (IntExpr, FloatExpr)) and expr.value == 0
+
+
+def max_rank(vals: Sequence[Val]) -> int | None:
+    ranks = [v.rank for v in vals]
+    return None if any(r is None for r in ranks) else max((r for r in ranks if r is not None), default=0)
+
+
+def shard_depth(vals: Sequence[Val]) -> int:
+    """The smallest rank that holds every Shard dim of the operands (dims are from the right)."""
+    return max([-k.dim for v in vals for _, k in v.ref.items if isinstance(k, _refine.Shard)], default=0)
+
+
+# ------------------------------------------------------------- the `_refine` rule of each form
+
+#: reductions over local dims (`_refine.reduction`) and ops along one dim (`_refine.along_dim`)
+REDUCTIONS: Final = frozenset({"sum", "max", "min", "prod", "var", "std", "mean", "argmax", "argmin",
+                               "logsumexp", "any", "all"})
+ALONG: Final = frozenset({"cumsum", "cumprod", "flip", "sort", "roll", "argsort", "softmax",
+                          "log_softmax", "take"})
+#: structural ops whose dims the static checker cannot follow without shapes
+STRUCTURAL: Final = frozenset({"reshape", "swapaxes", "moveaxis", "expand_dims", "squeeze", "ravel",
+                               "broadcast_to", "tile", "repeat", "pad", "getitem", "one_hot",
+                               "dynamic_slice"})
+
+
+def elementwise(name: str, op: str, *, onehot_fill: bool = False) -> Refine:
+    def refine(out: SpmdType, *vals: Val) -> tuple[Refinement, int | None]:
+        return (_refine.elementwise(name, [v.arg for v in vals], out, op=op,
+                                    out_ndim=max_rank(vals), onehot_fill=onehot_fill),
+                max_rank(vals))
+    return refine
+
+
+def matmul(op: str) -> Refine:
+    """`a @ b` as the einsum `_refine.matmul_spec` spells; an operand of unknown rank is read as
+    a matrix (its Shard dims, counted from the right, are then those a matmul contracts or keeps)."""
+    def refine(out: SpmdType, a: Val, b: Val) -> tuple[Refinement, int | None]:
+        ra = a.rank if a.rank is not None else max(2, shard_depth([a]))
+        rb = b.rank if b.rank is not None else max(2, shard_depth([b]))
+        spec = _refine.matmul_spec(ra, rb)
+        rank = len(spec.split("->")[1]) if a.rank is not None and b.rank is not None else None
+        return _refine.einsum(spec, [a.arg, b.arg], out, op=op), rank
+    return refine
+
+
+def einsum(spec: str | None, op: str) -> Refine:
+    def refine(out: SpmdType, *vals: Val) -> tuple[Refinement, int | None]:
+        if spec is None:
+            return _refine.einsum("?", [v.arg for v in vals], out, op=op), None
+        parsed = spec.replace(" ", "").split("->")
+        return (_refine.einsum(spec, [v.arg for v in vals], out, op=op),
+                len(parsed[1]) if len(parsed) == 2 and "." not in spec else None)
+    return refine
+
+
+def unary(name: str, op: str, *, axis: tuple[bool, int | tuple[int, ...] | None] = (True, None),
+          keepdims: bool = False, perm: Sequence[int] | None = None,
+          new_rank: int | None = None) -> Refine:
+    """The refinement of a one-operand form `name` (reduction, along a dim, structural,
+    transpose, elementwise)."""
+    known, ax = axis
+
+    def refine(out: SpmdType, v: Val) -> tuple[Refinement, int | None]:
+        t, ref, rank = v.state, v.ref, v.rank
+        if name in REDUCTIONS:
+            if not known:
+                return _refine.reduction(name, t, ref, out, ndim=None, axis=None, op=op), None
+            axes = (ax,) if isinstance(ax, int) else ax
+            ndim = rank
+            if ndim is None and (axes is None or all(a < 0 for a in axes)):
+                ndim = max([shard_depth([v]), *(-a for a in axes or ())], default=0)
+            out_rank = None
+            if rank is not None:
+                out_rank = rank if keepdims else (0 if axes is None else rank - len(axes))
+            return _refine.reduction(name, t, ref, out, ndim=ndim, axis=ax, keepdims=keepdims,
+                                     op=op), out_rank
+        if name in ALONG:
+            a = ax if isinstance(ax, int) or ax is None else None
+            ndim = rank if rank is not None else (max(shard_depth([v]), -a) if isinstance(a, int)
+                                                   and a < 0 else None)
+            return _refine.along_dim(name, t, ref, out, ndim=ndim, axis=a if known else None,
+                                     op=op), rank
+        if name == "transpose":
+            if rank is not None and (perm is None or len(perm) == rank):
+                return _refine_shape.transpose(t, ref, perm, rank).restrict(out.varying), rank
+            return _refine_shape.dims_unknown(t, ref, out), rank
+        if name in STRUCTURAL:
+            if name == "one_hot":  # not linear: a Partial operand is an error
+                _refine.elementwise(name, [v.arg], out, op=op)
+            return _refine_shape.dims_unknown(t, ref, out), new_rank
+        return _refine.elementwise(name, [v.arg], out, op=op, out_ndim=rank), rank
+    return refine
+
+
+# ----------------------------------------------------------------- calls of user functions
+
+
+def has_refinement(t: Type) -> bool:
+    """Whether a parameter type declares a refinement (`Shard[...]`, `Partial[...]`, ...)."""
+    p = get_proper_type(t)
+    return isinstance(p, Instance) and p.type.fullname == SARRAY and len(p.args) == 4 \
+        and not isinstance(get_proper_type(p.args[3]), AnyType)
+
+
+def check_call(ctx: Any, callee: Any) -> Type:
+    """A call of a user function with refined parameters: each argument must fit its hint
+    (`_refine_shape.accepts`: a plain Varying value fits, an Invariant one or another kind does
+    not), reported as mypy reports any other argument mismatch (`arg-type`)."""
+    from mypy import errorcodes
+
+    for i, formal in enumerate(callee.arg_types):
+        if i >= len(ctx.arg_types) or not has_refinement(formal):
+            continue
+        want, _ = read(formal)
+        for expr, actual in zip(ctx.args[i], ctx.arg_types[i], strict=True):
+            vals = ralternatives(ctx.api, actual, expr)
+            for v in vals or ():
+                if not isinstance(v.op, SpmdType):
+                    continue
+                why = _refine_shape.accepts(want, v.ref, v.op)
+                if why:
+                    name = callee.arg_names[i] or str(i + 1)
+                    ctx.api.fail(f'Argument "{name}" to "{callee.name or "function"}" does not fit its '
+                                 f"hint {_refine.describe(v.op, want)}: {why}", expr,
+                                 code=errorcodes.ARG_TYPE)
+                    break
+    return ctx.default_return_type

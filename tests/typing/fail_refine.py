@@ -1,0 +1,67 @@
+# legs: plugin
+# ruff: noqa: B018, F722, F821, F841  (expressions evaluated for their static errors; jaxtyping dims)
+"""The bug classes the Shard / Partial refinement catches statically (DESIGN.md §1b): JAX
+types every one of these Varying and computes wrong numbers."""
+
+import spmdtyped as st
+from spmdtyped import Invariant, Varying
+
+
+def row_parallel_bias(h: st.Float[Varying["dp", "tp"], "b f/tp"], w2: st.Float[Varying["tp"], "f/tp d"],
+                      b: Invariant) -> Varying["dp"]:
+    y = h @ w2 + b  # E: spmd-partial-plus-replicated
+    return st.psum(h @ w2 - 1.0, "tp")  # E: spmd-partial-plus-replicated
+
+
+def bias_plain_spelling(h: st.Shard["tp", -1], w2: st.Shard["tp", -2], b: st.Rep["tp"]) -> None:
+    h @ w2 + b  # E: spmd-partial-plus-replicated
+    st.numpy.concatenate([h @ w2, b])  # E: spmd-partial-plus-replicated
+
+
+def normaliser_over_shard(loss: st.Float[Varying["tp"], "s/tp"], mask: st.Float[Varying["tp"], "s/tp"]
+                          ) -> None:
+    st.psum(loss.sum(), "tp") / mask.sum()  # E: spmd-partial-divisor
+    total = st.psum((loss * mask).sum(), "tp")
+    total / st.numpy.sum(mask)  # E: spmd-partial-divisor
+
+
+def nonlinear_on_partial(h: st.Shard["tp", -1], w2: st.Shard["tp", -2], p: st.Partial["tp"]) -> None:
+    st.nn.gelu(h @ w2)  # E: spmd-partial-nonlinear
+    st.numpy.exp(p)  # E: spmd-partial-nonlinear
+    p * p  # E: spmd-partial-nonlinear
+    p.max()  # E: spmd-partial-nonlinear
+    abs(p)  # E: spmd-partial-nonlinear
+    p @ p  # E: spmd-partial-nonlinear
+
+
+def psum_of_shard(g: st.Float[Varying["ep"], "e/ep d f"], x: st.Shard["dp", -1]) -> None:
+    st.psum(g, "ep")  # E: spmd-shard-reduce
+    st.pmean(x, "dp")  # E: spmd-shard-reduce
+    st.psum(st.nn.relu(x) * 2.0, "dp")  # E: spmd-shard-reduce
+
+
+def where_on_partial(p: st.Partial["tp"], x: Varying["tp"], c: Invariant) -> None:
+    st.numpy.where(x > 0.0, p, 0.0)  # E: spmd-partial-select
+    st.numpy.where(c > 0.0, p, 0.0)  # a uniform predicate: masking a partial sum is linear
+
+
+def replicated_update_with_partial_grad(w: st.Rep["tp"], x: st.Shard["tp", -1]) -> None:
+    def loss(w: st.Rep["tp"], x: st.Shard["tp", -1]) -> Varying["tp"]:
+        return (w * x).sum()
+    g = st.grad(loss)(w, x)
+    w - 0.1 * g  # E: spmd-partial-plus-replicated
+
+
+def bad_hints(x: st.Shard["tp"], y: st.Partial["tp", -1]) -> None: ...  # E: spmd-bad-hint E: spmd-bad-hint
+
+
+def takes_shard(x: st.Shard["tp", -1]) -> None: ...
+def takes_partial(p: st.Partial["tp"]) -> None: ...
+
+
+def hint_mismatch(c: Invariant, s: st.Shard["tp", -1], p: st.Partial["tp"], v: Varying["tp"]) -> None:
+    takes_shard(c)  # E: arg-type
+    takes_shard(p)  # E: arg-type
+    takes_partial(s)  # E: arg-type
+    takes_partial(v)  # a plain Varying value: the dims are gradual
+    takes_shard(s)

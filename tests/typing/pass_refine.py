@@ -1,0 +1,125 @@
+# legs: plugin
+# ruff: noqa: F722, F821  (jaxtyping dims strings)
+"""Shard / Partial / Rep refinements (DESIGN.md §1b) that the plugin follows and accepts: the
+correct tensor-parallel programs whose buggy versions are in fail_refine.py."""
+
+from typing import assert_type, reveal_type
+
+import spmdtyped as st
+from spmdtyped import Invariant, Varying
+
+
+def column_row_mlp(x: st.Float[Varying["dp"], "b d"], w1: st.Float[Varying["tp"], "d f/tp"],
+                   b1: st.Float[Varying["tp"], "f/tp"], w2: st.Float[Varying["tp"], "f/tp d"],
+                   b2: Invariant) -> Varying["dp"]:
+    h = st.nn.gelu(x @ w1 + b1)            # column parallel: Shard["tp", -1]
+    reveal_type(h)  # reveals: tp=S-1
+    partial = h @ w2                       # row parallel: the contracted dim is sharded
+    reveal_type(partial)  # reveals: tp=P
+    return st.psum(partial, "tp") + b2     # reduce, then add the bias
+
+
+def row_parallel_plain_spelling(h: st.Shard["tp", -1], w2: st.Shard["tp", -2],
+                                b: Invariant) -> Invariant:
+    y = st.psum(h @ w2, "tp")
+    return y + b
+
+
+def partial_algebra(p: st.Partial["tp"], q: st.Partial["tp"], r: st.Rep["tp"], c: Invariant) -> Invariant:
+    s = (p + q) * 2.0 - q / c              # Partial +- Partial, x replicated, / replicated
+    assert_type(s, st.Partial["tp"])
+    t = p * r                              # a Rep factor keeps the partial sum
+    return st.psum(s + t, "tp")
+
+
+def megatron_mean(x: st.Float[Varying["dp"], "b/dp d"]) -> Invariant:
+    local = x.mean()                       # a mean over the batch shard: plain Varying
+    return st.psum(local, "dp") / st.axis_size("dp")
+
+
+def pmean_of_local_means(x: st.Float[Varying["dp"], "b/dp d"]) -> Invariant:
+    return st.pmean(x.mean(), "dp")
+
+
+def global_sum(x: st.Float[Varying["dp"], "b/dp d"]) -> Invariant:
+    total = x.sum()                        # summing the shard: a partial sum over dp
+    reveal_type(total)  # reveals: dp=P
+    return st.psum(total, "dp") / 2.0
+
+
+def token_normaliser(loss: st.Float[Varying["tp"], "s/tp"], mask: st.Float[Varying["tp"], "s/tp"]
+                     ) -> Invariant:
+    count = st.psum(mask.sum(), "tp")      # reduce the divisor first
+    return st.psum((loss * mask).sum(), "tp") / count
+
+
+def attention_heads(q: st.Float[Varying["dp", "tp"], "b s h/tp k"],
+                    k: st.Float[Varying["dp", "tp"], "b t h/tp k"],
+                    v: st.Float[Varying["dp", "tp"], "b t h/tp k"],
+                    wo: st.Float[Varying["tp"], "hk/tp d"]) -> Varying["dp"]:
+    scores = st.numpy.einsum("bshk,bthk->bhst", q, k)       # heads stay sharded
+    reveal_type(scores)  # reveals: tp=S-3, #4
+    probs = st.nn.softmax(scores)                            # over t: not the sharded dim
+    reveal_type(probs)  # reveals: tp=S-3
+    out = st.numpy.einsum("bhst,bthk->bshk", probs, v)
+    reveal_type(out)  # reveals: tp=S-2
+    merged = out.reshape(2, 3, 4)                            # heads merged: dims unknown
+    reveal_type(merged)  # reveals: plain
+    return st.psum(merged @ wo, "tp")
+
+
+def owner_mask(b: Invariant, h: st.Shard["tp", -1], w2: st.Shard["tp", -2]) -> Invariant:
+    bias_once = st.numpy.where(st.axis_index("tp") == 0, b, 0.0)   # the owner's term: Partial
+    assert_type(bias_once, st.Partial["tp"])
+    return st.psum(h @ w2 + bias_once, "tp")
+
+
+def reduce_scatter(h: st.Float[Varying["tp"], "n f/tp"], w2: st.Float[Varying["tp"], "f/tp d"]
+                   ) -> Invariant:
+    shard = st.psum_scatter(h @ w2, "tp", scatter_dimension=0, tiled=True)  # rows over tp
+    reveal_type(shard)  # reveals: tp=S-2
+    full = st.all_gather(shard, "tp", axis=0, tiled=True)  # every device: the whole array
+    reveal_type(full)  # reveals: tp=R
+    return st.pmax(full, "tp")
+
+
+def gradual(v: Varying["tp"], s: st.Shard["tp", -1], p: st.Partial["tp"]) -> Varying["tp"]:
+    takes_shard(v)                         # a plain Varying value fits a Shard parameter
+    takes_varying(s)                       # a refined value fits a plain one
+    y = s                                  # a variable may change its refinement
+    y = p
+    return y
+
+
+def takes_shard(x: st.Shard["tp", -1]) -> None: ...
+def takes_varying(x: Varying["tp"]) -> None: ...
+
+
+def branches(s: st.Shard["tp", -1], p: st.Partial["tp"], flag: bool) -> Invariant:
+    y = s if flag else p                   # joined: plain Varying (no refinement to check)
+    return st.psum(y, "tp")
+
+
+def grad_of_replicated(w: st.Rep["tp"], x: st.Shard["tp", -1]) -> Varying["tp"]:
+    def loss(w: st.Rep["tp"], x: st.Shard["tp", -1]) -> Varying["tp"]:
+        return (w * x).sum()
+    g = st.grad(loss)(w, x)                # the cotangent of a Rep value is a partial sum
+    assert_type(g, st.Partial["tp"])
+    return w - 0.1 * st.psum(g, "tp")
+
+
+def comparisons_keep_state(p: st.Partial["tp"], x: Varying["dp"]) -> None:
+    assert_type(x == 0.0, Varying["dp"])
+    assert_type(x != x, Varying["dp"])
+
+
+def mixed_spellings(a: st.Typed[st.Shard["tp", -1], Varying["dp"]],
+                    b: st.Float[st.Shard["tp", 0], "f d"],
+                    c: st.Typed[st.Partial["tp"], st.Shard["dp", -2]],
+                    d: st.Shard["tp", 0]) -> None:
+    reveal_type(a)  # reveals: tp=S-1
+    reveal_type(b)  # reveals: tp=S-2, #2
+    reveal_type(c)  # reveals: tp=P, dp=S-2
+    reveal_type(d)  # reveals: tp=S+0  (dim 0 of an unknown rank: plain Varying)
+    reveal_type(a @ b)  # reveals: tp=P
+    reveal_type(st.psum(c, "tp").sum(0))  # reveals: plain
