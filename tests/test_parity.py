@@ -358,9 +358,18 @@ def compare(case: Case, rt: Any, static: tuple[list[str], list[str], str | None]
             return "both reject", None
         return "disagree", f"{case.where()}: runtime {rt} ({want}); plugin {codes or revealed}"
     precise = _parse_static(revealed) if revealed else None
+    x_reduced = any(n == "x" and t.reduced for n, _k, t in case.operands)
+    if not codes and revealed == _NO_CLAIM and case.expr.startswith("x[y") and x_reduced:
+        # a typed index of unknown rank: a scalar slices (Reduced kept), an array gathers (jax
+        # 0.10 drops Reduced); the plugin checks the rule and makes no claim (documented gap)
+        return "plugin: no claim (index rank unknown)", None
     if codes or precise != rt:
         return "disagree", f"{case.where()}: runtime {rt}; plugin {codes or revealed}"
     return "same state", None
+
+
+#: what mypy reveals when the plugin makes no claim about a result
+_NO_CLAIM = "spmdtyped._static.SArray[Any, Any, Any, Any]"
 
 
 def test_runtime_and_plugin_agree_on_every_row(mesh_dp_tp: Any) -> None:

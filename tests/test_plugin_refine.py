@@ -12,9 +12,10 @@ import itertools
 
 import pytest
 
-from spmdtyped import _refine
 from spmdtyped._mypy import collectives, operators, refined
 from spmdtyped._rules import LITERAL, SpmdType
+from spmdtyped._rules import refine as _refine
+from spmdtyped._rules import refine_shape as _refine_shape
 
 TP = SpmdType(varying={"tp"})
 DP_TP = SpmdType(varying={"dp", "tp"})
@@ -35,16 +36,17 @@ def test_other_rules_of_plain_operands_are_plain() -> None:
         assert _refine.along_dim(name, TP, _refine.NONE, TP, ndim=2, axis=-1, op="t") == _refine.NONE
     assert _refine.einsum("ij,jk->ik", PLAIN[:2], DP_TP, op="t") == _refine.NONE
     assert _refine.elementwise("where", PLAIN[:3], DP_TP, op="t", onehot_fill=True) == _refine.NONE
-    assert _refine.transpose(TP, _refine.NONE, None, 2) == _refine.NONE
+    assert _refine_shape.transpose(TP, _refine.NONE, None, 2) == _refine.NONE
     for name in ("psum", "pmean", "pmax", "ppermute", "all_gather"):
         if name not in collectives._FROM_PLAIN:
             out = SpmdType() if name in ("psum", "pmean", "pmax") else TP
-            assert _refine.collective(name, TP, _refine.NONE, out, ("tp",), op="t") == _refine.NONE
+            # no refinement from a plain operand (a collective's result carries data: `data` set)
+            assert _refine_shape.collective(name, TP, _refine.NONE, out, ("tp",), op="t").items == ()
 
 
 def test_from_plain_collectives_do_refine() -> None:
-    assert _refine.collective("pvary", INV, _refine.NONE, TP, ("tp",), op="t").get("tp") is _refine.REP
-    scattered = _refine.collective("psum_scatter", TP, _refine.NONE, TP, ("tp",), shape=(4, 4),
+    assert _refine_shape.collective("pvary", INV, _refine.NONE, TP, ("tp",), op="t").get("tp") is _refine.REP
+    scattered = _refine_shape.collective("psum_scatter", TP, _refine.NONE, TP, ("tp",), shape=(4, 4),
                                    op="t", params={"scatter_dimension": 0, "tiled": True})
     assert scattered.get("tp") == _refine.Shard(-2)
 

@@ -109,3 +109,18 @@ def typed_call(ctx: Any, rule: str, array: tuple[Expression | None, Type],
 def has_arguments(rule: str) -> bool:
     """Whether the rule of `rule` depends on other arguments than the array."""
     return rule in _rules.POSITIONAL or rule in _rules.SECONDARY
+
+
+#: arguments that choose no rule row and join no state (the refinement reads them)
+_SHAPE_ONLY = frozenset({"axis", "keepdims"})
+
+
+def passes_arguments(ctx: Any, rule: str, *, skip: int = 0) -> bool:
+    """Whether this call of `rule` passes an argument its rule depends on (beyond `axis` and
+    `keepdims`); `skip`: leading positional arguments that are the operands."""
+    if not has_arguments(rule):
+        return False
+    pos, kw = call_arguments(ctx)
+    named = set(_rules.named_arguments(rule, [e for e, _ in pos[skip:]], kw))
+    return not named <= _SHAPE_ONLY
+

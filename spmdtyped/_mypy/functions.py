@@ -17,7 +17,7 @@ from .._rules import LITERAL, SpmdType
 from .._rules import refine_shape as _refine_shape
 from .._rules.refine import Refinement
 from . import refined
-from .arguments import call_arguments, has_arguments, typed_call
+from .arguments import call_arguments, passes_arguments, typed_call
 from .codes import apply
 from .config import CONFIG
 from .convert import (
@@ -62,18 +62,22 @@ def analyze(ctx: FunctionContext, entry: tuple[str, str, str, str]) -> Type:
     if not alts or all(all(v.op is LITERAL for v in a) for a in alts):
         return default
     if binding == "mean":
-        return apply(ctx.api, ctx.context, default, [arrays_only(alts[0])],
-                     lambda t: _rules.mean_type(t, CONFIG.features, op=op))
+        return refined.rapply(ctx.api, ctx.context, default, [refined.arrays(alts[0])],
+                              lambda t: _rules.mean_type(t, CONFIG.features, op=op),
+                              _unary_refine(ctx, args, rule, binding, op))
     if binding == "take":  # `_operands` leaves a constant index out: LITERAL
-        index = alts[1] if len(alts) > 1 else [LITERAL]
-        return apply(ctx.api, ctx.context, default, [arrays_only(alts[0]), index],
-                     lambda t, i: _rules.take_type(t, i, CONFIG.features, op=op))
+        index = alts[1] if len(alts) > 1 else [refined.Val(LITERAL, rank=0)]
+        return refined.rapply(ctx.api, ctx.context, default, [refined.arrays(alts[0]), index],
+                              lambda t, i: _rules.take_type(t, i, CONFIG.features, op=op),
+                              lambda out, x, i: _unary_refine(ctx, args, rule, binding, op)(out, x))
     if binding == "where":
         if len(alts) != 3:
             return default
-        return apply(ctx.api, ctx.context, default, alts,
-                     lambda c, x, y: _rules.where_type(c, x, y, CONFIG.features, op=op).type)
-    if len(alts) == 1 and binding not in ("join", "nary", "einsum") and has_arguments(rule):
+        return refined.rapply(ctx.api, ctx.context, default, alts,
+                              lambda c, x, y: _rules.where_type(c, x, y, CONFIG.features, op=op).type,
+                              _nary_refine(ctx, args, operands, rule, binding, op))
+    if len(alts) == 1 and binding not in ("join", "nary", "einsum") \
+            and passes_arguments(ctx, rule, skip=1):
         pos, kw = call_arguments(ctx)
         return typed_call(ctx, rule, operands[0], pos[1:], kw, op, default)
     if len(alts) == 1 and binding not in ("join", "nary", "einsum"):

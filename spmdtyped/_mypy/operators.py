@@ -15,7 +15,7 @@ from .. import _rules, _surface
 from .._rules import LITERAL, SpmdType
 from .._rules.refine import Refinement
 from . import refined
-from .arguments import call_arguments, has_arguments, typed_call
+from .arguments import call_arguments, passes_arguments, typed_call
 from .codes import apply, report, report_past_operator_fallback
 from .config import CONFIG
 from .convert import (
@@ -137,7 +137,7 @@ def _unary_rule(name: str, binding: str, op: str) -> Callable[[SpmdType], SpmdTy
 
 def _unary(ctx: MethodContext | AttributeContext, name: str, binding: str, op: str) -> Type:
     default = ctx.default_return_type if isinstance(ctx, MethodContext) else ctx.default_attr_type
-    if isinstance(ctx, MethodContext) and has_arguments(name):
+    if isinstance(ctx, MethodContext) and passes_arguments(ctx, name):
         pos, kw = call_arguments(ctx)
         return typed_call(ctx, name, (None, ctx.type), pos, kw, op, default)
     alts = refined.ralternatives(ctx.api, ctx.type, None)
