@@ -42,8 +42,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
 
-from spmdtyped import _rules  # plain data; imports no JAX
+from spmdtyped import _rules, _surface  # plain data; imports no JAX
 
 #: the collectives `spmdtyped.lax` checks (equal to `spmdtyped.lax.CHECKED`; not imported
 #: from there so that porting does not import JAX)
@@ -143,6 +144,8 @@ class _Collect(cst.CSTVisitor):
         #: names bound to (spmdtyped's, after porting) lax modules / checked collectives
         self.lax_names: set[str] = {"jax.lax", "spmdtyped.lax"}
         self.collective_names: set[str] = set()
+        #: alias -> collective name, for `from jax.lax import psum as p`
+        self.collective_alias: dict[str, str] = {}
         self._depth = 0
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
@@ -161,6 +164,7 @@ class _Collect(cst.CSTVisitor):
                 self.lax_names.add(_asname(alias) or "lax")
             elif mod in ("jax.lax", "spmdtyped.lax") and name in _CHECKED:
                 self.collective_names.add(_asname(alias) or name)
+                self.collective_alias[_asname(alias) or name] = name
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -348,8 +352,14 @@ class _Uses(cst.CSTVisitor):
 
 
 class _Port(cst.CSTTransformer):
-    def __init__(self, info: _Collect, parents: dict[int, cst.CSTNode]) -> None:
+    def __init__(self, info: _Collect, parents: dict[int, cst.CSTNode],
+                 typed: dict[int, tuple[dict[str, str], str | None]] | None = None) -> None:
         self.info = info
+        #: checked mode (`port_source(..., states=...)`): id(FunctionDef) -> (parameter
+        #: annotations, return annotation) for every function whose states were observed
+        self.typed = typed
+        #: parameters left unannotated in checked mode (no expressible state), as `f.p`
+        self.unannotated: list[str] = []
         self.st = info.st_alias or "st"
         self._stays = _Stays(info, parents, self.st)
         self.need_st = False
@@ -383,6 +393,10 @@ class _Port(cst.CSTTransformer):
             if mod == "jax" and name == "lax":
                 extra.append(f"from spmdtyped import lax{' as ' + asname if asname else ''}")
                 self.changes.append("from jax import lax -> from spmdtyped import lax")
+            elif name == "shard_map" and self.typed is not None:
+                extra.append(f"from spmdtyped import shard_map"
+                             f"{' as ' + asname if asname else ''}")
+                self.changes.append("shard_map -> spmdtyped.shard_map")
             elif name == "shard_map":
                 extra.append(f"from spmdtyped.adapters import typed_shard_map as "
                              f"{asname or 'shard_map'}")
@@ -427,8 +441,9 @@ class _Port(cst.CSTTransformer):
             return cst.parse_expression(f"{self.st}.lax.{original.attr.value}")
         if name in ("jax.shard_map", "jax.experimental.shard_map.shard_map"):
             self.need_st = True
-            self.changes.append(f"{name} -> {self.st}.adapters.typed_shard_map")
-            return cst.parse_expression(f"{self.st}.adapters.typed_shard_map")
+            target = "shard_map" if self.typed is not None else "adapters.typed_shard_map"
+            self.changes.append(f"{name} -> {self.st}.{target}")
+            return cst.parse_expression(f"{self.st}.{target}")
         return updated
 
     # jnp.NAME(...) / jax.nn.NAME(...) -> st.numpy.NAME(...) / st.nn.NAME(...) in ported functions
@@ -436,7 +451,10 @@ class _Port(cst.CSTTransformer):
         return self.info.decorated.get(id(node)) or self.info.targets.get(node.name.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._scopes.append(node if self._specs(node) is not None else None)
+        if self.typed is not None:
+            self._scopes.append(node if id(node) in self.typed else None)
+        else:
+            self._scopes.append(node if self._specs(node) is not None else None)
 
     def visit_Lambda(self, node: cst.Lambda) -> None:
         self._scopes.append(None)
@@ -447,6 +465,8 @@ class _Port(cst.CSTTransformer):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> Any:
         fn = self._scopes[-1] if self._scopes else None
+        if self.typed is not None:
+            return updated if fn is None else self._typed_call(original, updated)
         module = self._stays.candidate(original)
         if fn is None or module is None or not self._stays.stays(original, fn):
             return updated
@@ -456,9 +476,58 @@ class _Port(cst.CSTTransformer):
         self.changes.append(f"{base}.{name} -> {self.st}.{module}.{name}")
         return updated.with_changes(func=cst.parse_expression(f"{self.st}.{module}.{name}"))
 
+    def _typed_call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """Checked mode, in a typed function: collectives -> `st.<collective>`, `jnp` /
+        `jax.nn` functions of the surface table -> `st.numpy` / `st.nn`, `jax.grad` /
+        `value_and_grad` / `vjp` -> spmdtyped's (typed cotangents)."""
+        name = _dotted(original.func) or ""
+        head, _, last = name.rpartition(".")
+        new: str | None = None
+        if (head in self.info.lax_names and last in _surface.LAX_NAMES) or \
+                name in self.info.collective_alias:
+            real = self.info.collective_alias.get(name, last)
+            first = original.args[0].value if original.args else None
+            # `lax.psum(1, axis)` / `lax.psum(x.shape[-1], axis)`: the axis-size idiom on a
+            # Python number stays the drop-in's
+            if not (isinstance(first, (cst.Integer, cst.Float))
+                    or (first is not None and ".shape" in _code(first))):
+                new = f"{self.st}.{real}"
+        elif self._stays.candidate(original) is not None:
+            new = f"{self.st}.{self._stays.candidate(original)}.{last}"
+        elif name in ("jax.grad", "jax.value_and_grad", "jax.vjp"):
+            new = f"{self.st}.{last}"
+        if new is None:
+            return updated
+        self.need_st = True
+        self.changes.append(f"{name} -> {new}")
+        return updated.with_changes(func=cst.parse_expression(new))
+
+    def _typed_signature(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> Any:
+        assert self.typed is not None
+        params_hint, ret_hint = self.typed[id(original)]
+        new_params = []
+        for p in updated.params.params:
+            h = params_hint.get(p.name.value)
+            if p.annotation is None and h is not None:
+                p = p.with_changes(annotation=cst.Annotation(cst.parse_expression(h)))
+                self.hints_used |= _hint_names(h)
+            elif p.annotation is None:
+                self.unannotated.append(f"{original.name.value}.{p.name.value}")
+            new_params.append(p)
+        ret = updated.returns
+        if ret is None and ret_hint is not None:
+            ret = cst.Annotation(cst.parse_expression(ret_hint))
+            self.hints_used |= _hint_names(ret_hint)
+        self.changes.append(f"annotated {original.name.value}")
+        return updated.with_changes(params=updated.params.with_changes(params=new_params),
+                                    returns=ret)
+
     # annotations
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> Any:
         self._scopes.pop()
+        if self.typed is not None:
+            return self._typed_signature(original, updated) if id(original) in self.typed \
+                else updated
         specs = self._specs(original)
         if specs is None:
             return updated
@@ -514,10 +583,55 @@ def _is_header(stmt: cst.CSTNode) -> bool:
                for s in stmt.body)
 
 
-def port_source(source: str) -> tuple[str, list[str]]:
+_HINT_NAMES = ("Varying", "Invariant", "Unreduced", "Reduced", "Typed")
+
+
+def _hint_names(text: str) -> set[str]:
+    import re
+
+    return {n for n in _HINT_NAMES if re.search(rf"\b{n}\b", text)}
+
+
+class _Lines(cst.CSTVisitor):
+    """id(FunctionDef) -> (line of its first decorator or `def`, line of its `def`)."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self) -> None:
+        self.lines: dict[int, tuple[str, int, int]] = {}
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        start = self.get_metadata(PositionProvider, node).start.line
+        name = self.get_metadata(PositionProvider, node.name).start.line
+        self.lines[id(node)] = (node.name.value, start, name)
+
+
+def _sanitize(hint: str | None) -> str | None:
+    from ._observe import CONFLICT
+
+    return None if hint in (None, CONFLICT) else hint
+
+
+def port_source(source: str, states: Any = None,
+                declared: dict[str, str | None] | None = None) -> tuple[str, list[str]]:
     """The ported source text and a list of the changes made.
 
-    **Arguments:** `source`: Python source of a module with raw shard_map code.
+    **Arguments:**
+
+    - `source`: Python source of a module with raw shard_map code.
+    - `states`: checked mode. The states each function of the module sees, as
+      `_observe.observe` records them (`{(name, first line): Observed}`, merged over the
+      traced entry points). Every observed function is annotated with them (parameters that
+      hold no array or pytree of arrays, or different states at different calls, are left
+      out: the `unannotated: f.p` entries of `changes`), and its body becomes typed code:
+      `jax.lax` collectives -> `st.<collective>`, `jnp` / `jax.nn` functions of the surface
+      table -> `st.numpy` / `st.nn`, `jax.grad` / `value_and_grad` / `vjp` -> spmdtyped's;
+      `jax.shard_map` -> `st.shard_map` (same arguments: the body receives typed values, the
+      caller still gets `jax.Array`s). Without `states`: the spec-driven mode (see the module
+      docstring).
+    - `declared`: checked mode, function name -> the result annotation its `out_specs`
+      declare (`observe`'s second result), which wins over the observed result: a wrong
+      output is then a mypy error.
 
     **Returns:** `(new_source, changes)`; `new_source == source` when nothing applies.
     """
@@ -526,9 +640,22 @@ def port_source(source: str) -> tuple[str, list[str]]:
     module.visit(info)
     parents = _Parents()
     module.visit(parents)
-    port = _Port(info, parents.parent)
+    typed = None
+    if states is not None:
+        lines = _Lines()
+        MetadataWrapper(module, unsafe_skip_copy=True).visit(lines)
+        typed = {}
+        for node_id, (name, start, def_line) in lines.lines.items():
+            obs = states.get((name, start)) or states.get((name, def_line))
+            if obs is None:
+                continue
+            params = {k: h for k, v in obs.params.items() if (h := _sanitize(v)) is not None}
+            ret = (declared or {}).get(name, _sanitize(obs.ret)) \
+                if declared and name in declared else _sanitize(obs.ret)
+            typed[node_id] = (params, ret)
+    port = _Port(info, parents.parent, typed)
     new = module.visit(port)
-    return new.code, port.changes
+    return new.code, port.changes + [f"unannotated: {p}" for p in port.unannotated]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
