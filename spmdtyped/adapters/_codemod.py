@@ -466,6 +466,15 @@ class _Port(cst.CSTTransformer):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> Any:
         fn = self._scopes[-1] if self._scopes else None
         if self.typed is not None:
+            if _dotted(original.func) in ("jax.shard_map", "jax.experimental.shard_map.shard_map") \
+                    and any(a.keyword is not None and a.keyword.value == "check_vma"
+                            and _code(a.value) != "True" for a in original.args):
+                # code run with check_vma=False: st.shard_map's typed values refuse raw JAX
+                # there (the states are lost); typed_shard_map keeps the body's values raw
+                self.changes.append(f"{self.st}.shard_map -> {self.st}.adapters.typed_shard_map "
+                                    f"(check_vma not literally True)")
+                return updated.with_changes(
+                    func=cst.parse_expression(f"{self.st}.adapters.typed_shard_map"))
             return updated if fn is None else self._typed_call(original, updated)
         module = self._stays.candidate(original)
         if fn is None or module is None or not self._stays.stays(original, fn):
