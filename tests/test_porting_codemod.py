@@ -176,11 +176,16 @@ def _mypy(files: list[str], cwd: pathlib.Path) -> list[tuple[str, int, str]]:
     out = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(cwd / "mypy.ini"),
                           "--no-error-summary", "--show-error-codes", *files], cwd=cwd, env=env,
                          capture_output=True, text=True, timeout=600).stdout
-    errors = []
+    errors: list[tuple[str, int, str]] = []
     for line in out.splitlines():
-        m = re.match(r"(.+?):(\d+): error: (.*)", line)
-        if m:
-            errors.append((pathlib.Path(m.group(1)).name, int(m.group(2)), m.group(3)))
+        m = re.match(r"(.+?):(\d+): (error|note): (.*)", line)
+        if not m:
+            continue
+        where = (pathlib.Path(m.group(1)).name, int(m.group(2)))
+        if m.group(3) == "error":
+            errors.append((*where, m.group(4)))
+        elif errors and errors[-1][:2] == where:  # `see: python -m spmdtyped explain SPMD103`
+            errors[-1] = (*where, f"{errors[-1][2]} | {m.group(4)}")
     return errors
 
 

@@ -610,8 +610,9 @@ class _Lines(cst.CSTVisitor):
         self.lines: dict[int, tuple[str, int, int]] = {}
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        start = self.get_metadata(PositionProvider, node).start.line
         name = self.get_metadata(PositionProvider, node.name).start.line
+        start = self.get_metadata(PositionProvider, node.decorators[0].decorator).start.line \
+            if node.decorators else name
         self.lines[id(node)] = (node.name.value, start, name)
 
 
