@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import functools
 import inspect
 import os
 import pathlib
@@ -99,37 +98,14 @@ class Program:
 def observe_program(prog: Program):
     """The states of every function of the program, merged over the entry and the buggy
     variants, and the result each one's out_specs declare."""
-    states: dict = {}
-    declared: dict = {}
+    runs = []
     for fn in [prog.entry, *prog.bugs]:
         if not getattr(prog.raw, "CHECK", {}).get(fn, True):
             continue  # code run with check_vma=False keeps its raw body (see docs/porting.md)
         in_specs, out_specs = prog.specs(fn)
-        target = prog.target(fn)
-        args = prog.raw.make_args(prog.mesh)
-        with prog.mesh_context(prog.raw):
-            seen, out = _observe.observe(target, *args, file=str(prog.path), mesh=prog.mesh,
-                                         in_specs=in_specs, out_specs=out_specs)
-        for key, obs in seen.items():
-            if key not in states:
-                states[key] = obs
-                continue
-            for p, h in obs.params.items():
-                states[key].merge_param(p, h)
-            if obs.returned:
-                states[key].merge_ret(obs.ret)
-        name = _fn_name(target)
-        if out is not None and declared.get(name, out) == out:
-            declared[name] = out
-        else:
-            declared[name] = None
-    return states, {k: v for k, v in declared.items() if v is not None}
-
-
-def _fn_name(f) -> str:
-    while isinstance(f, functools.partial):
-        f = f.func
-    return inspect.unwrap(f).__name__
+        runs.append((prog.target(fn), prog.raw.make_args(prog.mesh), in_specs, out_specs))
+    with prog.mesh_context(prog.raw):
+        return _observe.observe_all(runs, file=str(prog.path), mesh=prog.mesh)
 
 
 def assert_same(a, b):

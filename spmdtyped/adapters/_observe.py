@@ -25,7 +25,7 @@ from jax.sharding import PartitionSpec
 
 from .. import _compat, _rules
 from .._shard_map import is_spec_leaf
-from ._conventions import manual_axes, resolve_in_specs, resolve_mesh
+from ._conventions import fn_name, manual_axes, resolve_in_specs, resolve_mesh
 from ._infer import _abstract
 
 #: a parameter seen with different states (no single annotation fits)
@@ -173,3 +173,30 @@ def _declared(out_specs: Any, out: Any, order: Sequence[str], manual: Sequence[s
     except (ValueError, TypeError):
         return None
     return tree_hint(typed, order, file, leaf_type=lambda t: t if isinstance(t, _rules.SpmdType) else None)
+
+
+def observe_all(runs: Sequence[tuple[Callable[..., Any], Sequence[Any], Any, Any]], *, file: str,
+                mesh: Any = None) -> tuple[dict[tuple[str, int], Observed], dict[str, str]]:
+    """`observe` over several entry points of one file (the shard_map'd function and its
+    variants), merged: `runs` is `(f, args, in_specs, out_specs)` per entry point.
+
+    **Returns:** `(states, declared)` for `_codemod.port_source`: the merged observations
+    (a parameter seen with different states is `CONFLICT`) and, per entry function name, the
+    result annotation its out_specs declare (left out where two entry points of the same name
+    disagree)."""
+    states: dict[tuple[str, int], Observed] = {}
+    declared: dict[str, str | None] = {}
+    for f, args, in_specs, out_specs in runs:
+        seen, out = observe(f, *args, file=file, mesh=mesh, in_specs=in_specs,
+                            out_specs=out_specs)
+        for key, obs in seen.items():
+            if key not in states:
+                states[key] = obs
+                continue
+            for p, h in obs.params.items():
+                states[key].merge_param(p, h)
+            if obs.returned:
+                states[key].merge_ret(obs.ret)
+        name = fn_name(f)
+        declared[name] = out if declared.get(name, out) == out else None
+    return states, {k: v for k, v in declared.items() if v is not None}
