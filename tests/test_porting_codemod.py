@@ -226,3 +226,45 @@ def test_mypy_rejects_the_bugs_infer_finds(ported, tmp_path, capsys):
     assert infer_found >= 20
     assert found >= 0.8 * infer_found, report
     assert clean == total, report
+
+
+def test_cli_checked_mode(tmp_path):
+    """`port FILE --entry f ...` from the shell: typed code with the observed states."""
+    src = ROOT / "tests" / "porting" / "dp_step.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "spmdtyped", "port", str(src), "--entry", "step",
+         "--entry", "step_bug_pmean_grads", "--mesh", "dp=2,tp=4",
+         "--in-specs", "(P(), P(), P('dp'), P('dp'))", "--out-specs", "(P(), P(), P())",
+         "--shapes", "f32[8,4] f32[4] f32[16,8] f32[16,4]"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    diff = proc.stdout
+    # the helper and the nested loss function are annotated with the states JAX computed
+    assert ('+def _local_loss(w: Invariant, b: Invariant, x: Varying["dp"], y: Varying["dp"]) '
+            '-> Varying["dp"]:') in diff
+    assert "+    def loss_fn(w: Invariant, b: Invariant) -> Invariant:" in diff
+    assert '+    gw, gb = st.pmean((gw, gb), "dp")  # BUG: SPMD103' in diff
+    assert "+    loss, (gw, gb) = st.value_and_grad(loss_fn, argnums=(0, 1))(w, b)" in diff
+    assert "+    return st.shard_map(step, mesh=mesh" in diff
+    bad = subprocess.run([sys.executable, "-m", "spmdtyped", "port", str(src), "--entry", "step"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--entry needs" in bad.stderr
+
+
+def test_checked_mode_leaves_out_what_cannot_be_annotated():
+    """A parameter that is not an array (a callable, a Python number) or that sees different
+    states at different calls is left unannotated, and reported."""
+    source = (
+        "import jax\n\n\n"
+        "def helper(x, fn):\n    return fn(x)\n\n\n"
+        "def f(x, y):\n    return helper(x, jax.numpy.tanh) + helper(y, jax.numpy.tanh)\n")
+    obs = {("helper", 4): _observe.Observed("helper", 4, {"x": _observe.CONFLICT, "fn": None},
+                                            _observe.CONFLICT, True),
+           ("f", 8): _observe.Observed("f", 8, {"x": 'Varying["dp"]', "y": "Invariant"},
+                                       'Varying["dp"]', True)}
+    new, changes = _codemod.port_source(source, obs, {"f": 'Varying["dp"]'})
+    assert 'def f(x: Varying["dp"], y: Invariant) -> Varying["dp"]:' in new
+    assert "def helper(x, fn):" in new
+    assert {"unannotated: helper.x", "unannotated: helper.fn"} <= set(changes)
+    assert "from spmdtyped import Invariant, Varying" in new
