@@ -214,7 +214,10 @@ def test_mypy_rejects_the_bugs_infer_finds(ported, tmp_path, capsys):
                     if ln == line or (on_def and in_region(ln, regions[bug]))]
             if hits:
                 found += 1
-                found_code += any(code in msg for _, msg in hits)
+                same = any(code in msg for _, msg in hits)
+                found_code += same
+                if not same:
+                    report.append(f"  {name}.{bug}: {code} at line {line} found as: {hits[0][1][:160]}")
             else:
                 report.append(f"  {name}.{bug}: {code} at line {line} not found by mypy")
     total = len(ported)

@@ -35,7 +35,6 @@ Prints a unified diff by default; `--write` rewrites the files. Exit status 0, o
 from __future__ import annotations
 
 import argparse
-import ast
 import difflib
 import sys
 from collections.abc import Sequence
@@ -46,189 +45,16 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from spmdtyped import _rules, _surface  # plain data; imports no JAX
 
-#: the collectives `spmdtyped.lax` checks (equal to `spmdtyped.lax.CHECKED`; not imported
-#: from there so that porting does not import JAX)
-_CHECKED = ("all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
-            "pmean", "pmin", "ppermute", "psum", "psum_scatter", "pshuffle")
-
-_SHARD_MAP_MODULES = ("jax", "jax.experimental.shard_map")
-_SPEC_NAMES = ("P", "PartitionSpec")
-
-
-def _dotted(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = _dotted(node.value)
-        return None if base is None else f"{base}.{node.attr.value}"
-    return None
-
-
-def _module_name(node: cst.BaseExpression | None) -> str | None:
-    return None if node is None else _dotted(node)
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
-
-
-# ------------------------------------------------------------------- specs -> hints
-
-
-def _spec_hint(node: cst.BaseExpression, consts: dict[str, cst.BaseExpression],
-               used: set[str], depth: int = 0) -> str | None:
-    """The hint a literal in_spec/out_spec determines, or None when it is not literal."""
-    if isinstance(node, cst.Name) and node.value in consts and depth < 4:
-        return _spec_hint(consts[node.value], consts, used, depth + 1)
-    if isinstance(node, cst.Name) and node.value == "None":
-        used.add("Invariant")
-        return "Invariant"
-    if isinstance(node, (cst.Tuple, cst.List)):
-        parts = [_spec_hint(e.value, consts, used, depth) for e in node.elements]
-        known = [p for p in parts if p is not None]
-        if len(known) != len(parts):
-            return None
-        return f"tuple[{', '.join(known)}]"
-    if not isinstance(node, cst.Call):
-        return None
-    fname = _dotted(node.func) or ""
-    if fname.split(".")[-1] not in _SPEC_NAMES:
-        return None
-    varying: list[str] = []
-    sets: dict[str, list[str]] = {"unreduced": [], "reduced": []}
-    try:
-        for arg in node.args:
-            value = ast.literal_eval(_code(arg.value))
-            if arg.keyword is not None:
-                key = arg.keyword.value
-                if key not in sets:
-                    return None
-                sets[key] = sorted([value] if isinstance(value, str) else value)
-            elif isinstance(value, str):
-                varying.append(value)
-            elif isinstance(value, tuple):
-                varying.extend(value)
-            elif value is not None:
-                return None
-    except (ValueError, SyntaxError):
-        return None
-    hints: list[str] = []
-    for label, axes in (("Varying", varying), ("Unreduced", sets["unreduced"]),
-                        ("Reduced", sets["reduced"])):
-        if axes:
-            used.add(label)
-            hints.append(f"{label}[{', '.join(repr(a).replace(chr(39), chr(34)) for a in axes)}]")
-    if not hints:
-        used.add("Invariant")
-        return "Invariant"
-    if len(hints) > 1:
-        used.add("Typed")
-        return f"Typed[{', '.join(hints)}]"
-    return hints[0]
-
-
-# ------------------------------------------------------------------- pass 1: find shard_maps
-
-
-class _Collect(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.shard_map_names: set[str] = {"jax.shard_map", "jax.experimental.shard_map.shard_map"}
-        self.consts: dict[str, cst.BaseExpression] = {}
-        #: function name -> (in_specs, out_specs) nodes
-        self.targets: dict[str, tuple[cst.BaseExpression, cst.BaseExpression]] = {}
-        self.decorated: dict[int, tuple[cst.BaseExpression, cst.BaseExpression]] = {}
-        self.st_alias: str | None = None
-        #: dotted names bound to jax.numpy / jax.nn (`jnp`, `jax.numpy`, `nn`, `jax.nn`)
-        self.numpy_names: set[str] = {"jax.numpy"}
-        self.nn_names: set[str] = {"jax.nn"}
-        #: names bound to (spmdtyped's, after porting) lax modules / checked collectives
-        self.lax_names: set[str] = {"jax.lax", "spmdtyped.lax"}
-        self.collective_names: set[str] = set()
-        #: alias -> collective name, for `from jax.lax import psum as p`
-        self.collective_alias: dict[str, str] = {}
-        self._depth = 0
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        mod = _module_name(node.module)
-        if isinstance(node.names, cst.ImportStar):
-            return
-        for alias in node.names:
-            name = _dotted(alias.name)
-            if mod in _SHARD_MAP_MODULES and name == "shard_map":
-                self.shard_map_names.add(_asname(alias) or "shard_map")
-            elif mod == "jax" and name == "numpy":
-                self.numpy_names.add(_asname(alias) or "numpy")
-            elif mod == "jax" and name == "nn":
-                self.nn_names.add(_asname(alias) or "nn")
-            elif mod in ("jax", "spmdtyped") and name == "lax":
-                self.lax_names.add(_asname(alias) or "lax")
-            elif mod in ("jax.lax", "spmdtyped.lax") and name in _CHECKED:
-                self.collective_names.add(_asname(alias) or name)
-                self.collective_alias[_asname(alias) or name] = name
-
-    def visit_Import(self, node: cst.Import) -> None:
-        for alias in node.names:
-            name = _dotted(alias.name)
-            if name == "spmdtyped":
-                self.st_alias = _asname(alias) or "spmdtyped"
-            elif name == "jax.numpy":
-                self.numpy_names.add(_asname(alias) or "jax.numpy")
-            elif name == "jax.nn":
-                self.nn_names.add(_asname(alias) or "jax.nn")
-            elif name in ("jax.lax", "spmdtyped.lax"):
-                self.lax_names.add(_asname(alias) or name)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        for dec in node.decorators:
-            specs = self._specs_of(dec.decorator, decorator=True)
-            if specs is not None:
-                self.decorated[id(node)] = specs
-        self._depth += 1
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._depth -= 1
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if self._depth == 0 and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-            self.consts[node.targets[0].target.value] = node.value
-
-    def visit_Call(self, node: cst.Call) -> None:
-        specs = self._specs_of(node, decorator=False)
-        if specs is not None and node.args and node.args[0].keyword is None \
-                and isinstance(node.args[0].value, cst.Name):
-            self.targets[node.args[0].value.value] = specs
-
-    def _is_shard_map(self, node: cst.BaseExpression) -> bool:
-        return _dotted(node) in self.shard_map_names
-
-    def _specs_of(self, node: cst.BaseExpression, decorator: bool) -> Any:
-        if not isinstance(node, cst.Call):
-            return None
-        kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
-        if "axis_names" in kw:
-            return None
-        if self._is_shard_map(node.func):
-            pass
-        elif (_dotted(node.func) or "").split(".")[-1] == "partial" and node.args \
-                and self._is_shard_map(node.args[0].value):
-            if not decorator:
-                return None
-        else:
-            return None
-        if decorator and self._is_shard_map(node.func) and node.args \
-                and node.args[0].keyword is None:
-            return None  # shard_map(f, ...) used as a decorator: not a decorator form
-        if "in_specs" in kw and "out_specs" in kw:
-            return kw["in_specs"], kw["out_specs"]
-        return None
-
-
-def _asname(alias: cst.ImportAlias) -> str | None:
-    if alias.asname is None:
-        return None
-    name = alias.asname.name
-    return name.value if isinstance(name, cst.Name) else None
-
+from ._codemod_scan import (
+    CHECKED,
+    SHARD_MAP_MODULES,
+    Collect,
+    alias_name,
+    code_of,
+    dotted,
+    module_name,
+    spec_hint,
+)
 
 # ------------------------------------------------------------------- typed results: where they go
 
@@ -260,7 +86,7 @@ class _Stays:
     of the ported function itself, or a local name all of whose uses do (conservative:
     anything else keeps the raw call)."""
 
-    def __init__(self, info: _Collect, parents: dict[int, cst.CSTNode], st: str) -> None:
+    def __init__(self, info: Collect, parents: dict[int, cst.CSTNode], st: str) -> None:
         self.info, self.parent, self.st = info, parents, st
         self._names: dict[tuple[int, str], bool] = {}
 
@@ -268,7 +94,7 @@ class _Stays:
         """`"numpy"` / `"nn"` for a `jnp` / `jax.nn` call st.numpy / st.nn provide, else None."""
         if not isinstance(call.func, cst.Attribute):
             return None
-        base, name = _dotted(call.func.value), call.func.attr.value
+        base, name = dotted(call.func.value), call.func.attr.value
         if base in self.info.numpy_names and name in _rules.NUMPY_FUNCTIONS:
             return "numpy"
         if base in self.info.nn_names and name in _rules.NN_FUNCTIONS:
@@ -276,11 +102,11 @@ class _Stays:
         return None
 
     def _typed_callee(self, call: cst.Call) -> bool:
-        name = _dotted(call.func) or ""
+        name = dotted(call.func) or ""
         head, _, last = name.rpartition(".")
         return (self.candidate(call) is not None or name.startswith(f"{self.st}.")
                 or name in self.info.collective_names
-                or (head in self.info.lax_names and last in _CHECKED))
+                or (head in self.info.lax_names and last in CHECKED))
 
     def _scope(self, node: cst.CSTNode) -> cst.CSTNode | None:
         p = self.parent.get(id(node))
@@ -352,7 +178,7 @@ class _Uses(cst.CSTVisitor):
 
 
 class _Port(cst.CSTTransformer):
-    def __init__(self, info: _Collect, parents: dict[int, cst.CSTNode],
+    def __init__(self, info: Collect, parents: dict[int, cst.CSTNode],
                  typed: dict[int, tuple[dict[str, str], str | None]] | None = None) -> None:
         self.info = info
         #: checked mode (`port_source(..., states=...)`): id(FunctionDef) -> (parameter
@@ -377,19 +203,19 @@ class _Port(cst.CSTTransformer):
         if len(updated.body) != 1 or not isinstance(updated.body[0], cst.ImportFrom):
             return updated
         node = updated.body[0]
-        mod = _module_name(node.module)
+        mod = module_name(node.module)
         if isinstance(node.names, cst.ImportStar):
             return updated
         if mod == "jax.lax":
             self.changes.append("from jax.lax import -> from spmdtyped.lax import")
             return updated.with_changes(
                 body=[node.with_changes(module=cst.parse_expression("spmdtyped.lax"))])
-        if mod not in _SHARD_MAP_MODULES:
+        if mod not in SHARD_MAP_MODULES:
             return updated
         keep, extra = [], []
         for alias in node.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else None
-            asname = _asname(alias)
+            asname = alias_name(alias)
             if mod == "jax" and name == "lax":
                 extra.append(f"from spmdtyped import lax{' as ' + asname if asname else ''}")
                 self.changes.append("from jax import lax -> from spmdtyped import lax")
@@ -420,7 +246,7 @@ class _Port(cst.CSTTransformer):
         new = []
         changed = False
         for alias in updated.names:
-            if _dotted(alias.name) == "jax.lax" and alias.asname is not None:
+            if dotted(alias.name) == "jax.lax" and alias.asname is not None:
                 new.append(alias.with_changes(name=cst.parse_expression("spmdtyped.lax")))
                 changed = True
             else:
@@ -432,10 +258,10 @@ class _Port(cst.CSTTransformer):
 
     # jax.lax.<collective>, jax.shard_map
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> Any:
-        name = _dotted(original)
+        name = dotted(original)
         if name is None:
             return updated
-        if name.startswith("jax.lax.") and name[len("jax.lax."):] in _CHECKED:
+        if name.startswith("jax.lax.") and name[len("jax.lax."):] in CHECKED:
             self.need_st = True
             self.changes.append(f"{name} -> {self.st}.lax.{original.attr.value}")
             return cst.parse_expression(f"{self.st}.lax.{original.attr.value}")
@@ -466,9 +292,9 @@ class _Port(cst.CSTTransformer):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> Any:
         fn = self._scopes[-1] if self._scopes else None
         if self.typed is not None:
-            if _dotted(original.func) in ("jax.shard_map", "jax.experimental.shard_map.shard_map") \
+            if dotted(original.func) in ("jax.shard_map", "jax.experimental.shard_map.shard_map") \
                     and any(a.keyword is not None and a.keyword.value == "check_vma"
-                            and _code(a.value) != "True" for a in original.args):
+                            and code_of(a.value) != "True" for a in original.args):
                 # code run with check_vma=False: st.shard_map's typed values refuse raw JAX
                 # there (the states are lost); typed_shard_map keeps the body's values raw
                 self.changes.append(f"{self.st}.shard_map -> {self.st}.adapters.typed_shard_map "
@@ -480,7 +306,7 @@ class _Port(cst.CSTTransformer):
         if fn is None or module is None or not self._stays.stays(original, fn):
             return updated
         assert isinstance(original.func, cst.Attribute)
-        base, name = _dotted(original.func.value), original.func.attr.value
+        base, name = dotted(original.func.value), original.func.attr.value
         self.need_st = True
         self.changes.append(f"{base}.{name} -> {self.st}.{module}.{name}")
         return updated.with_changes(func=cst.parse_expression(f"{self.st}.{module}.{name}"))
@@ -489,7 +315,7 @@ class _Port(cst.CSTTransformer):
         """Checked mode, in a typed function: collectives -> `st.<collective>`, `jnp` /
         `jax.nn` functions of the surface table -> `st.numpy` / `st.nn`, `jax.grad` /
         `value_and_grad` / `vjp` -> spmdtyped's (typed cotangents)."""
-        name = _dotted(original.func) or ""
+        name = dotted(original.func) or ""
         head, _, last = name.rpartition(".")
         new: str | None = None
         if (head in self.info.lax_names and last in _surface.LAX_NAMES) or \
@@ -499,7 +325,7 @@ class _Port(cst.CSTTransformer):
             # `lax.psum(1, axis)` / `lax.psum(x.shape[-1], axis)`: the axis-size idiom on a
             # Python number stays the drop-in's
             if not (isinstance(first, (cst.Integer, cst.Float))
-                    or (first is not None and ".shape" in _code(first))):
+                    or (first is not None and ".shape" in code_of(first))):
                 new = f"{self.st}.{real}"
         elif self._stays.candidate(original) is not None:
             new = f"{self.st}.{self._stays.candidate(original)}.{last}"
@@ -551,13 +377,13 @@ class _Port(cst.CSTTransformer):
             else [in_node] * len(params)
         new_params = []
         for i, p in enumerate(params):
-            h = _spec_hint(entries[i], consts, used) if i < len(entries) and len(entries) == len(params) else None
+            h = spec_hint(entries[i], consts, used) if i < len(entries) and len(entries) == len(params) else None
             if p.annotation is None and h is not None:
                 p = p.with_changes(annotation=cst.Annotation(cst.parse_expression(h)))
             new_params.append(p)
         ret = updated.returns
         if ret is None:
-            h = _spec_hint(out_specs, consts, used)
+            h = spec_hint(out_specs, consts, used)
             if h is not None:
                 ret = cst.Annotation(cst.parse_expression(h))
         if new_params == params and ret is updated.returns:
@@ -646,7 +472,7 @@ def port_source(source: str, states: Any = None,
     **Returns:** `(new_source, changes)`; `new_source == source` when nothing applies.
     """
     module = cst.parse_module(source)
-    info = _Collect()
+    info = Collect()
     module.visit(info)
     parents = _Parents()
     module.visit(parents)
