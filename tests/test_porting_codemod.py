@@ -5,7 +5,7 @@ mypy with the plugin where the program is correct, and rejected where it is bugg
 For each of the 20 programs, the states every function of the program sees are observed while
 JAX traces the entry function and each buggy variant (`_observe.observe`), and the codemod
 ports the file with them (`port_source(source, states, declared)`). Then:
-- the ported program runs and gives bit-identical results to the raw one;
+- the ported program traces to the raw program's jaxpr and gives bit-identical results;
 - one mypy run (with spmdtyped's plugin) over the 20 ported files: no error outside the buggy
   variants, and for each bug `infer` finds in the raw program, an error at the bug's line
   (`# BUG: SPMDxxx`; a bug marked on the `def` line, a wrong output, is an error anywhere in
@@ -76,6 +76,14 @@ class Program:
         f = inspect.unwrap(getattr(self.raw, fn))
         return getattr(self.raw, "body", lambda g: g)(f) if self.styles else f
 
+    def jaxpr(self, mod: types.ModuleType) -> str:
+        args = mod.make_args(self.mesh)
+        with self.mesh_context(mod):
+            if self.styles:
+                return str(jax.make_jaxpr(
+                    lambda *a: mod.run(self.mesh, getattr(mod, self.entry), *a))(*args))
+            return str(jax.make_jaxpr(mod.build(self.mesh))(*args))
+
     def result(self, mod: types.ModuleType):
         args = mod.make_args(self.mesh)
         with self.mesh_context(mod):
@@ -140,6 +148,8 @@ def test_checked_port_runs_identically(suite, name, ported):
                                      "st.adapters.typed_shard_map("))  # check_vma=False code
     assert "jax.shard_map(" not in source.split('"""', 2)[-1]  # (the docstring may say it)
     mod = _load(path, source)
+    # the same program: the jaxpr JAX traces is the raw one, and so are the numbers
+    assert prog.jaxpr(mod) == prog.jaxpr(prog.raw)
     assert_same(prog.result(mod), prog.result(prog.raw))
 
 

@@ -28,8 +28,20 @@ What it rewrites, keeping everything else byte for byte (comments, formatting):
   tables, a helper) keeps the raw call. Other calls, and calls outside those functions, are
   kept.
 
+Checked mode (`port_source(source, states, declared)`, `port FILE --entry f --mesh ...
+--in-specs ... --out-specs ... --shapes ...`): the states every function of the file sees are
+observed while JAX traces the entry points (`_observe.observe_all`); each observed function is
+annotated with them (`_rules.hint_text`; pytrees as `tuple[...]`, `dict[str, ...]`, a
+NamedTuple class; what cannot be written is left out and listed as `unannotated: f.p`), the
+entry's result with what its out_specs declare, and its body becomes typed code:
+`jax.lax` collectives -> `st.<collective>` (`_surface.LAX_NAMES`), surface-table `jnp` /
+`jax.nn` functions -> `st.numpy` / `st.nn`, `jax.grad` / `value_and_grad` / `vjp` ->
+spmdtyped's; `jax.shard_map` -> `st.shard_map` (`typed_shard_map` where `check_vma=` is not
+literally True). The output traces to the raw jaxpr, and mypy with the plugin checks it
+(`tests/test_porting_codemod.py`).
+
 Prints a unified diff by default; `--write` rewrites the files. Exit status 0, or 1 with
-`--check` when a file would change.
+`--check` when a file would change; 2 for bad usage.
 """
 
 from __future__ import annotations
