@@ -209,7 +209,10 @@ def test_mypy_rejects_the_bugs_infer_finds(ported, tmp_path, capsys):
         clean += not outside
         if outside:
             report.append(f"  {name}: correct code rejected: {outside}")
-        unannotated += sum(c.startswith("unannotated: ") for c in changes)
+        skipped = [c.removeprefix("unannotated: ") for c in changes if c.startswith("unannotated: ")]
+        unannotated += len(skipped)
+        if skipped:
+            report.append(f"  {name}: left unannotated: {', '.join(skipped)}")
         for bug in prog.bugs:
             in_specs, out_specs = prog.specs(bug)
             with prog.mesh_context(prog.raw):
