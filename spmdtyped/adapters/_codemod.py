@@ -20,7 +20,7 @@ What it rewrites, keeping everything else byte for byte (comments, formatting):
   are typically handed to JAX transforms that need raw results), `jnp.NAME(...)` /
   `jax.numpy.NAME(...)` -> `st.numpy.NAME(...)` and `jax.nn.NAME(...)` -> `st.nn.NAME(...)`
   for the names in
-  `_rules.NUMPY_FUNCTIONS` / `_rules.NN_FUNCTIONS` (the same jnp functions, bound on the raw
+  the surface table (`_surface.NUMPY` / `_surface.NN`) (the same jnp functions, bound on the raw
   values, so the program is unchanged; the results carry spmdtyped's types, which the
   annotations need under mypy), when the result provably stays in code that takes typed
   values (operators, methods, `st.*`, checked collectives, `return`, locals used only so:
@@ -55,7 +55,7 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from spmdtyped import _rules, _surface  # plain data; imports no JAX
+from spmdtyped import _surface  # plain data; imports no JAX
 
 from ._codemod_scan import (
     CHECKED,
@@ -107,9 +107,9 @@ class _Stays:
         if not isinstance(call.func, cst.Attribute):
             return None
         base, name = dotted(call.func.value), call.func.attr.value
-        if base in self.info.numpy_names and name in _rules.NUMPY_FUNCTIONS:
+        if base in self.info.numpy_names and _surface.by_function("numpy", name) is not None:
             return "numpy"
-        if base in self.info.nn_names and name in _rules.NN_FUNCTIONS:
+        if base in self.info.nn_names and _surface.by_function("nn", name) is not None:
             return "nn"
         return None
 

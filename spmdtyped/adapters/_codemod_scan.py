@@ -9,10 +9,10 @@ from typing import Any
 
 import libcst as cst
 
-#: the collectives `spmdtyped.lax` checks (equal to `spmdtyped.lax.CHECKED`; not imported
-#: from there so that porting does not import JAX)
-CHECKED = ("all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
-            "pmean", "pmin", "ppermute", "psum", "psum_scatter", "pshuffle")
+from spmdtyped import _rules, _surface  # plain data; imports no JAX
+
+#: the collectives `spmdtyped.lax` checks: the surface table's (`_surface.LAX_NAMES`)
+CHECKED = _surface.LAX_NAMES
 
 SHARD_MAP_MODULES = ("jax", "jax.experimental.shard_map")
 SPEC_NAMES = ("P", "PartitionSpec")
@@ -75,19 +75,12 @@ def spec_hint(node: cst.BaseExpression, consts: dict[str, cst.BaseExpression],
                 return None
     except (ValueError, SyntaxError):
         return None
-    hints: list[str] = []
-    for label, axes in (("Varying", varying), ("Unreduced", sets["unreduced"]),
-                        ("Reduced", sets["reduced"])):
-        if axes:
-            used.add(label)
-            hints.append(f"{label}[{', '.join(repr(a).replace(chr(39), chr(34)) for a in axes)}]")
-    if not hints:
-        used.add("Invariant")
-        return "Invariant"
-    if len(hints) > 1:
-        used.add("Typed")
-        return f"Typed[{', '.join(hints)}]"
-    return hints[0]
+    t = _rules.SpmdType(frozenset(varying), frozenset(sets["unreduced"]),
+                        frozenset(sets["reduced"]))
+    text = _rules.hint_text(t, varying)  # THE renderer; the spec's own axis order first
+    used.update(n for n in ("Varying", "Unreduced", "Reduced", "Typed", "Invariant")
+                if f"{n}[" in text or text == n)
+    return text
 
 
 # ------------------------------------------------------------------- pass 1: find shard_maps
