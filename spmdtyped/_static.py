@@ -384,13 +384,13 @@ class ShardMapDecorator(Generic[_S, _M]):
 
 
 @overload
-def shard_map(f: _F, /, *, out_specs: Any = None, in_specs: Any = None, mesh: Any,
+def shard_map(f: _F, /, *, out_specs: Any = None, in_specs: Any = None, mesh: Any = None,
               axis_names: Any = frozenset(), check_vma: bool = True) -> Callable[..., Any]: ...
 @overload
-def shard_map(f: None = None, /, *, out_specs: Any = None, in_specs: Any = None, mesh: Any,
+def shard_map(f: None = None, /, *, out_specs: Any = None, in_specs: Any = None, mesh: Any = None,
               axis_names: Any = frozenset(),
               check_vma: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
-def shard_map(f: Any = None, /, *, out_specs: Any = None, in_specs: Any = None, mesh: Any,
+def shard_map(f: Any = None, /, *, out_specs: Any = None, in_specs: Any = None, mesh: Any = None,
               axis_names: Any = frozenset(), check_vma: bool = True) -> Any:
     """Typed `jax.shard_map` (decorator form too): the result takes and returns raw arrays."""
     ...

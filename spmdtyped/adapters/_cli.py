@@ -84,6 +84,11 @@ def _specs(text: str, P: Any) -> Any:
     return value
 
 
+def parse_specs(text: str, P: Any) -> Any:
+    """A `--in-specs` / `--out-specs` expression (only `P` / `PartitionSpec` in scope)."""
+    return _specs(text, P)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m spmdtyped infer",

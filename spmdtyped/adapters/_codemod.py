@@ -20,7 +20,7 @@ What it rewrites, keeping everything else byte for byte (comments, formatting):
   are typically handed to JAX transforms that need raw results), `jnp.NAME(...)` /
   `jax.numpy.NAME(...)` -> `st.numpy.NAME(...)` and `jax.nn.NAME(...)` -> `st.nn.NAME(...)`
   for the names in
-  `_rules.NUMPY_FUNCTIONS` / `_rules.NN_FUNCTIONS` (the same jnp functions, bound on the raw
+  the surface table (`_surface.NUMPY` / `_surface.NN`) (the same jnp functions, bound on the raw
   values, so the program is unchanged; the results carry spmdtyped's types, which the
   annotations need under mypy), when the result provably stays in code that takes typed
   values (operators, methods, `st.*`, checked collectives, `return`, locals used only so:
@@ -28,202 +28,45 @@ What it rewrites, keeping everything else byte for byte (comments, formatting):
   tables, a helper) keeps the raw call. Other calls, and calls outside those functions, are
   kept.
 
+Checked mode (`port_source(source, states, declared)`, `port FILE --entry f --mesh ...
+--in-specs ... --out-specs ... --shapes ...`): the states every function of the file sees are
+observed while JAX traces the entry points (`_observe.observe_all`); each observed function is
+annotated with them (`_rules.hint_text`; pytrees as `tuple[...]`, `dict[str, ...]`, a
+NamedTuple class; what cannot be written is left out and listed as `unannotated: f.p`), the
+entry's result with what its out_specs declare, and its body becomes typed code:
+`jax.lax` collectives -> `st.<collective>` (`_surface.LAX_NAMES`), surface-table `jnp` /
+`jax.nn` functions -> `st.numpy` / `st.nn`, `jax.grad` / `value_and_grad` / `vjp` ->
+spmdtyped's; `jax.shard_map` -> `st.shard_map` (`typed_shard_map` where `check_vma=` is not
+literally True). The output traces to the raw jaxpr, and mypy with the plugin checks it
+(`tests/test_porting_codemod.py`).
+
 Prints a unified diff by default; `--write` rewrites the files. Exit status 0, or 1 with
-`--check` when a file would change.
+`--check` when a file would change; 2 for bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import difflib
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
 
-from spmdtyped import _rules, _surface  # plain data; imports no JAX
+from spmdtyped import _surface  # plain data; imports no JAX
 
-#: the collectives `spmdtyped.lax` checks: the surface table's (`_surface.LAX_NAMES`, plain data:
-#: porting imports no JAX)
-_CHECKED = _surface.LAX_NAMES
-
-_SHARD_MAP_MODULES = ("jax", "jax.experimental.shard_map")
-_SPEC_NAMES = ("P", "PartitionSpec")
-
-
-def _dotted(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = _dotted(node.value)
-        return None if base is None else f"{base}.{node.attr.value}"
-    return None
-
-
-def _module_name(node: cst.BaseExpression | None) -> str | None:
-    return None if node is None else _dotted(node)
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
-
-
-# ------------------------------------------------------------------- specs -> hints
-
-
-def _spec_hint(node: cst.BaseExpression, consts: dict[str, cst.BaseExpression],
-               used: set[str], depth: int = 0) -> str | None:
-    """The hint a literal in_spec/out_spec determines, or None when it is not literal."""
-    if isinstance(node, cst.Name) and node.value in consts and depth < 4:
-        return _spec_hint(consts[node.value], consts, used, depth + 1)
-    if isinstance(node, cst.Name) and node.value == "None":
-        used.add("Invariant")
-        return "Invariant"
-    if isinstance(node, (cst.Tuple, cst.List)):
-        parts = [_spec_hint(e.value, consts, used, depth) for e in node.elements]
-        known = [p for p in parts if p is not None]
-        if len(known) != len(parts):
-            return None
-        return f"tuple[{', '.join(known)}]"
-    if not isinstance(node, cst.Call):
-        return None
-    fname = _dotted(node.func) or ""
-    if fname.split(".")[-1] not in _SPEC_NAMES:
-        return None
-    varying: list[str] = []
-    sets: dict[str, list[str]] = {"unreduced": [], "reduced": []}
-    try:
-        for arg in node.args:
-            value = ast.literal_eval(_code(arg.value))
-            if arg.keyword is not None:
-                key = arg.keyword.value
-                if key not in sets:
-                    return None
-                sets[key] = sorted([value] if isinstance(value, str) else value)
-            elif isinstance(value, str):
-                varying.append(value)
-            elif isinstance(value, tuple):
-                varying.extend(value)
-            elif value is not None:
-                return None
-    except (ValueError, SyntaxError):
-        return None
-    hints: list[str] = []
-    for label, axes in (("Varying", varying), ("Unreduced", sets["unreduced"]),
-                        ("Reduced", sets["reduced"])):
-        if axes:
-            used.add(label)
-            hints.append(f"{label}[{', '.join(repr(a).replace(chr(39), chr(34)) for a in axes)}]")
-    if not hints:
-        used.add("Invariant")
-        return "Invariant"
-    if len(hints) > 1:
-        used.add("Typed")
-        return f"Typed[{', '.join(hints)}]"
-    return hints[0]
-
-
-# ------------------------------------------------------------------- pass 1: find shard_maps
-
-
-class _Collect(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.shard_map_names: set[str] = {"jax.shard_map", "jax.experimental.shard_map.shard_map"}
-        self.consts: dict[str, cst.BaseExpression] = {}
-        #: function name -> (in_specs, out_specs) nodes
-        self.targets: dict[str, tuple[cst.BaseExpression, cst.BaseExpression]] = {}
-        self.decorated: dict[int, tuple[cst.BaseExpression, cst.BaseExpression]] = {}
-        self.st_alias: str | None = None
-        #: dotted names bound to jax.numpy / jax.nn (`jnp`, `jax.numpy`, `nn`, `jax.nn`)
-        self.numpy_names: set[str] = {"jax.numpy"}
-        self.nn_names: set[str] = {"jax.nn"}
-        #: names bound to (spmdtyped's, after porting) lax modules / checked collectives
-        self.lax_names: set[str] = {"jax.lax", "spmdtyped.lax"}
-        self.collective_names: set[str] = set()
-        self._depth = 0
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        mod = _module_name(node.module)
-        if isinstance(node.names, cst.ImportStar):
-            return
-        for alias in node.names:
-            name = _dotted(alias.name)
-            if mod in _SHARD_MAP_MODULES and name == "shard_map":
-                self.shard_map_names.add(_asname(alias) or "shard_map")
-            elif mod == "jax" and name == "numpy":
-                self.numpy_names.add(_asname(alias) or "numpy")
-            elif mod == "jax" and name == "nn":
-                self.nn_names.add(_asname(alias) or "nn")
-            elif mod in ("jax", "spmdtyped") and name == "lax":
-                self.lax_names.add(_asname(alias) or "lax")
-            elif mod in ("jax.lax", "spmdtyped.lax") and name in _CHECKED:
-                self.collective_names.add(_asname(alias) or name)
-
-    def visit_Import(self, node: cst.Import) -> None:
-        for alias in node.names:
-            name = _dotted(alias.name)
-            if name == "spmdtyped":
-                self.st_alias = _asname(alias) or "spmdtyped"
-            elif name == "jax.numpy":
-                self.numpy_names.add(_asname(alias) or "jax.numpy")
-            elif name == "jax.nn":
-                self.nn_names.add(_asname(alias) or "jax.nn")
-            elif name in ("jax.lax", "spmdtyped.lax"):
-                self.lax_names.add(_asname(alias) or name)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        for dec in node.decorators:
-            specs = self._specs_of(dec.decorator, decorator=True)
-            if specs is not None:
-                self.decorated[id(node)] = specs
-        self._depth += 1
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._depth -= 1
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if self._depth == 0 and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-            self.consts[node.targets[0].target.value] = node.value
-
-    def visit_Call(self, node: cst.Call) -> None:
-        specs = self._specs_of(node, decorator=False)
-        if specs is not None and node.args and node.args[0].keyword is None \
-                and isinstance(node.args[0].value, cst.Name):
-            self.targets[node.args[0].value.value] = specs
-
-    def _is_shard_map(self, node: cst.BaseExpression) -> bool:
-        return _dotted(node) in self.shard_map_names
-
-    def _specs_of(self, node: cst.BaseExpression, decorator: bool) -> Any:
-        if not isinstance(node, cst.Call):
-            return None
-        kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
-        if "axis_names" in kw:
-            return None
-        if self._is_shard_map(node.func):
-            pass
-        elif (_dotted(node.func) or "").split(".")[-1] == "partial" and node.args \
-                and self._is_shard_map(node.args[0].value):
-            if not decorator:
-                return None
-        else:
-            return None
-        if decorator and self._is_shard_map(node.func) and node.args \
-                and node.args[0].keyword is None:
-            return None  # shard_map(f, ...) used as a decorator: not a decorator form
-        if "in_specs" in kw and "out_specs" in kw:
-            return kw["in_specs"], kw["out_specs"]
-        return None
-
-
-def _asname(alias: cst.ImportAlias) -> str | None:
-    if alias.asname is None:
-        return None
-    name = alias.asname.name
-    return name.value if isinstance(name, cst.Name) else None
-
+from ._codemod_scan import (
+    CHECKED,
+    SHARD_MAP_MODULES,
+    Collect,
+    alias_name,
+    code_of,
+    dotted,
+    module_name,
+    spec_hint,
+)
 
 # ------------------------------------------------------------------- typed results: where they go
 
@@ -255,7 +98,7 @@ class _Stays:
     of the ported function itself, or a local name all of whose uses do (conservative:
     anything else keeps the raw call)."""
 
-    def __init__(self, info: _Collect, parents: dict[int, cst.CSTNode], st: str) -> None:
+    def __init__(self, info: Collect, parents: dict[int, cst.CSTNode], st: str) -> None:
         self.info, self.parent, self.st = info, parents, st
         self._names: dict[tuple[int, str], bool] = {}
 
@@ -263,19 +106,19 @@ class _Stays:
         """`"numpy"` / `"nn"` for a `jnp` / `jax.nn` call st.numpy / st.nn provide, else None."""
         if not isinstance(call.func, cst.Attribute):
             return None
-        base, name = _dotted(call.func.value), call.func.attr.value
-        if base in self.info.numpy_names and name in _rules.NUMPY_FUNCTIONS:
+        base, name = dotted(call.func.value), call.func.attr.value
+        if base in self.info.numpy_names and _surface.by_function("numpy", name) is not None:
             return "numpy"
-        if base in self.info.nn_names and name in _rules.NN_FUNCTIONS:
+        if base in self.info.nn_names and _surface.by_function("nn", name) is not None:
             return "nn"
         return None
 
     def _typed_callee(self, call: cst.Call) -> bool:
-        name = _dotted(call.func) or ""
+        name = dotted(call.func) or ""
         head, _, last = name.rpartition(".")
         return (self.candidate(call) is not None or name.startswith(f"{self.st}.")
                 or name in self.info.collective_names
-                or (head in self.info.lax_names and last in _CHECKED))
+                or (head in self.info.lax_names and last in CHECKED))
 
     def _scope(self, node: cst.CSTNode) -> cst.CSTNode | None:
         p = self.parent.get(id(node))
@@ -347,8 +190,14 @@ class _Uses(cst.CSTVisitor):
 
 
 class _Port(cst.CSTTransformer):
-    def __init__(self, info: _Collect, parents: dict[int, cst.CSTNode]) -> None:
+    def __init__(self, info: Collect, parents: dict[int, cst.CSTNode],
+                 typed: dict[int, tuple[dict[str, str], str | None]] | None = None) -> None:
         self.info = info
+        #: checked mode (`port_source(..., states=...)`): id(FunctionDef) -> (parameter
+        #: annotations, return annotation) for every function whose states were observed
+        self.typed = typed
+        #: parameters left unannotated in checked mode (no expressible state), as `f.p`
+        self.unannotated: list[str] = []
         self.st = info.st_alias or "st"
         self._stays = _Stays(info, parents, self.st)
         self.need_st = False
@@ -366,22 +215,26 @@ class _Port(cst.CSTTransformer):
         if len(updated.body) != 1 or not isinstance(updated.body[0], cst.ImportFrom):
             return updated
         node = updated.body[0]
-        mod = _module_name(node.module)
+        mod = module_name(node.module)
         if isinstance(node.names, cst.ImportStar):
             return updated
         if mod == "jax.lax":
             self.changes.append("from jax.lax import -> from spmdtyped.lax import")
             return updated.with_changes(
                 body=[node.with_changes(module=cst.parse_expression("spmdtyped.lax"))])
-        if mod not in _SHARD_MAP_MODULES:
+        if mod not in SHARD_MAP_MODULES:
             return updated
         keep, extra = [], []
         for alias in node.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else None
-            asname = _asname(alias)
+            asname = alias_name(alias)
             if mod == "jax" and name == "lax":
                 extra.append(f"from spmdtyped import lax{' as ' + asname if asname else ''}")
                 self.changes.append("from jax import lax -> from spmdtyped import lax")
+            elif name == "shard_map" and self.typed is not None:
+                extra.append(f"from spmdtyped import shard_map"
+                             f"{' as ' + asname if asname else ''}")
+                self.changes.append("shard_map -> spmdtyped.shard_map")
             elif name == "shard_map":
                 extra.append(f"from spmdtyped.adapters import typed_shard_map as "
                              f"{asname or 'shard_map'}")
@@ -405,7 +258,7 @@ class _Port(cst.CSTTransformer):
         new = []
         changed = False
         for alias in updated.names:
-            if _dotted(alias.name) == "jax.lax" and alias.asname is not None:
+            if dotted(alias.name) == "jax.lax" and alias.asname is not None:
                 new.append(alias.with_changes(name=cst.parse_expression("spmdtyped.lax")))
                 changed = True
             else:
@@ -417,17 +270,18 @@ class _Port(cst.CSTTransformer):
 
     # jax.lax.<collective>, jax.shard_map
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> Any:
-        name = _dotted(original)
+        name = dotted(original)
         if name is None:
             return updated
-        if name.startswith("jax.lax.") and name[len("jax.lax."):] in _CHECKED:
+        if name.startswith("jax.lax.") and name[len("jax.lax."):] in CHECKED:
             self.need_st = True
             self.changes.append(f"{name} -> {self.st}.lax.{original.attr.value}")
             return cst.parse_expression(f"{self.st}.lax.{original.attr.value}")
         if name in ("jax.shard_map", "jax.experimental.shard_map.shard_map"):
             self.need_st = True
-            self.changes.append(f"{name} -> {self.st}.adapters.typed_shard_map")
-            return cst.parse_expression(f"{self.st}.adapters.typed_shard_map")
+            target = "shard_map" if self.typed is not None else "adapters.typed_shard_map"
+            self.changes.append(f"{name} -> {self.st}.{target}")
+            return cst.parse_expression(f"{self.st}.{target}")
         return updated
 
     # jnp.NAME(...) / jax.nn.NAME(...) -> st.numpy.NAME(...) / st.nn.NAME(...) in ported functions
@@ -435,7 +289,10 @@ class _Port(cst.CSTTransformer):
         return self.info.decorated.get(id(node)) or self.info.targets.get(node.name.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._scopes.append(node if self._specs(node) is not None else None)
+        if self.typed is not None:
+            self._scopes.append(node if id(node) in self.typed else None)
+        else:
+            self._scopes.append(node if self._specs(node) is not None else None)
 
     def visit_Lambda(self, node: cst.Lambda) -> None:
         self._scopes.append(None)
@@ -446,18 +303,78 @@ class _Port(cst.CSTTransformer):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> Any:
         fn = self._scopes[-1] if self._scopes else None
+        if self.typed is not None:
+            if dotted(original.func) in ("jax.shard_map", "jax.experimental.shard_map.shard_map") \
+                    and any(a.keyword is not None and a.keyword.value == "check_vma"
+                            and code_of(a.value) != "True" for a in original.args):
+                # code run with check_vma=False: st.shard_map's typed values refuse raw JAX
+                # there (the states are lost); typed_shard_map keeps the body's values raw
+                self.changes.append(f"{self.st}.shard_map -> {self.st}.adapters.typed_shard_map "
+                                    f"(check_vma not literally True)")
+                return updated.with_changes(
+                    func=cst.parse_expression(f"{self.st}.adapters.typed_shard_map"))
+            return updated if fn is None else self._typed_call(original, updated)
         module = self._stays.candidate(original)
         if fn is None or module is None or not self._stays.stays(original, fn):
             return updated
         assert isinstance(original.func, cst.Attribute)
-        base, name = _dotted(original.func.value), original.func.attr.value
+        base, name = dotted(original.func.value), original.func.attr.value
         self.need_st = True
         self.changes.append(f"{base}.{name} -> {self.st}.{module}.{name}")
         return updated.with_changes(func=cst.parse_expression(f"{self.st}.{module}.{name}"))
 
+    def _typed_call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """Checked mode, in a typed function: collectives -> `st.<collective>`, `jnp` /
+        `jax.nn` functions of the surface table -> `st.numpy` / `st.nn`, `jax.grad` /
+        `value_and_grad` / `vjp` -> spmdtyped's (typed cotangents)."""
+        name = dotted(original.func) or ""
+        head, _, last = name.rpartition(".")
+        new: str | None = None
+        if (head in self.info.lax_names and last in _surface.LAX_NAMES) or \
+                name in self.info.collective_alias:
+            real = self.info.collective_alias.get(name, last)
+            first = original.args[0].value if original.args else None
+            # `lax.psum(1, axis)` / `lax.psum(x.shape[-1], axis)`: the axis-size idiom on a
+            # Python number stays the drop-in's
+            if not (isinstance(first, (cst.Integer, cst.Float))
+                    or (first is not None and ".shape" in code_of(first))):
+                new = f"{self.st}.{real}"
+        elif self._stays.candidate(original) is not None:
+            new = f"{self.st}.{self._stays.candidate(original)}.{last}"
+        elif name in ("jax.grad", "jax.value_and_grad", "jax.vjp"):
+            new = f"{self.st}.{last}"
+        if new is None:
+            return updated
+        self.need_st = True
+        self.changes.append(f"{name} -> {new}")
+        return updated.with_changes(func=cst.parse_expression(new))
+
+    def _typed_signature(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> Any:
+        assert self.typed is not None
+        params_hint, ret_hint = self.typed[id(original)]
+        new_params = []
+        for p in updated.params.params:
+            h = params_hint.get(p.name.value)
+            if p.annotation is None and h is not None:
+                p = p.with_changes(annotation=cst.Annotation(cst.parse_expression(h)))
+                self.hints_used |= _hint_names(h)
+            elif p.annotation is None:
+                self.unannotated.append(f"{original.name.value}.{p.name.value}")
+            new_params.append(p)
+        ret = updated.returns
+        if ret is None and ret_hint is not None:
+            ret = cst.Annotation(cst.parse_expression(ret_hint))
+            self.hints_used |= _hint_names(ret_hint)
+        self.changes.append(f"annotated {original.name.value}")
+        return updated.with_changes(params=updated.params.with_changes(params=new_params),
+                                    returns=ret)
+
     # annotations
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> Any:
         self._scopes.pop()
+        if self.typed is not None:
+            return self._typed_signature(original, updated) if id(original) in self.typed \
+                else updated
         specs = self._specs(original)
         if specs is None:
             return updated
@@ -472,13 +389,13 @@ class _Port(cst.CSTTransformer):
             else [in_node] * len(params)
         new_params = []
         for i, p in enumerate(params):
-            h = _spec_hint(entries[i], consts, used) if i < len(entries) and len(entries) == len(params) else None
+            h = spec_hint(entries[i], consts, used) if i < len(entries) and len(entries) == len(params) else None
             if p.annotation is None and h is not None:
                 p = p.with_changes(annotation=cst.Annotation(cst.parse_expression(h)))
             new_params.append(p)
         ret = updated.returns
         if ret is None:
-            h = _spec_hint(out_specs, consts, used)
+            h = spec_hint(out_specs, consts, used)
             if h is not None:
                 ret = cst.Annotation(cst.parse_expression(h))
         if new_params == params and ret is updated.returns:
@@ -513,42 +430,161 @@ def _is_header(stmt: cst.CSTNode) -> bool:
                for s in stmt.body)
 
 
-def port_source(source: str) -> tuple[str, list[str]]:
+_HINT_NAMES = ("Varying", "Invariant", "Unreduced", "Reduced", "Typed")
+
+
+def _hint_names(text: str) -> set[str]:
+    import re
+
+    return {n for n in _HINT_NAMES if re.search(rf"\b{n}\b", text)}
+
+
+class _Lines(cst.CSTVisitor):
+    """id(FunctionDef) -> (line of its first decorator or `def`, line of its `def`)."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self) -> None:
+        self.lines: dict[int, tuple[str, int, int]] = {}
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        name = self.get_metadata(PositionProvider, node.name).start.line
+        start = self.get_metadata(PositionProvider, node.decorators[0].decorator).start.line \
+            if node.decorators else name
+        self.lines[id(node)] = (node.name.value, start, name)
+
+
+def _sanitize(hint: str | None) -> str | None:
+    from ._observe import CONFLICT
+
+    return None if hint in (None, CONFLICT) else hint
+
+
+def port_source(source: str, states: Any = None,
+                declared: dict[str, str | None] | None = None) -> tuple[str, list[str]]:
     """The ported source text and a list of the changes made.
 
-    **Arguments:** `source`: Python source of a module with raw shard_map code.
+    **Arguments:**
+
+    - `source`: Python source of a module with raw shard_map code.
+    - `states`: checked mode. The states each function of the module sees, as
+      `_observe.observe` records them (`{(name, first line): Observed}`, merged over the
+      traced entry points). Every observed function is annotated with them (parameters that
+      hold no array or pytree of arrays, or different states at different calls, are left
+      out: the `unannotated: f.p` entries of `changes`), and its body becomes typed code:
+      `jax.lax` collectives -> `st.<collective>`, `jnp` / `jax.nn` functions of the surface
+      table -> `st.numpy` / `st.nn`, `jax.grad` / `value_and_grad` / `vjp` -> spmdtyped's;
+      `jax.shard_map` -> `st.shard_map` (same arguments: the body receives typed values, the
+      caller still gets `jax.Array`s). Without `states`: the spec-driven mode (see the module
+      docstring).
+    - `declared`: checked mode, function name -> the result annotation its `out_specs`
+      declare (`observe`'s second result), which wins over the observed result: a wrong
+      output is then a mypy error.
 
     **Returns:** `(new_source, changes)`; `new_source == source` when nothing applies.
     """
     module = cst.parse_module(source)
-    info = _Collect()
+    info = Collect()
     module.visit(info)
     parents = _Parents()
     module.visit(parents)
-    port = _Port(info, parents.parent)
+    typed = None
+    if states is not None:
+        lines = _Lines()
+        MetadataWrapper(module, unsafe_skip_copy=True).visit(lines)
+        typed = {}
+        for node_id, (name, start, def_line) in lines.lines.items():
+            obs = states.get((name, start)) or states.get((name, def_line))
+            if obs is None:
+                continue
+            params = {k: h for k, v in obs.params.items() if (h := _sanitize(v)) is not None}
+            ret = (declared or {}).get(name, _sanitize(obs.ret)) \
+                if declared and name in declared else _sanitize(obs.ret)
+            typed[node_id] = (params, ret)
+    port = _Port(info, parents.parent, typed)
     new = module.visit(port)
-    return new.code, port.changes
+    return new.code, port.changes + [f"unannotated: {p}" for p in port.unannotated]
+
+
+def _observed_states(path: str, args: argparse.Namespace) -> tuple[Any, Any]:
+    """Checked mode from the command line: import `path`, trace each `--entry` function
+    on the `--shapes` under the mesh, and observe the states its functions see."""
+    import inspect
+    import math
+    import os
+
+    from ._cli import load_function, parse_mesh, parse_shapes, parse_specs
+
+    names, sizes = parse_mesh(args.mesh) if args.mesh else ((), ())
+    shapes = parse_shapes(args.shapes)
+    if "jax" not in sys.modules:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        flag = f"--xla_force_host_platform_device_count={max(8, math.prod(sizes))}"
+        if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+    import jax
+    from jax.sharding import PartitionSpec
+
+    from .. import _compat
+    from ._observe import observe_all
+
+    in_specs = parse_specs(args.in_specs, PartitionSpec)
+    out_specs = parse_specs(args.out_specs, PartitionSpec)
+    fns = [inspect.unwrap(load_function(f"{os.path.abspath(path)}:{e}")) for e in args.entry]
+    mesh = jax.make_mesh(sizes, names) if names else _compat.context_mesh(concrete=True)
+    if mesh is None:
+        raise ValueError("no --mesh, and the module sets none (jax.set_mesh)")
+    sds = [jax.ShapeDtypeStruct(shape, dtype) for dtype, shape in shapes]
+    runs = [(f, sds, in_specs, out_specs) for f in fns]
+    return observe_all(runs, file=fns[0].__code__.co_filename, mesh=mesh)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m spmdtyped port",
         description="Rewrite raw jax.shard_map code to spmdtyped: checked collectives, "
-                    "checked shard_map, annotations from the specs.")
+                    "checked shard_map, annotations from the specs; with --entry, typed code "
+                    "whose annotations are the states observed while JAX traces it.")
     parser.add_argument("files", nargs="+", metavar="FILE")
     parser.add_argument("--write", action="store_true", help="rewrite the files in place")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 if any file would change (prints the diff)")
+    checked = parser.add_argument_group(
+        "checked mode (one FILE): trace the --entry functions and port to typed code")
+    checked.add_argument("--entry", action="append", default=[], metavar="FUNC",
+                         help="a function of FILE given to shard_map (repeatable)")
+    checked.add_argument("--mesh", help="axis sizes, e.g. dp=2,tp=4 (default: the module's "
+                                        "jax.set_mesh)")
+    checked.add_argument("--in-specs", help="Python expression, e.g. \"(P('dp'), P(None, 'tp'))\"")
+    checked.add_argument("--out-specs", help="Python expression, e.g. \"P('dp')\"")
+    checked.add_argument("--shapes", help="global argument shapes, e.g. \"f32[8,16] f32[16,32]\"")
     args = parser.parse_args(list(argv) if argv is not None else None)
+    states = declared = None
+    if args.entry:
+        if len(args.files) != 1 or not (args.in_specs and args.out_specs and args.shapes):
+            print("error: --entry needs one FILE and --in-specs, --out-specs, --shapes",
+                  file=sys.stderr)
+            return 2
+        try:
+            states, declared = _observed_states(args.files[0], args)
+        except Exception as e:  # noqa: BLE001 - usage problems and crashes: exit 2
+            print(f"error: cannot observe {args.files[0]}: {type(e).__name__}: {e}",
+                  file=sys.stderr)
+            return 2
     changed = 0
     for path in args.files:
         try:
             with open(path, encoding="utf-8") as fh:
                 old = fh.read()
-            new, _changes = port_source(old)
+            new, changes = port_source(old, states, declared)
         except (OSError, cst.ParserSyntaxError) as e:
             print(f"{path}: error: {e}", file=sys.stderr)
             return 2
+        skipped = [c.removeprefix("unannotated: ") for c in changes
+                   if c.startswith("unannotated: ")]
+        if skipped:
+            print(f"{path}: left unannotated (no array state, or different states at "
+                  f"different calls): {', '.join(skipped)}", file=sys.stderr)
         if new == old:
             continue
         changed += 1

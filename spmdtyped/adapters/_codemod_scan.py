@@ -1,0 +1,186 @@
+"""`port`'s first pass: what a module binds (jax.lax / jax.numpy / shard_map names, module
+constants) and which functions it gives to shard_map with which literal specs; the hint a
+literal PartitionSpec determines. libcst only; imports no JAX."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import libcst as cst
+
+from spmdtyped import _rules, _surface  # plain data; imports no JAX
+
+#: the collectives `spmdtyped.lax` checks: the surface table's (`_surface.LAX_NAMES`)
+CHECKED = _surface.LAX_NAMES
+
+SHARD_MAP_MODULES = ("jax", "jax.experimental.shard_map")
+SPEC_NAMES = ("P", "PartitionSpec")
+
+
+def dotted(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return None if base is None else f"{base}.{node.attr.value}"
+    return None
+
+
+def module_name(node: cst.BaseExpression | None) -> str | None:
+    return None if node is None else dotted(node)
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+# ------------------------------------------------------------------- specs -> hints
+
+
+def spec_hint(node: cst.BaseExpression, consts: dict[str, cst.BaseExpression],
+               used: set[str], depth: int = 0) -> str | None:
+    """The hint a literal in_spec/out_spec determines, or None when it is not literal."""
+    if isinstance(node, cst.Name) and node.value in consts and depth < 4:
+        return spec_hint(consts[node.value], consts, used, depth + 1)
+    if isinstance(node, cst.Name) and node.value == "None":
+        used.add("Invariant")
+        return "Invariant"
+    if isinstance(node, (cst.Tuple, cst.List)):
+        parts = [spec_hint(e.value, consts, used, depth) for e in node.elements]
+        known = [p for p in parts if p is not None]
+        if len(known) != len(parts):
+            return None
+        return f"tuple[{', '.join(known)}]"
+    if not isinstance(node, cst.Call):
+        return None
+    fname = dotted(node.func) or ""
+    if fname.split(".")[-1] not in SPEC_NAMES:
+        return None
+    varying: list[str] = []
+    sets: dict[str, list[str]] = {"unreduced": [], "reduced": []}
+    try:
+        for arg in node.args:
+            value = ast.literal_eval(code_of(arg.value))
+            if arg.keyword is not None:
+                key = arg.keyword.value
+                if key not in sets:
+                    return None
+                sets[key] = sorted([value] if isinstance(value, str) else value)
+            elif isinstance(value, str):
+                varying.append(value)
+            elif isinstance(value, tuple):
+                varying.extend(value)
+            elif value is not None:
+                return None
+    except (ValueError, SyntaxError):
+        return None
+    t = _rules.SpmdType(frozenset(varying), frozenset(sets["unreduced"]),
+                        frozenset(sets["reduced"]))
+    text = _rules.hint_text(t, varying)  # THE renderer; the spec's own axis order first
+    used.update(n for n in ("Varying", "Unreduced", "Reduced", "Typed", "Invariant")
+                if f"{n}[" in text or text == n)
+    return text
+
+
+# ------------------------------------------------------------------- pass 1: find shard_maps
+
+
+class Collect(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.shard_map_names: set[str] = {"jax.shard_map", "jax.experimental.shard_map.shard_map"}
+        self.consts: dict[str, cst.BaseExpression] = {}
+        #: function name -> (in_specs, out_specs) nodes
+        self.targets: dict[str, tuple[cst.BaseExpression, cst.BaseExpression]] = {}
+        self.decorated: dict[int, tuple[cst.BaseExpression, cst.BaseExpression]] = {}
+        self.st_alias: str | None = None
+        #: dotted names bound to jax.numpy / jax.nn (`jnp`, `jax.numpy`, `nn`, `jax.nn`)
+        self.numpy_names: set[str] = {"jax.numpy"}
+        self.nn_names: set[str] = {"jax.nn"}
+        #: names bound to (spmdtyped's, after porting) lax modules / checked collectives
+        self.lax_names: set[str] = {"jax.lax", "spmdtyped.lax"}
+        self.collective_names: set[str] = set()
+        #: alias -> collective name, for `from jax.lax import psum as p`
+        self.collective_alias: dict[str, str] = {}
+        self._depth = 0
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        mod = module_name(node.module)
+        if isinstance(node.names, cst.ImportStar):
+            return
+        for alias in node.names:
+            name = dotted(alias.name)
+            if mod in SHARD_MAP_MODULES and name == "shard_map":
+                self.shard_map_names.add(alias_name(alias) or "shard_map")
+            elif mod == "jax" and name == "numpy":
+                self.numpy_names.add(alias_name(alias) or "numpy")
+            elif mod == "jax" and name == "nn":
+                self.nn_names.add(alias_name(alias) or "nn")
+            elif mod in ("jax", "spmdtyped") and name == "lax":
+                self.lax_names.add(alias_name(alias) or "lax")
+            elif mod in ("jax.lax", "spmdtyped.lax") and name in CHECKED:
+                self.collective_names.add(alias_name(alias) or name)
+                self.collective_alias[alias_name(alias) or name] = name
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            name = dotted(alias.name)
+            if name == "spmdtyped":
+                self.st_alias = alias_name(alias) or "spmdtyped"
+            elif name == "jax.numpy":
+                self.numpy_names.add(alias_name(alias) or "jax.numpy")
+            elif name == "jax.nn":
+                self.nn_names.add(alias_name(alias) or "jax.nn")
+            elif name in ("jax.lax", "spmdtyped.lax"):
+                self.lax_names.add(alias_name(alias) or name)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        for dec in node.decorators:
+            specs = self._specs_of(dec.decorator, decorator=True)
+            if specs is not None:
+                self.decorated[id(node)] = specs
+        self._depth += 1
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._depth -= 1
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self._depth == 0 and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            self.consts[node.targets[0].target.value] = node.value
+
+    def visit_Call(self, node: cst.Call) -> None:
+        specs = self._specs_of(node, decorator=False)
+        if specs is not None and node.args and node.args[0].keyword is None \
+                and isinstance(node.args[0].value, cst.Name):
+            self.targets[node.args[0].value.value] = specs
+
+    def _is_shard_map(self, node: cst.BaseExpression) -> bool:
+        return dotted(node) in self.shard_map_names
+
+    def _specs_of(self, node: cst.BaseExpression, decorator: bool) -> Any:
+        if not isinstance(node, cst.Call):
+            return None
+        kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+        if "axis_names" in kw:
+            return None
+        if self._is_shard_map(node.func):
+            pass
+        elif (dotted(node.func) or "").split(".")[-1] == "partial" and node.args \
+                and self._is_shard_map(node.args[0].value):
+            if not decorator:
+                return None
+        else:
+            return None
+        if decorator and self._is_shard_map(node.func) and node.args \
+                and node.args[0].keyword is None:
+            return None  # shard_map(f, ...) used as a decorator: not a decorator form
+        if "in_specs" in kw and "out_specs" in kw:
+            return kw["in_specs"], kw["out_specs"]
+        return None
+
+
+def alias_name(alias: cst.ImportAlias) -> str | None:
+    if alias.asname is None:
+        return None
+    name = alias.asname.name
+    return name.value if isinstance(name, cst.Name) else None
