@@ -127,7 +127,7 @@ def signature_line(f: Callable[..., Any], args: Sequence[Any], in_types: Sequenc
 # ------------------------------------------------------------------- tracing
 
 
-def _abstract(args: Sequence[Any], in_specs: Any, mesh: Any) -> tuple[Any, ...]:
+def abstract_args(args: Sequence[Any], in_specs: Any, mesh: Any) -> tuple[Any, ...]:
     """Global arrays or ShapeDtypeStructs -> ShapeDtypeStructs sharded as their in_specs
     say (tracing needs no data; an Explicit mesh needs the shardings to match)."""
     specs = in_specs if isinstance(in_specs, tuple) else (in_specs,) * len(args)
@@ -200,7 +200,7 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
     """`infer`, with `where` naming the API in boundary messages (`typed_shard_map(f)`)."""
     order = _compat.mesh_axis_names(mesh)
     manual = manual_axes(mesh, axis_names)
-    sds = _abstract(args, in_specs, mesh)
+    sds = abstract_args(args, in_specs, mesh)
     spec_types = [_spec_type(s, manual) for s in _flat_specs(in_specs, sds)]
     smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 axis_names=axis_names, check_vma=True)

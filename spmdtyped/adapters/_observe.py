@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec
 from .. import _compat, _rules
 from .._shard_map import is_spec_leaf
 from ._conventions import fn_name, manual_axes, resolve_in_specs, resolve_mesh
-from ._infer import _abstract
+from ._infer import abstract_args
 
 #: a parameter seen with different states (no single annotation fits)
 CONFLICT = "<conflict>"
@@ -115,7 +115,7 @@ def observe(f: Callable[..., Any], *args: Any, file: str, out_specs: Any,
     in_specs = resolve_in_specs(in_specs, tuple(args))
     order = _compat.mesh_axis_names(mesh)
     manual = manual_axes(mesh, axis_names)
-    sds = _abstract(args, in_specs, mesh)
+    sds = abstract_args(args, in_specs, mesh)
     seen: dict[tuple[str, int], Observed] = {}
     returned: list[Any] = []
     inside = [False]
