@@ -12,12 +12,12 @@ from mypy.types import TupleType, Type, get_proper_type
 
 from .. import _rules, _surface
 from .._errors import SpmdTypeError
-from .._rules import SpmdType, refine_shape
+from .._rules import LITERAL, SpmdType, refine_shape
 from .._rules.refine import Refinement
 from . import refined
 from .codes import AXIS, report
 from .config import CONFIG
-from .convert import STATIC, any_type, arg, axis_value, literal_value
+from .convert import STATIC, any_type, arg, axis_value, literal_value, to_operand
 
 #: the collectives and casts with a typed result: the surface table's (`_surface.COLLECTIVES`;
 #: `st.axis_size` is a Python int)
@@ -33,6 +33,11 @@ def analyze(ctx: FunctionContext, name: str, raw: bool = False) -> Type:
     """`st.<name>(x, axis_name, ...)`: the result state, or the rule's error. `raw`:
     `spmdtyped.lax.<name>`, whose result is the declared (raw) type; errors are the same."""
     if raw:
+        # `spmdtyped.lax.psum(1, "tp")` (the axis-size idiom on a Python number) is forwarded
+        # to jax.lax unchecked at runtime: no claim here either
+        x = arg(ctx, "x")
+        if x is not None and to_operand(get_proper_type(x[1])) is LITERAL:
+            return ctx.default_return_type
         analyze(ctx, name)
         return ctx.default_return_type
     op = f"st.{name}"

@@ -53,7 +53,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper
 
 from spmdtyped import _surface  # plain data; imports no JAX
 
@@ -61,9 +61,12 @@ from ._codemod_scan import (
     CHECKED,
     SHARD_MAP_MODULES,
     Collect,
+    FunctionLines,
     alias_name,
     code_of,
     dotted,
+    hint_names,
+    is_header,
     module_name,
     spec_hint,
 )
@@ -357,14 +360,14 @@ class _Port(cst.CSTTransformer):
             h = params_hint.get(p.name.value)
             if p.annotation is None and h is not None:
                 p = p.with_changes(annotation=cst.Annotation(cst.parse_expression(h)))
-                self.hints_used |= _hint_names(h)
+                self.hints_used |= hint_names(h)
             elif p.annotation is None:
                 self.unannotated.append(f"{original.name.value}.{p.name.value}")
             new_params.append(p)
         ret = updated.returns
         if ret is None and ret_hint is not None:
             ret = cst.Annotation(cst.parse_expression(ret_hint))
-            self.hints_used |= _hint_names(ret_hint)
+            self.hints_used |= hint_names(ret_hint)
         self.changes.append(f"annotated {original.name.value}")
         return updated.with_changes(params=updated.params.with_changes(params=new_params),
                                     returns=ret)
@@ -417,41 +420,9 @@ class _Port(cst.CSTTransformer):
         body = list(updated.body)
         # after the docstring, __future__ imports and the leading import block
         i = 0
-        while i < len(body) and _is_header(body[i]):
+        while i < len(body) and is_header(body[i]):
             i += 1
         return updated.with_changes(body=[*body[:i], *imports, *body[i:]])
-
-
-def _is_header(stmt: cst.CSTNode) -> bool:
-    if not isinstance(stmt, cst.SimpleStatementLine):
-        return False
-    return all(isinstance(s, (cst.Import, cst.ImportFrom)) or
-               (isinstance(s, cst.Expr) and isinstance(s.value, cst.SimpleString))
-               for s in stmt.body)
-
-
-_HINT_NAMES = ("Varying", "Invariant", "Unreduced", "Reduced", "Typed")
-
-
-def _hint_names(text: str) -> set[str]:
-    import re
-
-    return {n for n in _HINT_NAMES if re.search(rf"\b{n}\b", text)}
-
-
-class _Lines(cst.CSTVisitor):
-    """id(FunctionDef) -> (line of its first decorator or `def`, line of its `def`)."""
-
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(self) -> None:
-        self.lines: dict[int, tuple[str, int, int]] = {}
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        name = self.get_metadata(PositionProvider, node.name).start.line
-        start = self.get_metadata(PositionProvider, node.decorators[0].decorator).start.line \
-            if node.decorators else name
-        self.lines[id(node)] = (node.name.value, start, name)
 
 
 def _sanitize(hint: str | None) -> str | None:
@@ -490,7 +461,7 @@ def port_source(source: str, states: Any = None,
     module.visit(parents)
     typed = None
     if states is not None:
-        lines = _Lines()
+        lines = FunctionLines()
         MetadataWrapper(module, unsafe_skip_copy=True).visit(lines)
         typed = {}
         for node_id, (name, start, def_line) in lines.lines.items():

@@ -5,9 +5,11 @@ literal PartitionSpec determines. libcst only; imports no JAX."""
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 import libcst as cst
+from libcst.metadata import PositionProvider
 
 from spmdtyped import _rules, _surface  # plain data; imports no JAX
 
@@ -184,3 +186,35 @@ def alias_name(alias: cst.ImportAlias) -> str | None:
         return None
     name = alias.asname.name
     return name.value if isinstance(name, cst.Name) else None
+
+
+def is_header(stmt: cst.CSTNode) -> bool:
+    """An import or docstring line (new imports go after the module's header)."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    return all(isinstance(s, (cst.Import, cst.ImportFrom)) or
+               (isinstance(s, cst.Expr) and isinstance(s.value, cst.SimpleString))
+               for s in stmt.body)
+
+
+HINT_NAMES = ("Varying", "Invariant", "Unreduced", "Reduced", "Typed")
+
+
+def hint_names(text: str) -> set[str]:
+    """The hint families a rendered hint uses (for the import line)."""
+    return {n for n in HINT_NAMES if re.search(rf"\b{n}\b", text)}
+
+
+class FunctionLines(cst.CSTVisitor):
+    """id(FunctionDef) -> (line of its first decorator or `def`, line of its `def`)."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self) -> None:
+        self.lines: dict[int, tuple[str, int, int]] = {}
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        name = self.get_metadata(PositionProvider, node.name).start.line
+        start = self.get_metadata(PositionProvider, node.decorators[0].decorator).start.line \
+            if node.decorators else name
+        self.lines[id(node)] = (node.name.value, start, name)
