@@ -103,6 +103,26 @@ def _drop_name_defined(api: Any, t: UnboundType) -> None:
         pass
 
 
+def _drop_literal_dim(api: Any, t: RawExpressionType) -> None:
+    """Remove mypy's spurious `Invalid type: try using Literal[0] instead?` for the dim of a
+    `Shard["tp", 0]` written in a type alias (`QKV = Typed[Shard["dp", 0], Shard["tp", 1]]`).
+
+    mypy's semantic analyser first analyses an alias's right-hand side as an expression, where
+    `Shard[...]` is a type application whose arguments it types one by one, without this hook;
+    the hook then reads the same argument as the dim. Internal API, as `_drop_name_defined`.
+    """
+    try:
+        errors = api.api.errors
+        infos = errors.error_info_map.get(errors.file)
+        if not infos:
+            return
+        message = f"Invalid type: try using Literal[{t.literal_value!r}] instead?"
+        infos[:] = [i for i in infos if not (i.code is errorcodes.VALID_TYPE and i.line == t.line
+                                             and i.column == t.column and i.message == message)]
+    except Exception:  # noqa: BLE001 - internal API; never break type checking over it
+        pass
+
+
 class HintArgs:
     """The analysed arguments of one hint: axis names, nested states, type-level slots."""
 
@@ -137,6 +157,7 @@ def _hint_arg(api: Any, arg: Type, out: HintArgs, family: str, slot: int) -> str
     if isinstance(arg, RawExpressionType) and isinstance(arg.literal_value, int) \
             and not isinstance(arg.literal_value, bool) and family in ("Shard", "Partial", "Rep"):
         out.dims.append(arg.literal_value)  # Shard["tp", -1] (the plugin's spelling)
+        _drop_literal_dim(api, arg)
         return None
     if isinstance(arg, RawExpressionType) and isinstance(arg.literal_value, str):
         out.axes.extend(a.strip() for a in arg.literal_value.split("|"))

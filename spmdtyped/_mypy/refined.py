@@ -303,6 +303,16 @@ def unary(name: str, op: str, *, axis: tuple[bool, int | tuple[int, ...] | None]
 
     def refine(out: SpmdType, v: Val) -> tuple[Refinement, int | None]:
         t, ref, rank = v.state, v.ref, v.rank
+        if name in _refine.SOFTMAX:  # the runtime's rule: normalising over a Shard dim is SPMD211
+            axes = (ax,) if isinstance(ax, int) else ax
+            ndim = rank
+            if ndim is None and known and axes is not None and all(a < 0 for a in axes):
+                ndim = max([shard_depth([v]), *(-a for a in axes)])
+            out_rank = rank
+            if name == "logsumexp" and rank is not None and not keepdims:
+                out_rank = 0 if axes is None else rank - len(axes)
+            return _refine.softmax(name, t, ref, out, ndim=ndim if known else None, axis=ax,
+                                   keepdims=keepdims, op=op), out_rank
         if name in REDUCTIONS:
             if not known:
                 return _refine.reduction(name, t, ref, out, ndim=None, axis=None, op=op), None

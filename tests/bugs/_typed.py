@@ -36,6 +36,7 @@ PORTS: dict[str, Port] = {}
 def bug_line(name: str) -> tuple[str, int]:
     """`(file, line)` of the `# BUG(name)` line of this module."""
     path = inspect.getsourcefile(bug_line)
+    assert path is not None
     lines = [i for i, text in enumerate(open(path).read().splitlines(), 1)
              if text.rstrip().endswith(f"# BUG({name})")]
     assert len(lines) == 1, (name, lines)
@@ -237,8 +238,8 @@ def per_example_grads_vmap_buggy(params: Invariant, xs: Shard["dp", 0]):
 
 @beartype
 def per_example_grads_vmap_fixed(params: Invariant, xs: Shard["dp", 0]):
-    params = st.pcast(params, "dp", to="varying")       # per-device copy: no sum over devices
-    return jax.vmap(st.grad(_net), in_axes=(None, 0))(params, xs)
+    copies = st.pcast(params, "dp", to="varying")       # per-device copy: no sum over devices
+    return jax.vmap(st.grad(_net), in_axes=(None, 0))(copies, xs)
 
 
 PORTS["per_example_grads_vmap"] = Port(per_example_grads_vmap_buggy, per_example_grads_vmap_fixed,

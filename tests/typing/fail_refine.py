@@ -65,3 +65,10 @@ def hint_mismatch(c: Invariant, s: st.Shard["tp", -1], p: st.Partial["tp"], v: V
     takes_partial(s)  # E: arg-type
     takes_partial(v)  # a plain Varying value: the dims are gradual
     takes_shard(s)
+
+
+def softmax_over_shard(logits: st.Float[Varying["tp"], "b v/tp"], h: st.Float[Varying["tp"], "b h/tp t"]
+                       ) -> None:
+    st.nn.softmax(logits)  # E: spmd-partial-nonlinear
+    st.nn.log_softmax(logits, axis=-1)  # E: spmd-partial-nonlinear
+    st.nn.softmax(h, axis=-1)  # over t: not the sharded dim

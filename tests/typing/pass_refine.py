@@ -123,3 +123,12 @@ def mixed_spellings(a: st.Typed[st.Shard["tp", -1], Varying["dp"]],
     reveal_type(d)  # reveals: tp=S+0  (dim 0 of an unknown rank: plain Varying)
     reveal_type(a @ b)  # reveals: tp=P
     reveal_type(st.psum(c, "tp").sum(0))  # reveals: plain
+
+
+QKV = st.Typed[st.Shard["dp", 0], st.Shard["tp", 1]]  # dims from the left in an alias: no valid-type error
+
+
+def aliased_hint(q: QKV, logits: st.Float[Varying["tp"], "b v/tp"], x: st.Shard["tp", -1]) -> None:
+    reveal_type(q)  # reveals: dp=S+0, tp=S+1
+    reveal_type(st.nn.softmax(logits, axis=0))  # reveals: tp=S-1  (over another dim: the Shard kept)
+    reveal_type(st.nn.softmax(x, axis=0))  # reveals: plain  (dim 0 of an unknown rank)
