@@ -1,4 +1,4 @@
-"""`python -m spmdtyped {demo,check,infer,port,explain}`."""
+"""`python -m spmdtyped {demo,check,infer,port,explain,stubgen}`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ _COMMANDS = {
     "infer": ("spmdtyped.adapters._cli", "infer the typed signature of a raw shard_map function"),
     "port": ("spmdtyped.adapters._codemod", "rewrite raw shard_map code to spmdtyped (libcst)"),
     "explain": ("spmdtyped.__main__", "print the page of an error code, e.g. SPMD101"),
+    "stubgen": ("spmdtyped._stubgen", "write typings/spmdtyped/ for pyright / Pylance (--axes dp,tp)"),
 }
 
 

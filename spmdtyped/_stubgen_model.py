@@ -11,7 +11,8 @@ signatures (measured by the oracle tests in `tests/test_stubgen_oracle.py`):
 - `V` is covariant: a later or literal-bearing V slot accepts any subset;
 - `U` and `R` are invariant: the set must be equal;
 - a TypeVar next to literals takes what the literals leave; when they leave nothing it stays
-  unsolved, and an unsolved TypeVar in a result makes the result `Unknown` (counted as wrong).
+  unsolved in a V slot (an unsolved TypeVar in a result makes the result `Unknown`, counted as
+  wrong), and the argument does not match at all in a U or R slot.
 
 Imports neither JAX nor mypy. Read by `_stubgen_select` (which checks every overload against
 the rule table) and `_stubgen` (which writes the files).
@@ -118,9 +119,12 @@ def _match_slot(slot: Slot, have: frozenset[str], covariant: bool,
                 sol: dict[Var, frozenset[str] | None]) -> bool:
     if slot.any:
         return True
+    if len(slot.vars) > 1:  # a union of TypeVars fixed by earlier slots
+        if any(sol.get(x, UNSOLVED) is UNSOLVED for x in slot.vars):
+            raise ValueError("a slot with two TypeVars needs both fixed by earlier slots")
+        full = slot.lits.union(*(sol[x] for x in slot.vars))  # type: ignore[arg-type]
+        return have <= full if covariant else have == full
     (v,) = slot.vars or (None,)
-    if len(slot.vars) > 1:  # pragma: no cover - parameters carry one TypeVar per slot
-        raise ValueError("a parameter slot has at most one TypeVar")
     if v is None:
         return have <= slot.lits if covariant else have == slot.lits
     if v in sol and sol[v] is not UNSOLVED:
@@ -129,6 +133,8 @@ def _match_slot(slot: Slot, have: frozenset[str], covariant: bool,
     if not covariant and not slot.lits <= have:
         return False
     rest = have - slot.lits
+    if not covariant and slot.lits and not rest:
+        return False  # pyright: `Literal['a']` is not the same as `Literal['a'] | T`
     if not v.fits(rest):
         return False
     if rest or not slot.lits:

@@ -1,0 +1,248 @@
+"""What the stub types, and each form's overloads chosen against the rule table.
+
+`_forms()` is the one place that lists the typed surface (operators, methods, `st.numpy` /
+`st.nn` functions, collectives) with the rule each one applies; it reads `_rules`'s tables and
+mirrors the dunders `_hints` installs on `SArray` (a test checks they agree). `plan(axes)`
+turns every form into `Planned` overload lists through `_stubgen_select`, verified on every
+state combination (up to 3 axes; a fixed sample of combinations beyond).
+
+Imports neither JAX nor mypy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import random
+from collections.abc import Sequence
+
+from . import _rules
+from ._stubgen_model import ANY, Arg, Arr, Overload, Param, Scalar
+from ._stubgen_select import (Rule, StubError, Tally, axis_pool, axis_rule, binary_pool,
+                              binary_rule, combos_of, constructor_pool, constructor_rule,
+                              scalar_pool, select, unary_pool, unary_rule, verify)
+
+
+@dataclasses.dataclass(frozen=True)
+class Form:
+    """One typed entry point.
+
+    `kind`: "binop" (a Python operator; `reflected` names the `__r*__` dunder), "unop",
+    "method", "property", "getitem", "at" (`x.at[i].<name>(v)`), "function" (`module.name`,
+    `binding` from `_rules.*_BINDINGS`), "collective" (`rows`: `to=` value -> `AXIS_OPS` row).
+    """
+
+    kind: str
+    name: str
+    rule: str | None = None
+    reflected: str | None = None
+    module: str = "spmdtyped"
+    binding: str = ""
+    rows: tuple[tuple[str | None, str], ...] = ()
+    #: the parameters after `x, axis_name` (collectives), as written in the stub
+    extra: str = ""
+
+
+_OPERATORS = (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
+              ("matmul", "matmul"), ("pow", "pow"), ("and", "and"), ("or", "or"), ("xor", "xor"),
+              ("mod", "mod"), ("floordiv", "floordiv"))
+#: the runtime's operator names in messages (`_array._SYMBOL`)
+SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "matmul": "@", "pow": "**", "lt": "<",
+           "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&", "or": "|",
+           "xor": "^", "mod": "%", "floordiv": "//", "neg": "-", "abs": "abs", "logical_not": "~"}
+_COMPARISONS = (("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge"), ("eq", "eq"),
+                ("ne", "ne"))
+_GROUPS = ", *, axis_index_groups: None = None"
+_COLLECTIVES: tuple[tuple[str, tuple[tuple[str | None, str], ...], str], ...] = (
+    ("psum", ((None, "psum"),), _GROUPS),
+    ("pmean", ((None, "pmean"),), _GROUPS),
+    ("pmax", ((None, "pmax"),), _GROUPS),
+    ("pmin", ((None, "pmin"),), _GROUPS),
+    ("ppermute", ((None, "ppermute"),), ", perm: Sequence[tuple[int, int]]"),
+    ("pshuffle", ((None, "pshuffle"),), ", perm: Sequence[int]"),
+    ("pbroadcast", ((None, "pbroadcast"),), ", source: int"),
+    ("all_gather", (("varying", "all_gather"), ("invarying", "all_gather_invarying"),
+                    ("reduced", "all_gather_reduced")),
+     ", *, axis_index_groups: None = None, axis: int = 0, tiled: bool = False"),
+    ("psum_scatter", ((None, "psum_scatter"),),
+     ", *, scatter_dimension: int = 0, axis_index_groups: None = None, tiled: bool = False"),
+    ("all_to_all", ((None, "all_to_all"),),
+     ", split_axis: int, concat_axis: int, *, axis_index_groups: None = None, tiled: bool = False"),
+    ("pvary", ((None, "pvary"),), ""),
+    ("pcast", tuple((t, _rules.pcast_op(t)) for t in _rules.PCAST_TARGETS), ""),
+)
+
+
+def _forms() -> list[Form]:
+    """The typed surface and its rules (the lead may point this at a surface table)."""
+    out = [Form("binop", f"__{d}__", r, reflected=f"__r{d}__") for d, r in _OPERATORS]
+    out += [Form("binop", f"__{d}__", r) for d, r in _COMPARISONS]
+    out += [Form("unop", "__neg__", "neg"), Form("unop", "__abs__", "abs"),
+            Form("unop", "__invert__", "logical_not")]
+    out += [Form("method", m, m) for m in ("reshape", "transpose", "astype", "squeeze", "ravel",
+                                           "sum", "mean", "max", "min")]
+    out += [Form("property", "T", "transpose"), Form("property", "mT", "transpose")]
+    out += [Form("getitem", "__getitem__", "getitem")]
+    out += [Form("at", m, r) for m, r in (("set", "at_set"), ("add", "at_add"),
+                                           ("multiply", "at_mul"), ("min", "at_min"),
+                                           ("max", "at_max"))]
+    out += [Form("function", n, r, module="spmdtyped.numpy", binding=_rules.NUMPY_BINDINGS[n])
+            for n, r in sorted(_rules.NUMPY_FUNCTIONS.items())]
+    out += [Form("function", n, r, module="spmdtyped.nn", binding=_rules.NN_BINDINGS[n])
+            for n, r in sorted(_rules.NN_FUNCTIONS.items())]
+    out += [Form("collective", n, rows=rows, extra=extra) for n, rows, extra in _COLLECTIVES]
+    return out
+
+
+# ------------------------------------------------------------------------------- planning
+
+@dataclasses.dataclass
+class Planned:
+    """A form's overloads (one list per `to=` value / axis for collectives) and its tally."""
+
+    form: Form
+    #: (to= value or None, axis or None, [overloads]) in stub order
+    groups: list[tuple[str | None, str | None, list[Overload]]]
+    tally: Tally
+
+
+#: exhaustive verification up to this many axes; a fixed sample of combinations beyond
+EXHAUSTIVE_AXES = 3
+SAMPLE = 6000
+
+
+def _combos(kinds: Sequence[str], axes: Sequence[str]) -> list[tuple[Arg, ...]]:
+    combos = combos_of(kinds, axes)
+    if len(axes) <= EXHAUSTIVE_AXES or len(combos) <= SAMPLE:
+        return combos
+    rng = random.Random(len(axes))
+    return rng.sample(combos, SAMPLE)
+
+
+def _checked(pool: Sequence[Overload], kinds: Sequence[str], axes: Sequence[str], rule: Rule,
+             label: str, catch: Sequence[Param] | None) -> tuple[list[Overload], Tally]:
+    combos = _combos(kinds, axes)
+    chosen = select(pool, combos, rule, catch_rest=catch)
+    tally = verify(chosen, combos, rule, label)
+    if tally.wrong:
+        raise StubError(f"stubgen: an overload disagrees with the rule table: {tally.wrong[0]}")
+    return chosen, tally
+
+
+def _swap(rule: Rule) -> Rule:
+    return lambda args: rule((args[1], args[0]))
+
+
+def _int_matters(name: str, features: _rules.Features, axes: Sequence[str]) -> bool:
+    """Whether an int scalar is typed differently from a float one (`x ** 2`)."""
+    as_int, as_float = binary_rule(name, features, name), binary_rule(name, features, name)
+    return any(repr(as_int((s, "int"))) != repr(as_float((s, "float")))
+               for s, _ in combos_of(["arr", "float"], axes))
+
+
+def _binary_groups(rule_name: str, axes: Sequence[str], features: _rules.Features, op: str,
+                   arrays: bool = True, reflected: bool = False, scalar_first: bool = False
+                   ) -> tuple[list[Overload], Tally]:
+    """Array-array, then array-scalar overloads (scalar-array when `scalar_first`)."""
+    rule = binary_rule(rule_name, features, op)
+    out: list[Overload] = []
+    tally = Tally()
+    if arrays:
+        ch, t = _checked(binary_pool(axes), ["arr", "arr"], axes, rule, op, (Arr(ANY, ANY, ANY),) * 2)
+        out += ch
+        tally.add(t)
+    kinds = ("int", "float") if _int_matters(rule_name, features, axes) else ("float",)
+    for kind in kinds:
+        if reflected or scalar_first:
+            r, pool_kinds = _swap(rule), ["arr", kind]
+            pool = scalar_pool(kind, scalar_first=scalar_first)
+            if scalar_first:
+                r, pool_kinds = rule, [kind, "arr"]
+        else:
+            r, pool_kinds, pool = rule, ["arr", kind], scalar_pool(kind, scalar_first=False)
+        catch = (Scalar(kind), Arr(ANY, ANY, ANY)) if scalar_first else (Arr(ANY, ANY, ANY), Scalar(kind))
+        ch, t = _checked(pool, pool_kinds, axes, r, op, catch)
+        out += ch
+        tally.add(t)
+    return out, tally
+
+
+def _unary_groups(rule_name: str, axes: Sequence[str], features: _rules.Features, op: str,
+                  cls: str = "SArray") -> tuple[list[Overload], Tally]:
+    rule = unary_rule(rule_name, features, op)
+    return _checked(unary_pool(cls), ["arr"], axes, rule, op, (Arr(ANY, ANY, ANY, cls),))
+
+
+def plan_form(form: Form, axes: Sequence[str], features: _rules.Features) -> Planned:
+    axes = tuple(axes)
+    if form.kind in ("binop", "unop"):
+        op = f"operator {SYMBOLS[form.rule or '']}"
+    else:
+        op = "indexing" if form.kind == "getitem" else f".{form.name}()"
+    if form.kind == "binop":
+        ch, t = _binary_groups(form.rule or "", axes, features, op)
+        groups: list[tuple[str | None, str | None, list[Overload]]] = [(None, None, ch)]
+        if form.reflected:
+            rch, rt = _binary_groups(form.rule or "", axes, features, op,
+                                     arrays=False, reflected=True)
+            t.add(rt)
+            groups.append(("reflected", None, rch))
+        return Planned(form, groups, t)
+    if form.kind in ("unop", "method", "property", "getitem"):
+        ch, t = _unary_groups(form.rule or "", axes, features, op)
+        return Planned(form, [(None, None, ch)], t)
+    if form.kind == "at":
+        ch, t = _unary_groups(form.rule or "", axes, features, f".at[].{form.name}()", "_AtIndex")
+        return Planned(form, [(None, None, ch)], t)
+    if form.kind == "function":
+        return _plan_function(form, axes, features)
+    if form.kind == "collective":
+        groups, tally = [], Tally()
+        for to, row in form.rows:
+            for a in axes:
+                rule = axis_rule(row, a, features, f"st.{form.name}")
+                ch, t = _checked(axis_pool(axes, a), ["arr"], axes, rule, f"{form.name}[{a}]", None)
+                groups.append((to, a, ch))
+                tally.add(t)
+        return Planned(form, groups, tally)
+    raise StubError(f"stubgen: unknown form kind {form.kind!r}")  # pragma: no cover
+
+
+def _plan_function(form: Form, axes: tuple[str, ...], features: _rules.Features) -> Planned:
+    op = f"{form.module.replace('spmdtyped', 'st')}.{form.name}"
+    rule_name = form.rule or form.name
+    if form.binding == "unary":
+        ch, t = _unary_groups(rule_name, axes, features, op)
+        return Planned(form, [(None, None, ch)], t)
+    if form.binding == "binary":
+        ch, t = _binary_groups(rule_name, axes, features, op)
+        sch, st_ = _binary_groups(rule_name, axes, features, op, arrays=False, scalar_first=True)
+        t.add(st_)
+        return Planned(form, [(None, None, ch + sch)], t)
+    if form.binding in ("like", "new") and rule_name not in ("full", "full_like"):
+        # full/full_like join the fill value's state: left untyped (see docs/pyright.md)
+        rule = constructor_rule(rule_name)
+        kinds = ["arr"] if form.binding == "like" else []
+        combos = _combos(kinds, axes) if kinds else [()]
+        pool = constructor_pool() if kinds else []
+        chosen = select(pool, combos, rule) if kinds else []
+        t = verify(chosen, combos, rule, op) if kinds else Tally()
+        if t.wrong:
+            raise StubError(f"stubgen: an overload disagrees with the rule table: {t.wrong[0]}")
+        return Planned(form, [("new" if not kinds else None, None, chosen)], t)
+    return Planned(form, [], Tally())  # where, concatenate, einsum, take, full: SArray[Any...]
+
+
+@functools.lru_cache(maxsize=8)
+def plan(axes: tuple[str, ...], features: _rules.Features = _rules.CONSERVATIVE) -> list[Planned]:
+    """Every form's overloads for the vocabulary `axes` (memoised: one plan per vocabulary)."""
+    cache: dict[tuple[str, str, str], Planned] = {}
+    out = []
+    for form in _forms():
+        # forms applying the same rule the same way share the selection
+        key = (form.kind, form.rule or form.name, form.name if form.kind != "binop" else "")
+        if key not in cache:
+            cache[key] = plan_form(form, axes, features)
+        p = cache[key]
+        out.append(Planned(form, p.groups, p.tally))
+    return out
