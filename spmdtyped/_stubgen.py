@@ -105,7 +105,7 @@ def _method_lines(p: Planned) -> list[str]:
         whole = len(ovs) == 1 and keep and param_text(ovs[0].params[0]) == "SArray[_V1, _U, _R]" \
             and result_text(ovs[0].result) == "SArray[_V1, _U, _R]"
         return [f"{ind}@property", f"{ind}def {f.name}(self) -> "
-                f"{'SArray[_V, _U, _R]' if whole else ANY_ARRAY}: ..."]
+                f"{'SArray[_V, _UC, _RC]' if whole else ANY_ARRAY}: ..."]
     for ov in ovs:
         out += _def(f.name, [f"self: {param_text(ov.params[0])}", *extra], result_text(ov.result),
                     ov, ind)
@@ -159,6 +159,10 @@ def _function_lines(p: Planned) -> list[str]:
 
 _SARRAY_HEAD = '''
 _V = TypeVar("_V", bound=str, covariant=True)
+# the class's own U and R (method patterns use free TypeVars _U, _R: a class TypeVar in a
+# `self` annotation would be the receiver's own argument)
+_UC = TypeVar("_UC", bound=str)
+_RC = TypeVar("_RC", bound=str)
 _A = TypeVar("_A", bound=str)
 _F = TypeVar("_F", bound=Callable[..., Any])
 _RawArray: TypeAlias = jax.Array | np.ndarray[Any, Any] | np.generic
@@ -170,7 +174,7 @@ _Index: TypeAlias = _Static | tuple[_Static, ...]
 Axis: TypeAlias = {axis}
 
 
-class SArray(Generic[_V, _U, _R]):
+class SArray(Generic[_V, _UC, _RC]):
     """A typed value: Varying on the axes `V`, Unreduced on `U`, Reduced on `R`."""
 
     @property
@@ -186,20 +190,20 @@ class SArray(Generic[_V, _U, _R]):
     @property
     def size(self) -> int: ...
     @property
-    def at(self) -> _At[_V, _U, _R]: ...
+    def at(self) -> _At[_V, _UC, _RC]: ...
     def __init__(self, raw: Any) -> None: ...
     def __len__(self) -> int: ...
-    def __pos__(self) -> SArray[_V, _U, _R]: ...
+    def __pos__(self) -> SArray[_V, _UC, _RC]: ...
     __hash__: None  # type: ignore[assignment]
 '''
 
 _TAIL = '''
 
-class _At(Generic[_V, _U, _R]):
-    def __getitem__(self, idx: Any) -> _AtIndex[_V, _U, _R]: ...
+class _At(Generic[_V, _UC, _RC]):
+    def __getitem__(self, idx: Any) -> _AtIndex[_V, _UC, _RC]: ...
 
 
-class _AtIndex(Generic[_V, _U, _R]):
+class _AtIndex(Generic[_V, _UC, _RC]):
 {at}
 
 

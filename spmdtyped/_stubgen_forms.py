@@ -120,10 +120,11 @@ def _combos(kinds: Sequence[str], axes: Sequence[str]) -> list[tuple[Arg, ...]]:
 
 
 def _checked(pool: Sequence[Overload], kinds: Sequence[str], axes: Sequence[str], rule: Rule,
-             label: str, catch: Sequence[Param] | None) -> tuple[list[Overload], Tally]:
+             label: str, catch: Sequence[Param] | None,
+             free: bool = False) -> tuple[list[Overload], Tally]:
     combos = _combos(kinds, axes)
-    chosen = select(pool, combos, rule, catch_rest=catch)
-    tally = verify(chosen, combos, rule, label)
+    chosen = select(pool, combos, rule, catch_rest=catch, free=free)
+    tally = verify(chosen, combos, rule, label, free)
     if tally.wrong:
         raise StubError(f"stubgen: an overload disagrees with the rule table: {tally.wrong[0]}")
     return chosen, tally
@@ -141,14 +142,15 @@ def _int_matters(name: str, features: _rules.Features, axes: Sequence[str]) -> b
 
 
 def _binary_groups(rule_name: str, axes: Sequence[str], features: _rules.Features, op: str,
-                   arrays: bool = True, reflected: bool = False, scalar_first: bool = False
-                   ) -> tuple[list[Overload], Tally]:
+                   arrays: bool = True, reflected: bool = False, scalar_first: bool = False,
+                   free: bool = False) -> tuple[list[Overload], Tally]:
     """Array-array, then array-scalar overloads (scalar-array when `scalar_first`)."""
     rule = binary_rule(rule_name, features, op)
     out: list[Overload] = []
     tally = Tally()
     if arrays:
-        ch, t = _checked(binary_pool(axes), ["arr", "arr"], axes, rule, op, (Arr(ANY, ANY, ANY),) * 2)
+        ch, t = _checked(binary_pool(axes, free), ["arr", "arr"], axes, rule, op,
+                         (Arr(ANY, ANY, ANY),) * 2, free)
         out += ch
         tally.add(t)
     kinds = ("int", "float") if _int_matters(rule_name, features, axes) else ("float",)
@@ -161,7 +163,7 @@ def _binary_groups(rule_name: str, axes: Sequence[str], features: _rules.Feature
         else:
             r, pool_kinds, pool = rule, ["arr", kind], scalar_pool(kind, scalar_first=False)
         catch = (Scalar(kind), Arr(ANY, ANY, ANY)) if scalar_first else (Arr(ANY, ANY, ANY), Scalar(kind))
-        ch, t = _checked(pool, pool_kinds, axes, r, op, catch)
+        ch, t = _checked(pool, pool_kinds, axes, r, op, catch, free)
         out += ch
         tally.add(t)
     return out, tally
@@ -215,8 +217,9 @@ def _plan_function(form: Form, axes: tuple[str, ...], features: _rules.Features)
         ch, t = _unary_groups(rule_name, axes, features, op)
         return Planned(form, [(None, None, ch)], t)
     if form.binding == "binary":
-        ch, t = _binary_groups(rule_name, axes, features, op)
-        sch, st_ = _binary_groups(rule_name, axes, features, op, arrays=False, scalar_first=True)
+        ch, t = _binary_groups(rule_name, axes, features, op, free=True)
+        sch, st_ = _binary_groups(rule_name, axes, features, op, arrays=False, scalar_first=True,
+                                  free=True)
         t.add(st_)
         return Planned(form, [(None, None, ch + sch)], t)
     if form.binding in ("like", "new") and rule_name not in ("full", "full_like"):

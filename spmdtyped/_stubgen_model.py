@@ -116,13 +116,33 @@ def states(axes: Sequence[str]) -> list[SpmdType]:
 # ------------------------------------------------------------------------------- matching
 
 def _match_slot(slot: Slot, have: frozenset[str], covariant: bool,
-                sol: dict[Var, frozenset[str] | None]) -> bool:
+                sol: dict[Var, frozenset[str] | None], free: bool = False,
+                pinned: set[Var] | None = None) -> bool:
     if slot.any:
         return True
+    if free and len(slot.vars) == 1 and sol.get(slot.vars[0], UNSOLVED) is not UNSOLVED:
+        # a plain function: pyright widens a TypeVar seen only in covariant slots so far
+        (v,) = slot.vars
+        x = sol[v]
+        rest = have - slot.lits
+        ok = have <= slot.lits | x if covariant else have == slot.lits | x  # type: ignore[operator]
+        if not ok and v not in (pinned or set()) and v.fits(rest | x) and (  # type: ignore[operator]
+                covariant or rest >= x):  # type: ignore[operator]
+            sol[v] = rest | x  # type: ignore[operator]
+            ok = True
+        if ok and not covariant and pinned is not None:
+            pinned.add(v)
+        return ok
     if len(slot.vars) > 1:  # a union of TypeVars fixed by earlier slots
         if any(sol.get(x, UNSOLVED) is UNSOLVED for x in slot.vars):
             raise ValueError("a slot with two TypeVars needs both fixed by earlier slots")
         full = slot.lits.union(*(sol[x] for x in slot.vars))  # type: ignore[arg-type]
+        if free and covariant and not have <= full:
+            grow = next((x for x in slot.vars if x not in (pinned or set())
+                         and x.fits(sol[x] | (have - full))), None)  # type: ignore[operator]
+            if grow is not None:
+                sol[grow] = sol[grow] | (have - full)  # type: ignore[operator]
+                return True
         return have <= full if covariant else have == full
     (v,) = slot.vars or (None,)
     if v is None:
@@ -139,18 +159,23 @@ def _match_slot(slot: Slot, have: frozenset[str], covariant: bool,
         return False
     if rest or not slot.lits:
         sol[v] = rest
+        if not covariant and pinned is not None:
+            pinned.add(v)
     else:
         sol.setdefault(v, UNSOLVED)
     return True
 
 
-def _eval(slot: Slot, sol: Mapping[Var, frozenset[str] | None]) -> frozenset[str] | None:
+def _eval(slot: Slot, sol: Mapping[Var, frozenset[str] | None],
+          free: bool = False) -> frozenset[str] | None:
     out = slot.lits
     for v in slot.vars:
         got = sol.get(v, UNSOLVED)
         if got is UNSOLVED:
             return None
         out = out | got
+    if free and len(slot.vars) > 1 and not out:
+        return None  # pyright: `_V1 | _V2` with both solved to Never is Unknown
     return out
 
 
@@ -158,11 +183,16 @@ def _eval(slot: Slot, sol: Mapping[Var, frozenset[str] | None]) -> frozenset[str
 Arg = SpmdType | str  # "int" | "float" | "raw"
 
 
-def match(ov: Overload, args: Sequence[Arg]) -> tuple[bool, SpmdType | str | None]:
-    """(matches, result): the result is a SpmdType, "any" (Any / raw), or None (Unknown)."""
+def match(ov: Overload, args: Sequence[Arg],
+          free: bool = False) -> tuple[bool, SpmdType | str | None]:
+    """(matches, result): the result is a SpmdType, "any" (Any / raw), or None (Unknown).
+
+    `free`: a plain function, not a method: pyright solves its TypeVars over all arguments
+    (a TypeVar seen only in V slots widens to the union), where a method binds `self` first."""
     if len(args) != len(ov.params):
         return False, None
     sol: dict[Var, frozenset[str] | None] = {}
+    pinned: set[Var] = set()
     for p, a in zip(ov.params, args, strict=True):
         if isinstance(p, Raw):
             if a != "raw":
@@ -176,20 +206,21 @@ def match(ov: Overload, args: Sequence[Arg]) -> tuple[bool, SpmdType | str | Non
                 return False, None
             for slot, have, cov in ((p.v, a.varying, True), (p.u, a.unreduced, False),
                                     (p.r, a.reduced, False)):
-                if not _match_slot(slot, have, cov, sol):
+                if not _match_slot(slot, have, cov, sol, free, pinned):
                     return False, None
     if ov.result is None:
         return True, "any"
-    v, u, r = (_eval(s, sol) for s in (ov.result.v, ov.result.u, ov.result.r))
+    v, u, r = (_eval(s, sol, free) for s in (ov.result.v, ov.result.u, ov.result.r))
     if v is None or u is None or r is None or (v & u) or (v & r) or (u & r):
         return True, None
     return True, SpmdType(v, u, r)
 
 
-def first_match(ovs: Sequence[Overload], args: Sequence[Arg]) -> tuple[int, SpmdType | str | None]:
+def first_match(ovs: Sequence[Overload], args: Sequence[Arg],
+                free: bool = False) -> tuple[int, SpmdType | str | None]:
     """(index of the first overload that matches, its result); (-1, None) when none does."""
     for k, ov in enumerate(ovs):
-        ok, res = match(ov, args)
+        ok, res = match(ov, args, free)
         if ok:
             return k, res
     return -1, None

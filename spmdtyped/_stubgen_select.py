@@ -113,7 +113,7 @@ def scalar_pool(kind: str, scalar_first: bool) -> list[Overload]:
     return out
 
 
-def binary_pool(axes: Sequence[str]) -> list[Overload]:
+def binary_pool(axes: Sequence[str], free: bool = False) -> list[Overload]:
     """Two arrays: set-union joins, Unreduced x Reduced, and the Reduced -> Varying auto-cast
     one axis at a time (linear in the number of axes)."""
     out: list[Overload] = []
@@ -125,6 +125,13 @@ def binary_pool(axes: Sequence[str]) -> list[Overload]:
             out.append(Overload((Arr(ANY, ANY, r_a), i_pat2), None, "?"))
             out.append(Overload((i_pat, Arr(ANY, ANY, r_a)), None, "?"))
     union = Slot(vars=(V1, V2))
+    if free:  # plain functions: `_V1 | _V2` solved to Never is Unknown, so spell those apart
+        for u, r in ((U, R), (None, R), (U, None), (None, None)):
+            us = NEVER if u is None else var(u)
+            rs = NEVER if r is None else var(r)
+            out.append(Overload((Arr(NEVER, us, rs), Arr(NEVER, us, rs)), Arr(NEVER, us, rs)))
+            out.append(Overload((Arr(var(V1), us, rs), Arr(NEVER, us, rs)), Arr(var(V1), us, rs)))
+            out.append(Overload((Arr(NEVER, us, rs), Arr(var(V2), us, rs)), Arr(var(V2), us, rs)))
     for u, r, r_out in ((U, R, R), (None, R, R), (U, None, None), (None, None, None),
                         (None, R, None)):
         us = NEVER if u is None else var(u)
@@ -269,7 +276,7 @@ def deprecation_text(errors: Sequence[SpmdTypeError]) -> str:
 
 
 def select(pool: Sequence[Overload], combos: Sequence[Sequence[Arg]], rule: Rule,
-           *, catch_rest: Sequence[Param] | None = None) -> list[Overload]:
+           *, catch_rest: Sequence[Param] | None = None, free: bool = False) -> list[Overload]:
     """The candidates of `pool` that the rule table confirms, in order (see the module doc)."""
     expected = {tuple(c): rule(c) for c in combos}
     left = list(expected)
@@ -277,7 +284,7 @@ def select(pool: Sequence[Overload], combos: Sequence[Sequence[Arg]], rule: Rule
     for cand in (*pool, *((catch_all(catch_rest),) if catch_rest is not None else ())):
         hits = []
         for c in left:
-            k, res = first_match([cand], c)
+            k, res = first_match([cand], c, free)
             if k == 0:
                 hits.append((c, res))
         if not hits:
@@ -297,12 +304,12 @@ def select(pool: Sequence[Overload], combos: Sequence[Sequence[Arg]], rule: Rule
 
 
 def verify(chosen: Sequence[Overload], combos: Iterable[Sequence[Arg]], rule: Rule,
-           form: str) -> Tally:
+           form: str, free: bool = False) -> Tally:
     """Replay `chosen` on every combination, as a checker resolves overloads (first match)."""
     t = Tally()
     for c in combos:
         want = rule(c)
-        k, got = first_match(chosen, c)
+        k, got = first_match(chosen, c, free)
         legal = not isinstance(want, SpmdTypeError)
         rejected = k < 0 or chosen[k].deprecated is not None
         if legal and not rejected:
