@@ -33,11 +33,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from types import EllipsisType
-from typing import Any, Generic, Literal, Never, TypeAlias, TypeVar, overload
+from typing import Any, Generic, Literal, Never, TypeAlias, overload
 
 import jax
 import numpy as np
-from typing_extensions import deprecated
+from typing_extensions import TypeVar, deprecated
 '''
 
 
@@ -207,9 +207,11 @@ class _AtIndex(Generic[_V, _UC, _RC]):
 {at}
 
 
-Varying: TypeAlias = SArray[_A, Never, Never]
-Unreduced: TypeAlias = SArray[Never, _A, Never]
-Reduced: TypeAlias = SArray[Never, Never, _A]
+# `Varying["dp", "tp"]`: one TypeVar per axis of the vocabulary, the later ones defaulting to Never
+{hint_vars}
+Varying: TypeAlias = SArray[{hint_union}, Never, Never]
+Unreduced: TypeAlias = SArray[Never, {hint_union}, Never]
+Reduced: TypeAlias = SArray[Never, Never, {hint_union}]
 Invariant: TypeAlias = SArray[Never, Never, Never]
 Typed: TypeAlias = SArray
 
@@ -295,7 +297,11 @@ def render(axes: Sequence[str], features: _rules.Features = _rules.CONSERVATIVE)
                                      f'SArray[Literal["{a}"], Never, Never]: ...')]
         + ["@overload", "def axis_index(axis_name: str | tuple[str, ...]) -> SArray[Any, Never, Never]: ..."])
     _check_axis_index(axes)
-    body = methods + _TAIL.format(at="\n".join(at), axis_index=axis_index).splitlines() + colls
+    hint_vars = "\n".join(f'_H{k} = TypeVar("_H{k}", bound=str' + (")" if k == 0 else ", default=Never)")
+                          for k in range(len(axes)))
+    hint_union = " | ".join(f"_H{k}" for k in range(len(axes)))
+    body = methods + _TAIL.format(at="\n".join(at), axis_index=axis_index, hint_vars=hint_vars,
+                                  hint_union=hint_union).splitlines() + colls
     init = _module_text(axes, body, vs, head=_SARRAY_HEAD.format(axis=axis_type(axes)))
     files = {"spmdtyped/__init__.pyi": init}
     for mod in ("numpy", "nn"):

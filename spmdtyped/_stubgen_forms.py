@@ -170,9 +170,13 @@ def _binary_groups(rule_name: str, axes: Sequence[str], features: _rules.Feature
 
 
 def _unary_groups(rule_name: str, axes: Sequence[str], features: _rules.Features, op: str,
-                  cls: str = "SArray") -> tuple[list[Overload], Tally]:
+                  cls: str = "SArray", deprecations: bool = True) -> tuple[list[Overload], Tally]:
+    """`deprecations=False`: misuse matches no overload (mypy reports no `@deprecated` on a
+    unary operator, so `-u` must fail to match to be an error there)."""
     rule = unary_rule(rule_name, features, op)
-    return _checked(unary_pool(cls), ["arr"], axes, rule, op, (Arr(ANY, ANY, ANY, cls),))
+    pool = [ov for ov in unary_pool(cls) if deprecations or ov.deprecated is None]
+    return _checked(pool, ["arr"], axes, rule, op,
+                    (Arr(ANY, ANY, ANY, cls),) if deprecations else None)
 
 
 def plan_form(form: Form, axes: Sequence[str], features: _rules.Features) -> Planned:
@@ -191,7 +195,8 @@ def plan_form(form: Form, axes: Sequence[str], features: _rules.Features) -> Pla
             groups.append(("reflected", None, rch))
         return Planned(form, groups, t)
     if form.kind in ("unop", "method", "property", "getitem"):
-        ch, t = _unary_groups(form.rule or "", axes, features, op)
+        ch, t = _unary_groups(form.rule or "", axes, features, op,
+                              deprecations=form.kind != "unop")
         return Planned(form, [(None, None, ch)], t)
     if form.kind == "at":
         ch, t = _unary_groups(form.rule or "", axes, features, f".at[].{form.name}()", "_AtIndex")

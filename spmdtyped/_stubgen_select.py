@@ -261,11 +261,13 @@ def _show(args: Sequence[Arg]) -> str:
     return "(" + ", ".join(str(a) for a in args) + ")"
 
 
-def deprecation_text(errors: Sequence[SpmdTypeError]) -> str:
-    """The runtime's code, headline and fix of the most frequent error among `errors`."""
+def deprecation_text(errors: Sequence[SpmdTypeError], weights: Sequence[int] | None = None) -> str:
+    """The runtime's code, headline and fix of the simplest combination the overload catches
+    (`weights`: how many axes each combination leaves non-Invariant), the other codes after."""
     by_code = collections.Counter(e.code for e in errors)
-    code = by_code.most_common(1)[0][0]
-    e = next(e for e in errors if e.code == code)
+    k = min(range(len(errors)), key=lambda i: (weights[i] if weights else 0, i))
+    e = errors[k]
+    code = e.code
     text = f"{code}: {e.headline}"
     if e.fix:
         text += f"; fix: {e.fix}"
@@ -291,8 +293,9 @@ def select(pool: Sequence[Overload], combos: Sequence[Sequence[Arg]], rule: Rule
             continue
         if cand.deprecated is not None:
             errs = [expected[c] for c, _ in hits]
+            weights = [sum(len(a.axes) for a in c if isinstance(a, SpmdType)) for c, _ in hits]
             if all(isinstance(e, SpmdTypeError) for e in errs):
-                chosen.append(dataclasses.replace(cand, deprecated=deprecation_text(errs),  # type: ignore[arg-type]
+                chosen.append(dataclasses.replace(cand, deprecated=deprecation_text(errs, weights),  # type: ignore[arg-type]
                                                   covers=len(hits)))
                 left = [c for c in left if c not in dict(hits)]
             continue
