@@ -51,7 +51,7 @@ def test_stub_grows_linearly_with_the_axes() -> None:
     sizes = {n: sum(t.count("\n") for t in render(("dp", "tp", "fsdp", "ep")[:n]).values())
              for n in (2, 3, 4)}
     step1, step2 = sizes[3] - sizes[2], sizes[4] - sizes[3]
-    assert step1 > 0 and abs(step2 - step1) <= 0.15 * step1, sizes
+    assert step1 > 0 and abs(step2 - step1) <= 0.25 * step1, sizes
 
 
 def test_every_overload_agrees_with_the_rule_table() -> None:
