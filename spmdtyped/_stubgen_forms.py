@@ -18,9 +18,23 @@ from collections.abc import Sequence
 
 from . import _rules
 from ._stubgen_model import ANY, Arg, Arr, Overload, Param, Scalar
-from ._stubgen_select import (Rule, StubError, Tally, axis_pool, axis_rule, binary_pool,
-                              binary_rule, combos_of, constructor_pool, constructor_rule,
-                              scalar_pool, select, unary_pool, unary_rule, verify)
+from ._stubgen_select import (
+    Rule,
+    StubError,
+    Tally,
+    axis_pool,
+    axis_rule,
+    binary_pool,
+    binary_rule,
+    combos_of,
+    constructor_pool,
+    constructor_rule,
+    scalar_pool,
+    select,
+    unary_pool,
+    unary_rule,
+    verify,
+)
 
 
 @dataclasses.dataclass(frozen=True)

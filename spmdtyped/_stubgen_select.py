@@ -23,8 +23,21 @@ from collections.abc import Callable, Iterable, Sequence
 from . import _rules
 from ._errors import SpmdTypeError
 from ._rules import LITERAL, SpmdType
-from ._stubgen_model import (ANY, NEVER, Arg, Arr, Overload, Param, Scalar, Slot, Var,
-                             first_match, lit, states, var)
+from ._stubgen_model import (
+    ANY,
+    NEVER,
+    Arg,
+    Arr,
+    Overload,
+    Param,
+    Scalar,
+    Slot,
+    Var,
+    first_match,
+    lit,
+    states,
+    var,
+)
 
 
 class StubError(ValueError):
@@ -173,6 +186,9 @@ def binary_pool(axes: Sequence[str], free: bool = False) -> list[Overload]:
         for us in (var(U), NEVER):
             out.append(Overload((Arr(var(V1, a), us, NEVER), Arr(var(V1), us, lit(a))),
                                 Arr(var(V1, a), us, NEVER)))
+        # one Reduced axis cast on the left (contractions: after the Reduced-drop patterns)
+        out.append(Overload((Arr(var(V1), NEVER, lit(a)), Arr(var(V1, a), NEVER, NEVER)),
+                            Arr(var(V1, a), NEVER, NEVER)))
     for r_first in (True, False):
         x, y = Arr(var(V1), NEVER, var(R)), Arr(var(V2), NEVER, NEVER)
         out.append(Overload((x, y) if r_first else (y, x), Arr(union, NEVER, NEVER)))

@@ -21,7 +21,7 @@ MUST_CATCH = ("collective", "U + I", "R + I", "V + U", "non-linear on Unreduced"
               "relu of Reduced")
 #: false errors the docs list, by form: the Reduced -> Varying auto-cast mixes and contractions
 #: with Reduced operands (docs/pyright.md)
-FALSE_ERROR_BUDGET = 0.05
+FALSE_ERROR_BUDGET = {"pyright": 0.05, "mypy": 0.08}
 
 
 def _pyright_or_skip() -> None:
@@ -30,7 +30,10 @@ def _pyright_or_skip() -> None:
         pytest.skip("pyright is not installed (pip install pyright==1.1.414)")
 
 
-def _assert_bars(s: oracle.Score, checker: str, budget: float = FALSE_ERROR_BUDGET) -> None:
+def _assert_bars(s: oracle.Score, checker: str, budget: float | None = None) -> None:
+    # plain mypy: a violated TypeVar bound is reported after the overload is chosen, so a few
+    # more legal Reduced mixes are errors there (docs/pyright.md)
+    budget = FALSE_ERROR_BUDGET[checker] if budget is None else budget
     for cls in MUST_CATCH:
         got = s.by_class.get(cls)
         assert got is None or got["missed"] == 0, (checker, cls, dict(got or {}),
