@@ -144,9 +144,9 @@ def _match_slot(slot: Slot, have: frozenset[str], covariant: bool,
                 sol[grow] = sol[grow] | (have - full)  # type: ignore[operator]
                 return True
         return have <= full if covariant else have == full
-    (v,) = slot.vars or (None,)
-    if v is None:
+    if not slot.vars:
         return have <= slot.lits if covariant else have == slot.lits
+    (v,) = slot.vars
     if v in sol and sol[v] is not UNSOLVED:
         full = slot.lits | sol[v]  # type: ignore[operator]
         return have <= full if covariant else have == full
