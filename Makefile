@@ -1,4 +1,4 @@
-# Each target builds its own virtualenv from pyproject.toml's extras (test + docs).
+# Each target builds its own virtualenv from pyproject.toml's extras (test + docs + ecosystem).
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,docs]'
+	$(PY) -m pip install -q -e '.[test,docs,ecosystem]'
 	touch $(STAMP)
 
 demo: $(STAMP)

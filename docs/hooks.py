@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
-import inspect
 import itertools
 import posixpath
 import re
@@ -193,7 +192,7 @@ def _same_rule(name: str) -> list[str]:
 
 
 BINARY_SHOWN = ("add", "sub", "mul", "div", "matmul", "maximum")
-_NARY_NONLINEAR = tuple(getattr(_rules, "_NONLINEAR_NARY", ()))
+_NARY_NONLINEAR = _rules.NONLINEAR_NARY
 _NARY = (_rules.Linearity.ADDITIVE, _rules.Linearity.MULTIPLICATIVE, _rules.Linearity.DIVIDE,
          _rules.Linearity.DOT, _rules.Linearity.SELECT)
 
@@ -329,25 +328,15 @@ def gen_strict_codes(ctx: Ctx) -> str:
     return table(["code", "opt-out", "rule"], rows)
 
 
-def _feature_comments() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in inspect.getsource(_rules.Features).splitlines():
-        m = re.match(r"\s+(\w+): bool\s*#\s*(.*)$", line)
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
-
-
 def gen_features(ctx: Ctx) -> str:
     import dataclasses
 
-    notes = _feature_comments()
     rows = []
     for field in dataclasses.fields(_rules.Features):
         if field.name == "name":
             continue
         rows.append([f"`{field.name}`", *("yes" if getattr(f, field.name) else "no" for f in FEATURES),
-                     prose(notes.get(field.name, ""))])
+                     prose(field.metadata["doc"])])
     return table(["`Features` flag", *(f.name for f in FEATURES), "meaning"], rows)
 
 
@@ -437,12 +426,22 @@ MESSAGE_TRIGGERS: dict[str, Callable[[], object]] = {
 MSG_BEGIN, MSG_END = "<!-- example message -->", "<!-- /example message -->"
 
 
-def example_message(code: str) -> str | None:
+#: the mesh of the docs' examples (`jax.make_mesh((2, 4), ("dp", "tp"))`)
+DOCS_MESH = {"dp": 2, "tp": 4}
+
+
+def example_message(code: str, function: str | None = None) -> str | None:
+    """The message of `code`'s trigger; with `function`, as raised while `st.shard_map` traces
+    that function on `DOCS_MESH`."""
     trigger = MESSAGE_TRIGGERS.get(code)
     if trigger is None:
         return None
     try:
-        trigger()
+        if function is None:
+            trigger()
+        else:
+            with _errors.error_context(function=function, mesh=DOCS_MESH):
+                trigger()
     except _errors.SpmdTypeError as e:
         if e.code != code:
             raise AssertionError(f"docs/hooks.py: the example of {code} raised {e.code}") from e
@@ -456,21 +455,21 @@ def _link_related(text: str) -> str:
 
 def error_page(code: str) -> str:
     """The page of `code`: `_errors.explain(code)` (related codes as links), with a real
-    message of the code inserted before "What it means"."""
+    message of the code inserted before the wrong and the fixed code ("Example fix")."""
     page = _link_related(_errors.explain(code))
     msg = example_message(code)
     if msg is not None:
         section = (f"{MSG_BEGIN}\n## The message\n\nFor example (the fix and the values depend on "
                    f"the call):\n\n```text\n{msg}\n```\n{MSG_END}\n\n")
-        page = page.replace("## What it means", section + "## What it means", 1)
+        page = page.replace("## Example fix", section + "## Example fix", 1)
     return page + (f"\n---\n\nThis page is `python -m spmdtyped explain {code}` "
                    f"(`st.explain({code!r})`).\n")
 
 
 def error_index() -> str:
     return ("# Errors\n\nEvery `SpmdTypeError` has a code, and every code has a page: the "
-            "message, what it means, solutions, an example fix (before/after), when it happens, "
-            "and related errors. The runtime message ends with a link to the page; "
+            "rule in one sentence, the message, the wrong code and the fixed code, what it means, "
+            "the fix and other solutions, when it happens, and related errors. The runtime message ends with a link to the page; "
             "`python -m spmdtyped explain SPMD###` prints the same text in a terminal, and the "
             "mypy plugin reports the code as `spmd-<slug>`.\n\n"
             "Codes marked *strict* are programs JAX accepts and computes wrongly or surprisingly; "
@@ -573,8 +572,11 @@ def gen_rules(ctx: Ctx, module: str = "spmdtyped.numpy") -> str:
     return table(["function", "rule", "class"], rows)
 
 
-def gen_message(ctx: Ctx, code: str = "SPMD101") -> str:
-    msg = example_message(code)
+def gen_message(ctx: Ctx, arg: str = "SPMD101") -> str:
+    """`<!-- gen:message SPMD101 -->`, or `SPMD101@broken` for the message as raised inside
+    `st.shard_map(broken)` on the docs' mesh."""
+    code, _, function = arg.partition("@")
+    msg = example_message(code, function or None)
     if msg is None:
         raise KeyError(f"docs/hooks.py: no example message for {code}")
     return f"```text\n{msg}\n```"

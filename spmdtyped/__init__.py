@@ -24,11 +24,13 @@ from ._errors import allow as allow
 from ._errors import explain as explain
 from ._rules import SpmdType as SpmdType
 from ._rules import State as State
+from ._surface import COLLECTIVE_NAMES as _COLLECTIVE_NAMES
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from . import adapters as adapters
+    from . import debug as debug
     from . import lax as lax
     from . import nn as nn
     from . import numpy as numpy
@@ -44,6 +46,8 @@ if TYPE_CHECKING:
     from ._custom import CustomOp as CustomOp
     from ._custom import custom_op as custom_op
     from ._custom import opaque as opaque
+    from ._optim import clip_by_global_norm as clip_by_global_norm
+    from ._optim import global_norm as global_norm
     from ._static import *  # noqa: F403
 else:
     from ._hints import Invariant as Invariant
@@ -55,18 +59,18 @@ else:
 
     # name -> module that defines it; loaded (with JAX) on first attribute access
     _LAZY = {
-        **{n: "._collectives" for n in (
-            "all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
-            "pmean", "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pvary")},
+        # the collectives and casts of the surface table (`_surface.COLLECTIVES`)
+        **dict.fromkeys(_COLLECTIVE_NAMES, "._collectives"),
         **{n: "._array" for n in ("typeof", "wrap", "unwrap", "set_check_mode", "check_mode")},
         "shard_map": "._shard_map",
+        **{n: "._optim" for n in ("clip_by_global_norm", "global_norm")},
         **{n: "._autodiff" for n in ("cotangent_type", "grad", "value_and_grad", "vjp")},
         **{n: "._control" for n in ("cond", "fori_loop", "scan", "switch", "while_loop")},
         **{n: "._custom" for n in ("CustomOp", "custom_op", "opaque")},
         # jaxtyping interop (imports jax and jaxtyping): st.Float[Varying["dp"], "batch/dp d"]
         **{n: "._jaxtyping" for n in ("Bool", "Float", "Inexact", "Int", "Num", "Shaped")},
     }
-    _SUBMODULES = ("numpy", "lax", "adapters", "nn")
+    _SUBMODULES = ("numpy", "lax", "adapters", "nn", "debug")
 
     def __getattr__(name: str) -> Any:
         if name in _LAZY:
@@ -85,10 +89,10 @@ else:
 __all__ = sorted([
     "AxisStateError", "BoundaryError", "CastError", "CombineError", "Invariant",
     "InternalConsistencyError", "Reduced", "SArray", "SpmdType", "SpmdTypeError", "State", "Typed",
-    "Unreduced", "UsageError", "Varying", "all_gather", "all_to_all", "allow", "axis_index",
-    "axis_size", "check_mode", "explain", "pbroadcast", "pcast", "pmax", "pmean", "pmin",
-    "ppermute", "pshuffle", "psum", "psum_scatter", "pvary", "set_check_mode", "shard_map",
-    "typeof", "unwrap", "wrap",
+    "Unreduced", "UsageError", "Varying", "allow", "check_mode", "explain", "set_check_mode",
+    "shard_map", "typeof", "unwrap", "wrap", *_COLLECTIVE_NAMES,
+    # issue 14: optimisers
+    "clip_by_global_norm", "global_norm",
     # issue 4: autodiff, control flow, custom ops
     "CustomOp", "cond", "cotangent_type", "custom_op", "fori_loop", "grad", "opaque", "scan",
     "switch", "value_and_grad", "vjp", "while_loop",

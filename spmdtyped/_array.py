@@ -7,6 +7,7 @@ the class itself), so typed values pass through `jax.jit`, `jax.tree_util` and f
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import operator
 from collections.abc import Callable, Iterator
@@ -16,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat, _hints, _rules
+from . import _compat, _hints, _protocols, _rules, _surface
 from ._errors import error
-from ._hints import SArray, state_class
+from ._hints import SArray, is_state_class, state_class
 from ._rules import LITERAL, Operand, SpmdType
 
 # ------------------------------------------------------------------- pytree registration
@@ -39,6 +40,10 @@ def _new(cls: type, raw: Any) -> Any:
 
 
 def _unflatten(cls: type, raw: Any) -> Any:
+    if is_state_class(type(raw)):
+        # a tree_map whose function returned a typed value (`p - lr * g` with a typed `lr`):
+        # that value is the node, typed by the rules, never a typed value inside a typed value
+        return raw
     # jax.grad / jax.vjp rebuild the *primal's* class around each cotangent, but a cotangent's
     # state differs (Reduced <-> Unreduced, reference §5): inside a checking shard_map, a JAX
     # value whose state disagrees with the class gets the class of its own state.
@@ -51,9 +56,7 @@ def _unflatten(cls: type, raw: Any) -> Any:
 
 # classes made before this module was imported (Invariant, hints used in annotations), then
 # every later one
-for _cls in list(_hints._made):
-    _register(_cls)
-_hints._class_hooks.append(_register)
+_hints.on_state_class(_register)
 
 # ------------------------------------------------------------------- check mode
 
@@ -81,7 +84,7 @@ def check_mode(on: bool) -> Iterator[None]:
 def checked(op: str, out: Any, predicted: SpmdType) -> Any:
     """Compare JAX's state of `out` with the table's prediction (SPMD901), then wrap."""
     cls = state_class(predicted)
-    if _CHECK[0] and not _vma_off():
+    if _CHECK[0] and not in_vma_off():
         actual = _compat.typeof_raw(out)
         # `actual` is a state class's own SpmdType (see _compat.mat_to_spmd): identity first
         if actual is not cls._spmd_type and actual != predicted:
@@ -94,7 +97,7 @@ def checked(op: str, out: Any, predicted: SpmdType) -> Any:
 _VMA_OFF = [0]
 
 
-def _vma_off() -> bool:
+def in_vma_off() -> bool:
     """Inside an `st.shard_map(..., check_vma=False)` body: JAX types every value Invariant,
     so spmdtyped tracks the states itself and skips the comparison with JAX."""
     return _VMA_OFF[0] > 0
@@ -122,7 +125,9 @@ def wrap(raw: Any, spmd_type: SpmdType | None = None) -> Any:
 
     **Returns:** an instance of the state class, e.g. `st.Varying["dp"]`.
     """
-    if isinstance(type(raw), _hints._StateMeta):
+    if _is_container(raw):  # a pytree (tuple, eqx.Module, nnx state, dataclass): every leaf
+        return jax.tree_util.tree_map(lambda r: wrap(r, spmd_type), raw, is_leaf=is_typed)
+    if is_state_class(type(raw)):
         if spmd_type is not None and spmd_type != raw.spmd_type:
             raise error("SPMD504", f"st.wrap: value is already typed {raw.spmd_type}, not {spmd_type}")
         return raw
@@ -133,15 +138,23 @@ def wrap(raw: Any, spmd_type: SpmdType | None = None) -> Any:
 
 def unwrap(x: Any) -> Any:
     """The JAX value of a typed value (`x.raw`); anything else is returned unchanged. Pytrees too."""
-    if isinstance(type(x), _hints._StateMeta):
+    if is_state_class(type(x)):
         return x.raw
-    if isinstance(x, (list, tuple, dict)):
+    if _is_container(x):  # any pytree: eqx.Module, flax nnx state, registered dataclasses, ...
         return jax.tree_util.tree_map(unwrap, x, is_leaf=is_typed)
     return x
 
 
+def _is_container(x: Any) -> bool:
+    """A pytree node (not a leaf, not a typed value): wrap/unwrap descend into it."""
+    if is_state_class(type(x)) or isinstance(x, (jax.Array, np.ndarray, np.generic)):
+        return False
+    return not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(x, is_leaf=is_typed)) \
+        or isinstance(x, (list, tuple, dict))
+
+
 def is_typed(x: Any) -> bool:
-    return isinstance(type(x), _hints._StateMeta)
+    return is_state_class(type(x))
 
 
 def typeof(x: Any) -> SpmdType:
@@ -172,16 +185,17 @@ def operand(x: Any) -> tuple[Any, Operand]:
 
 # ------------------------------------------------------------------- operators
 
-_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "matmul": "@", "pow": "**",
-           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&",
-           "or": "|", "xor": "^", "mod": "%", "floordiv": "//"}
-_BIND: dict[str, Callable[[Any, Any], Any]] = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
-    "matmul": operator.matmul, "pow": operator.pow, "lt": operator.lt, "le": operator.le,
-    "gt": operator.gt, "ge": operator.ge, "eq": operator.eq, "ne": operator.ne,
-    "and": operator.and_, "or": operator.or_, "xor": operator.xor, "mod": operator.mod,
-    "floordiv": operator.floordiv,
-}
+def _resolve(dotted: str) -> Callable[..., Any]:
+    """`operator.mod` / `builtins.abs` (a surface row's `jax` binding) -> the function."""
+    module, _, name = dotted.partition(".")
+    return getattr({"operator": operator, "builtins": builtins}[module], name)  # type: ignore[no-any-return]
+
+
+#: operator rule -> its symbol and Python function, from the surface table
+_SYMBOL = {r.rule: r.symbol for r in _surface.OPERATORS}
+_BIND: dict[str, Callable[..., Any]] = {r.rule: _resolve(r.jax) for r in _surface.OPERATORS}  # type: ignore[misc]
+_UNARY_BIND: dict[str, Callable[..., Any]] = {r.rule: _resolve(r.jax)  # type: ignore[misc]
+                                              for r in _surface.UNARY_OPERATORS}
 
 
 def _cast_literal(c: Any, like: Any, axes: frozenset[str]) -> Any:
@@ -209,11 +223,14 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
     return checked(op, bind(ra, rb), res.type)
 
 
-def nary(name: str, args: list[Any], bind: Callable[..., Any], *, op: str) -> Any:
-    """An n-operand op (where, concatenate, einsum, ...) typed by `combine`."""
+def nary(rule: str | Callable[[list[Operand]], _rules.Combined], args: list[Any],
+         bind: Callable[..., Any], *, op: str) -> Any:
+    """An n-operand op (where, concatenate, einsum, ...) typed by `combine` of rule `rule`, or
+    by `rule(types)` when it is a function of the operand types (`_rules.where_type`)."""
     raws, types = zip(*(operand(a) for a in args), strict=True) if args else ((), ())
     raws = list(raws)
-    res = _rules.combine(name, list(types), _compat.FEATURES, op=op)
+    res = (_rules.combine(rule, list(types), _compat.FEATURES, op=op) if isinstance(rule, str)
+           else rule(list(types)))
     if res.literal_reduced:
         like = next(r for r, t in zip(raws, types, strict=True) if t is not LITERAL)
         raws = [_cast_literal(r, like, res.literal_reduced) if t is LITERAL else r
@@ -225,11 +242,14 @@ def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op:
     raw, t = operand(x)
     op = op or name
     if bind is None:
-        bind = {"neg": operator.neg, "abs": abs, "logical_not": operator.invert}[name]
+        bind = _UNARY_BIND[name]
     if t is LITERAL:
         t = _rules.INVARIANT
     out_t = _rules.unary(name, t, _compat.FEATURES, op=op)  # type: ignore[arg-type]
     return checked(op, bind(raw), out_t)
+
+
+_STATIC_INDEX = str(_surface.STATIC_INDEX.rule)
 
 
 def _is_dynamic_index(idx: Any) -> bool:
@@ -246,14 +266,7 @@ def getitem(x: SArray, idx: Any) -> Any:
         raw, t = operand(x)
         out_t = _rules.dynamic_index_type(t, idx_types, _compat.FEATURES, op="indexing")  # type: ignore[arg-type]
         return checked("indexing", raw[idx], out_t)
-    return unary_op("getitem", x, lambda r: r[idx], op="indexing")
-
-
-def _reduction(name: str, x: SArray, fn: Callable[..., Any]) -> Callable[..., Any]:
-    def method(axis: Any = None, **kw: Any) -> Any:
-        return unary_op(name, x, lambda r: fn(r, axis=axis, **kw), op=f".{name}()")
-
-    return method
+    return unary_op(_STATIC_INDEX, x, lambda r: r[idx], op="indexing")
 
 
 def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()") -> Any:
@@ -262,44 +275,35 @@ def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()
     raw, t = operand(x)
     assert isinstance(t, SpmdType)
     if not (t.unreduced or t.reduced):
-        return checked(op, jnp.mean(raw, axis=axis, keepdims=keepdims), _rules.unary("mean", t))
+        return checked(op, jnp.mean(raw, axis=axis, keepdims=keepdims),
+                       _rules.mean_type(t, _compat.FEATURES, op=op))
     total = unary_op("sum", x, lambda r: jnp.sum(r, axis=axis, keepdims=keepdims), op=op)
     n = int(np.prod([raw.shape[a] for a in ((axis,) if isinstance(axis, int) else (axis or range(raw.ndim)))]))
     return binary("div", total, float(n), op=op)
 
 
 def getattr_(x: SArray, name: str) -> Any:
-    raw = x.raw
-    if name in ("shape", "dtype", "ndim", "size", "weak_type"):
-        return getattr(raw, name)
-    if name == "T":
-        return unary_op("transpose", x, lambda r: r.T, op=".T")
-    if name == "mT":
-        return unary_op("transpose", x, lambda r: r.mT, op=".mT")
-    if name == "reshape":
-        return lambda *shape, **kw: unary_op("reshape", x, lambda r: r.reshape(*shape, **kw),
-                                             op=".reshape()")
-    if name == "transpose":
-        return lambda *axes: unary_op("transpose", x, lambda r: r.transpose(*axes), op=".transpose()")
-    if name == "astype":
-        return lambda dtype: unary_op("astype", x, lambda r: r.astype(dtype), op=".astype()")
-    if name == "squeeze":
-        return lambda axis=None: unary_op("squeeze", x, lambda r: r.squeeze(axis), op=".squeeze()")
-    if name == "ravel":
-        return lambda: unary_op("ravel", x, lambda r: r.ravel(), op=".ravel()")
-    if name == "sum":
-        return _reduction("sum", x, jnp.sum)
-    if name == "max":
-        return _reduction("max", x, jnp.max)
-    if name == "min":
-        return _reduction("min", x, jnp.min)
-    if name == "mean":
+    """`x.<name>`: a method or property of the surface table (`_surface.METHODS`,
+    `_surface.PROPERTIES`), or `x.at`."""
+    row = _surface.by_attribute(name)
+    if row is None:
+        if name == "at":
+            return _At(x)
+        raise AttributeError(f"{type(x).__qualname__} has no attribute {name!r} (typed values "
+                             f"expose {', '.join(_ATTRIBUTES)}, at[] and operators; use x.raw "
+                             f"for the JAX value)")
+    rule = row.rule
+    if rule is None:
+        return getattr(x.raw, name)
+    if row.kind == "property":
+        return unary_op(rule, x, lambda r: getattr(r, name), op=f".{name}")
+    if row.binding == "mean":
         return lambda axis=None, keepdims=False: mean(x, axis, keepdims=keepdims)
-    if name == "at":
-        return _At(x)
-    raise AttributeError(f"{type(x).__qualname__} has no attribute {name!r} (typed values expose "
-                         f"shape/dtype/ndim, operators, reshape/astype/transpose/T/sum/mean/max/"
-                         f"min; use x.raw for the JAX value)")
+    return lambda *args, **kw: unary_op(rule, x, lambda r: getattr(r, name)(*args, **kw),
+                                        op=f".{name}()")
+
+
+_ATTRIBUTES = tuple(r.name for r in (*_surface.PROPERTIES, *_surface.METHODS))
 
 
 class _At:
@@ -312,37 +316,33 @@ class _At:
         return _AtIndex(self.x, idx)
 
 
-_AT_RULES = {"set": "at_set", "add": "at_add", "multiply": "at_mul", "min": "at_min",
-             "max": "at_max"}
-
-
 class _AtIndex:
+    """`x.at[idx]`: one method per `_surface.AT` row (`_rules.at_update_type` types it)."""
+
     def __init__(self, x: SArray, idx: Any) -> None:
         self.x, self.idx = x, unwrap(idx)
 
     def _update(self, method: str, value: Any, **kw: Any) -> Any:
         raw_v, tv = operand(value)
-        rule = _AT_RULES[method]
-        # the updated value's state joins the operand's (both flow into the result)
-        joined = _rules.unary(rule, typeof(self.x), _compat.FEATURES, op=f".at[].{method}()")
-        if tv is not LITERAL:
-            joined = _rules.combine("add", [joined, _rules.unary(rule, tv, _compat.FEATURES,
-                                                                  op=f".at[].{method}()")],
-                                    _compat.FEATURES, op=f".at[].{method}()").type
+        op = f".at[].{method}()"
+        out_t = _rules.at_update_type(method, typeof(self.x), tv, _compat.FEATURES, op=op)
         out = getattr(self.x.raw.at[self.idx], method)(raw_v, **kw)
-        return checked(f".at[].{method}()", out, joined)
+        return checked(op, out, out_t)
 
-    def set(self, value: Any, **kw: Any) -> Any:
-        return self._update("set", value, **kw)
 
-    def add(self, value: Any, **kw: Any) -> Any:
-        return self._update("add", value, **kw)
+def _at_method(method: str) -> Callable[..., Any]:
+    def update(self: _AtIndex, value: Any, **kw: Any) -> Any:
+        return self._update(method, value, **kw)
 
-    def multiply(self, value: Any, **kw: Any) -> Any:
-        return self._update("multiply", value, **kw)
+    update.__name__ = update.__qualname__ = method
+    return update
 
-    def min(self, value: Any, **kw: Any) -> Any:
-        return self._update("min", value, **kw)
 
-    def max(self, value: Any, **kw: Any) -> Any:
-        return self._update("max", value, **kw)
+for _row in _surface.AT:
+    setattr(_AtIndex, _row.name, _at_method(_row.name))
+
+_hints.register_operations(_hints.Operations(binary=binary, unary=unary_op, getitem=getitem,
+                                             getattr=getattr_))
+
+# __jax_array__, __array__, __iter__, __len__, __bool__/__float__/..., __repr__, IndexError
+_protocols.install(SArray, getitem=getitem, vma_off=in_vma_off)

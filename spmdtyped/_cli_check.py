@@ -9,9 +9,9 @@ The exit code is mypy's (0 clean, 1 errors, 2 usage or crash).
 
 from __future__ import annotations
 
-import argparse
 import configparser
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -116,24 +116,66 @@ def main(argv: list[str]) -> int:
         python -m spmdtyped check src/ tests/ --strict
         ```
     """
-    parser = argparse.ArgumentParser(
-        prog="python -m spmdtyped check",
-        description="Run mypy with the spmdtyped plugin (plugins = spmdtyped.mypy_plugin) added "
-                    "to your mypy configuration. Other options are passed to mypy.")
-    parser.add_argument("paths", nargs="*", help="files or directories to check")
-    parser.add_argument("--config-file", help="the mypy configuration to extend")
-    args, passthrough = parser.parse_known_args(argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print("usage: python -m spmdtyped check [--config-file FILE] [mypy options] PATH...\n\n"
+              "Run mypy with the spmdtyped plugin (plugins = spmdtyped.mypy_plugin) added to your "
+              "mypy configuration.\nEvery other option is mypy's, in either form "
+              "(--cache-dir DIR or --cache-dir=DIR).")
+        return 0
+    explicit, rest = split_config_file(argv)
     cwd = Path.cwd()
-    config = find_config(args.config_file, cwd)
+    config = find_config(explicit, cwd)
     if config is not None and not config.is_file():
         print(f"python -m spmdtyped check: no such config file: {config}", file=sys.stderr)
         return 2
     env = dict(os.environ)
+    bases = script_bases([a for a in rest if not a.startswith("-") and Path(a).is_dir()])
+    if bases and not {"--explicit-package-bases", "--namespace-packages"} & set(rest):
+        # a folder of scripts (no __init__.py) importing each other: module names relative to
+        # the folder that makes each import and each file agree (mypy's "Source file found
+        # twice under different module names" otherwise)
+        rest = ["--explicit-package-bases", *rest]
+    mypypath = [str(b) for b in bases]
     if not _installed():
         root = str(Path(__file__).resolve().parent.parent)
-        env["MYPYPATH"] = os.pathsep.join(p for p in (env.get("MYPYPATH"), root) if p)
+        mypypath.append(root)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    if mypypath:
+        env["MYPYPATH"] = os.pathsep.join(p for p in (env.get("MYPYPATH"), *mypypath) if p)
     with tempfile.TemporaryDirectory(prefix="spmdtyped-check-") as tmp:
         ini = merged_config(config, Path(tmp))
-        cmd = [sys.executable, "-m", "mypy", "--config-file", str(ini), *passthrough, *args.paths]
+        cmd = [sys.executable, "-m", "mypy", "--config-file", str(ini), *rest]
         return subprocess.call(cmd, env=env)
+
+
+def split_config_file(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(`--config-file` value, every other argument in order): the rest goes to mypy as
+    written, so `--opt VALUE` and `--opt=VALUE` both reach it intact."""
+    explicit, rest, i = None, [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--config-file" and i + 1 < len(argv):
+            explicit, i = argv[i + 1], i + 2
+            continue
+        if a.startswith("--config-file="):
+            explicit = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+        i += 1
+    return explicit, rest
+
+
+def script_bases(dirs: list[str]) -> list[Path]:
+    """Package bases for the folders of scripts (no `__init__.py`) among `dirs`: the folder
+    itself, or its parent when its files import it as a package (`from examples import x`)."""
+    bases: list[Path] = []
+    for d in map(Path, dirs):
+        if (d / "__init__.py").is_file():
+            continue
+        d = d.resolve()
+        pattern = re.compile(rf"^\s*(from|import)\s+{re.escape(d.name)}\b", re.MULTILINE)
+        as_package = any(pattern.search(f.read_text(errors="replace")) for f in d.rglob("*.py"))
+        base = d.parent if as_package else d
+        if base not in bases:
+            bases.append(base)
+    return bases

@@ -13,8 +13,8 @@ from typing import Any
 
 import jax
 
-from . import _compat, _rules
-from ._array import _vma_off, checked, is_typed, operand
+from . import _compat, _rules, _surface
+from ._array import checked, in_vma_off, is_typed, operand
 from ._errors import error
 from ._rules import LITERAL, SpmdType
 
@@ -40,8 +40,14 @@ def _no_groups(axis_index_groups: Any, op: str) -> None:
                     fix="split the mesh axis into two axes and reduce over one of them")
 
 
-def _axis_op(rule: str, op: str, x: Any, axis_name: Any,
-             bind: Callable[[Any, tuple[str, ...] | str], Any]) -> Any:
+def _axis_op(name: str, x: Any, axis_name: Any, bind: Callable[[Any, tuple[str, ...] | str], Any],
+             to: object = None) -> Any:
+    """`st.<name>(x, axis_name, ..., to=to)`: the `AXIS_OPS` row of its surface-table entry
+    (`_surface.Collective.op`), applied leaf by leaf."""
+    op = f"st.{name}"
+    collective = _surface.collective(name)
+    assert collective is not None, name
+    rule = collective.op(to, op)
     axes = _axes(axis_name, op)
     jax_axis = axis_name if isinstance(axis_name, str) else axes
 
@@ -59,15 +65,8 @@ def _axis_op(rule: str, op: str, x: Any, axis_name: Any,
 
 
 def _full_manual_only(op: str) -> None:
-    """Unreduced/Reduced values exist only in full-manual shard_map: in a partial-manual one JAX
-    raises a bare AssertionError on every op on them (reference Q15, differential tests)."""
     mesh_axes, manual = _compat.current_mesh()
-    if len(manual) < len(mesh_axes):
-        raise error("SPMD403", f"{op}: Unreduced/Reduced values need a full-manual shard_map, "
-                    f"but only {list(manual)} of {list(mesh_axes)} are manual here (JAX fails "
-                    f"with a bare AssertionError on any op on such a value)", op=op,
-                    fix="make every mesh axis manual (st.shard_map without axis_names), or keep "
-                        "the value Varying")
+    _rules.check_full_manual_value(manual, mesh_axes, op=op)
 
 
 def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
@@ -86,36 +85,36 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
         ```
     """
     _no_groups(axis_index_groups, "st.psum")
-    return _axis_op("psum", "st.psum", x, axis_name, _compat.psum)
+    return _axis_op("psum", x, axis_name, _compat.psum)
 
 
 def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     """Typed `jax.lax.pmean` (Varying or Unreduced -> Invariant); see `psum`."""
     _no_groups(axis_index_groups, "st.pmean")
-    return _axis_op("pmean", "st.pmean", x, axis_name, _compat.pmean)
+    return _axis_op("pmean", x, axis_name, _compat.pmean)
 
 
 def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     """Typed `jax.lax.pmax` (Varying -> Invariant; Unreduced of kind max on jax 0.12)."""
     _no_groups(axis_index_groups, "st.pmax")
-    return _axis_op("pmax", "st.pmax", x, axis_name, _compat.pmax)
+    return _axis_op("pmax", x, axis_name, _compat.pmax)
 
 
 def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     """Typed `jax.lax.pmin` (Varying -> Invariant; Unreduced of kind min on jax 0.12)."""
     _no_groups(axis_index_groups, "st.pmin")
-    return _axis_op("pmin", "st.pmin", x, axis_name, _compat.pmin)
+    return _axis_op("pmin", x, axis_name, _compat.pmin)
 
 
 def ppermute(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
     """Typed `jax.lax.ppermute`: Varying -> Varying (send shard `src` to device `dst`)."""
-    return _axis_op("ppermute", "st.ppermute", x, axis_name,
+    return _axis_op("ppermute", x, axis_name,
                     lambda r, a: _compat.ppermute(r, a, perm))
 
 
 def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
     """Typed `jax.lax.pshuffle`: Varying -> Varying."""
-    return _axis_op("pshuffle", "st.pshuffle", x, axis_name,
+    return _axis_op("pshuffle", x, axis_name,
                     lambda r, a: _compat.pshuffle(r, a, perm))
 
 
@@ -124,8 +123,9 @@ def pbroadcast(x: Any, axis_name: Any, source: Any) -> Any:
 
     JAX has no CPU lowering for pbroadcast; it traces and type-checks everywhere.
     """
-    return _axis_op("pbroadcast", "st.pbroadcast", x, axis_name,
-                    lambda r, a: _compat.pbroadcast(r, a, source))
+    return _axis_op("pbroadcast", x, axis_name,
+                    # jax.lax.pbroadcast reads a str axis name as a sequence of one-letter axes
+                    lambda r, a: _compat.pbroadcast(r, (a,) if isinstance(a, str) else a, source))
 
 
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
@@ -137,18 +137,17 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     Unreduced and is reduced with `psum_scatter`).
     """
     _no_groups(axis_index_groups, "st.all_gather")
-    rule = _rules.all_gather_op(to)
     # check_vma=False: every value is Invariant to JAX; gather plainly (same data and program).
-    return _axis_op(rule, "st.all_gather", x, axis_name,
+    return _axis_op("all_gather", x, axis_name,
                     lambda r, a: _compat.all_gather(r, a, axis=axis, tiled=tiled,
-                                                    to="varying" if _vma_off() else to))
+                                                    to="varying" if in_vma_off() else to), to)
 
 
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
                  axis_index_groups: Any = None, tiled: bool = False) -> Any:
     """Typed `jax.lax.psum_scatter`: Varying or Unreduced -> Varying (summed, scattered)."""
     _no_groups(axis_index_groups, "st.psum_scatter")
-    return _axis_op("psum_scatter", "st.psum_scatter", x, axis_name,
+    return _axis_op("psum_scatter", x, axis_name,
                     lambda r, a: _compat.psum_scatter(r, a, scatter_dimension=scatter_dimension,
                                                       tiled=tiled))
 
@@ -157,13 +156,13 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
                axis_index_groups: Any = None, tiled: bool = False) -> Any:
     """Typed `jax.lax.all_to_all`: Varying -> Varying."""
     _no_groups(axis_index_groups, "st.all_to_all")
-    return _axis_op("all_to_all", "st.all_to_all", x, axis_name,
+    return _axis_op("all_to_all", x, axis_name,
                     lambda r, a: _compat.all_to_all(r, a, split_axis, concat_axis, tiled=tiled))
 
 
 def _cast_bind(to: str) -> Callable[[Any, Any], Any]:
     def bind(r: Any, a: Any) -> Any:
-        if _vma_off():
+        if in_vma_off():
             return r  # check_vma=False: JAX's casts are no-ops (and to='unreduced' raises)
         if to == "reduced" and (isinstance(r, (int, float)) or not hasattr(r, "dtype")):
             r = _compat.asarray_like(r, r)  # reference Q13: bare AssertionError on scalars
@@ -174,14 +173,13 @@ def _cast_bind(to: str) -> Callable[[Any, Any], Any]:
 
 def pvary(x: Any, axis_name: Any) -> Any:
     """Invariant -> Varying on the named axes (a free cast: `jax.lax.pcast(to="varying")`)."""
-    return _axis_op("pvary", "st.pvary", x, axis_name, _cast_bind("varying"))
+    return _axis_op("pvary", x, axis_name, _cast_bind("varying"))
 
 
 def pcast(x: Any, axis_name: Any, *, to: str) -> Any:
     """Typed `jax.lax.pcast`: the free casts I->V, R->V (`to="varying"`), I->R (`"reduced"`),
     V->U (`"unreduced"`). Python scalars are accepted (cast through `jnp.asarray`)."""
-    rule = _rules.pcast_op(to, "st.pcast")
-    return _axis_op(rule, "st.pcast", x, axis_name, _cast_bind(to))
+    return _axis_op("pcast", x, axis_name, _cast_bind(to), to)
 
 
 def axis_index(axis_name: Any) -> Any:
@@ -197,5 +195,7 @@ def axis_size(axis_name: Any) -> int:
     return _compat.axis_size(axis_name if isinstance(axis_name, str) else axes)
 
 
-__all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
-           "pmean", "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pvary"]
+#: every collective and cast of the surface table (`_surface.COLLECTIVE_NAMES`)
+__all__ = sorted(_surface.COLLECTIVE_NAMES)  # noqa: PLE0605
+_missing = [n for n in __all__ if n not in globals()]
+assert not _missing, f"_collectives lacks surface-table collectives {_missing}"

@@ -7,6 +7,7 @@ names the version and why.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from typing import Any
 
@@ -15,6 +16,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec
 
+from . import _hints
 from ._hints import state_class
 from ._rules import INVARIANT, JAX_0_10, JAX_0_12, Features, SpmdType
 
@@ -93,6 +95,9 @@ def typeof_raw_or_none(x: Any) -> SpmdType | None:
     return None
 
 
+_hints.register_raw_typeof(typeof_raw_or_none)
+
+
 def current_mesh() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(mesh axis names, manual axis names) of the enclosing shard_map; ((), ()) outside."""
     # jax.sharding.get_abstract_mesh is public in 0.10 and 0.12; inside shard_map the manual
@@ -152,6 +157,57 @@ def shard_map(f: Any, *, mesh: Any, in_specs: Any, out_specs: Any, axis_names: A
     if axis_names:
         kw["axis_names"] = set(axis_names)
     return jax.shard_map(f, **kw)
+
+
+#: `jax.shard_map`'s default `in_specs` (0.10 and 0.12: `jax.sharding.Infer` in its repr, not
+#: an attribute of the public module; read from the signature): infer the specs from the
+#: arguments' shardings (needs an Explicit mesh).
+INFER: Any = inspect.signature(jax.shard_map).parameters["in_specs"].default
+
+
+def context_mesh(concrete: bool = False) -> Any:
+    """The mesh `jax.set_mesh` made current (None when there is none): the abstract mesh, or
+    with `concrete=True` (outside `jax.jit` only) the `Mesh` with devices."""
+    # jax.sharding.get_mesh / get_abstract_mesh are public in 0.10 and 0.12; get_mesh raises
+    # inside jax.jit, where only the abstract mesh exists.
+    if concrete:
+        try:
+            m = jax.sharding.get_mesh()
+        except ValueError:
+            m = None
+        if m is not None and getattr(m, "axis_names", ()):
+            return m
+    m = jax.sharding.get_abstract_mesh()
+    return m if getattr(m, "axis_names", ()) else None
+
+
+def inferred_specs(args: Any) -> tuple[Any, ...]:
+    """`in_specs=jax.sharding.Infer` resolved as JAX resolves it: each argument leaf's
+    sharding spec (P() for a leaf without one, e.g. a ShapeDtypeStruct or a Python scalar)."""
+    def spec(leaf: Any) -> Any:
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is None:
+            try:
+                sharding = jax.typeof(leaf).sharding
+            except TypeError:
+                sharding = None
+        return getattr(sharding, "spec", None) or PartitionSpec()
+
+    return tuple(jax.tree_util.tree_map(spec, a) for a in args)
+
+
+def staged_shard_map_eqn(out: Any) -> Any:
+    """The `shard_map` equation that produced the traced outputs `out` in the current jaxpr
+    trace (None when `out` is not from one, e.g. under an eager grad or vmap)."""
+    # DynamicJaxprTracer.parent (private, 0.10 and 0.12): the TracingEqn that produced the
+    # tracer, with .primitive and .params (the inner `jaxpr`, in/out specs) as in a jaxpr.
+    for leaf in jax.tree_util.tree_leaves(out):
+        eqn = getattr(leaf, "parent", None)
+        if eqn is not None and str(getattr(eqn, "primitive", "")) == "shard_map" \
+                and "jaxpr" in getattr(eqn, "params", {}):
+            return eqn
+        return None
+    return None
 
 
 def spec_parts(spec: Any) -> tuple[tuple[str, ...], frozenset[str], frozenset[str], str | None]:
@@ -238,3 +294,16 @@ def aval_type(aval: Any) -> SpmdType:
     """The manual-axis state recorded in an abstract value (Invariant when it has none)."""
     mat = getattr(aval, "manual_axis_type", None)
     return SpmdType() if mat is None else mat_to_spmd(mat)
+
+
+def register_value_handler(cls: type, handler: Any) -> None:
+    """Let `jax.lax` primitives accept instances of `cls`: `Primitive.bind` canonicalises each
+    argument through `jax._src.dtypes.canonicalize_value` (jax 0.10.2 and 0.12: private API,
+    the only hook that turns a non-array object into a JAX value at bind time; `__jax_array__`
+    is refused there since jax 0.8)."""
+    from jax._src import core, dtypes
+
+    dtypes.register_canonicalize_value_handler(cls, handler)
+    # `jax.typeof(x)` (used before bind by lax.dot_general's resharding and others): the raw
+    # value's type; jax 0.10.2 and 0.12 look the class up in this private table first
+    core.pytype_aval_mappings[cls] = lambda x: core.typeof(x.raw)

@@ -66,6 +66,7 @@ def _cast(leaf: Any, frm: SpmdType, to: SpmdType) -> Any:
 
 
 def _pred_req(*preds: Any) -> SpmdType:
+    """The state a condition/predicate/trip count imposes: Varying where any of them varies."""
     varying: frozenset[str] = frozenset()
     for p in preds:
         if p is not None:
@@ -75,14 +76,8 @@ def _pred_req(*preds: Any) -> SpmdType:
 
 def _pred_join(ts: Sequence[SpmdType], paths: Sequence[str], req: SpmdType, op: str,
                what: str) -> list[SpmdType]:
-    """Each type made Varying on the axes a condition/predicate varies over (SPMD302 for an
-    Unreduced one: no cast keeps partial sums meaningful when devices take different paths)."""
-    if not req.varying:
-        return list(ts)
-    here = "in the branches" if what == "predicate" else "in the loop"
-    label = f"under a {what} Varying over {sorted(req.varying)}"
-    return [_rules.join_carry(t, t.with_states(req.varying, _rules.V), op=op, what=path,
-                              labels=(here, label))
+    """Each type widened under a `what` of state `req` (`_rules.widen_under_predicate`)."""
+    return [_rules.widen_under_predicate(t, req, op=op, what=what, path=path)
             for t, path in zip(ts, paths, strict=True)]
 
 
@@ -150,7 +145,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
     def run(types: list[SpmdType]) -> Any:
         def raw_body(i: Any, raw_carry: Any) -> Any:
             out = body_fun(checked(op, i, typeof(i)), tree.typed(raw_carry, types, op))
-            return _fit_outputs(out, tree, types, op, ("before the body", "after the body"))
+            return _fit_outputs(out, tree, types, op, _rules.BODY_LABELS)
 
         kw = {} if unroll is None else {"unroll": unroll}
         return jax.lax.fori_loop(lo, hi, raw_body, _cast_init(tree, types), **kw)
@@ -192,7 +187,7 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
 
         def raw_body(raw_carry: Any) -> Any:
             out = body_fun(tree.typed(raw_carry, types, op))
-            return _fit_outputs(out, tree, types, op, ("before the body", "after the body"))
+            return _fit_outputs(out, tree, types, op, _rules.BODY_LABELS)
 
         return jax.lax.while_loop(raw_cond, raw_body, _cast_init(tree, types))
 
@@ -235,7 +230,7 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
                 raise TypeError(f"{op}: the body must return a pair (carry, y), got "
                                 f"{type(out).__name__}")
             carry, y = out
-            raw_c = _fit_outputs(carry, tree, types, op, ("before the body", "after the body"))
+            raw_c = _fit_outputs(carry, tree, types, op, _rules.BODY_LABELS)
             y_leaves, y_def = jax.tree_util.tree_flatten(y, is_leaf=is_typed)
             y_info["types"], y_info["treedef"] = [typeof(v) for v in y_leaves], y_def
             return raw_c, [unwrap(v) for v in y_leaves]
@@ -280,9 +275,9 @@ def _branches(op: str, pred: Any, fns: Sequence[Callable[..., Any]], operands: t
                               for g, p in zip(got, paths, strict=True)]
                     cur["target"] = target
                 else:
-                    prev = ", ".join(str(i) for i in cur["seen"]) or "0"
-                    joined = [_rules.join_carry(t, g, op=op, what=p, labels=(
-                        f"in branch {prev}", f"in branch {k}")) for t, g, p in zip(target, got, paths, strict=True)]
+                    labels = _rules.branch_labels(cur["seen"], k)
+                    joined = [_rules.join_carry(t, g, op=op, what=p, labels=labels)
+                              for t, g, p in zip(target, got, paths, strict=True)]
                     if joined != target:
                         raise _Widen(joined)
                 cur["seen"].append(k)

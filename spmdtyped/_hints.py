@@ -7,19 +7,26 @@ the covariant case (a value less varying than the hint; its verdict is cached pe
 classes, one dict lookup) and for raw JAX values inside shard_map, whose state is read from
 JAX each time.
 
-Imports no JAX: operator methods reach `_array` lazily, raw-value checks go through
-`_compat` only when JAX is already imported.
+Imports no JAX, and nothing above it: the operator dunders are generated from the surface
+table (`_surface.OPERATORS`) and call the operations the JAX layer registers
+(`register_operations`, called by `_array` on import); raw JAX values are read by the
+function `_compat` registers (`register_raw_typeof`). When a typed value is used before the
+JAX layer was imported (`st.Varying["dp"](x) + 1` with nothing else loaded), the layer is
+loaded by name, and registers itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import importlib
 import re
 import sys
 import typing
 from collections.abc import Callable
 from typing import Any
 
+from . import _surface
 from ._errors import error
 from ._rules import INVARIANT, SpmdType
 
@@ -31,20 +38,61 @@ _class_hooks: list[Callable[[type], None]] = []
 _made: list[type] = []
 
 
-#: `_compat.typeof_raw_or_none`, bound on first use (a function-level import per check cost
-#: ~1 us of the per-argument budget)
+def on_state_class(hook: Callable[[type], None]) -> None:
+    """Call `hook` with every state class made so far and with each one made later."""
+    for cls in list(_made):
+        hook(cls)
+    _class_hooks.append(hook)
+
+
+@dataclasses.dataclass(frozen=True)
+class Operations:
+    """What the operator dunders and attribute access of typed values call (the JAX layer).
+
+    - `binary(rule, a, b, *, op, bind)`: a binary operator (`_array.binary`);
+    - `unary(rule, x, bind, *, op)`: a unary operator (`_array.unary_op`);
+    - `getitem(x, idx)`, `getattr(x, name)`: indexing and methods/properties.
+    """
+
+    binary: Callable[..., Any]
+    unary: Callable[..., Any]
+    getitem: Callable[[Any, Any], Any]
+    getattr: Callable[[Any, str], Any]
+
+
+_OPERATIONS: list[Operations] = []
+#: the JAX layer: importing it registers the operations and the raw-value reader
+_JAX_LAYER = __name__.rpartition(".")[0] + "._array"
+
+
+def register_operations(ops: Operations) -> None:
+    """Called once by the JAX layer (`_array`) on import."""
+    _OPERATIONS[:] = [ops]
+
+
+def _ops() -> Operations:
+    if not _OPERATIONS:
+        importlib.import_module(_JAX_LAYER)
+    return _OPERATIONS[0]
+
+
+#: `_compat.typeof_raw_or_none`, registered by `_compat` on import
 _typeof_raw_or_none: Callable[[object], SpmdType | None] | None = None
+
+
+def register_raw_typeof(fn: Callable[[object], SpmdType | None]) -> None:
+    """Called once by `_compat` on import: how to read the state of a raw JAX value."""
+    global _typeof_raw_or_none
+    _typeof_raw_or_none = fn
 
 
 def _raw_typeof(obj: object) -> SpmdType | None:
     """The state of a raw JAX value (None when `obj` is not one, or JAX is not in use)."""
-    global _typeof_raw_or_none
     if _typeof_raw_or_none is None:
         if "jax" not in sys.modules:
             return None
-        from . import _compat
-
-        _typeof_raw_or_none = _compat.typeof_raw_or_none
+        importlib.import_module(_JAX_LAYER)
+    assert _typeof_raw_or_none is not None
     return _typeof_raw_or_none(obj)
 
 
@@ -164,47 +212,49 @@ class SArray(metaclass=_StateMeta):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        return _ops().getattr_(self, name)
+        return _ops().getattr(self, name)
 
 
-_OPS: Any = None
+def _binop(row: _surface.Row, reflected: bool) -> Callable[[SArray, Any], Any]:
+    rule, op = row.rule, f"operator {row.symbol}"
 
+    if reflected:
+        def method(self: SArray, other: Any) -> Any:
+            return _ops().binary(rule, other, self, op=op)
+    else:
+        def method(self: SArray, other: Any) -> Any:
+            return _ops().binary(rule, self, other, op=op)
 
-def _ops() -> Any:
-    global _OPS
-    if _OPS is None:
-        from . import _array
-
-        _OPS = _array
-    return _OPS
-
-
-def _binop(name: str, reflected: bool = False) -> Callable[[SArray, Any], Any]:
-    def method(self: SArray, other: Any) -> Any:
-        return _ops().binary(name, other, self) if reflected else _ops().binary(name, self, other)
-
-    method.__name__ = f"__{'r' if reflected else ''}{name}__"
+    method.__name__ = method.__qualname__ = row.reflected if reflected else row.name  # type: ignore[assignment]
     return method
 
 
-for _n, _m in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
-               ("matmul", "matmul"), ("pow", "pow")):
-    setattr(SArray, f"__{_n}__", _binop(_m))
-    setattr(SArray, f"__r{_n}__", _binop(_m, reflected=True))
-for _n, _m in (("and", "and"), ("or", "or"), ("xor", "xor"), ("mod", "mod"),
-               ("floordiv", "floordiv")):
-    setattr(SArray, f"__{_n}__", _binop(_m))
-    setattr(SArray, f"__r{_n}__", _binop(_m, reflected=True))
-for _n, _m in (("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge"), ("eq", "eq"), ("ne", "ne")):
-    setattr(SArray, f"__{_n}__", _binop(_m))
+def _unop(row: _surface.Row) -> Callable[[SArray], Any]:
+    rule = row.rule
+
+    def method(self: SArray) -> Any:
+        return _ops().unary(rule, self, op=rule)
+
+    method.__name__ = method.__qualname__ = row.name
+    return method
+
+
+# the operators of the surface table, every one (tests/test_surface.py checks each)
+for _row in _surface.OPERATORS:
+    setattr(SArray, _row.name, _binop(_row, reflected=False))
+    if _row.reflected:
+        setattr(SArray, _row.reflected, _binop(_row, reflected=True))
+for _row in _surface.UNARY_OPERATORS:
+    setattr(SArray, _row.name, _unop(_row))
 # elementwise == makes typed values unhashable, like JAX arrays
 SArray.__hash__ = None  # type: ignore[assignment]
-SArray.__invert__ = lambda self: _ops().unary_op("logical_not", self)  # type: ignore[attr-defined]
-SArray.__neg__ = lambda self: _ops().unary_op("neg", self)  # type: ignore[attr-defined]
-SArray.__pos__ = lambda self: self  # type: ignore[attr-defined]
 SArray.__getitem__ = lambda self, idx: _ops().getitem(self, idx)  # type: ignore[attr-defined]
-SArray.__abs__ = lambda self: _ops().unary_op("abs", self)  # type: ignore[attr-defined]
 SArray.__len__ = lambda self: len(self.raw)  # type: ignore[attr-defined]
+
+
+def is_state_class(tp: object) -> bool:
+    """Whether `tp` is a state class (the class of a typed value, or a hint family)."""
+    return isinstance(tp, _StateMeta)
 
 
 @functools.cache

@@ -35,7 +35,7 @@ import jaxtyping
 
 from . import _hints
 from ._errors import error
-from ._hints import _StateMeta, describe_mismatch, spmd_type_of
+from ._hints import describe_mismatch, is_state_class, spmd_type_of
 
 _TOKEN = re.compile(r"\S*\([^)]*\)\S*|\S+")
 _PARTITIONED = re.compile(r"^(?P<dim>[^/]+)/(?P<axes>[A-Za-z_][\w\-]*|\([^)]*\))$")
@@ -134,7 +134,7 @@ class _DtypeFamily:
 
 @functools.cache
 def _combined(family: str, state: Any, dims: str) -> type:
-    if not isinstance(state, _StateMeta):
+    if not is_state_class(state):
         raise error("SPMD504", f"st.{family}[state, dims]: {state!r} is not a state hint (use "
                     f"Varying['dp'], Typed[...], Invariant)")
     global_dims, axes = _parse(dims, family)

@@ -10,12 +10,14 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
-from . import _compat, _rules
+from . import _compat, _rules, _specs
 from ._array import is_typed, typeof, unwrap, vma_off, wrap
-from ._errors import SpmdTypeError, error
+from ._errors import SpmdTypeError, error, error_context
+from ._jax_errors import jax_errors
 
 
-def _is_spec_leaf(s: Any) -> bool:
+def is_spec_leaf(s: Any) -> bool:
+    """A leaf of an in_specs/out_specs pytree: a PartitionSpec or None."""
     return s is None or isinstance(s, PartitionSpec)
 
 
@@ -26,9 +28,9 @@ def _broadcast_prefix(specs: Any, tree: Any, what: str, where: str) -> list[tupl
         jax.tree_util.tree_map(
             lambda spec, sub: pairs.extend(
                 (spec, leaf) for leaf in jax.tree_util.tree_leaves(sub, is_leaf=is_typed)),
-            specs, tree, is_leaf=_is_spec_leaf)
+            specs, tree, is_leaf=is_spec_leaf)
     except (ValueError, TypeError) as e:
-        s_def = jax.tree_util.tree_structure(specs, is_leaf=_is_spec_leaf)
+        s_def = jax.tree_util.tree_structure(specs, is_leaf=is_spec_leaf)
         t_def = jax.tree_util.tree_structure(tree, is_leaf=is_typed)
         raise error("SPMD402", f"{where}: {what} do not match the structure of the "
                     f"{'arguments' if what == 'in_specs' else 'outputs'}", op="st.shard_map",
@@ -37,19 +39,21 @@ def _broadcast_prefix(specs: Any, tree: Any, what: str, where: str) -> list[tupl
     return pairs
 
 
-def _spec_str(spec: Any) -> str:
-    return "P()" if spec is None else repr(spec).replace("PartitionSpec", "P")
-
-
-def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_specs: Any = None,
-              mesh: Any, axis_names: Any = frozenset(), check_vma: bool = True) -> Any:
+def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
+              in_specs: Any = _compat.INFER, mesh: Any = None, axis_names: Any = frozenset(),
+              check_vma: bool = True) -> Any:
     """Typed `jax.shard_map`: `f` receives typed values, returns typed (or raw) values.
 
-    Same signature and semantics as `jax.shard_map` (decorator form too). Inputs are typed
+    Same signature, defaults and semantics as `jax.shard_map` (decorator form too): `mesh`
+    defaults to the mesh of `jax.set_mesh(...)`, `in_specs` to `jax.sharding.Infer` (the
+    arguments' own shardings). Without `out_specs` (or without `in_specs`, when hints name
+    dimensions: `st.Float[Varying["dp"], "batch/dp d"]`) the specs are derived from f's hints,
+    pytrees of parameters included. Inputs are typed
     from `in_specs`: `P("dp")` gives `Varying["dp"]`, `P(reduced={"tp"})` gives
     `Reduced["tp"]`, `P(unreduced={"tp"})` gives `Unreduced["tp"]`. Outputs are checked
     against `out_specs` with an SPMD error (SPMD401) before JAX's own check. The result is raw
-    JAX arrays; the compiled program is the one `jax.shard_map` builds.
+    JAX arrays; the compiled program is the one `jax.shard_map` builds. JAX's own manual-axis
+    errors are raised as SpmdTypeErrors (`_jax_errors.TABLE`).
 
     **Raises:** `BoundaryError` (SPMD401/402/403), `UsageError` (SPMD501 unknown axis in a spec).
 
@@ -63,58 +67,92 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any, in_spec
     if f is None:
         return functools.partial(shard_map, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
                                  axis_names=axis_names, check_vma=check_vma)
-    mesh_axes = _compat.mesh_axis_names(mesh)
+    if out_specs is None or (in_specs is _compat.INFER and _specs.names_dimensions(f)):
+        # derived from the hints at the first call (`_specs.derive`); an omitted in_specs too
+        # (JAX's Infer cannot type the pytree classes the out_specs are derived from)
+        derive_in = None if in_specs is _compat.INFER else in_specs
+        return _specs.deferred(shard_map, f, in_specs=derive_in, out_specs=out_specs, mesh=mesh,
+                               axis_names=axis_names, check_vma=check_vma)
     if isinstance(axis_names, (str, tuple, list)) and not isinstance(axis_names, (set, frozenset)):
         axis_names = {axis_names} if isinstance(axis_names, str) else set(axis_names)
-    manual = tuple(a for a in mesh_axes if not axis_names or a in axis_names)
-    _rules.check_axes_known(tuple(axis_names), "st.shard_map(axis_names=...)", mesh_axes)
-    name = getattr(f, "__name__", repr(f))
+    name = getattr(f, "__name__", None) or getattr(getattr(f, "func", None), "__name__", repr(f))
     where = f"st.shard_map({name})"
-    _check_spec_axes(in_specs, mesh_axes, where, "in_specs")
-    _check_spec_axes(out_specs, mesh_axes, where, "out_specs")
-    if len(manual) < len(mesh_axes):  # reference Q15: U/R in partial-manual -> bare asserts
-        for spec in jax.tree_util.tree_leaves(in_specs, is_leaf=_is_spec_leaf):
-            if isinstance(spec, PartitionSpec) and any(_compat.spec_parts(spec)[1:3]):
-                raise error("SPMD403", f"{where}: in_specs {_spec_str(spec)} gives an Unreduced/"
-                            f"Reduced input, which needs a full-manual shard_map (manual axes: "
-                            f"{list(manual)})", op="st.shard_map",
-                            fix="drop axis_names (make every mesh axis manual)")
+    if mesh is not None:
+        _check_mesh_specs(mesh, in_specs, out_specs, axis_names, where)
+    built: dict[Any, Callable[..., Any]] = {}
 
-    def spec_type(spec: Any) -> _rules.SpmdType:
-        part, un, red, kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
-        return _rules.in_spec_type(part, un, red, manual, kind)
+    def build(m: Any, specs: Any) -> Callable[..., Any]:
+        mesh_axes = _compat.mesh_axis_names(m)
+        manual = tuple(a for a in mesh_axes if not axis_names or a in axis_names)
 
-    def body(*raw_args: Any) -> Any:
-        if check_vma:
-            # the state JAX gives each argument (equal to spec_type(spec): JAX is the truth)
-            args = jax.tree_util.tree_map(wrap, raw_args)
-            out = f(*args)
-        else:
-            # check_vma=False: JAX types everything Invariant; spmdtyped tracks the states from
-            # the specs itself, and still checks collectives and outputs.
-            specs = in_specs if in_specs is not None else PartitionSpec()
-            if _is_spec_leaf(specs):
-                specs = tuple(specs for _ in raw_args)
-            args = jax.tree_util.tree_map(
-                lambda spec, sub: jax.tree_util.tree_map(lambda r: wrap(r, spec_type(spec)), sub),
-                specs, tuple(raw_args), is_leaf=_is_spec_leaf)
-            with vma_off():
-                out = f(*args)
-        check_outputs(out, out_specs, manual, where)
-        return unwrap(out)
+        def spec_type(spec: Any) -> _rules.SpmdType:
+            part, un, red, kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
+            return _rules.in_spec_type(part, un, red, manual, kind)
 
-    smapped = _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                axis_names=axis_names, check_vma=check_vma)
+        def body(*raw_args: Any) -> Any:
+            with jax_errors(where):
+                if check_vma:
+                    # the state JAX gives each argument (equal to spec_type(spec): JAX is the truth)
+                    args = jax.tree_util.tree_map(wrap, raw_args)
+                    out = f(*args)
+                else:
+                    # check_vma=False: JAX types everything Invariant; spmdtyped tracks the states
+                    # from the specs itself, and still checks collectives and outputs.
+                    sp = specs if specs is not None else PartitionSpec()
+                    if is_spec_leaf(sp):
+                        sp = tuple(sp for _ in raw_args)
+                    args = jax.tree_util.tree_map(
+                        lambda spec, sub: jax.tree_util.tree_map(lambda r: wrap(r, spec_type(spec)), sub),
+                        sp, tuple(raw_args), is_leaf=is_spec_leaf)
+                    with vma_off():
+                        out = f(*args)
+            check_outputs(out, out_specs, manual, where)
+            return unwrap(out)
+
+        return _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                 axis_names=axis_names, check_vma=check_vma)
 
     @functools.wraps(f)
     def wrapped(*args: Any) -> Any:
-        check_in_structure(in_specs, args, where, "st.shard_map")
+        m = mesh if mesh is not None else _compat.context_mesh()
+        if m is None:
+            # TODO(lead): a code of its own (proposed SPMD508 "no-mesh")
+            raise error("SPMD506", f"{where}: no mesh: mesh= was not given and no mesh is set",
+                        op="st.shard_map",
+                        fix="pass mesh=..., or call inside `with jax.set_mesh(mesh):`")
         raw_args = unwrap(list(args))
-        with in_spec_errors(where, "st.shard_map"):
-            return smapped(*raw_args)
+        specs = _compat.inferred_specs(tuple(raw_args)) if in_specs is _compat.INFER else in_specs
+        if mesh is None:
+            _check_mesh_specs(m, specs, out_specs, axis_names, where)
+        check_in_structure(specs, args, where, "st.shard_map")
+        key = (id(m), str(m), repr(specs) if in_specs is _compat.INFER else None)
+        if key not in built:
+            built[key] = build(m, specs)
+        manual = tuple(a for a in _compat.mesh_axis_names(m) if not axis_names or a in axis_names)
+        with error_context(function=name, mesh=m, manual=manual), \
+                in_spec_errors(where, "st.shard_map"), jax_errors(where):
+            return built[key](*raw_args)
 
-    wrapped.__wrapped_shard_map__ = smapped  # type: ignore[attr-defined]
+    if mesh is not None and in_specs is not _compat.INFER:
+        wrapped.__wrapped_shard_map__ = build(mesh, in_specs)  # type: ignore[attr-defined]
     return wrapped
+
+
+def _check_mesh_specs(mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
+                      where: str) -> None:
+    """Unknown axes in the specs or axis_names (SPMD501); Unreduced/Reduced in_specs of a
+    partial-manual shard_map (SPMD403)."""
+    mesh_axes = _compat.mesh_axis_names(mesh)
+    manual = tuple(a for a in mesh_axes if not axis_names or a in axis_names)
+    _rules.check_axes_known(tuple(axis_names), "st.shard_map(axis_names=...)", mesh_axes)
+    if in_specs is not _compat.INFER:
+        check_spec_axes(in_specs, mesh_axes, where, "in_specs")
+        for spec in jax.tree_util.tree_leaves(in_specs, is_leaf=is_spec_leaf):
+            if isinstance(spec, PartitionSpec):
+                _, un, red, _ = _compat.spec_parts(spec)
+                _rules.check_full_manual(un, red, manual, mesh_axes, where=where,
+                                         spec=_rules.spec_text(spec))
+    check_spec_axes(out_specs, mesh_axes, where, "out_specs")
 
 
 @contextlib.contextmanager
@@ -137,7 +175,7 @@ def in_spec_errors(where: str, op: str) -> Iterator[None]:
 
 def check_in_structure(in_specs: Any, args: tuple[Any, ...], where: str, op: str) -> None:
     """SPMD402 unless `in_specs` is a pytree prefix of the positional arguments."""
-    if in_specs is None or _is_spec_leaf(in_specs):
+    if in_specs is None or is_spec_leaf(in_specs):
         return
     if isinstance(in_specs, tuple) and len(in_specs) != len(args):
         raise error("SPMD402", f"{where}: in_specs has {len(in_specs)} entries for {len(args)} "
@@ -152,11 +190,11 @@ def check_outputs(out: Any, out_specs: Any, manual: tuple[str, ...], where: str,
     for i, (spec, leaf) in enumerate(_broadcast_prefix(out_specs, out, "out_specs", where)):
         part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
         t = types[i] if types is not None else typeof(leaf)
-        _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_spec_str(spec))
+        _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_rules.spec_text(spec))
 
 
-def _check_spec_axes(specs: Any, mesh_axes: tuple[str, ...], where: str, what: str) -> None:
-    for spec in jax.tree_util.tree_leaves(specs, is_leaf=_is_spec_leaf):
+def check_spec_axes(specs: Any, mesh_axes: tuple[str, ...], where: str, what: str) -> None:
+    for spec in jax.tree_util.tree_leaves(specs, is_leaf=is_spec_leaf):
         if isinstance(spec, PartitionSpec):
             part, un, red, _ = _compat.spec_parts(spec)
             _rules.check_axes_known(tuple(part) + tuple(sorted(un)) + tuple(sorted(red)),

@@ -31,11 +31,13 @@ from typing import Any
 import jax
 import jax.lax as _jlax
 
-from . import _collectives, _compat
-from ._array import is_typed
+from . import _collectives, _compat, _rules, _surface
+from ._array import is_typed, operand
+from ._errors import error
+from ._jax_errors import jax_errors
 
-__all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
-           "pmean", "pmin", "ppermute", "psum", "psum_scatter", "pshuffle"]
+#: the collectives of the surface table that `spmdtyped.lax` checks (`_surface.LAX_NAMES`)
+__all__ = sorted(_surface.LAX_NAMES)  # noqa: PLE0605
 
 #: the names this module checks; every other `jax.lax` attribute is forwarded unchanged
 CHECKED = tuple(__all__)
@@ -56,9 +58,11 @@ _STATE = threading.local()
 def _inside() -> Iterator[None]:
     # while a checked call runs, nested calls (spmdtyped binding through a routed jax.lax)
     # are jax.lax's own
+    # and JAX's manual-axis errors are raised as SpmdTypeErrors (JAX's chained)
     _STATE.depth = getattr(_STATE, "depth", 0) + 1
     try:
-        yield
+        with jax_errors("spmdtyped.lax"):
+            yield
     finally:
         _STATE.depth -= 1
 
@@ -75,6 +79,29 @@ def _checking(x: Any = None) -> bool:
         if leaves and all(isinstance(leaf, (int, float, complex)) for leaf in leaves):
             return False
     return True
+
+
+def _tree_bind(rule: str, x: Any, axis_name: Any, bind: Any) -> Any:
+    """A collective on a pytree of several leaves, bound as `jax.lax` binds it: every leaf is
+    checked with the rule table first, then one `jax.lax` call takes the whole tree (JAX binds
+    all leaves' psums before the divides of a pmean; per-leaf binding would lower differently)."""
+    op = f"st.{rule}"
+    axes = _rules.normalize_axes(axis_name, op)
+    mesh_axes, manual = _compat.current_mesh()
+    _rules.check_axes_known(axes, op, manual, mesh_axes)
+    for leaf in jax.tree_util.tree_leaves(x, is_leaf=is_typed):
+        _, t = operand(leaf)
+        out_t = _rules.axis_op(rule, t if isinstance(t, _rules.SpmdType) else _rules.INVARIANT,
+                               axes, _compat.FEATURES, op=op)
+        if (out_t.unreduced or out_t.reduced) and len(manual) < len(mesh_axes):
+            raise error("SPMD403", f"{op}: Unreduced/Reduced values need a full-manual "
+                        f"shard_map, but only {list(manual)} of {list(mesh_axes)} are manual",
+                        op=op, fix="make every mesh axis manual, or keep the value Varying")
+    return bind(_raw(x))
+
+
+def _many(x: Any, axis_index_groups: Any) -> bool:
+    return axis_index_groups is None and len(jax.tree_util.tree_leaves(x, is_leaf=is_typed)) > 1
 
 
 def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
@@ -97,6 +124,8 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     if not _checking(x):
         return _J.psum(x, axis_name, axis_index_groups=axis_index_groups)
     with _inside():
+        if _many(x, axis_index_groups):
+            return _tree_bind("psum", x, axis_name, lambda r: _J.psum(r, axis_name))
         return _raw(_collectives.psum(x, axis_name, axis_index_groups=axis_index_groups))
 
 
@@ -105,6 +134,8 @@ def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     if not _checking(x):
         return _J.pmean(x, axis_name, axis_index_groups=axis_index_groups)
     with _inside():
+        if _many(x, axis_index_groups):
+            return _tree_bind("pmean", x, axis_name, lambda r: _J.pmean(r, axis_name))
         return _raw(_collectives.pmean(x, axis_name, axis_index_groups=axis_index_groups))
 
 
@@ -113,6 +144,8 @@ def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     if not _checking(x):
         return _J.pmax(x, axis_name, axis_index_groups=axis_index_groups)
     with _inside():
+        if _many(x, axis_index_groups):
+            return _tree_bind("pmax", x, axis_name, lambda r: _J.pmax(r, axis_name))
         return _raw(_collectives.pmax(x, axis_name, axis_index_groups=axis_index_groups))
 
 
@@ -121,6 +154,8 @@ def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     if not _checking(x):
         return _J.pmin(x, axis_name, axis_index_groups=axis_index_groups)
     with _inside():
+        if _many(x, axis_index_groups):
+            return _tree_bind("pmin", x, axis_name, lambda r: _J.pmin(r, axis_name))
         return _raw(_collectives.pmin(x, axis_name, axis_index_groups=axis_index_groups))
 
 
@@ -132,6 +167,8 @@ def ppermute(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
     if not _checking(x):
         return _J.ppermute(x, axis_name, perm)
     with _inside():
+        if _many(x, None):
+            return _tree_bind("ppermute", x, axis_name, lambda r: _J.ppermute(r, axis_name, perm))
         return _raw(_collectives.ppermute(x, axis_name, perm))
 
 
@@ -215,6 +252,10 @@ def axis_size(axis_name: Any) -> int:
         return int(_J.axis_size(axis_name))
     with _inside():
         return _collectives.axis_size(axis_name)
+
+
+_missing = [n for n in __all__ if n not in globals()]
+assert not _missing, f"spmdtyped.lax lacks surface-table collectives {_missing}"
 
 
 def __getattr__(name: str) -> Any:

@@ -18,22 +18,24 @@ Softmax-like functions reduce over local dimensions only (`axis`), never over me
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
+from . import _surface
 from ._array import unary_op, unwrap
-from ._rules import ELEMENTWISE, NN_FUNCTIONS
+from ._rules import ELEMENTWISE
 
-#: st.nn function -> its `_rules.ELEMENTWISE` rule: `_rules.NN_FUNCTIONS`, the one table (read
-#: by the mypy plugin and the docs too)
-RULES: dict[str, str] = NN_FUNCTIONS
+#: st.nn function -> its `_rules.ELEMENTWISE` rule, from the surface table's `st.nn` rows
+#: (`_surface.NN`, read by the mypy plugin and the docs too)
+RULES: dict[str, str] = {r.name: r.rule for r in _surface.NN if r.rule is not None}
 
 
-def _make(name: str, jfn: Callable[..., Any]) -> Callable[..., Any]:
+def _make(row: _surface.Row) -> Callable[..., Any]:
+    name, rule_name = row.name, RULES[row.name]
     op = f"st.nn.{name}"
-    rule_name = RULES[name]
     rule = ELEMENTWISE[rule_name]
+    jfn = getattr(jax.nn, row.jax.removeprefix("jax.nn."))
 
     def f(x: Any, *args: Any, **kwargs: Any) -> Any:
         args = tuple(unwrap(a) for a in args)
@@ -53,15 +55,19 @@ def _make(name: str, jfn: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-relu = _make("relu", jax.nn.relu)
-gelu = _make("gelu", jax.nn.gelu)
-silu = _make("silu", jax.nn.silu)
-sigmoid = _make("sigmoid", jax.nn.sigmoid)
-softplus = _make("softplus", jax.nn.softplus)
-softmax = _make("softmax", jax.nn.softmax)
-log_softmax = _make("log_softmax", jax.nn.log_softmax)
-logsumexp = _make("logsumexp", jax.nn.logsumexp)
-one_hot = _make("one_hot", jax.nn.one_hot)
+for _row in _surface.NN:
+    globals()[_row.name] = _make(_row)
+
+if TYPE_CHECKING:  # made in the loop above; declared for type checkers
+    gelu: Callable[..., Any]
+    log_softmax: Callable[..., Any]
+    logsumexp: Callable[..., Any]
+    one_hot: Callable[..., Any]
+    relu: Callable[..., Any]
+    sigmoid: Callable[..., Any]
+    silu: Callable[..., Any]
+    softmax: Callable[..., Any]
+    softplus: Callable[..., Any]
 
 assert set(RULES) == {n for n, v in globals().items() if getattr(v, "__module__", None) == __name__
                       and callable(v) and not n.startswith("_")}

@@ -7,8 +7,8 @@ and returns a typed value whose state comes from the rule table: `_rules.ELEMENT
 `_array.binary` and `_array.nary`, or `_rules.constructor_type` for constructors. In check
 mode each result's state is compared with JAX's own (SPMD901).
 
-Each function's rule and binding come from `_rules.NUMPY_FUNCTIONS` / `_rules.NUMPY_BINDINGS`
-(plain data, read by the mypy plugin and the docs too); `RULES` is that table.
+Each function is built from its row of the surface table (`_surface.NUMPY`: rule, binding,
+JAX function), which the mypy plugin and the docs read too; `RULES` is name -> rule.
 
 !!! Example
     ```python
@@ -25,27 +25,28 @@ from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
 
-from . import _compat, _rules
+from . import _compat, _rules, _surface
 from ._array import binary, checked, is_typed, nary, operand, typeof, unary_op, unwrap
-from ._array import mean as _mean
+from ._array import mean as array_mean
 from ._rules import LITERAL, SpmdType
 
-#: st.numpy function -> its rule (an `_rules.ELEMENTWISE` key, or a `_rules` constructor):
-#: `_rules.NUMPY_FUNCTIONS`, the one table
-RULES: dict[str, str] = _rules.NUMPY_FUNCTIONS
+#: st.numpy function -> its rule (an `_rules.ELEMENTWISE` key, or a `_rules` constructor), from
+#: the surface table's `st.numpy` rows (`_surface.NUMPY`), the one table
+RULES: dict[str, str] = {r.name: r.rule for r in _surface.NUMPY if r.rule is not None}
 _REGISTERED: set[str] = set()
+
+_HOW = {"additive": "linear: Unreduced only with Unreduced on the same axes",
+        "mul": "bilinear: Unreduced x Reduced on the same axes -> Unreduced",
+        "div": "linear in the numerator: Unreduced / Reduced -> Unreduced",
+        "dot": "contraction: rejects Unreduced, drops Reduced (as JAX)",
+        "select": "selection: rejects Unreduced (JAX keeps only the false branch's state)",
+        "nonlinear": "non-linear: rejects Unreduced",
+        "linear": "linear: Unreduced and Reduced pass through"}
 
 
 def _doc(name: str, rule: str, kind: str) -> str:
     if rule in _rules.ELEMENTWISE:
-        lin = _rules.ELEMENTWISE[rule].linearity.value
-        how = {"additive": "linear: Unreduced only with Unreduced on the same axes",
-               "mul": "bilinear: Unreduced x Reduced on the same axes -> Unreduced",
-               "div": "linear in the numerator: Unreduced / Reduced -> Unreduced",
-               "dot": "contraction: rejects Unreduced, drops Reduced (as JAX)",
-               "select": "selection: rejects Unreduced (JAX keeps only the false branch's state)",
-               "nonlinear": "non-linear: rejects Unreduced",
-               "linear": "linear: Unreduced and Reduced pass through"}[lin]
+        how = _HOW[_rules.ELEMENTWISE[rule].linearity.value]
     else:
         how = "constructor: Invariant, or Varying where the template argument varies"
     return (f"Typed `jax.numpy.{name}` ({kind}; rule `{rule}`, {how}).\n\n"
@@ -56,56 +57,132 @@ def _doc(name: str, rule: str, kind: str) -> str:
             f"!!! Example\n    ```python\n    y = st.numpy.{name}(...)\n    ```\n")
 
 
-def _register(name: str, fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
+def _register(name: str, fn: Callable[..., Any], kind: str) -> None:
     fn.__name__ = fn.__qualname__ = name
     fn.__module__ = __name__
     fn.__doc__ = _doc(name, RULES[name], kind)
     _REGISTERED.add(name)
     globals()[name] = fn
-    return fn
 
 
-def _unary(name: str, jfn: Callable[..., Any] | None = None) -> None:
-    rule = RULES[name]
-    jfn = jfn or getattr(jnp, name)
-    op = f"st.numpy.{name}"
+def _rule(row: _surface.Row) -> str:
+    assert row.rule is not None, row  # every st.numpy row names a rule
+    return row.rule
+
+
+def _jfn(row: _surface.Row) -> Callable[..., Any]:
+    return getattr(jnp, row.jax.removeprefix("jax.numpy."))  # type: ignore[no-any-return]
+
+
+# ----------------------------------------------------------------------- one maker per binding
+
+
+def _unary(row: _surface.Row) -> None:
+    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(x: Any, *args: Any, **kwargs: Any) -> Any:
         args = tuple(unwrap(a) for a in args)
         kwargs = {k: unwrap(v) for k, v in kwargs.items()}
         return unary_op(rule, x, lambda r: jfn(r, *args, **kwargs), op=op)
 
-    _register(name, f, "unary")
+    _register(row.name, f, "unary")
 
 
-def _binary(name: str, jfn: Callable[..., Any] | None = None) -> None:
-    rule = RULES[name]
-    jfn = jfn or getattr(jnp, name)
-    op = f"st.numpy.{name}"
+def _binary(row: _surface.Row) -> None:
+    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(x1: Any, x2: Any, /) -> Any:
         return binary(rule, x1, x2, op=op, bind=jfn)
 
-    _register(name, f, "binary")
+    _register(row.name, f, "binary")
 
 
-# ----------------------------------------------------------------------- elementwise, unary
+def _where(row: _surface.Row) -> None:
+    jfn, op = _jfn(row), f"st.numpy.{row.name}"
 
-for _n in ("exp", "log", "tanh", "sqrt", "sin", "cos", "abs", "absolute", "square", "sign",
-           "log1p", "expm1", "reciprocal", "floor", "ceil", "round", "isnan", "isfinite",
-           "negative", "conj", "copy"):
-    _unary(_n)
+    def f(condition: Any, x: Any = None, y: Any = None, /) -> Any:
+        if x is None or y is None:
+            raise TypeError(f"{op}: the one-argument form (nonzero) has a data-dependent shape "
+                            f"and is not supported; pass x and y")
+        return nary(lambda t: _rules.where_type(t[0], t[1], t[2], _compat.FEATURES, op=op),
+                    [condition, x, y], jfn, op=op)
 
-# ----------------------------------------------------------------------- elementwise, binary
-
-for _n in ("add", "subtract", "multiply", "divide", "true_divide", "power", "maximum",
-           "minimum", "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
-           "arctan2", "mod", "remainder", "floor_divide"):
-    _binary(_n)
+    _register(row.name, f, "selection")
 
 
-# dtype-dependent spellings: the rule table is dtype-agnostic, so these wrappers say which
-# rule JAX's implementation applies for the operands' dtypes
+def _join(row: _surface.Row) -> None:  # concatenate, stack
+    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
+
+    def f(arrays: Sequence[Any], axis: int = 0, **kwargs: Any) -> Any:
+        return nary(rule, list(arrays), lambda *rs: jfn(rs, axis=axis, **kwargs), op=op)
+
+    _register(row.name, f, "join")
+
+
+def _einsum(row: _surface.Row) -> None:
+    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
+
+    def f(subscripts: str, /, *operands: Any, **kwargs: Any) -> Any:
+        return nary(rule, list(operands), lambda *rs: jfn(subscripts, *rs, **kwargs), op=op)
+
+    _register(row.name, f, "contraction")
+
+
+def _take(row: _surface.Row) -> None:
+    jfn, op = _jfn(row), f"st.numpy.{row.name}"
+
+    def f(a: Any, indices: Any, axis: int | None = None, **kwargs: Any) -> Any:
+        raw_a, t_a = operand(a)
+        raw_i, t_i = operand(indices)
+        t = t_a if isinstance(t_a, SpmdType) else _rules.INVARIANT
+        out_t = _rules.take_type(t, t_i, _compat.FEATURES, op=op)
+        return checked(op, jfn(raw_a, raw_i, axis=axis, **kwargs), out_t)
+
+    _register(row.name, f, "indexing")
+
+
+def _fill(args: tuple[Any, ...], kwargs: dict[str, Any], position: int) -> Any:
+    return args[position] if len(args) > position else kwargs.get("fill_value")
+
+
+def _like(row: _surface.Row) -> None:
+    name, jfn, op = row.name, _jfn(row), f"st.numpy.{row.name}"
+
+    def f(a: Any, *args: Any, **kwargs: Any) -> Any:
+        t = _rules.constructor_type(name, typeof(a))
+        if name == "full_like":
+            t = _rules.fill_type(t, _fill_operand(_fill(args, kwargs, 0)), _compat.FEATURES, op=op)
+        raw = jfn(unwrap(a), *(unwrap(x) for x in args), **{k: unwrap(v) for k, v in kwargs.items()})
+        return checked(op, raw, t)
+
+    _register(name, f, "constructor")
+
+
+def _new(row: _surface.Row) -> None:
+    name, jfn, op = row.name, _jfn(row), f"st.numpy.{row.name}"
+
+    def f(*args: Any, **kwargs: Any) -> Any:
+        t = _rules.constructor_type(name)
+        if name == "full":
+            t = _rules.fill_type(t, _fill_operand(_fill(args, kwargs, 1)), _compat.FEATURES, op=op)
+        raw = jfn(*(unwrap(x) for x in args), **{k: unwrap(v) for k, v in kwargs.items()})
+        return checked(op, raw, t)
+
+    _register(name, f, "constructor")
+
+
+def _fill_operand(fill: Any) -> Any:
+    """None (no fill), LITERAL (a Python scalar) or the fill value's state."""
+    if fill is None:
+        return None
+    t = operand(fill)[1]
+    return LITERAL if t is LITERAL else typeof(fill)
+
+
+# ----------------------------------------------------------------------- dtype-dependent rows
+# the rule table is dtype-agnostic; these say which rule JAX's implementation applies for the
+# operands' dtypes
+
 
 def _nonbool_compare(x: Any, op: str) -> None:
     """jnp.logical_* turn a non-boolean operand into `x != 0` first (an Invariant zero array)."""
@@ -114,12 +191,10 @@ def _nonbool_compare(x: Any, op: str) -> None:
         _rules.combine("ne", [t, _rules.INVARIANT], _compat.FEATURES, op=op)
 
 
-def _logical(name: str) -> None:
-    rule = RULES[name]
-    jfn = getattr(jnp, name)
-    op = f"st.numpy.{name}"
+def _logical(row: _surface.Row) -> None:
+    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
-    if rule == "logical_not":
+    if row.binding == "unary":
         def f(x: Any, /) -> Any:
             _nonbool_compare(x, op)
             return unary_op(rule, x, jfn, op=op)
@@ -129,165 +204,58 @@ def _logical(name: str) -> None:
             _nonbool_compare(y, op)
             return binary(rule, x, y, op=op, bind=jfn)
 
-    _register(name, f, "logical")
+    _register(row.name, f, "logical")
 
 
-for _n in ("logical_not", "logical_and", "logical_or", "logical_xor"):
-    _logical(_n)
+def _real_imag(row: _surface.Row) -> None:
+    # of a real array: jnp.real is the array itself (no primitive: every state kept), jnp.imag
+    # is zeros_like (a constructor: Unreduced/Reduced dropped); of a complex one the primitive
+    name, jfn, op = row.name, _jfn(row), f"st.numpy.{row.name}"
+
+    def f(val: Any, /) -> Any:
+        raw, t = operand(val)
+        if isinstance(t, SpmdType) and not jnp.iscomplexobj(raw):
+            if name == "imag":
+                return checked(op, jfn(raw), _rules.constructor_type("zeros_like", t))
+            return unary_op("copy", val, jfn, op=op)
+        return unary_op(name, val, jfn, op=op)
+
+    _register(name, f, "unary")
 
 
-def _imag(val: Any, /) -> Any:
-    # jnp.imag of a real array is zeros_like (a constructor: Unreduced/Reduced dropped); of a
-    # complex one the imag primitive
-    raw, t = operand(val)
-    if isinstance(t, SpmdType) and not jnp.iscomplexobj(raw):
-        return checked("st.numpy.imag", jnp.imag(raw), _rules.constructor_type("zeros_like", t))
-    return unary_op("imag", val, jnp.imag, op="st.numpy.imag")
+def _mean(row: _surface.Row) -> None:
+    op = f"st.numpy.{row.name}"
+
+    def f(a: Any, axis: Any = None, *, keepdims: bool = False) -> Any:
+        if not is_typed(a):
+            a = checked(op, jnp.asarray(a), typeof(a))
+        return array_mean(a, axis, keepdims=keepdims, op=op)
+
+    _register(row.name, f, "reduction over local dimensions")
 
 
-def _real(val: Any, /) -> Any:
-    # jnp.real of a real array is the array itself (no primitive: every state kept); of a
-    # complex one the real primitive
-    raw, t = operand(val)
-    if isinstance(t, SpmdType) and not jnp.iscomplexobj(raw):
-        return unary_op("copy", val, jnp.real, op="st.numpy.real")
-    return unary_op("real", val, jnp.real, op="st.numpy.real")
-
-
-_register("imag", _imag, "unary")
-_register("real", _real, "unary")
-
-
-def _where(condition: Any, x: Any = None, y: Any = None, /) -> Any:
-    if x is None or y is None:
-        raise TypeError("st.numpy.where: the one-argument form (nonzero) has a data-dependent "
-                        "shape and is not supported; pass x and y")
-    return nary("where", [condition, x, y], jnp.where, op="st.numpy.where")
-
-
-_register("where", _where, "selection")
-
-# ----------------------------------------------------------------------- reductions over local dims
-
-
-def _reduction(name: str, jfn: Callable[..., Any]) -> None:
-    rule = RULES[name]
-    op = f"st.numpy.{name}"
+def _reduction(row: _surface.Row) -> None:
+    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
 
     def f(a: Any, axis: Any = None, *, keepdims: bool = False, **kwargs: Any) -> Any:
         return unary_op(rule, a, lambda r: jfn(r, axis=axis, keepdims=keepdims, **kwargs), op=op)
 
-    _register(name, f, "reduction over local dimensions")
+    _register(row.name, f, "reduction over local dimensions")
 
 
-_REDUCTIONS: list[tuple[str, Callable[..., Any]]] = [
-    ("sum", jnp.sum), ("max", jnp.max), ("min", jnp.min), ("amax", jnp.max), ("amin", jnp.min),
-    ("prod", jnp.prod), ("var", jnp.var), ("std", jnp.std)]
-for _n, _f in _REDUCTIONS:
-    _reduction(_n, _f)
+_MAKERS: dict[str, Callable[[_surface.Row], None]] = {
+    "unary": _unary, "binary": _binary, "where": _where, "join": _join, "einsum": _einsum,
+    "take": _take, "like": _like, "new": _new, "mean": _mean}
+#: rows whose spelling depends on dtypes or that reduce over local dimensions
+_SPECIAL: dict[str, Callable[[_surface.Row], None]] = {
+    **dict.fromkeys(("logical_not", "logical_and", "logical_or", "logical_xor"), _logical),
+    "real": _real_imag, "imag": _real_imag,
+    **dict.fromkeys(("sum", "max", "min", "amax", "amin", "prod", "var", "std"), _reduction),
+}
 
-
-def _mean_fn(a: Any, axis: Any = None, *, keepdims: bool = False) -> Any:
-    if not is_typed(a):
-        a = checked("st.numpy.mean", jnp.asarray(a), typeof(a))
-    return _mean(a, axis, keepdims=keepdims, op="st.numpy.mean")
-
-
-_register("mean", _mean_fn, "reduction over local dimensions")
-
-for _n in ("cumsum", "cumprod", "argmax", "argmin", "flip", "sort"):
-    _unary(_n)
-
-# ----------------------------------------------------------------------- shapes
-
-for _n in ("reshape", "transpose", "swapaxes", "moveaxis", "expand_dims", "squeeze", "ravel",
-           "broadcast_to", "roll", "tile", "repeat", "pad"):
-    _unary(_n)
-
-
-def _joined(name: str) -> None:
-    jfn = getattr(jnp, name)
-    op = f"st.numpy.{name}"
-
-    def f(arrays: Sequence[Any], axis: int = 0, **kwargs: Any) -> Any:
-        return nary(name, list(arrays), lambda *rs: jfn(rs, axis=axis, **kwargs), op=op)
-
-    _register(name, f, "join")
-
-
-_joined("concatenate")
-_joined("stack")
-
-# ----------------------------------------------------------------------- contractions
-
-
-def _einsum(subscripts: str, /, *operands: Any, **kwargs: Any) -> Any:
-    return nary("einsum", list(operands), lambda *rs: jnp.einsum(subscripts, *rs, **kwargs),
-                op="st.numpy.einsum")
-
-
-_register("einsum", _einsum, "contraction")
-_binary("dot")
-_binary("matmul")
-
-# ----------------------------------------------------------------------- indexing
-
-
-def _take(a: Any, indices: Any, axis: int | None = None, **kwargs: Any) -> Any:
-    op = "st.numpy.take"
-    raw_i, t_i = operand(indices)
-    if t_i is LITERAL or (isinstance(t_i, SpmdType) and not t_i.axes):
-        return unary_op("take", a, lambda r: jnp.take(r, raw_i, axis=axis, **kwargs), op=op)
-    return nary("take", [a, indices],
-                lambda r, i: jnp.take(r, i, axis=axis, **kwargs), op=op)
-
-
-_register("take", _take, "indexing")
-
-# ----------------------------------------------------------------------- constructors
-
-
-def _fill_type(t: SpmdType, fill_value: Any, op: str) -> SpmdType:
-    if fill_value is None or operand(fill_value)[1] is LITERAL:
-        return t
-    return _rules.combine("add", [t, typeof(fill_value)], _compat.FEATURES, op=op).type
-
-
-def _like(name: str) -> None:
-    jfn = getattr(jnp, name)
-    op = f"st.numpy.{name}"
-
-    def f(a: Any, *args: Any, **kwargs: Any) -> Any:
-        t = _rules.constructor_type(name, typeof(a))
-        if name == "full_like":
-            fill = args[0] if args else kwargs.get("fill_value")
-            t = _fill_type(t, fill, op)
-        raw = jfn(unwrap(a), *(unwrap(x) for x in args), **{k: unwrap(v) for k, v in kwargs.items()})
-        return checked(op, raw, t)
-
-    _register(name, f, "constructor")
-
-
-def _new(name: str) -> None:
-    jfn = getattr(jnp, name)
-    op = f"st.numpy.{name}"
-
-    def f(*args: Any, **kwargs: Any) -> Any:
-        t = _rules.constructor_type(name)
-        if name == "full":
-            t = _fill_type(t, args[1] if len(args) > 1 else kwargs.get("fill_value"), op)
-        raw = jfn(*(unwrap(x) for x in args), **{k: unwrap(v) for k, v in kwargs.items()})
-        return checked(op, raw, t)
-
-    _register(name, f, "constructor")
-
-
-for _n, _b in _rules.NUMPY_BINDINGS.items():
-    if _b == "like":
-        _like(_n)
-    elif _b == "new":
-        _new(_n)
-# every function of the table is defined here, and nothing else
+for _row in _surface.NUMPY:
+    _SPECIAL.get(_row.name, _MAKERS[_row.binding])(_row)
+# every row of the table is defined here, and nothing else
 assert _REGISTERED == set(RULES), sorted(_REGISTERED ^ set(RULES))
 
 if TYPE_CHECKING:  # the functions above are made in loops; declare them for type checkers

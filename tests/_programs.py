@@ -123,7 +123,7 @@ class Program:
 
     @property
     def sizes(self) -> dict[str, int]:
-        return dict(zip(self.axis_names, self.mesh_shape))
+        return dict(zip(self.axis_names, self.mesh_shape, strict=True))
 
     def value_name(self, n: int) -> str:
         return f"v{n}"
@@ -199,7 +199,7 @@ def expr(program: Program, step: Step, flavor: str = "typed") -> str:
     """The right-hand side of `step` as Python source, for flavour "typed" or "raw"."""
     template = TEMPLATES[step.kind][0 if flavor == "typed" else 1]
     names = [program.value_name(a) for a in step.args]
-    fields: dict[str, Any] = dict(zip("abcd", names))
+    fields: dict[str, Any] = dict(zip("abcd", names, strict=False))
     for key, value in step.params:
         fields[key] = repr(value) if key in ("axes",) else value
     if step.kind == "lit":
@@ -526,7 +526,7 @@ def programs(draw: Any, *, min_steps: int = 2, max_steps: int = 14, allow_ur_inp
     (ending the program there); the others are redrawn, so most programs run deep."""
     mesh_shape = draw(hst.sampled_from(MESHES))
     names = AXIS_NAMES[: len(mesh_shape)]
-    sizes = dict(zip(names, mesh_shape))
+    sizes = dict(zip(names, mesh_shape, strict=True))
     inputs = tuple(draw(hst.lists(_input(names, allow_ur_inputs), min_size=1, max_size=3)))
     values: list[ValueInfo] = []
     for inp in inputs:

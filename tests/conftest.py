@@ -6,22 +6,17 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jax  # noqa: E402
+import _helpers  # noqa: E402
 import pytest  # noqa: E402
-from jax.sharding import NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def mesh():
-    """The reference mesh of shared/reference: {"i": 2, "j": 4}, Explicit axes."""
-    return jax.make_mesh((2, 4), ("i", "j"))
+def mesh_ij():
+    """The reference mesh of shared/reference: {"i": 2, "j": 4} (`_helpers.mesh_ij`)."""
+    return _helpers.mesh_ij()
 
 
 @pytest.fixture(scope="session")
 def mesh_dp_tp():
-    return jax.make_mesh((2, 4), ("dp", "tp"))
-
-
-def put(mesh, x, spec=P()):
-    return jax.device_put(x, NamedSharding(mesh, spec))
+    """{"dp": 2, "tp": 4} on the same 8 devices (`_helpers.mesh_dp_tp`)."""
+    return _helpers.mesh_dp_tp()

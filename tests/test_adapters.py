@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import sds
 from jax import lax
 from jax.lax import psum as imported_psum
 from jax.sharding import NamedSharding
@@ -19,16 +20,6 @@ import spmdtyped as st
 from spmdtyped.adapters import _cli, _codemod
 
 PORTING = pathlib.Path(__file__).parent / "porting"
-
-
-@pytest.fixture(scope="module")
-def mesh():
-    return jax.make_mesh((2, 4), ("dp", "tp"))
-
-
-def sds(mesh, shape, spec=None):
-    spec = P() if spec is None else spec
-    return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, spec))
 
 
 def line_of(fn, fragment):
@@ -98,47 +89,47 @@ def in_pow(x):
     (in_jit, in_jit), (in_scan, in_scan), (in_while, in_while), (in_cond, in_cond),
     (in_checkpoint, in_checkpoint), (in_custom_jvp, _cj), (in_custom_vjp, _cv), (in_pow, in_pow),
 ])
-def test_infer_walks_nested_jaxprs(mesh, fn, where):
+def test_infer_walks_nested_jaxprs(mesh_dp_tp, fn, where):
     """cumsum / ** of an Unreduced value: JAX drops the state (wrong numbers); found at any
     depth of jit/scan/while/cond/remat/custom_jvp/custom_vjp."""
-    x = sds(mesh, (8,), P("dp"))
-    jax.make_jaxpr(jax.shard_map(fn, mesh=mesh, in_specs=P("dp"), out_specs=P()))(x)  # JAX: ok
-    rep = st.adapters.infer(fn, x, mesh=mesh, in_specs=(P("dp"),), out_specs=P())
+    x = sds(mesh_dp_tp, (8,), P("dp"))
+    jax.make_jaxpr(jax.shard_map(fn, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P()))(x)  # JAX: ok
+    rep = st.adapters.infer(fn, x, mesh=mesh_dp_tp, in_specs=(P("dp"),), out_specs=P())
     assert not rep.ok
     v = rep.violations[0]
     assert v.code == "SPMD202" and v.line == line_of(where, "# HERE"), str(v)
     assert "Unreduced" in str(v) and v.source.endswith(f"test_adapters.py:{v.line}")
 
 
-def test_explicit_pvary_is_the_opt_out(mesh):
+def test_explicit_pvary_is_the_opt_out(mesh_dp_tp):
     def f(x):
         return lax.psum(lax.pcast(x, "tp", to="varying"), "tp")  # n * x, on purpose
 
-    rep = st.adapters.infer(f, sds(mesh, (8,), P("dp")), mesh=mesh, in_specs=(P("dp"),),
+    rep = st.adapters.infer(f, sds(mesh_dp_tp, (8,), P("dp")), mesh=mesh_dp_tp, in_specs=(P("dp"),),
                             out_specs=P("dp"))
     assert rep.ok and rep.mismatches == []
 
 
-def test_infer_double_psum_through_imported_name(mesh):
+def test_infer_double_psum_through_imported_name(mesh_dp_tp):
     def f(x):
         y = imported_psum(x, "dp")
         return imported_psum(y, "dp")  # the second sum
 
-    rep = st.adapters.infer(f, sds(mesh, (8,), P("dp")), mesh=mesh, in_specs=(P("dp"),),
+    rep = st.adapters.infer(f, sds(mesh_dp_tp, (8,), P("dp")), mesh=mesh_dp_tp, in_specs=(P("dp"),),
                             out_specs=P())
     assert [(v.code, v.line) for v in rep.violations] == [("SPMD103", line_of(f, "second sum"))]
     assert "jax.lax.psum" in rep.violations[0].headline
 
 
-def test_infer_report_types_and_signature(mesh):
+def test_infer_report_types_and_signature(mesh_dp_tp):
     def layer(x, params, r):
         h = x @ params["w"] + params["b"]
         return lax.psum(h, "tp"), jnp.sin(r)
 
-    args = (sds(mesh, (4, 8), P("dp")), {"w": jnp.ones((8, 16)), "b": jnp.ones((16,))},
-            sds(mesh, (16,), P(reduced={"tp"})))
+    args = (sds(mesh_dp_tp, (4, 8), P("dp")), {"w": jnp.ones((8, 16)), "b": jnp.ones((16,))},
+            sds(mesh_dp_tp, (16,), P(reduced={"tp"})))
     in_specs = (P("dp"), {"w": P(None, "tp"), "b": P("tp")}, P(reduced={"tp"}))
-    rep = st.adapters.infer(layer, *args, mesh=mesh, in_specs=in_specs,
+    rep = st.adapters.infer(layer, *args, mesh=mesh_dp_tp, in_specs=in_specs,
                             out_specs=(P("dp"), P(reduced={"tp"})))
     assert rep.ok, rep.violations
     # flattening order of the dict argument: b, w
@@ -159,40 +150,40 @@ def test_hint_text():
     assert st.adapters.hint(st.SpmdType(unreduced={"dp"})) == 'Unreduced["dp"]'
 
 
-def test_varying_output_declared_unreduced_is_401_on_every_version(mesh):
+def test_varying_output_declared_unreduced_is_401_on_every_version(mesh_dp_tp):
     """jax 0.10 inserts a vary_unreduced_cast and accepts; jax 0.12 rejects: both SPMD401."""
     def f(x):  # the def line is where boundary errors point
         return x * 2
 
-    rep = st.adapters.infer(f, sds(mesh, (8,), P("dp")), mesh=mesh, in_specs=(P("dp"),),
+    rep = st.adapters.infer(f, sds(mesh_dp_tp, (8,), P("dp")), mesh=mesh_dp_tp, in_specs=(P("dp"),),
                             out_specs=P(unreduced={"dp"}))
     assert [(v.code, v.line) for v in rep.violations] == [("SPMD401", line_of(f, "def f"))]
 
 
-def test_infer_reraises_jax_errors_it_has_no_code_for(mesh):
+def test_infer_reraises_jax_errors_it_has_no_code_for(mesh_dp_tp):
     def f(x):
         return x @ jnp.ones((3, 3))  # shape error
 
     with pytest.raises(TypeError):
-        st.adapters.infer(f, sds(mesh, (8, 4), P("dp")), mesh=mesh, in_specs=(P("dp"),),
+        st.adapters.infer(f, sds(mesh_dp_tp, (8, 4), P("dp")), mesh=mesh_dp_tp, in_specs=(P("dp"),),
                           out_specs=P("dp"))
 
 
 # ------------------------------------------------------------------- typed_shard_map
 
 
-def test_typed_shard_map_sees_names_routing_cannot(mesh):
+def test_typed_shard_map_sees_names_routing_cannot(mesh_dp_tp):
     def f(x):
         return imported_psum(imported_psum(x, "dp"), "dp")  # BUG
 
-    fn = st.adapters.typed_shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P())
-    x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("dp")))
+    fn = st.adapters.typed_shard_map(f, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P())
+    x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh_dp_tp, P("dp")))
     with pytest.raises(st.SpmdTypeError) as ei:
         fn(x)
     assert ei.value.code == "SPMD103" and ei.value.line == line_of(f, "# BUG")
 
 
-def test_checked_lax_routes_and_restores(mesh):
+def test_checked_lax_routes_and_restores(mesh_dp_tp):
     original = jax.lax.psum
     with st.adapters.checked_lax():
         assert jax.lax.psum is st.lax.psum
@@ -202,43 +193,43 @@ def test_checked_lax_routes_and_restores(mesh):
     assert jax.lax.psum is original
 
 
-def test_typed_shard_map_decorator_and_results(mesh):
-    @st.adapters.typed_shard_map(mesh=mesh, in_specs=(P("dp", "tp"), P("tp", None)),
+def test_typed_shard_map_decorator_and_results(mesh_dp_tp):
+    @st.adapters.typed_shard_map(mesh=mesh_dp_tp, in_specs=(P("dp", "tp"), P("tp", None)),
                                  out_specs=P("dp"))
     def layer(x, w):
         return lax.psum(x @ w, "tp")
 
-    x = jax.device_put(jnp.arange(32.0).reshape(4, 8), NamedSharding(mesh, P("dp", "tp")))
-    w = jax.device_put(jnp.arange(128.0).reshape(8, 16), NamedSharding(mesh, P("tp", None)))
+    x = jax.device_put(jnp.arange(32.0).reshape(4, 8), NamedSharding(mesh_dp_tp, P("dp", "tp")))
+    w = jax.device_put(jnp.arange(128.0).reshape(8, 16), NamedSharding(mesh_dp_tp, P("tp", None)))
     np.testing.assert_allclose(np.asarray(layer(x, w)), np.asarray(x) @ np.asarray(w))
     assert layer.__name__ == "layer"
 
 
-def test_typed_shard_map_boundary_errors(mesh):
+def test_typed_shard_map_boundary_errors(mesh_dp_tp):
     def f(x):
         return x
 
-    x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("dp")))
+    x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh_dp_tp, P("dp")))
     with pytest.raises(st.SpmdTypeError) as ei:
-        st.adapters.typed_shard_map(f, mesh=mesh, in_specs=(P("dp"), P()), out_specs=P("dp"))(x)
+        st.adapters.typed_shard_map(f, mesh=mesh_dp_tp, in_specs=(P("dp"), P()), out_specs=P("dp"))(x)
     assert ei.value.code == "SPMD402"
     with pytest.raises(st.SpmdTypeError) as ei:
-        st.adapters.typed_shard_map(f, mesh=mesh, in_specs=P("dq"), out_specs=P("dp"))
+        st.adapters.typed_shard_map(f, mesh=mesh_dp_tp, in_specs=P("dq"), out_specs=P("dp"))
     assert ei.value.code == "SPMD501"
     with pytest.raises(st.SpmdTypeError) as ei:
-        st.adapters.typed_shard_map(f, mesh=mesh, in_specs=P("tp"), out_specs=P("tp"))(x)
+        st.adapters.typed_shard_map(f, mesh=mesh_dp_tp, in_specs=P("tp"), out_specs=P("tp"))(x)
     assert ei.value.code == "SPMD403"
     with pytest.raises(st.SpmdTypeError) as ei:
-        st.adapters.typed_shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P())(x)
+        st.adapters.typed_shard_map(f, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P())(x)
     assert ei.value.code == "SPMD401" and ei.value.line == line_of(f, "def f")
 
 
-def test_typed_shard_map_without_check_vma_is_jax(mesh):
+def test_typed_shard_map_without_check_vma_is_jax(mesh_dp_tp):
     def f(x):
         return lax.psum(x, "tp")  # Invariant on tp: allowed (and 4x) without check_vma
 
-    x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("dp")))
-    out = st.adapters.typed_shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"),
+    x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh_dp_tp, P("dp")))
+    out = st.adapters.typed_shard_map(f, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P("dp"),
                                       check_vma=False)(x)
     np.testing.assert_array_equal(np.asarray(out), 4 * np.arange(8.0))
 
@@ -412,9 +403,9 @@ def many_ops(x, r, u_src):
     return v.astype(jnp.bfloat16), rs, lax.psum(u, "dp")
 
 
-def test_rule_table_agrees_with_jax_on_many_primitives(mesh):
-    args = (sds(mesh, (16,), P("dp")), sds(mesh, (8,), P(reduced={"tp"})), sds(mesh, (16,), P("dp")))
-    rep = st.adapters.infer(many_ops, *args, mesh=mesh, in_specs=(P("dp"), P(reduced={"tp"}), P("dp")),
+def test_rule_table_agrees_with_jax_on_many_primitives(mesh_dp_tp):
+    args = (sds(mesh_dp_tp, (16,), P("dp")), sds(mesh_dp_tp, (8,), P(reduced={"tp"})), sds(mesh_dp_tp, (16,), P("dp")))
+    rep = st.adapters.infer(many_ops, *args, mesh=mesh_dp_tp, in_specs=(P("dp"), P(reduced={"tp"}), P("dp")),
                             out_specs=(P("dp"), P(reduced={"tp"}), P()))
     assert rep.ok, [str(v) for v in rep.violations]
     assert rep.mismatches == []

@@ -3,37 +3,19 @@ JAX tracers inside shard_map, with beartype's readable cause (`__instancecheck_s
 
 from __future__ import annotations
 
-import math
 import sys
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Never
 
-import jax
-import jax.numpy as jnp
 import pytest
+from _helpers import trace
 from beartype import beartype
 from beartype.roar import BeartypeCallHintParamViolation, BeartypeCallHintReturnViolation
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
 from spmdtyped import Invariant, Reduced, Typed, Unreduced, Varying
-
-
-def trace(mesh: Any, body: Callable[..., Any], *specs: P, out_specs: Any = None) -> None:
-    """Trace `body` under st.shard_map; every input has the local (per-device) shape (2,)."""
-    sizes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
-    args = [jax.ShapeDtypeStruct((2 * math.prod(sizes[a] for a in _axes(s)),), jnp.float32,
-                                 sharding=NamedSharding(mesh, s)) for s in specs]
-    jax.eval_shape(st.shard_map(body, mesh=mesh, in_specs=tuple(specs),
-                                 out_specs=P() if out_specs is None else out_specs), *args)
-
-
-def _axes(spec: P) -> list[str]:
-    return [a for e in spec if e is not None for a in ((e,) if isinstance(e, str) else e)]
-
 
 # ---------------------------------------------------------------------------------------------
 # one cached class per state
@@ -49,7 +31,7 @@ def test_one_class_per_state() -> None:
     assert st.SArray[Literal["i"], Never, Literal["j"]] is Typed[Varying["i"], Reduced["j"]]
 
 
-def test_concrete_class_is_the_state(mesh: Any) -> None:
+def test_concrete_class_is_the_state(mesh_ij: Any) -> None:
     seen: list[type] = []
 
     def body(x: Any, y: Any) -> Any:
@@ -57,7 +39,7 @@ def test_concrete_class_is_the_state(mesh: Any) -> None:
         seen.extend([type(x), type(y), type(r)])
         return st.psum(x, "j")
 
-    trace(mesh, body, P("j"), P(("i", "j")))
+    trace(mesh_ij, body, (P("j"), P(("i", "j"))), local=(2,))
     assert seen == [Varying["j"], Varying["i", "j"], Reduced["j"]]
 
 
@@ -65,7 +47,7 @@ def test_concrete_class_is_the_state(mesh: Any) -> None:
 # isinstance
 
 
-def test_isinstance_typed_and_raw(mesh: Any) -> None:
+def test_isinstance_typed_and_raw(mesh_ij: Any) -> None:
     results: dict[str, bool] = {}
 
     def body(x: Any) -> Any:
@@ -87,7 +69,7 @@ def test_isinstance_typed_and_raw(mesh: Any) -> None:
         })
         return st.psum(x, "j")
 
-    trace(mesh, body, P("j"))
+    trace(mesh_ij, body, P("j"), local=(2,))
     assert results == {
         "typed exact": True, "typed wider": True, "typed narrower": False,
         "typed other axis": False, "raw exact": True, "raw wider": True, "raw wrong": False,
@@ -121,7 +103,7 @@ def lies(x: Varying["j"]) -> Invariant:
     return x
 
 
-def test_beartype_accepts_typed_and_raw(mesh: Any) -> None:
+def test_beartype_accepts_typed_and_raw(mesh_ij: Any) -> None:
     out: list[Any] = []
 
     def body(x: Any, c: Any) -> Any:
@@ -135,40 +117,40 @@ def test_beartype_accepts_typed_and_raw(mesh: Any) -> None:
         assert not isinstance(type(out[1]), type(Varying["j"])) and isinstance(out[1], Varying["j"])
         return st.psum(x, "j")
 
-    trace(mesh, body, P("j"), P())
+    trace(mesh_ij, body, (P("j"), P()), local=(2,))
     assert [type(o) for i, o in enumerate(out) if i != 1] == [Varying["j"], Invariant, Invariant]
 
 
-def test_beartype_param_violation_is_readable(mesh: Any) -> None:
+def test_beartype_param_violation_is_readable(mesh_ij: Any) -> None:
     def body(x: Any, c: Any) -> Any:
         wants_reduced(x)
         return st.psum(x, "j")
 
     with pytest.raises(BeartypeCallHintParamViolation) as info:
-        trace(mesh, body, P("j"), P())
+        trace(mesh_ij, body, (P("j"), P()), local=(2,))
     msg = str(info.value)
     assert "wants_reduced() parameter w=" in msg
     assert "violates type hint <class 'spmdtyped.Reduced['j']'>" in msg
     assert "as this value is varying over 'j', but the hint wants reduced" in msg
 
 
-def test_beartype_raw_tracer_violation(mesh: Any) -> None:
+def test_beartype_raw_tracer_violation(mesh_ij: Any) -> None:
     def body(x: Any, c: Any) -> Any:
         layer(c.raw, x.raw)  # w must be Invariant; x is Varying over j
         return st.psum(x, "j")
 
     with pytest.raises(BeartypeCallHintParamViolation,
                        match="this value is varying over 'j', but the hint wants invariant"):
-        trace(mesh, body, P("j"), P())
+        trace(mesh_ij, body, (P("j"), P()), local=(2,))
 
 
-def test_beartype_return_violation(mesh: Any) -> None:
+def test_beartype_return_violation(mesh_ij: Any) -> None:
     def body(x: Any) -> Any:
         lies(x)
         return st.psum(x, "j")
 
     with pytest.raises(BeartypeCallHintReturnViolation, match="varying over 'j', but the hint wants invariant"):
-        trace(mesh, body, P("j"))
+        trace(mesh_ij, body, P("j"), local=(2,))
 
 
 def test_instancecheck_str_wording() -> None:
@@ -181,7 +163,7 @@ def test_instancecheck_str_wording() -> None:
 # beartype.claw on a user package
 
 
-def test_beartype_claw_package(tmp_path: Path, mesh: Any) -> None:
+def test_beartype_claw_package(tmp_path: Path, mesh_ij: Any) -> None:
     pkg = tmp_path / "spmd_claw_user"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(textwrap.dedent("""\
@@ -214,7 +196,7 @@ def test_beartype_claw_package(tmp_path: Path, mesh: Any) -> None:
             ok.append(type(model.reduce(x)))
             return st.psum(x, "j")
 
-        trace(mesh, body, P("j"), P())
+        trace(mesh_ij, body, (P("j"), P()), local=(2,))
         assert ok == [Varying["j"], Invariant]
 
         def bad(x: Any, c: Any) -> Any:
@@ -224,7 +206,7 @@ def test_beartype_claw_package(tmp_path: Path, mesh: Any) -> None:
         with pytest.raises(BeartypeCallHintParamViolation,
                            match=r"block\(\) parameter w=.*this value is invariant over 'j', but the "
                                  r"hint wants reduced"):
-            trace(mesh, bad, P("j"), P())
+            trace(mesh_ij, bad, (P("j"), P()), local=(2,))
     finally:
         sys.path.remove(str(tmp_path))
         for name in [m for m in sys.modules if m.startswith("spmd_claw_user")]:

@@ -9,22 +9,14 @@ import jax
 import jax.numpy as jnp
 import jaxtyping
 import pytest
+from _helpers import sds, trace
 from beartype import beartype
 from beartype.roar import BeartypeCallHintParamViolation
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from jaxtyping import jaxtyped
 
 import spmdtyped as st
 from spmdtyped import Invariant, Reduced, Varying
-
-
-def trace(mesh: Any, body: Any, *args: tuple[tuple[int, ...], P], out_specs: Any = None) -> None:
-    specs = tuple(s for _, s in args)
-    structs = [jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, s))
-               for shape, s in args]
-    out_specs = P() if out_specs is None else out_specs
-    jax.eval_shape(st.shard_map(body, mesh=mesh, in_specs=specs, out_specs=out_specs), *structs)
 
 
 @jaxtyped(typechecker=beartype)
@@ -46,7 +38,7 @@ def _expect_type_error(fn: Any, *args: Any) -> str:
     return str(info.value)
 
 
-def test_local_and_global_shapes_bind_consistently(mesh: Any) -> None:
+def test_local_and_global_shapes_bind_consistently(mesh_ij: Any) -> None:
     messages: list[str] = []
 
     def body(x: Any, y: Any) -> Any:
@@ -59,23 +51,25 @@ def test_local_and_global_shapes_bind_consistently(mesh: Any) -> None:
         messages.append(_expect_type_error(shard_then_gather, st.pcast(y, "i", to="reduced"), y))
         return st.psum(x.sum(), "i")
 
-    trace(mesh, body, ((8, 3), P("i")), ((8, 3), P()))
+    trace(mesh_ij, body, (P("i"), P()),
+          args=[sds(mesh_ij, (8, 3), P("i")), sds(mesh_ij, (8, 3))])
     assert "parameter 'full'" in messages[0] and "batch=8" in messages[0]
     assert "parameter 'x'" in messages[1]
     assert "parameter 'full'" in messages[2] and "batch=16" in messages[2]
     assert "parameter 'x'" in messages[3]
 
 
-def test_several_axes(mesh: Any) -> None:
+def test_several_axes(mesh_ij: Any) -> None:
     def body(x: Any) -> Any:
         out = two_axes(x)  # local (2,), global 16 over i*j = 8
         assert out.shape == (16,)
         return st.psum(x.sum(), ("i", "j"))
 
-    trace(mesh, body, ((16,), P(("i", "j"))))
+    trace(mesh_ij, body, P(("i", "j")),
+          args=[sds(mesh_ij, (16,), P(("i", "j")))])
 
 
-def test_plain_beartype_gives_the_cause(mesh: Any) -> None:
+def test_plain_beartype_gives_the_cause(mesh_ij: Any) -> None:
     @beartype
     def f(x: st.Float[Varying["i"], "b/i"]) -> None: ...
 
@@ -90,10 +84,11 @@ def test_plain_beartype_gives_the_cause(mesh: Any) -> None:
             f(x.reshape(4, 4))
         return st.psum(x.sum(), "i")
 
-    trace(mesh, body, ((32,), P("i")), ((16,), P()))
+    trace(mesh_ij, body, (P("i"), P()),
+          args=[sds(mesh_ij, (32,), P("i")), sds(mesh_ij, (16,))])
 
 
-def test_plain_jaxtyping_with_a_state_class(mesh: Any) -> None:
+def test_plain_jaxtyping_with_a_state_class(mesh_ij: Any) -> None:
     """jaxtyping's own `Float[...]` takes a state class as its array type (local shapes)."""
 
     @jaxtyped(typechecker=beartype)
@@ -104,7 +99,8 @@ def test_plain_jaxtyping_with_a_state_class(mesh: Any) -> None:
         _expect_type_error(f, x, c)       # c is (8, 3) locally: b=4 vs 8
         return st.psum(x.sum(), "i")
 
-    trace(mesh, body, ((8, 3), P("i")), ((8, 3), P()))
+    trace(mesh_ij, body, (P("i"), P()),
+          args=[sds(mesh_ij, (8, 3), P("i")), sds(mesh_ij, (8, 3))])
 
 
 def test_bad_hints() -> None:

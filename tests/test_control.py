@@ -6,20 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _spmd4 import SAMPLE, all_states, make, make_raw, mesh, outcome, trace
-from conftest import put
+from _helpers import SAMPLE, I, Ri, Ui, Vi, Vj, all_states, make, make_raw, mesh_ij, outcome, put, trace_raw
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
 from spmdtyped import SpmdType, _rules
-
-I = SpmdType()  # noqa: E741
-Vi = SpmdType(varying="i")
-Vj = SpmdType(varying="j")
-Ui = SpmdType(unreduced="i")
-Ri = SpmdType(reduced="i")
 
 
 def _raw_cast(raw, frm: SpmdType, to: SpmdType):
@@ -54,7 +47,7 @@ def test_free_casts_reach_the_join_and_jax_agrees():
                     continue
                 for side in (a, b):
                     assert st.typeof(_raw_cast(make_raw(x, side), side, t)) == t
-    trace(body)
+    trace_raw(body)
 
 
 # ----------------------------------------------------------------------------- differential
@@ -83,7 +76,7 @@ def test_fori_loop_every_carry_state_pair_differential():
                     assert jx[0] == "jax", (s0, s1)
                     u = next(iter(s0.unreduced ^ s1.unreduced))
                     assert outcome(lambda: jax.lax.pcast(make_raw(x, SpmdType(unreduced=u)), u, to="varying"))[0] == "jax"  # noqa: B023 (called at once)
-    trace(body)
+    trace_raw(body)
 
 
 @settings(max_examples=25, deadline=None)
@@ -103,7 +96,7 @@ def test_scan_random_pytree_carries(s0, s1):
             assert st.typeof(ys) == Vj
         else:
             assert typed == ("spmd", "SPMD302")
-    trace(body)
+    trace_raw(body)
 
 
 @settings(max_examples=25, deadline=None)
@@ -126,7 +119,7 @@ def test_cond_random_branch_states(s0, s1, varying_pred):
         if s0 != s1:  # JAX alone rejects branches of different types
             assert outcome(lambda: jax.lax.cond(pred.raw, lambda: make_raw(x, s0),
                                                 lambda: make_raw(x, s1)))[0] == "jax"
-    trace(body)
+    trace_raw(body)
 
 
 @settings(max_examples=25, deadline=None)
@@ -158,7 +151,7 @@ def test_while_loop_random_carry_states(s0, s1, varying_cond):
                                  lambda c: (c[0] + 1, _raw_cast(make_raw(x, s1), s1, t)),
                                  (pv(0), _raw_cast(make_raw(x, s0), s0, t)))
         assert st.typeof(raw[1]) == t
-    trace(body)
+    trace_raw(body)
 
 
 # ----------------------------------------------------------------------------- behaviour
@@ -176,7 +169,7 @@ def test_fori_loop_auto_pvary_and_retrace_count():
 
         out = st.fori_loop(0, 3, step, jnp.zeros(4))
         assert type(out) is st.Varying["i"]
-    trace(body)
+    trace_raw(body)
     assert calls[0] == I and calls[-1] == Vi   # traced on the initial types, widened, retraced
 
 
@@ -188,7 +181,7 @@ def test_fori_loop_stable_carry_traced_once():
             calls.append(1)
             return c * 2.0
         st.fori_loop(0, 3, step, make(x, Vi))
-    trace(body)
+    trace_raw(body)
     assert len(calls) == 1
 
 
@@ -196,7 +189,7 @@ def test_body_output_less_varying_is_cast_on_the_way_out():
     def body(x):
         out = st.fori_loop(0, 2, lambda i, c: st.psum(c, "i"), make(x, Vi))
         assert st.typeof(out) == Vi
-    trace(body)
+    trace_raw(body)
 
 
 def test_fori_loop_varying_bounds_make_carries_varying():
@@ -204,7 +197,7 @@ def test_fori_loop_varying_bounds_make_carries_varying():
         n = st.axis_index("j") + 1
         out = st.fori_loop(0, n, lambda i, c: c + 1.0, jnp.zeros(4))
         assert st.typeof(out) == Vj
-    trace(body)
+    trace_raw(body)
 
 
 def test_while_loop_varying_condition():
@@ -215,7 +208,7 @@ def test_while_loop_varying_condition():
         # JAX alone types the same loop Invariant (unsound: the count differs per device)
         raw = jax.lax.while_loop(lambda c: c < limit.raw, lambda c: c + 1, 0)
         assert st.typeof(raw) == I
-    trace(body)
+    trace_raw(body)
 
 
 def test_while_loop_unreduced_carry_under_varying_condition_is_rejected():
@@ -226,7 +219,7 @@ def test_while_loop_unreduced_carry_under_varying_condition_is_rejected():
         msg = str(e.value)
         assert e.value.code == "SPMD302"
         assert "init_val" in msg and "condition Varying over ['i']" in msg and "Unreduced" in msg
-    trace(body)
+    trace_raw(body)
 
 
 def test_carry_error_names_pytree_path_states_and_fix():
@@ -240,7 +233,7 @@ def test_carry_error_names_pytree_path_states_and_fix():
         assert "Unreduced over 'i' before the body but Invariant after the body" in msg
         assert "fix: keep it Unreduced and reduce after: st.psum(result, 'i')" in msg
         assert e.value.axes == ("i",)
-    trace(body)
+    trace_raw(body)
 
 
 def test_cond_error_names_branch_and_output():
@@ -251,7 +244,7 @@ def test_cond_error_names_branch_and_output():
         msg = str(e.value)
         assert e.value.code == "SPMD302"
         assert "output[1]" in msg and "in branch 0" in msg and "in branch 1" in msg
-    trace(body)
+    trace_raw(body)
 
 
 def test_switch_joins_three_branches():
@@ -259,7 +252,7 @@ def test_switch_joins_three_branches():
         out = st.switch(st.wrap(jnp.int32(2)), [lambda a: a, lambda a: st.pcast(a, "i", to="reduced"),
                                                 lambda a: st.pvary(a, "j")], jnp.ones(4))
         assert st.typeof(out) == SpmdType(varying="j", reduced="i")
-    trace(body)
+    trace_raw(body)
 
 
 def test_scan_xs_and_ys_states():
@@ -269,7 +262,7 @@ def test_scan_xs_and_ys_states():
         assert st.typeof(carry) == Vj and st.typeof(ys) == Vj
         carry, ys = st.scan(lambda c, _: (c, c), make(x, Ri), length=2)
         assert st.typeof(carry) == Ri and st.typeof(ys) == Ri and ys.shape == (2, 4)
-    trace(body)
+    trace_raw(body)
 
 
 def test_unreduced_carry_keeps_its_state():
@@ -277,11 +270,11 @@ def test_unreduced_carry_keeps_its_state():
         u = make(x, Ui)
         out = st.fori_loop(0, 3, lambda i, c: c + c, u)
         assert st.typeof(out) == Ui
-    trace(body)
+    trace_raw(body)
 
 
 def test_loops_compute_what_jax_computes():
-    m = mesh()
+    m = mesh_ij()
     xs = put(m, jnp.arange(16.0).reshape(2, 8), P(None, ("i", "j")))
 
     def typed(x):

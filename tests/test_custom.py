@@ -6,8 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _spmd4 import SAMPLE, make, make_raw, mesh, outcome, trace
-from conftest import put
+from _helpers import SAMPLE, I, Ri, Ui, Vi, Vj, make, make_raw, mesh_ij, outcome, put, trace_raw
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 from jax.sharding import PartitionSpec as P
@@ -15,11 +14,6 @@ from jax.sharding import PartitionSpec as P
 import spmdtyped as st
 from spmdtyped import SpmdType, _rules
 
-I = SpmdType()  # noqa: E741
-Vi = SpmdType(varying="i")
-Vj = SpmdType(varying="j")
-Ui = SpmdType(unreduced="i")
-Ri = SpmdType(reduced="i")
 V_, U_, R_ = _rules.V, _rules.U, _rules.R
 
 
@@ -49,7 +43,7 @@ def test_custom_rule_union_and_produces():
 
 
 def test_declared_collective_result_is_cast_and_numerically_right():
-    m = mesh()
+    m = mesh_ij()
     xs = put(m, jnp.arange(8.0), P(("i", "j")))
 
     def typed(x):
@@ -88,7 +82,7 @@ def test_declared_partial_sums_become_unreduced():
         u = local_matmul(make(x0, Vi), jnp.ones(4))
         assert type(u) is st.Unreduced["i"] and st.typeof(u.raw) == Ui  # cast in JAX too
         assert type(st.psum(u, "i")) is st.Invariant
-    trace(body)
+    trace_raw(body)
 
 
 def test_requires_per_parameter():
@@ -102,7 +96,7 @@ def test_requires_per_parameter():
         with pytest.raises(st.AxisStateError) as e:
             kernel(make(x0, Vi), w=make(x0, I))
         assert e.value.code == "SPMD107" and "w is Invariant over 'i'" in str(e.value)
-    trace(body)
+    trace_raw(body)
 
 
 def test_produces_callable():
@@ -112,7 +106,7 @@ def test_produces_callable():
 
     def body(x0):
         assert type(kernel(jnp.ones(4), jnp.ones(4))) is st.Varying["j"]
-    trace(body)
+    trace_raw(body)
 
 
 def test_opaque_defaults_and_errors():
@@ -131,7 +125,7 @@ def test_opaque_defaults_and_errors():
         assert "produces={'j': 'varying'}" in msg
         with st.allow("SPMD202"):   # the strict rule's opt-out
             st.opaque(lambda a: a)(make(x0, Ui))
-    trace(body)
+    trace_raw(body)
 
 
 def test_malformed_declarations():
@@ -152,7 +146,7 @@ def test_malformed_declarations():
         with pytest.raises(st.UsageError) as e:
             st.custom_op(requires={"k": "varying"})(lambda x: x)(x0)
         assert e.value.code == "SPMD501"
-    trace(body)
+    trace_raw(body)
 
 
 @settings(max_examples=30, deadline=None)
@@ -171,7 +165,7 @@ def test_opaque_differential(s0, s1):
         else:
             # the raw function itself is rejected by JAX, or the union needs a cast JAX lacks
             assert got[0] == "jax" or got[1] in ("SPMD201", "SPMD902"), got
-    trace(body)
+    trace_raw(body)
 
 
 def test_custom_op_outside_shard_map_just_runs():

@@ -33,6 +33,7 @@ import dataclasses
 import time
 from typing import Any
 
+import _programs as pg
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,9 +44,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped import _array, _compat, _rules
-
-import _programs as pg
+import spmdtyped.numpy as snp
+from spmdtyped import _compat, _rules
 
 N_PROGRAMS = 400      # traced programs per run (each traced twice: typed and raw)
 N_ALLOW = 120         # traced programs with every strict code opted out
@@ -57,51 +57,8 @@ STATS: collections.Counter[str] = collections.Counter()
 TIMES: dict[str, float] = collections.defaultdict(float)
 
 
-# ---------------------------------------------------------------------------------------------
-# The typed numpy: spmdtyped.numpy where it exists, else the same rule-table path by hand
-
-
-class _TypedNumpyShim:
-    """Fallback for `spmdtyped.numpy` functions: `_array.unary_op`/`nary` with `_rules`."""
-
-    @staticmethod
-    def exp(x: Any) -> Any:
-        return _array.unary_op("exp", x, jnp.exp, op="snp.exp")
-
-    @staticmethod
-    def tanh(x: Any) -> Any:
-        return _array.unary_op("tanh", x, jnp.tanh, op="snp.tanh")
-
-    @staticmethod
-    def cumsum(x: Any, axis: int | None = None) -> Any:
-        return _array.unary_op("cumsum", x, lambda r: jnp.cumsum(r, axis=axis), op="snp.cumsum")
-
-    @staticmethod
-    def flip(x: Any, axis: int | None = None) -> Any:
-        return _array.unary_op("flip", x, lambda r: jnp.flip(r, axis=axis), op="snp.flip")
-
-    @staticmethod
-    def where(c: Any, x: Any, y: Any) -> Any:
-        return _array.nary("where", [c, x, y], jnp.where, op="snp.where")
-
-
-def _typed_numpy() -> Any:
-    """`spmdtyped.numpy`, with the shim's functions where it lacks one."""
-    import types
-
-    try:
-        import spmdtyped.numpy as real
-    except ImportError:
-        return _TypedNumpyShim
-    ns = types.SimpleNamespace(**{n: getattr(real, n) for n in dir(real) if not n.startswith("_")})
-    for name in ("exp", "tanh", "cumsum", "flip", "where"):
-        if not hasattr(ns, name):
-            setattr(ns, name, getattr(_TypedNumpyShim, name))
-    return ns
-
-
 NAMESPACES = {
-    "typed": {"st": st, "snp": _typed_numpy(), "jnp": jnp, "lax": lax, "jax": jax},
+    "typed": {"st": st, "snp": snp, "jnp": jnp, "lax": lax, "jax": jax},
     # jax.lax.pvary is gone; pcast(to='varying') also casts Reduced, so st.pvary's twin is
     # JAX's own pvary primitive (private in 0.10 and 0.12, reference §2.1)
     "raw": {"jnp": jnp, "lax": lax, "jax": jax, "pvary": jax._src.core.pvary},
@@ -149,7 +106,7 @@ def _retry_literal(program: pg.Program, step: pg.Step, env: list[Any]) -> Any:
     return fn(cr, x) if step.p("literal_first") else fn(x, cr)
 
 
-def trace(program: pg.Program, flavor: str, mesh: Any, args: Any, *, jit_run: bool = False
+def record_program(program: pg.Program, flavor: str, mesh: Any, args: Any, *, jit_run: bool = False
           ) -> tuple[list[Rec], Any]:
     """Trace (or with `jit_run`, execute) `program` in one flavour. Records: one per input,
     one per step run, and one for the shard_map boundary (`out_specs`)."""
@@ -354,8 +311,8 @@ def run_differential(program: pg.Program) -> str:
     mesh = mesh_of(program)
     args = abstract_args(program, mesh)
     t0 = time.perf_counter()
-    typed, _ = trace(program, "typed", mesh, args)
-    raw, _ = trace(program, "raw", mesh, args)
+    typed, _ = record_program(program, "typed", mesh, args)
+    raw, _ = record_program(program, "raw", mesh, args)
     TIMES["trace"] += time.perf_counter() - t0
     STATS["programs"] += 1
     STATS["steps"] += len(program.steps)
@@ -400,8 +357,8 @@ def test_differential_allow_mode_follows_jax(program: pg.Program) -> None:
     mesh = mesh_of(program)
     args = abstract_args(program, mesh)
     with st.allow(*STRICT_CODES):
-        typed, _ = trace(program, "typed", mesh, args)
-    raw, _ = trace(program, "raw", mesh, args)
+        typed, _ = record_program(program, "typed", mesh, args)
+    raw, _ = record_program(program, "raw", mesh, args)
     outcome = compare(program, typed, raw)
     STATS[f"allow mode: {outcome}"] += 1
     last = typed[-1]
@@ -422,15 +379,15 @@ def test_numerics_bit_identical(program: pg.Program) -> None:
     mesh = mesh_of(program)
     t0 = time.perf_counter()
     abstract = abstract_args(program, mesh)
-    typed, _ = trace(program, "typed", mesh, abstract)
-    raw, _ = trace(program, "raw", mesh, abstract)
+    typed, _ = record_program(program, "typed", mesh, abstract)
+    raw, _ = record_program(program, "raw", mesh, abstract)
     outcome = compare(program, typed, raw)
     STATS["numeric programs generated"] += 1
     if outcome != "both accept":
         return
     args = concrete_args(program, mesh, seed=len(program.steps))
-    rec_t, out_t = trace(program, "typed", mesh, args, jit_run=True)
-    rec_r, out_r = trace(program, "raw", mesh, args, jit_run=True)
+    rec_t, out_t = record_program(program, "typed", mesh, args, jit_run=True)
+    rec_r, out_r = record_program(program, "raw", mesh, args, jit_run=True)
     if out_t is None or out_r is None:
         # e.g. jax 0.12 refuses to lower a ppermute over axes out of mesh order (RuntimeError):
         # not a state error; both must fail the same way
@@ -443,7 +400,7 @@ def test_numerics_bit_identical(program: pg.Program) -> None:
     shards_r = sorted(((s.device.id, np.asarray(s.data)) for s in out_r.addressable_shards),
                       key=lambda p: p[0])
     assert len(shards_t) == len(shards_r)
-    for (dt, a), (dr, b) in zip(shards_t, shards_r):
+    for (dt, a), (dr, b) in zip(shards_t, shards_r, strict=True):
         assert dt == dr and a.dtype == b.dtype and a.shape == b.shape
         assert a.tobytes() == b.tobytes(), f"outputs differ on device {dt}\n{pg.describe(program)}"
     STATS["numeric programs executed (bit-identical)"] += 1
@@ -461,23 +418,12 @@ def test_render_source_runs_like_the_interpreter() -> None:
 
     collect()
     assert programs
-    try:
-        import spmdtyped.numpy  # noqa: F401
-    except ImportError:  # not built yet: the rendered `import spmdtyped.numpy` gets the shim
-        import sys
-        import types
-
-        mod = types.ModuleType("spmdtyped.numpy")
-        for name in ("exp", "tanh", "cumsum", "flip", "where"):
-            setattr(mod, name, getattr(_TypedNumpyShim, name))
-        sys.modules["spmdtyped.numpy"] = mod
-        st.numpy = mod  # type: ignore[attr-defined]
     for program in programs:
         for flavor in ("typed", "raw"):
             src = pg.render_source(program, flavor)
             ns: dict[str, Any] = {}
             mesh = mesh_of(program)
-            recs, _ = trace(program, flavor, mesh, abstract_args(program, mesh))
+            recs, _ = record_program(program, flavor, mesh, abstract_args(program, mesh))
             if all(r.ok for r in recs):
                 exec(compile(src, f"<{flavor} program>", "exec"), ns)  # noqa: S102
                 assert "TRACE" in ns
@@ -511,8 +457,6 @@ MATRIX_SPECS = {
 
 
 def _snp_names() -> list[str]:
-    import spmdtyped.numpy as snp
-
     return sorted(n for n in snp.RULES if n not in SNP_SKIP)
 
 
@@ -522,8 +466,6 @@ def test_numpy_function_matrix(name: str, state: str) -> None:
     """`st.numpy.<name>` on each input state: same state as `jnp.<name>`, or a documented
     difference (one or two operands: binary functions get the value twice)."""
     import inspect
-
-    import spmdtyped.numpy as snp
 
     gap = KNOWN_NUMPY_GAPS.get(name)
     if gap and any(s in state for s in gap[0]):
@@ -539,8 +481,8 @@ def test_numpy_function_matrix(name: str, state: str) -> None:
     program = pg.Program((2, 4), (inp,), (step,), 1, pg.Spec((("j",),) if "V:j" in state else ()))
     mesh = mesh_of(program)
     args = abstract_args(program, mesh)
-    typed, _ = trace(program, "typed", mesh, args)
-    raw, _ = trace(program, "raw", mesh, args)
+    typed, _ = record_program(program, "typed", mesh, args)
+    raw, _ = record_program(program, "raw", mesh, args)
     typed, raw = typed[:2], raw[:2]  # the step itself (not the out_specs boundary)
     compare(program, typed, raw)
 

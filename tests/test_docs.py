@@ -99,7 +99,7 @@ def test_getting_started_message_is_the_runtime_one(mesh_dp_tp):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    assert "<!-- gen:message SPMD101 -->" in (DOCS / "getting-started.md").read_text()
+    assert "<!-- gen:message SPMD101@broken -->" in (DOCS / "getting-started.md").read_text()
 
     @st.shard_map(mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P())
     def broken(w_shard):
@@ -108,7 +108,8 @@ def test_getting_started_message_is_the_runtime_one(mesh_dp_tp):
     w = jax.device_put(jax.numpy.ones((16, 8)), NamedSharding(mesh_dp_tp, P("dp")))
     with pytest.raises(st.SpmdTypeError) as info:
         broken(w)
-    assert str(info.value) == hooks.example_message("SPMD101")
+    assert str(info.value) == hooks.example_message("SPMD101", function="broken")
+    assert "in broken (mesh dp=2, tp=4)" in str(info.value).splitlines()[0]
 
 
 def test_error_index_lists_every_code():
@@ -270,8 +271,6 @@ def _mypy(tmp: Path, *files: Path) -> subprocess.CompletedProcess[str]:
 def mypy_run(tmp_path_factory):
     """One mypy run (a cold run costs ~20 s) over the model and each mistake."""
     pytest.importorskip("mypy")
-    if importlib.util.find_spec("spmdtyped.mypy_plugin") is None:
-        pytest.skip("spmdtyped.mypy_plugin has not landed")
     tmp = tmp_path_factory.mktemp("docs_mypy")
     source = MODEL.read_text()
     files = [tmp / "model.py"]

@@ -6,16 +6,18 @@ raises bare AssertionErrors for several of these, reference Q13/Q18).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
-import math
 import re
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import local_sds, trace
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -23,40 +25,6 @@ import spmdtyped as st
 from spmdtyped import _errors, _rules
 
 F32 = jnp.float32
-TESTED: set[str] = set()
-
-
-@pytest.fixture(scope="module")
-def mesh() -> Any:
-    return jax.make_mesh((2, 4), ("i", "j"))
-
-
-def _parts(spec: P) -> tuple[Any, ...]:
-    return tuple(getattr(spec, "partitions", spec))
-
-
-def _arg(mesh: Any, spec: P, local: tuple[int, ...] = (8, 8)) -> Any:
-    sizes = dict(zip(mesh.axis_names, mesh.devices.shape))
-    parts = _parts(spec) + (None,) * (len(local) - len(_parts(spec)))
-    shape = []
-    for n, p in zip(local, parts):
-        axes = () if p is None else (p,) if isinstance(p, str) else p
-        shape.append(n * math.prod(sizes[a] for a in axes))
-    return jax.ShapeDtypeStruct(tuple(shape), F32, sharding=NamedSharding(mesh, spec))
-
-
-def run(mesh: Any, body: Any, in_specs: tuple[P, ...] = (P(),), out_specs: Any = None,
-        **kw: Any) -> Any:
-    """Trace `st.shard_map(body)` on abstract arguments carrying `in_specs`."""
-    if out_specs is None:
-        def wrapped(*a: Any) -> Any:
-            body(*a)
-            return jnp.zeros(())
-        fn, out_specs = wrapped, P()
-    else:
-        fn = body
-    f = st.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, **kw)
-    return jax.jit(f).trace(*[_arg(mesh, s) for s in in_specs])
 
 
 def expect(code: str, fn: Any, *, axes: tuple[str, ...] | None = None,
@@ -82,26 +50,25 @@ def expect(code: str, fn: Any, *, axes: tuple[str, ...] | None = None,
     assert f"explain {code}" in msg
     if _errors.REGISTRY[code].strict:
         assert f"st.allow('{code}')" in msg
-    TESTED.add(code)
     return e
 
 
 # ------------------------------------------------------------------------------- SPMD1xx
 
 
-def test_spmd101_reduced_operand_seed(mesh: Any) -> None:
+def test_spmd101_reduced_operand_seed(mesh_ij: Any) -> None:
     def body(x: Any) -> None:
         r = st.pcast(x, "i", to="reduced")
         st.psum(r, "i")
 
-    e = expect("SPMD101", lambda: run(mesh, body), axes=("i",), states={"i": "reduced"},
+    e = expect("SPMD101", lambda: trace(mesh_ij, body), axes=("i",), states={"i": "reduced"},
                fragments=("st.psum", "'i'", "Reduced"),
                fix=("st.pcast(x, 'i', to='varying')", "before the reduction", "custom_op"))
     assert isinstance(e, st.AxisStateError)
 
 
 @pytest.mark.parametrize("op", ["ppermute", "all_gather", "all_to_all", "psum_scatter", "pmean"])
-def test_spmd101_every_axis_op(mesh: Any, op: str) -> None:
+def test_spmd101_every_axis_op(mesh_ij: Any, op: str) -> None:
     calls = {
         "ppermute": lambda r: st.ppermute(r, "j", perm=[(0, 1), (1, 2), (2, 3), (3, 0)]),
         "all_gather": lambda r: st.all_gather(r, "j"),
@@ -113,57 +80,57 @@ def test_spmd101_every_axis_op(mesh: Any, op: str) -> None:
     def body(x: Any) -> None:
         calls[op](st.pcast(x, "j", to="reduced"))
 
-    expect("SPMD101", lambda: run(mesh, body), axes=("j",), states={"j": "reduced"},
+    expect("SPMD101", lambda: trace(mesh_ij, body), axes=("j",), states={"j": "reduced"},
            fragments=(f"st.{op}",))
 
 
-def test_spmd102_unreduced_operand(mesh: Any) -> None:
+def test_spmd102_unreduced_operand(mesh_ij: Any) -> None:
     def body(x: Any) -> None:
         u = st.pcast(x, "i", to="unreduced")
         st.ppermute(u, "i", perm=[(0, 1), (1, 0)])
 
-    expect("SPMD102", lambda: run(mesh, body, (P("i"),)), axes=("i",),
+    expect("SPMD102", lambda: trace(mesh_ij, body, (P("i"),)), axes=("i",),
            states={"i": "unreduced"}, fragments=("st.ppermute", "Unreduced"),
            fix=("st.psum",))
 
 
-def test_spmd103_invariant_operand(mesh: Any) -> None:
-    expect("SPMD103", lambda: run(mesh, lambda x: st.psum(x, "j"), (P("i"),)), axes=("j",),
+def test_spmd103_invariant_operand(mesh_ij: Any) -> None:
+    expect("SPMD103", lambda: trace(mesh_ij, lambda x: st.psum(x, "j"), (P("i"),)), axes=("j",),
            states={"j": "invariant"}, fragments=("st.psum", "Invariant", "'j'"),
            fix=("st.pvary(x, 'j')",))
 
 
-def test_spmd103_opt_out_gives_jax_result(mesh: Any) -> None:
+def test_spmd103_opt_out_gives_jax_result(mesh_ij: Any) -> None:
     seen = {}
 
     def body(x: Any) -> None:
         with st.allow("SPMD103"):
             seen["t"] = st.typeof(st.psum(x, "j"))
 
-    run(mesh, body, (P("i"),))
+    trace(mesh_ij, body, (P("i"),))
     assert seen["t"] == st.SpmdType(varying={"i"})
 
 
-def test_spmd104_mixed_states(mesh: Any) -> None:
-    expect("SPMD104", lambda: run(mesh, lambda x: st.psum(x, ("i", "j")), (P("i"),)),
+def test_spmd104_mixed_states(mesh_ij: Any) -> None:
+    expect("SPMD104", lambda: trace(mesh_ij, lambda x: st.psum(x, ("i", "j")), (P("i"),)),
            axes=("i", "j"), states={"i": "varying", "j": "invariant"},
            fragments=("st.psum", "('i', 'j')"), fix=("st.pvary",))
 
 
-def test_spmd105_pmean_denominator(mesh: Any) -> None:
+def test_spmd105_pmean_denominator(mesh_ij: Any) -> None:
     def body(x: Any) -> None:
         u = st.pcast(st.pvary(x, "j"), "j", to="unreduced")  # Typed[Varying[i], Unreduced[j]]
         st.pmean(u, "i")
 
-    expect("SPMD105", lambda: run(mesh, body, (P("i"),)), axes=("j",),
+    expect("SPMD105", lambda: trace(mesh_ij, body, (P("i"),)), axes=("j",),
            states={"j": "unreduced"}, fragments=("st.pmean", "'j'"), fix=("st.axis_size",))
 
 
-def test_spmd106_unreduced_kind(mesh: Any) -> None:
+def test_spmd106_unreduced_kind(mesh_ij: Any) -> None:
     def body(x: Any) -> None:
         st.pmax(st.pcast(x, "i", to="unreduced"), "i")
 
-    e = expect("SPMD106", lambda: run(mesh, body, (P("i"),)), axes=("i",),
+    e = expect("SPMD106", lambda: trace(mesh_ij, body, (P("i"),)), axes=("i",),
                fragments=("st.pmax",))
     assert "sum" in str(e)
 
@@ -171,44 +138,44 @@ def test_spmd106_unreduced_kind(mesh: Any) -> None:
 # ------------------------------------------------------------------------------- SPMD2xx
 
 
-def test_spmd201_unreduced_plus_invariant(mesh: Any) -> None:
+def test_spmd201_unreduced_plus_invariant(mesh_ij: Any) -> None:
     def body(x: Any, b: Any) -> None:
         _ = st.pcast(x, "i", to="unreduced") + b
 
-    e = expect("SPMD201", lambda: run(mesh, body, (P("i"), P())), axes=("i",),
+    e = expect("SPMD201", lambda: trace(mesh_ij, body, (P("i"), P())), axes=("i",),
                fragments=("operator +", "Unreduced"), fix=("st.psum",))
     assert isinstance(e, st.CombineError)
 
 
-def test_spmd202_nonlinear_on_unreduced(mesh: Any) -> None:
+def test_spmd202_nonlinear_on_unreduced(mesh_ij: Any) -> None:
     def body(x: Any) -> None:
         _ = st.pcast(x, "i", to="unreduced") ** 2
 
-    expect("SPMD202", lambda: run(mesh, body, (P("i"),)), axes=("i",),
+    expect("SPMD202", lambda: trace(mesh_ij, body, (P("i"),)), axes=("i",),
            states={"i": "unreduced"}, fragments=("integer_pow", "not linear", "silently"),
            fix=("st.psum(x, 'i')",))
 
 
-def test_spmd203_reduced_times_invariant_array(mesh: Any) -> None:
+def test_spmd203_reduced_times_invariant_array(mesh_ij: Any) -> None:
     def body(x: Any) -> None:
         _ = st.pcast(x, "i", to="reduced") * x
 
-    expect("SPMD203", lambda: run(mesh, body), axes=("i",), states={"i": "invariant"},
+    expect("SPMD203", lambda: trace(mesh_ij, body), axes=("i",), states={"i": "invariant"},
            fragments=("operator *", "Reduced"), fix=("to='reduced'",))
 
 
-def test_spmd204_reduced_on_different_axes(mesh: Any) -> None:
+def test_spmd204_reduced_on_different_axes(mesh_ij: Any) -> None:
     def body(x: Any) -> None:
         _ = st.pcast(x, "i", to="reduced") + st.pcast(x, "j", to="reduced")
 
-    expect("SPMD204", lambda: run(mesh, body), fragments=("Reduced on different axes",))
+    expect("SPMD204", lambda: trace(mesh_ij, body), fragments=("Reduced on different axes",))
 
 
-def test_spmd205_partial_reduced_cast(mesh: Any) -> None:
+def test_spmd205_partial_reduced_cast(mesh_ij: Any) -> None:
     def body(x: Any, w: Any) -> None:
         _ = x + st.pcast(w, "i", to="reduced")   # Varying[i, j] + Reduced[i]
 
-    expect("SPMD205", lambda: run(mesh, body, (P(("i", "j")), P())), axes=("i",),
+    expect("SPMD205", lambda: trace(mesh_ij, body, (P(("i", "j")), P())), axes=("i",),
            states={"i": "reduced"}, fragments=("Reduced", "Varying"),
            fix=("st.pcast(x, 'i', to='varying')",))
 
@@ -216,15 +183,15 @@ def test_spmd205_partial_reduced_cast(mesh: Any) -> None:
 # ------------------------------------------------------------------------------- SPMD3xx
 
 
-def test_spmd301_unsupported_cast(mesh: Any) -> None:
-    e = expect("SPMD301", lambda: run(mesh, lambda x: st.pcast(x, "i", to="varying"), (P("i"),)),
+def test_spmd301_unsupported_cast(mesh_ij: Any) -> None:
+    e = expect("SPMD301", lambda: trace(mesh_ij, lambda x: st.pcast(x, "i", to="varying"), (P("i"),)),
                axes=("i",), states={"i": "varying"}, fragments=("st.pcast", "Varying"))
     assert isinstance(e, st.CastError)
 
 
 @pytest.mark.parametrize("start,to", [("varying", "reduced"), ("invariant", "unreduced"),
                                       ("unreduced", "varying")])
-def test_spmd301_other_casts(mesh: Any, start: str, to: str) -> None:
+def test_spmd301_other_casts(mesh_ij: Any, start: str, to: str) -> None:
     def body(x: Any) -> None:
         v = x
         if start == "unreduced":
@@ -232,54 +199,53 @@ def test_spmd301_other_casts(mesh: Any, start: str, to: str) -> None:
         st.pcast(v, "i", to=to)
 
     spec = P() if start == "invariant" else P("i")
-    expect("SPMD301", lambda: run(mesh, body, (spec,)), axes=("i",), states={"i": start})
+    expect("SPMD301", lambda: trace(mesh_ij, body, (spec,)), axes=("i",), states={"i": start})
 
 
 # ------------------------------------------------------------------------------- SPMD4xx
 
 
-def test_spmd401_out_spec_state(mesh: Any) -> None:
-    e = expect("SPMD401", lambda: run(mesh, lambda x: x * 2.0, (P("i"),), out_specs=P()),
+def test_spmd401_out_spec_state(mesh_ij: Any) -> None:
+    e = expect("SPMD401", lambda: trace(mesh_ij, lambda x: x * 2.0, (P("i"),), out_specs=P()),
                axes=("i",), states={"i": "varying"}, fragments=("P()", "'i'", "Varying"),
                fix=("st.psum(y, 'i')",))
     assert isinstance(e, st.BoundaryError)
 
 
-def test_spmd402_spec_structure(mesh: Any) -> None:
-    f = st.shard_map(lambda x, y: x + y, mesh=mesh, in_specs=(P("i"),), out_specs=P("i"))
-    x = jax.device_put(np.zeros((16, 8), np.float32), NamedSharding(mesh, P("i")))
+def test_spmd402_spec_structure(mesh_ij: Any) -> None:
+    f = st.shard_map(lambda x, y: x + y, mesh=mesh_ij, in_specs=(P("i"),), out_specs=P("i"))
+    x = jax.device_put(np.zeros((16, 8), np.float32), NamedSharding(mesh_ij, P("i")))
     expect("SPMD402", lambda: f(x, x), fragments=("in_specs",))
 
 
-def test_spmd402_out_spec_structure(mesh: Any) -> None:
-    expect("SPMD402", lambda: run(mesh, lambda x: (x, x), (P(),), out_specs=(P(), P(), P())),
+def test_spmd402_out_spec_structure(mesh_ij: Any) -> None:
+    expect("SPMD402", lambda: trace(mesh_ij, lambda x: (x, x), (P(),), out_specs=(P(), P(), P())),
            fragments=("out_specs",))
 
 
-def test_spmd403_in_spec_not_honoured(mesh: Any) -> None:
-    f = st.shard_map(lambda x: x, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
-    x = jax.device_put(np.zeros((16, 8), np.float32), NamedSharding(mesh, P()))  # not P("i")
+def test_spmd403_in_spec_not_honoured(mesh_ij: Any) -> None:
+    f = st.shard_map(lambda x: x, mesh=mesh_ij, in_specs=P("i"), out_specs=P("i"))
+    x = jax.device_put(np.zeros((16, 8), np.float32), NamedSharding(mesh_ij, P()))  # not P("i")
     expect("SPMD403", lambda: f(x), fragments=("in_specs",))
 
 
 # ------------------------------------------------------------------------------- SPMD5xx
 
 
-def test_spmd501_unknown_axis_suggests_closest() -> None:
-    mesh = jax.make_mesh((2, 4), ("dp", "tp"))
-    e = expect("SPMD501", lambda: run(mesh, lambda x: st.psum(x, "tpp"), (P("tp"),)),
+def test_spmd501_unknown_axis_suggests_closest(mesh_dp_tp: Any) -> None:
+    e = expect("SPMD501", lambda: trace(mesh_dp_tp, lambda x: st.psum(x, "tpp"), (P("tp"),)),
                axes=("tpp",), fragments=("'tpp'", "did you mean 'tp'?"),
                fix=("st.psum(x, 'tp')",))
     assert isinstance(e, st.UsageError)
 
 
-def test_spmd502_axes_as_set(mesh: Any) -> None:
-    expect("SPMD502", lambda: run(mesh, lambda x: st.psum(x, {"i", "j"}), (P(("i", "j")),)),
+def test_spmd502_axes_as_set(mesh_ij: Any) -> None:
+    expect("SPMD502", lambda: trace(mesh_ij, lambda x: st.psum(x, {"i", "j"}), (P(("i", "j")),)),
            fragments=("set",), fix=("('i', 'j')",))
 
 
-def test_spmd503_non_manual_axis(mesh: Any) -> None:
-    expect("SPMD503", lambda: run(mesh, lambda x: st.psum(x, "j"), (P("i"),), axis_names={"i"}),
+def test_spmd503_non_manual_axis(mesh_ij: Any) -> None:
+    expect("SPMD503", lambda: trace(mesh_ij, lambda x: st.psum(x, "j"), (P("i"),), axis_names={"i"}),
            axes=("j",), fragments=("'j'", "not manual"), fix=("axis_names",))
 
 
@@ -294,20 +260,20 @@ def test_spmd504_malformed_hint(make: Any) -> None:
     expect("SPMD504", make)
 
 
-def test_spmd504_allow_of_non_strict_code() -> None:
+def test_spmd508_allow_of_non_strict_code() -> None:
     def enter() -> None:
         with st.allow("SPMD101"):
             pass
 
-    expect("SPMD504", enter, fragments=("SPMD103", "SPMD202"))
+    expect("SPMD508", enter, fragments=("st.allow", "SPMD103", "SPMD202"))
 
 
 @pytest.mark.parametrize("call", [
     lambda x: st.pcast(x, "i", to="invariant"),
     lambda x: st.all_gather(x, "i", to="replicated"),
 ], ids=["pcast", "all_gather"])
-def test_spmd505_unknown_target(mesh: Any, call: Any) -> None:
-    expect("SPMD505", lambda: run(mesh, call, (P("i"),)), fragments=("to=",))
+def test_spmd505_unknown_target(mesh_ij: Any, call: Any) -> None:
+    expect("SPMD505", lambda: trace(mesh_ij, call, (P("i"),)), fragments=("to=",))
 
 
 def test_spmd506_outside_shard_map() -> None:
@@ -326,11 +292,11 @@ def api(name: str, module: str) -> Any:
         return getattr(importlib.import_module(f"spmdtyped.{module}"), name)
 
 
-def test_spmd107_custom_op_requires(mesh: Any) -> None:
+def test_spmd107_custom_op_requires(mesh_ij: Any) -> None:
     custom_op = api("custom_op", "_custom")
     allreduce = custom_op(lambda x: jax.lax.psum(x, "i"), requires={"i": "varying"},
                           produces={"i": "invariant"}, name="my_allreduce")
-    expect("SPMD107", lambda: run(mesh, lambda x: allreduce(x), (P("j"),)), axes=("i",),
+    expect("SPMD107", lambda: trace(mesh_ij, lambda x: allreduce(x), (P("j"),)), axes=("i",),
            fragments=("my_allreduce", "'i'"))
 
 
@@ -341,49 +307,49 @@ def test_spmd507_custom_op_declaration() -> None:
            fragments=("requires",))
 
 
-def test_spmd902_custom_op_result_more_varying_than_declared(mesh: Any) -> None:
+def test_spmd902_custom_op_result_more_varying_than_declared(mesh_ij: Any) -> None:
     custom_op = api("custom_op", "_custom")
     liar = custom_op(lambda x: x, produces={"i": "invariant"}, name="liar")
-    expect("SPMD902", lambda: run(mesh, lambda x: liar(x), (P("i"),)), axes=("i",),
+    expect("SPMD902", lambda: trace(mesh_ij, lambda x: liar(x), (P("i"),)), axes=("i",),
            fragments=("liar", "Varying", "Invariant"))
 
 
-def test_spmd302_loop_carry_state(mesh: Any) -> None:
+def test_spmd302_loop_carry_state(mesh_ij: Any) -> None:
     fori_loop = api("fori_loop", "_control")
 
     def body(x: Any) -> None:
         u = st.pcast(x, "i", to="unreduced")
         fori_loop(0, 2, lambda k, c: st.psum(c, "i"), u)
 
-    e = expect("SPMD302", lambda: run(mesh, body, (P("i"),)), axes=("i",),
+    e = expect("SPMD302", lambda: trace(mesh_ij, body, (P("i"),)), axes=("i",),
                fragments=("fori_loop", "Unreduced", "Invariant"))
     assert isinstance(e, st.CastError)
 
 
-def test_spmd404_cotangent_state(mesh: Any) -> None:
+def test_spmd404_cotangent_state(mesh_ij: Any) -> None:
     vjp = api("vjp", "_autodiff")
 
     def body(x: Any) -> None:
         y, pull = vjp(lambda v: v * v, x)          # y: Varying['i']
         pull(jnp.ones(y.shape, jnp.float32))       # an Invariant cotangent
 
-    expect("SPMD404", lambda: run(mesh, body, (P("i"),)), axes=("i",),
+    expect("SPMD404", lambda: trace(mesh_ij, body, (P("i"),)), axes=("i",),
            fragments=("cotangent", "'i'"))
 
 
-def test_spmd405_grad_of_reduced_loss(mesh: Any) -> None:
+def test_spmd405_grad_of_reduced_loss(mesh_ij: Any) -> None:
     grad = api("grad", "_autodiff")
 
     def body(x: Any) -> None:
         r = st.pcast(x, "i", to="reduced")
         grad(lambda w: (w * w).sum())(r)
 
-    expect("SPMD405", lambda: run(mesh, body), axes=("i",), states={"i": "reduced"},
+    expect("SPMD405", lambda: trace(mesh_ij, body), axes=("i",), states={"i": "reduced"},
            fragments=("loss", "Reduced"))
 
 
 
-def test_spmd406_loop_with_reduced_constant(mesh: Any) -> None:
+def test_spmd406_loop_with_reduced_constant(mesh_ij: Any) -> None:
     grad = api("grad", "_autodiff")
     fori_loop = api("fori_loop", "_control")
 
@@ -392,22 +358,22 @@ def test_spmd406_loop_with_reduced_constant(mesh: Any) -> None:
         v = st.pvary(x, "i")
         grad(lambda w: fori_loop(0, 2, lambda k, c: c * w, v).sum())(r)
 
-    expect("SPMD406", lambda: run(mesh, body), axes=("i",), states={"i": "reduced"},
+    expect("SPMD406", lambda: trace(mesh_ij, body), axes=("i",), states={"i": "reduced"},
            fragments=("loop", "Reduced"), fix=("st.pcast(w, 'i', to='varying')",))
 
 
 # ------------------------------------------------------------------------------- SPMD9xx
 
 
-def test_spmd901_check_mode_catches_a_wrong_table(mesh: Any, monkeypatch: Any) -> None:
+def test_spmd901_check_mode_catches_a_wrong_table(mesh_ij: Any, monkeypatch: Any) -> None:
     rule = _rules.AXIS_OPS["ppermute"]
     wrong = dataclasses.replace(rule, on={**rule.on, _rules.V: _rules.I})
     monkeypatch.setitem(_rules.AXIS_OPS, "ppermute", wrong)
-    e = expect("SPMD901", lambda: run(mesh, lambda x: st.ppermute(x, "i", perm=[(0, 1), (1, 0)]),
+    e = expect("SPMD901", lambda: trace(mesh_ij, lambda x: st.ppermute(x, "i", perm=[(0, 1), (1, 0)]),
                                       (P("i"),)), fragments=("st.ppermute", jax.__version__))
     assert isinstance(e, st.InternalConsistencyError)
     with st.check_mode(False):   # the documented escape hatch
-        run(mesh, lambda x: st.ppermute(x, "i", perm=[(0, 1), (1, 0)]), (P("i"),))
+        trace(mesh_ij, lambda x: st.ppermute(x, "i", perm=[(0, 1), (1, 0)]), (P("i"),))
 
 
 # ------------------------------------------------------------------------------- explain
@@ -424,9 +390,10 @@ def test_explain_page(code: str) -> None:
     assert st.explain(code.lower()) == page
 
 
-def test_explain_unknown_code() -> None:
-    with pytest.raises(KeyError, match="SPMD101"):
-        st.explain("SPMD999")
+def test_spmd508_explain_unknown_code() -> None:
+    expect("SPMD508", lambda: st.explain("SPMD999"), fragments=("st.explain", "'SPMD999'"))
+    expect("SPMD508", lambda: st.explain("SPMD1O1"), fragments=("did you mean 'SPMD101'",),
+           fix=("st.explain('SPMD101')",))
 
 
 # ------------------------------------------------------------------------------- no bare errors
@@ -448,52 +415,52 @@ BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("name", sorted(BAD_INPUTS))
-def test_bad_input_is_an_spmd_error(mesh: Any, name: str) -> None:
+def test_bad_input_is_an_spmd_error(mesh_ij: Any, name: str) -> None:
     with pytest.raises(st.SpmdTypeError) as info:
-        run(mesh, BAD_INPUTS[name], (P("i"),))
+        trace(mesh_ij, BAD_INPUTS[name], (P("i"),))
     assert info.value.code.startswith("SPMD5"), str(info.value)
     if name.startswith("unknown axis"):
         assert info.value.code == "SPMD501"
         assert "'k'" in str(info.value)
 
 
-def test_unknown_axis_in_spec_is_an_spmd_error(mesh: Any) -> None:
+def test_unknown_axis_in_spec_is_an_spmd_error(mesh_ij: Any) -> None:
     with pytest.raises(st.SpmdTypeError) as info:
-        st.shard_map(lambda x: x, mesh=mesh, in_specs=P("jj"), out_specs=P("jj"))
+        st.shard_map(lambda x: x, mesh=mesh_ij, in_specs=P("jj"), out_specs=P("jj"))
     assert info.value.code == "SPMD501"
     assert "did you mean 'j'?" in str(info.value)
 
 
-def test_unknown_axis_in_axis_names_is_an_spmd_error(mesh: Any) -> None:
+def test_unknown_axis_in_axis_names_is_an_spmd_error(mesh_ij: Any) -> None:
     with pytest.raises(st.SpmdTypeError) as info:
-        st.shard_map(lambda x: x, mesh=mesh, in_specs=P(), out_specs=P(), axis_names={"ii"})
+        st.shard_map(lambda x: x, mesh=mesh_ij, in_specs=P(), out_specs=P(), axis_names={"ii"})
     assert info.value.code == "SPMD501"
 
 
-def test_reduced_cast_of_python_scalar_is_not_a_bare_assertion(mesh: Any) -> None:
+def test_reduced_cast_of_python_scalar_is_not_a_bare_assertion(mesh_ij: Any) -> None:
     """JAX raises a bare AssertionError for pcast(2.0, 'i', to='reduced') (reference Q13)."""
     seen = {}
 
     def body(x: Any) -> None:
         seen["t"] = st.typeof(st.pcast(2.0, "i", to="reduced"))
 
-    run(mesh, body)
+    trace(mesh_ij, body)
     assert seen["t"] == st.SpmdType(reduced={"i"})
 
 
-def test_partial_manual_unknown_axis_never_bare(mesh: Any) -> None:
+def test_partial_manual_unknown_axis_never_bare(mesh_ij: Any) -> None:
     with pytest.raises(st.SpmdTypeError) as info:
-        run(mesh, lambda x: st.pcast(x, "j", to="varying"), (P("i"),), axis_names={"i"})
+        trace(mesh_ij, lambda x: st.pcast(x, "j", to="varying"), (P("i"),), axis_names={"i"})
     assert info.value.code == "SPMD503"
 
 
-def test_messages_never_mention_jax_internals(mesh: Any) -> None:
+def test_messages_never_mention_jax_internals(mesh_ij: Any) -> None:
     """The seed error's message is spmdtyped's, not JAX's `pvary cannot accept...`."""
     def body(x: Any) -> None:
         st.psum(st.pcast(x, "i", to="reduced"), "i")
 
     with pytest.raises(st.SpmdTypeError) as info:
-        run(mesh, body)
+        trace(mesh_ij, body)
     assert not re.search(r"pvary cannot accept|jax/_src|Traceback", str(info.value))
     assert info.value.__cause__ is None or not isinstance(info.value.__cause__, AssertionError)
 
@@ -509,7 +476,7 @@ PARTIAL_MANUAL_UR = {
 
 
 @pytest.mark.parametrize("name", sorted(PARTIAL_MANUAL_UR))
-def test_partial_manual_unreduced_reduced_is_an_spmd_error(mesh: Any, name: str) -> None:
+def test_partial_manual_unreduced_reduced_is_an_spmd_error(mesh_ij: Any, name: str) -> None:
     """JAX raises a bare AssertionError on every op on a U/R value in a partial-manual
     shard_map (reference Q15); spmdtyped refuses to make one (SPMD403)."""
     def raw_body(x: Any) -> Any:
@@ -524,22 +491,29 @@ def test_partial_manual_unreduced_reduced_is_an_spmd_error(mesh: Any, name: str)
             _ = r * r
         return jnp.zeros(())
 
-    f = jax.shard_map(raw_body, mesh=mesh, in_specs=P(), out_specs=P(), axis_names={"i"})
+    f = jax.shard_map(raw_body, mesh=mesh_ij, in_specs=P(), out_specs=P(), axis_names={"i"})
     with pytest.raises(AssertionError):   # the oracle: JAX's own bare assertion
-        jax.jit(f).trace(_arg(mesh, P()))
-    expect("SPMD403", lambda: run(mesh, PARTIAL_MANUAL_UR[name], axis_names={"i"}),
+        jax.jit(f).trace(local_sds(mesh_ij, P(), (8, 8)))
+    expect("SPMD403", lambda: trace(mesh_ij, PARTIAL_MANUAL_UR[name], axis_names={"i"}),
            fragments=("full-manual",))
 
 
-def test_partial_manual_reduced_in_spec_is_an_spmd_error(mesh: Any) -> None:
-    expect("SPMD403", lambda: st.shard_map(lambda x: x, mesh=mesh, in_specs=P(reduced={"i"}),
+def test_partial_manual_reduced_in_spec_is_an_spmd_error(mesh_ij: Any) -> None:
+    expect("SPMD403", lambda: st.shard_map(lambda x: x, mesh=mesh_ij, in_specs=P(reduced={"i"}),
                                            out_specs=P(reduced={"i"}), axis_names={"i"}),
            fragments=("full-manual", "reduced"))
 
 
-def test_every_registered_code_is_tested(request: pytest.FixtureRequest) -> None:
-    """Runs last in this file: every code of the registry was triggered by a test above."""
-    if request.config.option.keyword or request.config.option.markexpr:
-        pytest.skip("needs the whole file (-k/-m given)")
-    missing = sorted(set(_errors.REGISTRY) - TESTED)
+def test_every_registered_code_is_tested() -> None:
+    """Every code of the registry is the expected code of an `expect(...)` call in a test of
+    this file (each such test fails unless the call raises that code). Read from this file's
+    source, so it holds whichever tests ran before it, in any order, with -k/-m or alone."""
+    tree = ast.parse(Path(__file__).read_text())
+    tested = {call.args[0].value
+              for fn in tree.body if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_")
+              for call in ast.walk(fn)
+              if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+              and call.func.id == "expect" and call.args and isinstance(call.args[0], ast.Constant)}
+    missing = sorted(set(_errors.REGISTRY) - tested)
     assert not missing, f"codes without a triggering test: {missing}"
+    assert not tested - set(_errors.REGISTRY), f"unregistered codes: {sorted(tested - set(_errors.REGISTRY))}"

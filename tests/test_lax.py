@@ -8,25 +8,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import sds, trace
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
 import spmdtyped.lax as slax
 from spmdtyped._array import is_typed
-
-
-@pytest.fixture(scope="module")
-def mesh():
-    return jax.make_mesh((2, 4), ("dp", "tp"))
-
-
-def sds(mesh, shape, spec):
-    return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, spec))
-
-
-def trace(mesh, f, args, in_specs, out_specs):
-    return jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs))(*args)
 
 
 @pytest.mark.parametrize("name", slax.CHECKED)
@@ -72,30 +60,30 @@ def _program(lax):
 SPECS = ((P("dp"), P(None, "tp"), P(reduced={"tp"})), (P(("dp", "tp")),) * 11)
 
 
-def test_program_identical_to_jax_lax(mesh):
+def test_program_identical_to_jax_lax(mesh_dp_tp):
     """The drop-in binds exactly the primitives jax.lax binds (same jaxpr), and runs."""
-    args = (sds(mesh, (4, 8), P("dp")), sds(mesh, (8, 16), P(None, "tp")),
-            sds(mesh, (8,), P(reduced={"tp"})))
-    ours = trace(mesh, _program(slax), args, *SPECS)
-    theirs = trace(mesh, _program(jax.lax), args, *SPECS)
-    assert str(ours) == str(theirs)
+    args = (sds(mesh_dp_tp, (4, 8), P("dp")), sds(mesh_dp_tp, (8, 16), P(None, "tp")),
+            sds(mesh_dp_tp, (8,), P(reduced={"tp"})))
+    ours = trace(mesh_dp_tp, _program(slax), *SPECS, args=args, smap=jax.shard_map)
+    theirs = trace(mesh_dp_tp, _program(jax.lax), *SPECS, args=args, smap=jax.shard_map)
+    assert str(ours.jaxpr) == str(theirs.jaxpr)
 
 
-def test_numbers_identical_to_jax_lax(mesh):
-    x = jax.device_put(jnp.arange(32.0).reshape(4, 8), NamedSharding(mesh, P("dp")))
-    w = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P(None, "tp")))
+def test_numbers_identical_to_jax_lax(mesh_dp_tp):
+    x = jax.device_put(jnp.arange(32.0).reshape(4, 8), NamedSharding(mesh_dp_tp, P("dp")))
+    w = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh_dp_tp, P(None, "tp")))
 
     def f(lax):
         return lambda x, w: (lax.psum(x @ w, "tp"), lax.pmean(x, "dp"),
                              lax.ppermute(x, "dp", [(0, 1), (1, 0)]))
 
-    specs = dict(mesh=mesh, in_specs=(P("dp"), P(None, "tp")), out_specs=(P("dp"), P(), P("dp")))
+    specs = dict(mesh=mesh_dp_tp, in_specs=(P("dp"), P(None, "tp")), out_specs=(P("dp"), P(), P("dp")))
     for a, b in zip(jax.shard_map(f(slax), **specs)(x, w), jax.shard_map(f(jax.lax), **specs)(x, w),
                     strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_results_are_raw_pytrees(mesh):
+def test_results_are_raw_pytrees(mesh_dp_tp):
     seen = []
 
     def f(x):
@@ -104,7 +92,7 @@ def test_results_are_raw_pytrees(mesh):
         assert set(out) == {"a", "b"} and isinstance(out["b"], tuple)
         return out["a"]
 
-    trace(mesh, f, (sds(mesh, (4,), P("dp")),), (P("dp"),), P())
+    trace(mesh_dp_tp, f, (P("dp"),), P(), args=(sds(mesh_dp_tp, (4,), P("dp")),), smap=jax.shard_map)
     assert len(seen) == 3 and not any(is_typed(v) for v in seen)
 
 
@@ -116,22 +104,22 @@ def test_passthrough_outside_shard_map():
     np.testing.assert_array_equal(out, jnp.arange(3))
 
 
-def test_passthrough_with_check_vma_false(mesh):
+def test_passthrough_with_check_vma_false(mesh_dp_tp):
     def f(x):
         return slax.psum(x, "tp")  # every value is Invariant without check_vma: JAX's psum
 
-    f_smap = jax.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"), check_vma=False)
-    j_smap = jax.shard_map(lambda x: jax.lax.psum(x, "tp"), mesh=mesh, in_specs=P("dp"),
+    f_smap = jax.shard_map(f, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P("dp"), check_vma=False)
+    j_smap = jax.shard_map(lambda x: jax.lax.psum(x, "tp"), mesh=mesh_dp_tp, in_specs=P("dp"),
                            out_specs=P("dp"), check_vma=False)
-    arg = sds(mesh, (4,), P("dp"))
+    arg = sds(mesh_dp_tp, (4,), P("dp"))
     assert str(jax.make_jaxpr(f_smap)(arg)) == str(jax.make_jaxpr(j_smap)(arg))
 
 
-def test_axis_size_idiom_passes(mesh):
+def test_axis_size_idiom_passes(mesh_dp_tp):
     def f(x):
         return x * slax.psum(1, "tp") + slax.axis_size("dp")
 
-    trace(mesh, f, (sds(mesh, (4,), P("dp")),), (P("dp"),), P("dp"))
+    trace(mesh_dp_tp, f, (P("dp"),), P("dp"), args=(sds(mesh_dp_tp, (4,), P("dp")),), smap=jax.shard_map)
 
 
 @pytest.mark.parametrize("body,spec,code,fragment", [
@@ -150,19 +138,19 @@ def test_axis_size_idiom_passes(mesh):
      "axis_index_groups"),
     (lambda x: slax.all_gather(x, "dp", to="everywhere"), P("dp"), "SPMD505", "to="),
 ])
-def test_errors_before_jax(mesh, body, spec, code, fragment):
+def test_errors_before_jax(mesh_dp_tp, body, spec, code, fragment):
     with pytest.raises(st.SpmdTypeError) as ei:
-        trace(mesh, body, (sds(mesh, (8,), spec),), (spec,), P())
+        trace(mesh_dp_tp, body, (spec,), P(), args=(sds(mesh_dp_tp, (8,), spec),), smap=jax.shard_map)
     assert ei.value.code == code
     assert fragment in str(ei.value)
 
 
-def test_strict_opt_out_gives_jax_semantics(mesh):
-    x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("dp")))
+def test_strict_opt_out_gives_jax_semantics(mesh_dp_tp):
+    x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh_dp_tp, P("dp")))
 
     def f(x):
         with st.allow("SPMD103"):
             return slax.psum(x, "tp")  # x is Invariant on tp: JAX multiplies by 4
 
-    out = jax.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"))(x)
+    out = jax.shard_map(f, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P("dp"))(x)
     np.testing.assert_array_equal(np.asarray(out), 4 * np.arange(8.0))

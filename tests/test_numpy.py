@@ -15,19 +15,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _spmd4 import SAMPLE, all_states, make, make_raw, mesh, outcome, trace
-from conftest import put
+from _helpers import SAMPLE, I, Ri, Ui, Vi, all_states, make, make_raw, mesh_ij, outcome, put, trace_raw
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
 import spmdtyped.nn as snn
 import spmdtyped.numpy as snp
 from spmdtyped import SpmdType, _compat, _errors, _rules
-
-I = SpmdType()  # noqa: E741
-Vi = SpmdType(varying="i")
-Ui = SpmdType(unreduced="i")
-Ri = SpmdType(reduced="i")
 
 #: (function, rejected code) pairs where spmdtyped is stricter than JAX without a strict code
 STRICTER = {
@@ -105,7 +99,7 @@ def test_unary_differential(name):
         for t in all_states():
             _check(name.removeprefix("nn."), (t,), outcome(lambda: typed_fn(make(x, t))),  # noqa: B023 (called at once)
                    outcome(lambda: jax_fn(make_raw(x, t))))  # noqa: B023 (called at once)
-    trace(body)
+    trace_raw(body)
 
 
 BINARY = ["add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "less",
@@ -121,7 +115,7 @@ def test_binary_differential(name):
             for b in SAMPLE:
                 _check(name, (a, b), outcome(lambda: typed_fn(make(x, a), make(x, b))),  # noqa: B023 (called at once)
                        outcome(lambda: jax_fn(make_raw(x, a), make_raw(x, b))))  # noqa: B023 (called at once)
-    trace(body)
+    trace_raw(body)
 
 
 NARY = {
@@ -147,7 +141,7 @@ def test_nary_differential(name):
                         continue   # indices come from a comparison, which rejects Unreduced
                     _check(name, (c, a, b), outcome(lambda: typed_fn(make(x, c), make(x, a), make(x, b))),  # noqa: B023 (called at once)
                            outcome(lambda: jax_fn(make_raw(x, c), make_raw(x, a), make_raw(x, b))))  # noqa: B023 (called at once)
-    trace(body)
+    trace_raw(body)
 
 
 def test_every_function_is_in_the_rule_table():
@@ -171,7 +165,7 @@ def test_constructors():
         assert type(snp.full((2,), make(x, Vi)[0])) is st.Varying["i"]
         assert type(snp.full_like(x, make(x, Vi)[0])) is st.Varying["i"]
         assert type(snp.eye(2)) is st.Invariant
-    trace(body)
+    trace_raw(body)
 
 
 def test_accepts_raw_arrays_and_python_scalars():
@@ -183,7 +177,7 @@ def test_accepts_raw_arrays_and_python_scalars():
         assert type(snp.mean(make(x, Ri))) is st.Reduced["i"]
         assert type(snp.matmul(make(x, Vi), x)) is st.Varying["i"]
         assert type(snp.concatenate([x, make_raw(x, Vi)])) is st.Varying["i"]
-    trace(body)
+    trace_raw(body)
 
 
 def test_error_codes_and_messages():
@@ -207,11 +201,11 @@ def test_error_codes_and_messages():
         assert e.value.code == "SPMD202" and "silently drops" in str(e.value)
         with pytest.raises(TypeError, match="one-argument form"):
             snp.where(x > 0)
-    trace(body)
+    trace_raw(body)
 
 
 def test_numbers_equal_jax_numpy():
-    m = mesh()
+    m = mesh_ij()
     xs = put(m, jnp.linspace(-2.0, 2.0, 16).reshape(2, 8), P(None, ("i", "j")))
 
     def typed(x):

@@ -58,11 +58,6 @@ def load(name: str, variant: str = "raw", tmp: pathlib.Path | None = None) -> ty
 
 
 @pytest.fixture(scope="module")
-def mesh():
-    return jax.make_mesh((2, 4), ("dp", "tp"))
-
-
-@pytest.fixture(scope="module")
 def ported_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("ported")
 
@@ -122,23 +117,23 @@ def test_suite_size():
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_lax_dropin_identical(name, mesh):
+def test_lax_dropin_identical(name, mesh_dp_tp):
     mod = load(name, "lax")
     assert mod.lax is st.lax
     # the same program: identical jaxpr (hence identical results; typed_shard_map's test
     # also compares numbers)
-    assert str(jax.make_jaxpr(mod.build(mesh))(*mod.make_args(mesh))) == raw_jaxpr(name, mesh)
+    assert str(jax.make_jaxpr(mod.build(mesh_dp_tp))(*mod.make_args(mesh_dp_tp))) == raw_jaxpr(name, mesh_dp_tp)
     HANDLED["lax"].add(name)
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_typed_shard_map_identical(name, mesh):
+def test_typed_shard_map_identical(name, mesh_dp_tp):
     mod = load(name)
-    fn = st.adapters.typed_shard_map(getattr(mod, mod.MAIN), mesh=mesh, in_specs=mod.IN_SPECS,
+    fn = st.adapters.typed_shard_map(getattr(mod, mod.MAIN), mesh=mesh_dp_tp, in_specs=mod.IN_SPECS,
                                      out_specs=mod.OUT_SPECS)
-    args = mod.make_args(mesh)
-    assert str(jax.make_jaxpr(fn)(*args)) == raw_jaxpr(name, mesh)
-    assert_same(fn(*args), raw_result(name, mesh))
+    args = mod.make_args(mesh_dp_tp)
+    assert str(jax.make_jaxpr(fn)(*args)) == raw_jaxpr(name, mesh_dp_tp)
+    assert_same(fn(*args), raw_result(name, mesh_dp_tp))
     HANDLED["typed_shard_map"].add(name)
 
 
@@ -163,13 +158,13 @@ def _same_state(t: st.SpmdType, mat) -> bool:
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_infer_matches_jax(name, mesh):
+def test_infer_matches_jax(name, mesh_dp_tp):
     mod = load(name)
-    rep = st.adapters.infer(getattr(mod, mod.MAIN), *mod.make_args(mesh), mesh=mesh,
+    rep = st.adapters.infer(getattr(mod, mod.MAIN), *mod.make_args(mesh_dp_tp), mesh=mesh_dp_tp,
                             in_specs=mod.IN_SPECS, out_specs=mod.OUT_SPECS)
     assert rep.ok, [str(v) for v in rep.violations]
     assert rep.mismatches == []
-    jin, jout = _jax_states(mod, mesh)
+    jin, jout = _jax_states(mod, mesh_dp_tp)
     assert len(rep.in_types) == len(jin) and len(rep.out_types) == len(jout)
     assert all(_same_state(t, m) for t, m in zip(rep.in_types, jin, strict=True)), (rep.in_types, jin)
     assert all(_same_state(t, m) for t, m in zip(rep.out_types, jout, strict=True)), (rep.out_types, jout)
@@ -181,24 +176,24 @@ def test_infer_matches_jax(name, mesh):
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_infer_accepts_shape_dtype_structs(name, mesh):
+def test_infer_accepts_shape_dtype_structs(name, mesh_dp_tp):
     mod = load(name)
-    sds = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in mod.make_args(mesh)]
-    rep = st.adapters.infer(getattr(mod, mod.MAIN), *sds, mesh=mesh, in_specs=mod.IN_SPECS,
+    sds = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in mod.make_args(mesh_dp_tp)]
+    rep = st.adapters.infer(getattr(mod, mod.MAIN), *sds, mesh=mesh_dp_tp, in_specs=mod.IN_SPECS,
                             out_specs=mod.OUT_SPECS)
     assert rep.ok
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_port_identical_and_annotated(name, mesh, ported_dir):
+def test_port_identical_and_annotated(name, mesh_dp_tp, ported_dir):
     mod = load(name, "port", ported_dir)
     source = pathlib.Path(mod.__file__).read_text()
     assert "jax.shard_map(" not in source and "from jax import lax" not in source
     assert "from spmdtyped import lax" in source
-    assert str(jax.make_jaxpr(mod.build(mesh))(*mod.make_args(mesh))) == raw_jaxpr(name, mesh)
+    assert str(jax.make_jaxpr(mod.build(mesh_dp_tp))(*mod.make_args(mesh_dp_tp))) == raw_jaxpr(name, mesh_dp_tp)
     # the annotations the codemod wrote equal the signature infer computes
     raw = load(name)
-    rep = st.adapters.infer(getattr(raw, raw.MAIN), *raw.make_args(mesh), mesh=mesh,
+    rep = st.adapters.infer(getattr(raw, raw.MAIN), *raw.make_args(mesh_dp_tp), mesh=mesh_dp_tp,
                             in_specs=raw.IN_SPECS, out_specs=raw.OUT_SPECS)
     assert rep.signature in source.splitlines()
     # and the annotations are the runtime hint objects: they evaluate
@@ -212,11 +207,11 @@ def test_port_identical_and_annotated(name, mesh, ported_dir):
 
 
 @pytest.mark.parametrize("name,bug", BUGS)
-def test_infer_reports_bug(name, bug, mesh):
+def test_infer_reports_bug(name, bug, mesh_dp_tp):
     mod = load(name)
     code, line = bug_marker(mod, bug)
     in_specs, out_specs = mod.BUGS[bug]
-    rep = st.adapters.infer(getattr(mod, bug), *mod.make_args(mesh), mesh=mesh,
+    rep = st.adapters.infer(getattr(mod, bug), *mod.make_args(mesh_dp_tp), mesh=mesh_dp_tp,
                             in_specs=in_specs, out_specs=out_specs)
     assert not rep.ok
     first = rep.violations[0]
@@ -226,27 +221,27 @@ def test_infer_reports_bug(name, bug, mesh):
 
 
 @pytest.mark.parametrize("name,bug", BUGS)
-def test_typed_shard_map_reports_bug(name, bug, mesh):
+def test_typed_shard_map_reports_bug(name, bug, mesh_dp_tp):
     mod = load(name)
     code, line = bug_marker(mod, bug)
     in_specs, out_specs = mod.BUGS[bug]
-    fn = st.adapters.typed_shard_map(getattr(mod, bug), mesh=mesh, in_specs=in_specs,
+    fn = st.adapters.typed_shard_map(getattr(mod, bug), mesh=mesh_dp_tp, in_specs=in_specs,
                                      out_specs=out_specs)
     with pytest.raises(st.SpmdTypeError) as ei:
-        fn(*mod.make_args(mesh))
+        fn(*mod.make_args(mesh_dp_tp))
     assert (ei.value.code, ei.value.line) == (code, line), str(ei.value)
 
 
 @pytest.mark.parametrize("name,bug", [b for b in BUGS if bug_marker(load(b[0]), b[1])[0] in LAX_CODES])
-def test_lax_dropin_reports_bug(name, bug, mesh):
+def test_lax_dropin_reports_bug(name, bug, mesh_dp_tp):
     """The collective bugs; SPMD202 (a non-linear op) and SPMD401 (out_specs) need the jaxpr
     walk or the boundary check of typed_shard_map/infer."""
     mod = load(name, "lax")
     code, line = bug_marker(mod, bug)
     in_specs, out_specs = mod.BUGS[bug]
     with pytest.raises(st.SpmdTypeError) as ei:
-        jax.shard_map(getattr(mod, bug), mesh=mesh, in_specs=in_specs, out_specs=out_specs)(
-            *mod.make_args(mesh))
+        jax.shard_map(getattr(mod, bug), mesh=mesh_dp_tp, in_specs=in_specs, out_specs=out_specs)(
+            *mod.make_args(mesh_dp_tp))
     assert ei.value.code == code
     tb = [f for f in __import__("traceback").extract_tb(ei.value.__traceback__)
           if f.filename == mod.__file__]
@@ -254,19 +249,19 @@ def test_lax_dropin_reports_bug(name, bug, mesh):
 
 
 @pytest.mark.parametrize("name,bug", [b for b in BUGS if bug_marker(load(b[0]), b[1])[0] in STRICT])
-def test_jax_accepts_strict_bugs(name, bug, mesh):
+def test_jax_accepts_strict_bugs(name, bug, mesh_dp_tp):
     """These are the silent bugs: JAX traces (type-checks) them without complaint."""
     mod = load(name)
     in_specs, out_specs = mod.BUGS[bug]
-    jax.make_jaxpr(jax.shard_map(getattr(mod, bug), mesh=mesh, in_specs=in_specs,
-                                 out_specs=out_specs))(*mod.make_args(mesh))
+    jax.make_jaxpr(jax.shard_map(getattr(mod, bug), mesh=mesh_dp_tp, in_specs=in_specs,
+                                 out_specs=out_specs))(*mod.make_args(mesh_dp_tp))
 
 
-def test_pmean_of_summed_gradients_is_wrong_by_the_axis_size(mesh):
+def test_pmean_of_summed_gradients_is_wrong_by_the_axis_size(mesh_dp_tp):
     mod = load("dp_step")
-    args = mod.make_args(mesh)
-    good = mod.build(mesh)(*args)
-    bad = jax.shard_map(mod.step_bug_pmean_grads, mesh=mesh, in_specs=mod.IN_SPECS,
+    args = mod.make_args(mesh_dp_tp)
+    good = mod.build(mesh_dp_tp)(*args)
+    bad = jax.shard_map(mod.step_bug_pmean_grads, mesh=mesh_dp_tp, in_specs=mod.IN_SPECS,
                         out_specs=mod.OUT_SPECS)(*args)
     # JAX already summed the gradients of the replicated w over dp; pmean keeps the sum
     np.testing.assert_allclose(np.asarray(args[0] - bad[0]), 2 * np.asarray(args[0] - good[0]),
@@ -280,13 +275,13 @@ _PER_TOOL = {"lax": "test_lax_dropin_identical", "typed_shard_map": "test_typed_
              "infer": "test_infer_matches_jax", "port": "test_port_identical_and_annotated"}
 
 
-def test_counts_of_programs_handled_unchanged(mesh, ported_dir, capsys):
+def test_counts_of_programs_handled_unchanged(mesh_dp_tp, ported_dir, capsys):
     """How many suite programs each tool handles with no edit beyond the tool's own (the
     tests above record their successes; missing entries are run here)."""
     for tool, test in _PER_TOOL.items():
         for name in set(PROGRAMS) - HANDLED[tool]:
             fn = globals()[test]
-            kwargs = {"name": name, "mesh": mesh}
+            kwargs = {"name": name, "mesh_dp_tp": mesh_dp_tp}
             if tool == "port":
                 kwargs["ported_dir"] = ported_dir
             try:
@@ -305,14 +300,15 @@ def test_ported_programs_pass_mypy_with_the_plugin(tmp_path):
     to `st.numpy` / `st.nn` (megatron_mlp: `jax.nn.gelu(x @ w1 + b1)` takes an annotated value;
     moe: `jnp.sum` returns into an annotated result), which jax's stubs would reject."""
     pytest.importorskip("mypy")
-    import importlib.util
     import os
     import subprocess
 
-    if importlib.util.find_spec("spmdtyped.mypy_plugin") is None:
-        pytest.skip("spmdtyped.mypy_plugin has not landed")
     root = pathlib.Path(__file__).resolve().parent.parent
-    files = []
+    # a control file with a mistake only the plugin sees: proves that mypy ran with the plugin
+    control = tmp_path / "control_mistake.py"
+    control.write_text("import spmdtyped as st\nfrom spmdtyped import Reduced\n\n\n"
+                       "def f(w: Reduced['dp']) -> None:\n    st.psum(w, 'dp')\n")
+    files = [str(control)]
     for name in PROGRAMS:
         path = tmp_path / f"ported_{name}.py"
         path.write_text(_codemod.port_source((HERE / f"{name}.py").read_text())[0])
@@ -325,7 +321,11 @@ def test_ported_programs_pass_mypy_with_the_plugin(tmp_path):
     out = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(tmp_path / "mypy.ini"),
                           "--no-error-summary", *files], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600).stdout
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert [line for line in errors if line.startswith("control_mistake.py:6:")], out
+    assert [line for line in out.splitlines()
+            if line.startswith("control_mistake.py:6:") and "SPMD101" in line], out
     failing = {pathlib.Path(line.split(":")[0]).stem.removeprefix("ported_")
-               for line in out.splitlines() if ": error:" in line}
+               for line in errors} - {"control_mistake"}
     assert not failing, out
-    assert len(PROGRAMS) - len(failing) == len(PROGRAMS) >= 10
+    assert len(files) - 1 == len(PROGRAMS) >= 10

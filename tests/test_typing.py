@@ -15,6 +15,7 @@ only the first run pays for analysing JAX's stubs.
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import os
 import re
@@ -28,7 +29,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TYPING = REPO / "tests" / "typing"
-CACHE = Path(tempfile.gettempdir()) / f"spmdtyped-mypy-cache-py{sys.version_info[0]}{sys.version_info[1]}"
+#: one mypy cache per checkout and Python (two checkouts of the package must not share one:
+#: mypy keys its cache by module name)
+CACHE = Path(tempfile.gettempdir()) / (f"spmdtyped-mypy-cache-py{sys.version_info[0]}{sys.version_info[1]}-"
+                                       f"{hashlib.sha1(str(REPO).encode()).hexdigest()[:8]}")
 
 _MARK = re.compile(r"(?:^|\s)E(?:\[(?P<leg>\w+)\])?:\s*(?P<codes>[\w-]+(?:[ ,]+(?!E\b|E\[)[\w-]+)*)")
 _MYPY_LINE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+): error: (?P<msg>.*?)  \[(?P<code>[\w-]+)\]$")
@@ -292,7 +296,7 @@ def test_dmypy(tmp_path: Path) -> None:
         run("stop")
 
 
-def test_plugin_headlines_match_runtime(mesh: object) -> None:
+def test_plugin_headlines_match_runtime(mesh_ij: object) -> None:
     """The plugin prints the runtime's own headline for the same mistake."""
     import jax
     import jax.numpy as jnp
@@ -303,7 +307,7 @@ def test_plugin_headlines_match_runtime(mesh: object) -> None:
 
     caught: list[st.SpmdTypeError] = []
 
-    @st.shard_map(mesh=mesh, in_specs=(P("j"),), out_specs=P())
+    @st.shard_map(mesh=mesh_ij, in_specs=(P("j"),), out_specs=P())
     def f(x: st.Varying["j"]) -> st.Invariant:
         r = st.all_gather(x, "j", to="reduced", tiled=True)
         try:
@@ -312,7 +316,7 @@ def test_plugin_headlines_match_runtime(mesh: object) -> None:
             caught.append(e)
         return st.psum(x.sum(), "j")
 
-    jax.eval_shape(f, jax.ShapeDtypeStruct((8,), jnp.float32, sharding=NamedSharding(mesh, P("j"))))
+    jax.eval_shape(f, jax.ShapeDtypeStruct((8,), jnp.float32, sharding=NamedSharding(mesh_ij, P("j"))))
     (err,) = caught
     tmp = Path(tempfile.mkdtemp())
     probe = tmp / "probe.py"
@@ -350,5 +354,16 @@ def test_jax_version_setting(tmp_path: Path) -> None:
                            "--no-site-packages", "--ignore-missing-imports", "prog.py"],
                           cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO), MYPYPATH=str(REPO)),
                           capture_output=True, text=True)
-    assert proc.returncode != 0
+    assert proc.returncode == 2
     assert "[spmdtyped] jax = '0.99'" in proc.stdout + proc.stderr
+    assert "INTERNAL ERROR" not in proc.stdout + proc.stderr
+    # unquoted: TOML reads a float (0.10 would be 0.1); the plugin reads the text as written
+    (tmp_path / "pyproject.toml").write_text('[tool.mypy]\nplugins = ["spmdtyped.mypy_plugin"]\n'
+                                             '[tool.spmdtyped]\njax = 0.10\n')
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--config-file", "pyproject.toml",
+                           "--no-site-packages", "--ignore-missing-imports", "--cache-dir",
+                           str(tmp_path / "c3"), "prog.py"],
+                          cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO), MYPYPATH=str(REPO)),
+                          capture_output=True, text=True)
+    assert "INTERNAL ERROR" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert "[spmd-nonlinear-unreduced]" in proc.stdout and "jax 0.10 has no Unreduced rule" in proc.stdout

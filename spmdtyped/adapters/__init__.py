@@ -19,13 +19,15 @@ from typing import TYPE_CHECKING, Any
 # JAX loads on first use (as for `spmdtyped`): `python -m spmdtyped infer` must configure
 # the device count before JAX is imported.
 _LAZY = {"InferReport": "._infer", "hint": "._infer", "infer": "._infer",
-         "checked_lax": "._typed", "typed_shard_map": "._typed", "Step": "._walk"}
+         "checked_lax": "._conventions", "checking": "._conventions", "typed_shard_map": "._typed",
+         "Step": "._walk"}
 
 if TYPE_CHECKING:
+    from ._conventions import checked_lax as checked_lax
+    from ._conventions import checking as checking
     from ._infer import InferReport as InferReport
     from ._infer import hint as hint
     from ._infer import infer as infer
-    from ._typed import checked_lax as checked_lax
     from ._typed import typed_shard_map as typed_shard_map
     from ._walk import Step as Step
 

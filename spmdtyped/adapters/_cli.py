@@ -2,7 +2,12 @@
 
 Prints the typed signature of a raw per-shard function, a per-line listing of the states
 of every traced equation, and the strict-rule violations. Exit status: 0 when the function
-is clean, 1 when there are violations, 2 for bad usage.
+is clean, 1 when there are violations, 2 for bad usage or a crash (the module fails to import,
+JAX rejects the program for a reason that is not a manual-axis type).
+
+The target may be decorated (`@jax.shard_map(...)`, `@st.adapters.typed_shard_map(...)`,
+`@jax.jit`): the per-shard function inside is checked. `--mesh` may be omitted when the module
+sets one at import (`jax.set_mesh(mesh)`).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import inspect
 import linecache
 import math
 import os
@@ -55,9 +61,13 @@ def load_function(target: str) -> Any:
             os.path.splitext(os.path.basename(mod_name))[0], mod_name)
         if spec is None or spec.loader is None:
             raise ValueError(f"cannot load {mod_name}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+        loaded = sys.modules.get(spec.name)
+        if loaded is not None and getattr(loaded, "__file__", None) == spec.origin:
+            module = loaded  # imported once, as `import` would (its import-time effects too)
+        else:
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
     else:
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
@@ -80,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Infer the typed signature of a raw per-shard function and check it with "
                     "spmdtyped's strict rules.")
     parser.add_argument("target", help="module:function or path/to/file.py:function")
-    parser.add_argument("--mesh", required=True, help="axis sizes, e.g. dp=2,tp=4")
+    parser.add_argument("--mesh", help="axis sizes, e.g. dp=2,tp=4 (default: the mesh the module "
+                                       "sets with jax.set_mesh at import)")
     parser.add_argument("--in-specs", required=True,
                         help="Python expression, e.g. \"(P('dp'), P(None, 'tp'))\"")
     parser.add_argument("--out-specs", required=True, help="Python expression, e.g. \"P('dp')\"")
@@ -93,38 +104,52 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        names, sizes = parse_mesh(args.mesh)
+        names, sizes = parse_mesh(args.mesh) if args.mesh else ((), ())
         shapes = parse_shapes(args.shapes)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if "jax" not in sys.modules:
-        # tracing needs only abstract values, but a mesh needs that many devices
+        # tracing needs only abstract values, but a mesh needs that many devices (and a module
+        # that builds its own mesh at import, typically 8)
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
-        flag = f"--xla_force_host_platform_device_count={math.prod(sizes)}"
+        flag = f"--xla_force_host_platform_device_count={max(8, math.prod(sizes))}"
         if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
             os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 
     import jax
     from jax.sharding import PartitionSpec
 
+    from .. import _compat
+    from .._errors import SpmdTypeError
     from ._infer import infer
 
     try:
-        fn = load_function(args.target)
+        fn = inspect.unwrap(load_function(args.target))
         in_specs = _specs(args.in_specs, PartitionSpec)
         out_specs = _specs(args.out_specs, PartitionSpec)
     except Exception as e:  # noqa: BLE001 - report usage problems, not tracebacks
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"error: cannot load {args.target}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     if not isinstance(in_specs, tuple):
         in_specs = (in_specs,)
     if len(shapes) != len(in_specs):
         print(f"error: {len(shapes)} shapes for {len(in_specs)} in_specs", file=sys.stderr)
         return 2
-    mesh = jax.make_mesh(sizes, names)
+    mesh = jax.make_mesh(sizes, names) if names else _compat.context_mesh(concrete=True)
+    if mesh is None:
+        print("error: no --mesh, and the module sets none (jax.set_mesh)", file=sys.stderr)
+        return 2
     sds = [jax.ShapeDtypeStruct(shape, dtype) for dtype, shape in shapes]
-    rep = infer(fn, *sds, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+    try:
+        rep = infer(fn, *sds, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+    except SpmdTypeError as e:
+        print(f"{getattr(e, 'source', None) or '?'}: {e.code}\n{e}", file=sys.stderr)
+        return 2 if e.code.startswith("SPMD5") else 1
+    except Exception as e:  # noqa: BLE001 - a crash is exit 2, not "violations found"
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(f"error: tracing {args.target} failed: {type(e).__name__}: {first}", file=sys.stderr)
+        return 2
 
     print(rep.signature)
     print()

@@ -43,12 +43,11 @@ from typing import Any
 
 import libcst as cst
 
-from spmdtyped import _rules  # plain data; imports no JAX
+from spmdtyped import _rules, _surface  # plain data; imports no JAX
 
-#: the collectives `spmdtyped.lax` checks (equal to `spmdtyped.lax.CHECKED`; not imported
-#: from there so that porting does not import JAX)
-_CHECKED = ("all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
-            "pmean", "pmin", "ppermute", "psum", "psum_scatter", "pshuffle")
+#: the collectives `spmdtyped.lax` checks: the surface table's (`_surface.LAX_NAMES`, plain data:
+#: porting imports no JAX)
+_CHECKED = _surface.LAX_NAMES
 
 _SHARD_MAP_MODULES = ("jax", "jax.experimental.shard_map")
 _SPEC_NAMES = ("P", "PartitionSpec")

@@ -13,10 +13,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from .. import _compat, _rules
 from .._errors import SpmdTypeError
+from .._jax_errors import translate
 from .._rules import SpmdType
-from .._shard_map import _is_spec_leaf, _spec_str, check_outputs
-from . import _walk
-from ._typed import _manual_axes, checked_lax
+from .._shard_map import check_outputs, is_spec_leaf
+from ._conventions import checked_lax, fn_name, manual_axes, resolve_in_specs, resolve_mesh
+from ._walk import Step, Walk, boundary_source, exception_source, function_source, located
 
 
 @dataclasses.dataclass
@@ -43,10 +44,13 @@ class InferReport:
     in_types: list[SpmdType]
     out_types: list[SpmdType]
     signature: str
-    steps: list[_walk.Step]
+    steps: list[Step]
     mismatches: list[str]
     jaxpr: Any = None
     mesh_axes: tuple[str, ...] = ()
+    #: for code written with `check_vma=False` (`infer(..., check_vma=False)`): what turning
+    #: the checks on changes, one line per violation (`file:line: CODE: ...`); else empty
+    check_vma_changes: list[str] = dataclasses.field(default_factory=list)
 
     def listing(self, *, file: str | None = None, casts: bool = False) -> list[str]:
         """The per-line type listing: `file:line  op: (in states) -> out states`, in order
@@ -67,6 +71,9 @@ class InferReport:
                       for v in self.violations]
         else:
             lines.append("ok: no violations")
+        if self.check_vma_changes:
+            lines.append("turning check_vma on changes:")
+            lines += [f"  {c}" for c in self.check_vma_changes]
         return "\n".join(lines)
 
 
@@ -75,18 +82,8 @@ class InferReport:
 
 def hint(t: SpmdType, order: Sequence[str] | None = None) -> str:
     """The annotation for a state, e.g. `Varying["dp", "tp"]` or
-    `Typed[Varying["dp"], Reduced["tp"]]` (axes in mesh order)."""
-    def axes(s: frozenset[str]) -> str:
-        names = [a for a in order if a in s] if order else sorted(s)
-        names += sorted(s - set(names))
-        return ", ".join(f'"{a}"' for a in names)
-
-    parts = [f"{label}[{axes(s)}]" for label, s in (("Varying", t.varying),
-                                                    ("Unreduced", t.unreduced),
-                                                    ("Reduced", t.reduced)) if s]
-    if not parts:
-        return "Invariant"
-    return parts[0] if len(parts) == 1 else f"Typed[{', '.join(parts)}]"
+    `Typed[Varying["dp"], Reduced["tp"]]` (axes in mesh order): `_rules.hint_text`."""
+    return _rules.hint_text(t, order)
 
 
 def _tree_hint(tree: Any, types: Sequence[SpmdType], order: Sequence[str]) -> str:
@@ -109,7 +106,7 @@ def _tree_hint(tree: Any, types: Sequence[SpmdType], order: Sequence[str]) -> st
 def signature_line(f: Callable[..., Any], args: Sequence[Any], in_types: Sequence[SpmdType],
                    out_tree: Any, out_types: Sequence[SpmdType], order: Sequence[str]) -> str:
     """`def name(p: Hint, ...) -> Hint:` for `f`'s positional parameters."""
-    name = getattr(f, "__name__", "f")
+    name = fn_name(f)
     try:
         params = [p.name for p in inspect.signature(f).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -139,11 +136,11 @@ def _abstract(args: Sequence[Any], in_specs: Any, mesh: Any) -> tuple[Any, ...]:
         return jax.tree_util.tree_map(
             lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), sub)
 
-    return tuple(jax.tree_util.tree_map(one, specs, tuple(args), is_leaf=_is_spec_leaf))
+    return tuple(jax.tree_util.tree_map(one, specs, tuple(args), is_leaf=is_spec_leaf))
 
 
-def infer(f: Callable[..., Any], *args: Any, mesh: Any, in_specs: Any, out_specs: Any,
-          axis_names: Any = frozenset()) -> InferReport:
+def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _compat.INFER,
+          mesh: Any = None, axis_names: Any = frozenset(), check_vma: bool = True) -> InferReport:
     """Trace a raw per-shard function and check it with the strict rules, without editing it.
 
     `f` is traced under `jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)`
@@ -154,13 +151,17 @@ def infer(f: Callable[..., Any], *args: Any, mesh: Any, in_specs: Any, out_specs
     that are already summed (JAX auto-inserts a `pvary`: SPMD103), cumsum/`**`/flip of an
     Unreduced value (SPMD202), a Varying output declared unreduced on jax 0.10 (SPMD401).
     If JAX rejects the program, it is traced again with `jax.lax` routed through
-    `spmdtyped.lax`, so the report carries spmdtyped's code instead of JAX's ValueError.
+    `spmdtyped.lax`, and JAX's manual-axis errors are translated (`_jax_errors.TABLE`), so the
+    report carries spmdtyped's code instead of JAX's exception: no manual-axis error escapes.
 
     **Arguments:**
 
-    - `f`: the per-shard function (raw JAX code).
+    - `f`: the per-shard function (raw JAX code; a `functools.partial` or jitted one too).
     - `*args`: global arrays or `jax.ShapeDtypeStruct`s (only shapes and dtypes are used).
-    - `mesh`, `in_specs`, `out_specs`, `axis_names`: as for `jax.shard_map`.
+    - `out_specs`, `in_specs`, `mesh`, `axis_names`: as for `jax.shard_map`, with its defaults
+      (`mesh` from `jax.set_mesh`, `in_specs` inferred from the arguments' shardings).
+    - `check_vma`: `infer` always traces with the checks on; with `check_vma=False` (code
+      written for it) the report's `check_vma_changes` lists what turning them on changes.
 
     **Returns:** an `InferReport` (`ok`, `violations`, `in_types`, `out_types`, `signature`,
     `steps`, `mismatches`).
@@ -170,22 +171,33 @@ def infer(f: Callable[..., Any], *args: Any, mesh: Any, in_specs: Any, out_specs
 
     !!! Example
         ```python
-        rep = st.adapters.infer(mlp, x, w1, w2, mesh=mesh,
-                                in_specs=(P("dp"), P(None, "tp"), P("tp")), out_specs=P("dp"))
+        with jax.set_mesh(mesh):
+            rep = st.adapters.infer(mlp, x, w1, w2, in_specs=(P("dp"), P(None, "tp"), P("tp")),
+                                    out_specs=P("dp"))
         print(rep.signature)   # def mlp(x: Varying["dp"], w1: Varying["tp"], ...) -> Varying["dp"]:
         for v in rep.violations:
             print(v.source, v.code)
         ```
     """
-    return run_infer(f, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                     axis_names=axis_names, where=f"infer({getattr(f, '__name__', 'f')})")
+    where = f"infer({fn_name(f)})"
+    mesh = resolve_mesh(mesh, where, concrete=True)
+    rep = run_infer(f, args, mesh=mesh, in_specs=resolve_in_specs(in_specs, tuple(args)),
+                    out_specs=out_specs, axis_names=axis_names, where=where)
+    if not check_vma:
+        # the program was written for check_vma=False: each strict-rule violation of its
+        # check_vma=True trace is a line whose meaning changes when the checks are turned on
+        # (typically an explicit psum of a gradient JAX now sums itself: a double sum)
+        rep.check_vma_changes = [
+            f"{getattr(v, 'source', None) or '?'}: {v.code}: with check_vma=True, {v.headline}"
+            for v in rep.violations]
+    return rep
 
 
 def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs: Any,
               out_specs: Any, axis_names: Any, where: str) -> InferReport:
     """`infer`, with `where` naming the API in boundary messages (`typed_shard_map(f)`)."""
     order = _compat.mesh_axis_names(mesh)
-    manual = _manual_axes(mesh, axis_names)
+    manual = manual_axes(mesh, axis_names)
     sds = _abstract(args, in_specs, mesh)
     spec_types = [_spec_type(s, manual) for s in _flat_specs(in_specs, sds)]
     smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
@@ -198,7 +210,7 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
         def body(*a: Any) -> Any:
             with checked_lax():
                 out = f(*a)
-            check_outputs(out, out_specs, manual, where)
+            check_outputs(out, out_specs, _compat.current_mesh()[1], where)
             return out
 
         functools_wraps(body, f)
@@ -208,45 +220,57 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
                                              check_vma=True))(*sds)
         except SpmdTypeError as e:
             return _failed(f, args, spec_types, e, order)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001, S110 - the first (unrouted) error is translated
             pass
-        raise jax_error
+        translated = translate(jax_error, where)
+        if translated is None:
+            raise
+        translated.__cause__ = jax_error
+        return _failed(f, args, spec_types, translated, order)
+    return walk_traced(closed, out_shape, f, args, mesh=mesh, axis_names=axis_names, where=where)
 
-    walk = _walk.Walk()
-    (eqn,) = [e for e in closed.jaxpr.eqns if _compat.primitive_name(e) == "shard_map"][:1] or [None]
+
+def walk_traced(closed: Any, out_shape: Any, f: Callable[..., Any], args: Sequence[Any], *,
+                mesh: Any, axis_names: Any, where: str, steps: bool = True) -> InferReport:
+    """Check the traced `jax.shard_map(f)` program: `closed`, a ClosedJaxpr with one shard_map
+    equation, or that equation itself (as staged in the caller's trace)."""
+    order = _compat.mesh_axis_names(mesh)
+    manual = manual_axes(mesh, axis_names)
+    walk = Walk(record_steps=steps)
+    if hasattr(closed, "jaxpr"):
+        (eqn,) = [e for e in closed.jaxpr.eqns
+                  if _compat.primitive_name(e) == "shard_map"][:1] or [None]
+    else:
+        eqn, closed = closed, None
     if eqn is None:  # pragma: no cover - jax.shard_map always leaves one equation
         raise RuntimeError("infer: no shard_map equation in the traced program")
     inner = eqn.params["jaxpr"]
     producers = walk.jaxpr(inner)
     in_types = [_compat.aval_type(v.aval) for v in inner.invars]
-    returned = [_walk.boundary_source(v, producers) for v in inner.outvars]
+    returned = [boundary_source(v, producers) for v in inner.outvars]
     out_types = [_compat.aval_type(v.aval) for v in returned]
     for t, spec in zip(out_types, eqn.params["out_specs"], strict=True):
         part, un, red, _kind = _compat.spec_parts(spec)
         try:
-            _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_spec_str(spec))
+            _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_rules.spec_text(spec))
         except SpmdTypeError as e:
-            walk.violation(e, _walk.function_source(f), "at the shard_map boundary")
+            walk.violation(e, function_source(f), "at the shard_map boundary")
     sig = signature_line(f, args, in_types, out_shape, out_types, order)
     return InferReport(not walk.violations, walk.violations, in_types, out_types, sig,
                        walk.steps, walk.mismatches, closed, order)
 
 
 def functools_wraps(body: Callable[..., Any], f: Callable[..., Any]) -> None:
-    try:
-        body.__name__ = f.__name__
-        body.__qualname__ = getattr(f, "__qualname__", f.__name__)
-    except AttributeError:
-        pass
+    body.__name__ = body.__qualname__ = fn_name(f)
 
 
 def _failed(f: Callable[..., Any], args: Sequence[Any], spec_types: list[SpmdType],
             e: SpmdTypeError, order: Sequence[str]) -> InferReport:
-    where = _walk.exception_source(e)
-    if e.code.startswith("SPMD4") and _walk.function_source(f) is not None:
+    where = exception_source(e)
+    if e.code.startswith("SPMD4") and function_source(f) is not None:
         # a boundary error belongs to the function, not to the line that traced it
-        where = _walk.function_source(f)
-    v = _walk.located(e, where)
+        where = function_source(f)
+    v = located(e, where)
     sig = signature_line(f, args, spec_types, None, [], order).replace("-> None:", "-> ...:")
     return InferReport(False, [v], spec_types, [], sig, [], [], None, tuple(order))
 
@@ -255,7 +279,7 @@ def _flat_specs(in_specs: Any, sds: tuple[Any, ...]) -> list[Any]:
     specs = in_specs if isinstance(in_specs, tuple) else (in_specs,) * len(sds)
     out: list[Any] = []
     jax.tree_util.tree_map(lambda s, sub: out.extend([s] * len(jax.tree_util.tree_leaves(sub))),
-                           specs, sds, is_leaf=_is_spec_leaf)
+                           specs, sds, is_leaf=is_spec_leaf)
     return out
 
 

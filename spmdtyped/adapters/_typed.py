@@ -1,96 +1,64 @@
 """`typed_shard_map`: run an existing raw per-shard function with spmdtyped's checks.
 
-Design (checks at three places, two mechanisms):
+Design (one trace for programs JAX accepts; two mechanisms):
 
-1. **Collectives** are checked as they are traced: while the body is traced, `jax.lax`'s
-   collectives are routed through `spmdtyped.lax` (`checked_lax()`), so a collective JAX would
-   reject (psum of a Reduced value, ppermute of an Unreduced one, an unknown axis) raises the
-   SpmdTypeError with its code first, at the user's line.
-2. **Everything JAX accepts but the strict rules reject** (a double psum hidden behind JAX's
-   auto-pvary, cumsum of an Unreduced value, a collective reached through
-   `from jax.lax import psum`, which routing cannot see) is found by walking the traced jaxpr
-   with `_walk` (that is, `infer`), once per input signature, before the program runs; the
-   first violation in program order is raised.
-3. **Outputs** are checked against `out_specs` with `_rules.check_out_spec` (SPMD401) before
-   JAX's own check, inputs against `in_specs` (structure SPMD402, unknown axes SPMD501, JAX's
-   sharding mismatch as SPMD403).
+1. **The jaxpr walk**: the program is `jax.shard_map(f)` itself. Its shard_map equation (the
+   one JAX staged into the caller's trace, or, called eagerly, the one `jax.make_jaxpr`
+   builds once per input signature before the program runs) is walked with `_walk` (the
+   engine of `infer`): every collective, elementwise op and the outputs against `out_specs`
+   are checked with the strict rules, which finds what JAX accepts and computes wrongly (a
+   double psum behind JAX's auto-pvary, cumsum of an Unreduced value, a collective reached
+   through `from jax.lax import psum`). The first violation in program order is raised.
+2. **Programs JAX rejects**: JAX's error is translated (`_jax_errors`), and the program is
+   traced again with `jax.lax`'s collectives routed through `spmdtyped.lax` (`checked_lax()`)
+   and the outputs checked against `out_specs` (`run_infer`), so the error names
+   spmdtyped's code at the user's line instead of JAX's exception (chained).
 
-Routing alone would miss (2); walking alone would only ever see programs JAX accepted, and
-report JAX's ValueError for the rest. The executed program is `jax.shard_map(f)`'s.
+Inputs are checked against `in_specs` (structure SPMD402, unknown axes SPMD501, JAX's
+sharding mismatch as SPMD403). The executed program is `jax.shard_map(f)`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jax
 
 from .. import _compat
-from .. import lax as _slax
-from .._errors import SpmdTypeError
-from .._shard_map import _check_spec_axes, check_in_structure, check_outputs, in_spec_errors
-from . import _walk
-
-_ROUTE_LOCK = threading.RLock()
-_ROUTE_DEPTH = [0]
-_SAVED: dict[str, Any] = {}
-
-
-@contextlib.contextmanager
-def checked_lax() -> Iterator[None]:
-    """Route `jax.lax`'s collectives through `spmdtyped.lax` inside the block.
-
-    Code that calls `jax.lax.psum(...)` or `lax.psum(...)` after `from jax import lax` is
-    checked; names imported before (`from jax.lax import psum`) are not (the jaxpr walk of
-    `typed_shard_map` still sees them). Process-wide while active: meant for tracing.
-
-    !!! Example
-        ```python
-        with st.adapters.checked_lax():
-            jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...))(x)
-        ```
-    """
-    with _ROUTE_LOCK:
-        if _ROUTE_DEPTH[0] == 0:
-            for name in _slax.CHECKED:
-                _SAVED[name] = getattr(jax.lax, name)
-                setattr(jax.lax, name, getattr(_slax, name))
-        _ROUTE_DEPTH[0] += 1
-    try:
-        yield
-    finally:
-        with _ROUTE_LOCK:
-            _ROUTE_DEPTH[0] -= 1
-            if _ROUTE_DEPTH[0] == 0:
-                for name, fn in _SAVED.items():
-                    setattr(jax.lax, name, fn)
-                _SAVED.clear()
+from .._errors import SpmdTypeError, error_context
+from .._jax_errors import jax_errors
+from .._shard_map import check_in_structure, check_spec_axes, in_spec_errors
+from ._conventions import checked_lax as checked_lax
+from ._conventions import checking as checking
+from ._conventions import (
+    fn_name,
+    is_tracer,
+    manual_axes,
+    resolve_in_specs,
+    resolve_mesh,
+    signature_key,
+)
+from ._infer import run_infer, walk_traced
 
 
-def _manual_axes(mesh: Any, axis_names: Any) -> tuple[str, ...]:
-    mesh_axes = _compat.mesh_axis_names(mesh)
-    names = {axis_names} if isinstance(axis_names, str) else set(axis_names or ())
-    return tuple(a for a in mesh_axes if not names or a in names)
-
-
-def _signature_key(args: Any) -> Any:
-    leaves, tree = jax.tree_util.tree_flatten(args)
-    return tree, tuple(str(jax.typeof(leaf)) if hasattr(leaf, "shape") else repr(leaf)
-                       for leaf in leaves)
-
-
-def typed_shard_map(f: Callable[..., Any] | None = None, /, *, mesh: Any, in_specs: Any,
-                    out_specs: Any, axis_names: Any = frozenset(),
-                    check_vma: bool = True) -> Any:
+def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
+                    in_specs: Any = _compat.INFER, mesh: Any = None,
+                    axis_names: Any = frozenset(), check_vma: bool = True) -> Any:
     """`jax.shard_map` for an existing raw per-shard function, with spmdtyped's checks.
 
     `f` is unchanged: it receives and returns raw JAX values. Its collectives, outputs and
     inputs are checked (see the module docs); the executed program is `jax.shard_map`'s.
-    Decorator form too. With `check_vma=False` it is plain `jax.shard_map`.
+    Same arguments and defaults as `jax.shard_map`: `mesh` defaults to the mesh of
+    `jax.set_mesh(...)`, `in_specs` to `jax.sharding.Infer` (the arguments' shardings); the
+    decorator form `@typed_shard_map(out_specs=...)` and `functools.partial` / jitted bodies
+    work. With `check_vma=False` it is plain `jax.shard_map`.
+
+    Inside a trace (`jax.jit`, `jax.grad`, ...) the body is traced once: the shard_map
+    equation JAX staged is walked with the strict rules, and it is the program JAX lowers.
+    Called eagerly, the first call per input signature traces and walks the program before
+    it runs.
 
     **Arguments:** as `jax.shard_map`.
 
@@ -98,61 +66,93 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, mesh: Any, in_spe
 
     **Raises:** on the first call with a given input signature, the first `SpmdTypeError`:
     SPMD1xx/2xx/3xx at the user's line (`err.source`), SPMD401/402/403 at the boundary,
-    SPMD501 for unknown axes.
+    SPMD501 for unknown axes; JAX's own manual-axis errors translated (`_jax_errors.TABLE`).
 
     !!! Example
         ```python
-        step = st.adapters.typed_shard_map(raw_step, mesh=mesh,
-                                           in_specs=(P(), P("dp")), out_specs=P())
-        loss = step(params, batch)
+        with jax.set_mesh(mesh):
+            step = st.adapters.typed_shard_map(raw_step, in_specs=(P(), P("dp")),
+                                               out_specs=P())
+            loss = step(params, batch)
         ```
     """
     if f is None:
         return functools.partial(typed_shard_map, mesh=mesh, in_specs=in_specs,
                                  out_specs=out_specs, axis_names=axis_names, check_vma=check_vma)
-    mesh_axes = _compat.mesh_axis_names(mesh)
-    manual = _manual_axes(mesh, axis_names)
-    name = getattr(f, "__name__", repr(f))
+    name = fn_name(f)
     where = f"typed_shard_map({name})"
-    _check_spec_axes(in_specs, mesh_axes, where, "in_specs")
-    _check_spec_axes(out_specs, mesh_axes, where, "out_specs")
+    if mesh is not None:
+        mesh_axes = _compat.mesh_axis_names(mesh)
+        if in_specs is not _compat.INFER:
+            check_spec_axes(in_specs, mesh_axes, where, "in_specs")
+        check_spec_axes(out_specs, mesh_axes, where, "out_specs")
 
-    def body(*args: Any) -> Any:
-        try:
-            with checked_lax():
-                out = f(*args)
-        except SpmdTypeError as e:
-            raise _walk.located(e, _walk.exception_source(e)) from None
-        if check_vma and _compat.check_vma_enabled():
-            try:
-                check_outputs(out, out_specs, manual, where)
-            except SpmdTypeError as e:
-                raise _walk.located(e, _walk.function_source(f)) from None
-        return out
-
-    functools.update_wrapper(body, f)
-    smapped = _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+    # the program is `jax.shard_map(f)` itself: the jaxpr walk finds what JAX accepts and the
+    # strict rules reject; a program JAX rejects is traced again with `jax.lax` routed through
+    # `spmdtyped.lax` and its outputs checked (`run_infer`), for spmdtyped's code at the line
+    smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 axis_names=axis_names, check_vma=check_vma)
-    checked: set[Any] = set()
+    plain = smapped
+    #: signature -> (the checked ClosedJaxpr, its output shapes, the checked function)
+    traced: dict[Any, tuple[Any, Any, Callable[..., Any]]] = {}
+
+    def first_violation(m: Any, specs: Any, args: tuple[Any, ...],
+                        fallback: SpmdTypeError | None) -> SpmdTypeError | None:
+        rep = run_infer(f, args, mesh=m, in_specs=specs, out_specs=out_specs,
+                        axis_names=axis_names, where=where)
+        return rep.violations[0] if rep.violations else fallback
+
+    def trace(m: Any, specs: Any, args: tuple[Any, ...], run: Callable[..., Any]) -> Any:
+        with in_spec_errors(where, "typed_shard_map"):
+            try:
+                with jax_errors(where):
+                    return run(*args)
+            except SpmdTypeError as e:
+                # a rejected program: report its first violation in program order (the jaxpr
+                # walk, when JAX accepts the unrouted program), else the routed one
+                raise first_violation(m, specs, args, e) or e from e.__cause__
+            except Exception as jax_error:
+                # JAX's error without a manual-axis message (e.g. the bare AssertionError of
+                # an unknown axis on jax 0.10): the routed trace names it, or JAX's stands
+                found = first_violation(m, specs, args, None)
+                if found is None:
+                    raise
+                raise found from jax_error
+
+    def check(closed_or_eqn: Any, out: Any, m: Any, args: tuple[Any, ...]) -> None:
+        rep = walk_traced(closed_or_eqn, out, f, args, mesh=m, axis_names=axis_names,
+                          where=where, steps=False)
+        if rep.violations:
+            raise rep.violations[0]
 
     @functools.wraps(f)
     def wrapped(*args: Any) -> Any:
-        check_in_structure(in_specs, args, where, "typed_shard_map")
-        with in_spec_errors(where, "typed_shard_map"):
-            if check_vma:
-                key = _signature_key(args)
-                if key not in checked:
-                    # the jaxpr walk reports violations in program order (a routed collective
-                    # could only report a later consequence of, e.g., a cumsum of an
-                    # Unreduced value); routing takes over where JAX rejects the program
-                    from ._infer import run_infer
+        if not check_vma:
+            return plain(*args)
+        m = resolve_mesh(mesh, where)
+        with error_context(function=name, mesh=m, manual=manual_axes(m, axis_names)):
+            return checked_call(m, args)
 
-                    rep = run_infer(f, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                    axis_names=axis_names, where=where)
-                    if rep.violations:
-                        raise rep.violations[0]
-                    checked.add(key)
-            return smapped(*args)
+    def checked_call(m: Any, args: tuple[Any, ...]) -> Any:
+        specs = resolve_in_specs(in_specs, args)
+        check_in_structure(specs, args, where, "typed_shard_map")
+        if any(is_tracer(x) for x in jax.tree_util.tree_leaves(args)):
+            # inside the caller's trace (jax.jit, grad, ...): bind once, then check the
+            # shard_map equation JAX staged (the program that will be lowered)
+            out = trace(m, specs, args, smapped)
+            eqn = _compat.staged_shard_map_eqn(out)
+            if eqn is not None:
+                check(eqn, out, m, args)
+                return out
+            closed = trace(m, specs, args, jax.make_jaxpr(smapped))  # another kind of trace
+            check(closed, out, m, args)
+            return out
+        key = (signature_key(args), id(m), str(m))
+        if key not in traced:
+            closed, out_shape = trace(m, specs, args, jax.make_jaxpr(smapped, return_shape=True))
+            check(closed, out_shape, m, args)
+            traced[key] = (closed, out_shape, smapped)
+        return smapped(*args)
 
-    wrapped.__wrapped_shard_map__ = smapped  # type: ignore[attr-defined]
+    wrapped.__wrapped_shard_map__ = plain  # type: ignore[attr-defined]
     return wrapped

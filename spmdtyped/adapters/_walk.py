@@ -17,6 +17,7 @@ is compared with JAX's output state; a difference without a violation is a rule-
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import sysconfig
@@ -26,7 +27,7 @@ from typing import Any
 
 import jax
 
-from .. import _compat, _rules
+from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
 
@@ -38,11 +39,12 @@ _SKIP_DIRS = tuple(
     if file
 ) + (_PKG_DIR + os.sep, os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep)
 
-#: user-facing collectives, looked up on the stack to name the API a primitive came from
-_API_NAMES = ("psum", "pmean", "pmax", "pmin", "ppermute", "pshuffle", "pbroadcast",
-              "all_gather", "psum_scatter", "all_to_all", "pcast", "axis_index")
+#: user-facing collectives, looked up on the stack to name the API a primitive came from: the
+#: `jax.lax` names of the surface table (`_surface.LAX_NAMES`)
+_API_NAMES = _surface.LAX_NAMES
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_library(file: str) -> bool:
     f = os.path.abspath(file)
     return f.startswith(_SKIP_DIRS) or file.startswith("<")
@@ -118,6 +120,10 @@ def exception_source(e: BaseException) -> tuple[str, int] | None:
 
 def function_source(f: Any) -> tuple[str, int] | None:
     """`f`'s `def` line: where a boundary (out_specs) error belongs."""
+    for _ in range(16):  # a functools.partial, a jitted or functools.wraps-decorated function
+        if getattr(f, "__code__", None) is not None:
+            break
+        f = f.func if isinstance(f, functools.partial) else getattr(f, "__wrapped__", None)
     code = getattr(f, "__code__", None)
     return (code.co_filename, code.co_firstlineno) if code is not None else None
 
@@ -138,6 +144,30 @@ def located(e: SpmdTypeError, where: tuple[str, int] | None, extra: str | None =
     return new
 
 
+class _Where:
+    """An equation's Python stack and user frame, computed on first use."""
+
+    __slots__ = ("_eqn", "_frames", "_parent", "_value")
+    _UNSET: Any = object()
+
+    def __init__(self, eqn: Any, parent: _Where | tuple[str, int] | None) -> None:
+        self._eqn, self._parent = eqn, parent
+        self._frames: list[tuple[str, int, str]] | None = None
+        self._value: Any = _Where._UNSET
+
+    @property
+    def frames(self) -> list[tuple[str, int, str]]:
+        if self._frames is None:
+            self._frames = _compat.eqn_frames(self._eqn)
+        return self._frames
+
+    def get(self) -> tuple[str, int] | None:
+        if self._value is _Where._UNSET:
+            parent = self._parent.get() if isinstance(self._parent, _Where) else self._parent
+            self._value = user_frame(self.frames) or parent
+        return self._value  # type: ignore[no-any-return]
+
+
 @dataclasses.dataclass
 class Walk:
     """Accumulates steps, violations and rule-table mismatches over a jaxpr and its children."""
@@ -146,6 +176,8 @@ class Walk:
     steps: list[Step] = dataclasses.field(default_factory=list)
     violations: list[SpmdTypeError] = dataclasses.field(default_factory=list)
     mismatches: list[str] = dataclasses.field(default_factory=list)
+    #: record a `Step` per equation (infer's listing); typed_shard_map needs only violations
+    record_steps: bool = True
     _seen: set[tuple[str, Any, Any]] = dataclasses.field(default_factory=set)
 
     def violation(self, e: SpmdTypeError, where: tuple[str, int] | None, extra: str) -> None:
@@ -155,7 +187,7 @@ class Walk:
             self.violations.append(located(e, where, extra))
 
     def jaxpr(self, jaxpr: Any, depth: int = 0,
-              parent: tuple[str, int] | None = None) -> dict[int, Any]:
+              parent: _Where | tuple[str, int] | None = None) -> dict[int, Any]:
         producers: dict[int, Any] = {}
         for eqn in jaxpr.eqns:
             self.eqn(eqn, producers, depth, parent)
@@ -164,12 +196,12 @@ class Walk:
         return producers
 
     def eqn(self, eqn: Any, producers: dict[int, Any], depth: int,
-            parent: tuple[str, int] | None = None) -> None:
+            parent: _Where | tuple[str, int] | None = None) -> None:
         name = _compat.primitive_name(eqn)
-        frames = _compat.eqn_frames(eqn)
         # equations of a cached inner jaxpr (jnp.cumsum's jit) may have no user frame: they
-        # belong to the line of the enclosing equation
-        where = user_frame(frames) or parent
+        # belong to the line of the enclosing equation (read lazily: only steps, violations
+        # and collectives need the Python stack of an equation)
+        loc = _Where(eqn, parent)
         ins = tuple(_compat.aval_type(v.aval) for v in eqn.invars)
         outs = tuple(_compat.aval_type(v.aval) for v in eqn.outvars)
         subs = _compat.sub_jaxprs(eqn)
@@ -179,28 +211,42 @@ class Walk:
         try:
             if name in _rules.AXIS_PRIMITIVES:
                 rule = _rules.AXIS_PRIMITIVES[name]
-                op = _api_name(frames, name)
                 ins = self._effective(eqn, rule, ins, producers)
-                predicted = [_rules.axis_op(rule, t, _axes(eqn), self.features, op=op)
-                             for t in ins]
+                axes = _axes(eqn)
+                if self.record_steps:
+                    op = _api_name(loc.frames, name)
+                try:
+                    predicted = [_rules.axis_op(rule, t, axes, self.features, op=op)
+                                 for t in ins]
+                except SpmdTypeError:
+                    if op != name:
+                        raise
+                    # the message names the API the user called (read from the stack only now)
+                    op = _api_name(loc.frames, name)
+                    predicted = [_rules.axis_op(rule, t, axes, self.features, op=op)
+                                 for t in ins]
             elif name in _rules.PRIMITIVES:
                 predicted = self._elementwise(eqn, name, ins)
             elif not subs:
                 self._drops_unreduced(name, ins, outs)
         except SpmdTypeError as e:
             code = e.code
-            self.violation(e, where, f"primitive: {name}")
+            self.violation(e, loc.get(), f"primitive: {name}")
         else:
             if predicted is not None and tuple(predicted) != outs[:len(predicted)]:
-                loc = f"{where[0]}:{where[1]}" if where else "?"
+                where = loc.get()
+                at = f"{where[0]}:{where[1]}" if where else "?"
                 self.mismatches.append(
-                    f"{loc}: {name}: the rule table predicts "
+                    f"{at}: {name}: the rule table predicts "
                     f"{', '.join(map(str, predicted))}, JAX computed {', '.join(map(str, outs))}")
-        auto = (name == "pvary" and _is_auto_pvary(frames)) or _is_boundary_cast(frames)
-        self.steps.append(Step(where[0] if where else None, where[1] if where else None, name, op,
-                               ins, outs, depth, auto, code))
+        if self.record_steps:
+            frames = loc.frames
+            auto = (name == "pvary" and _is_auto_pvary(frames)) or _is_boundary_cast(frames)
+            where = loc.get()
+            self.steps.append(Step(where[0] if where else None, where[1] if where else None,
+                                   name, op, ins, outs, depth, auto, code))
         for sub in subs:
-            self.jaxpr(sub, depth + 1, where)
+            self.jaxpr(sub, depth + 1, loc)
 
     # -- collectives and casts
     def _effective(self, eqn: Any, rule: str, ins: tuple[SpmdType, ...],

@@ -61,9 +61,10 @@ def gradients(i: Invariant, r: Reduced["tp"], x: Varying["dp"]) -> None:
     _, (gw, gp) = st.value_and_grad(loss_fn, argnums=(0, 1))(i, params, x)
     assert_type(gw, Invariant)
     assert_type(gp, dict[str, Unreduced["tp"]])
-    # through a variable: from the parameters' annotations
+    # through a variable too: the function is generic in each parameter's Varying axes
     g = st.grad(loss_fn)
-    assert_type(g(i, params, x), Varying["dp"])
+    assert_type(g(i, params, x), Invariant)
+    assert_type(g(x, params, x), Varying["dp"])
 
 
 def layer(x: Varying["dp"], w: Varying["tp"]) -> tuple[Varying["dp"], Invariant]:

@@ -1,4 +1,6 @@
-"""Focused regressions for disagreements the differential tests found (JAX is the oracle).
+"""Rule edge cases checked against JAX (the oracle): Reduced/Unreduced operands of scalars,
+comparisons, `where`, `reciprocal`, `var`/`std`, `%`/`//`, dynamic indexing, `pvary` (cases the
+differential tests once disagreed on).
 
 Each test runs the JAX program next to the spmdtyped one, so it keeps checking the claim on
 both JAX legs rather than freezing spmdtyped's current answer.
@@ -11,31 +13,16 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
+from _helpers import REPLICATED, trace
 from jax import lax
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
 from spmdtyped import _rules
 
 
-@pytest.fixture(scope="module")
-def mesh() -> Any:
-    return jax.make_mesh((2, 4), ("i", "j"))
-
-
-def trace(mesh: Any, body: Any, spec: P = P(), smap: Any = st.shard_map) -> None:
-    def wrapped(x: Any) -> Any:
-        body(x)
-        return jnp.zeros(())
-
-    f = smap(wrapped, mesh=mesh, in_specs=spec, out_specs=P())
-    shape = (16,) if spec == P("i") else (8,)
-    jax.jit(f).trace(jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, spec)))
-
-
 @pytest.mark.parametrize("c", [2.0, 3, 0.5])
-def test_pcast_reduced_of_python_scalar(mesh: Any, c: Any) -> None:
+def test_pcast_reduced_of_python_scalar(mesh_ij: Any, c: Any) -> None:
     """Was a bare AssertionError (reference Q13): `_compat.asarray_like` built the constant with
     `jnp.asarray(c)` (no dtype), which JAX's preduced rejects just like a Python scalar.
     Fixed by giving the dtype explicitly; JAX accepts the same constant."""
@@ -50,12 +37,12 @@ def test_pcast_reduced_of_python_scalar(mesh: Any, c: Any) -> None:
         with pytest.raises(AssertionError):   # JAX's own behaviour on the bare scalar (Q13)
             lax.pcast(jnp.asarray(c), "i", to="reduced")
 
-    trace(mesh, typed)
-    trace(mesh, raw, smap=jax.shard_map)
+    trace(mesh_ij, typed)
+    trace(mesh_ij, raw, smap=jax.shard_map)
     assert seen["typed"] == seen["raw"] == st.SpmdType(reduced={"i"})
 
 
-def test_where_with_reduced_branches_is_documented_stricter(mesh: Any) -> None:
+def test_where_with_reduced_branches_is_documented_stricter(mesh_ij: Any) -> None:
     """JAX accepts where(c, r, r) with c Invariant on r's reduced axis (result R); spmdtyped
     raises SPMD203, a row of STRICTER_THAN_JAX."""
     seen: dict[str, Any] = {}
@@ -70,15 +57,15 @@ def test_where_with_reduced_branches_is_documented_stricter(mesh: Any) -> None:
             st.numpy.where(x > 0, r, r)
         seen["code"] = info.value.code
 
-    trace(mesh, raw, smap=jax.shard_map)
-    trace(mesh, typed)
+    trace(mesh_ij, raw, smap=jax.shard_map)
+    trace(mesh_ij, typed)
     assert seen["raw"] == st.SpmdType(reduced={"i"})
     assert seen["code"] == "SPMD203"
     assert any(code == "SPMD203" and "where" in what for code, what, _ in _rules.STRICTER_THAN_JAX)
 
 
 @pytest.mark.parametrize("op", ["<", ">", "**"])
-def test_reduced_compared_with_scalar_is_documented_looser(mesh: Any, op: str) -> None:
+def test_reduced_compared_with_scalar_is_documented_looser(mesh_ij: Any, op: str) -> None:
     """JAX rejects `r < 0.5` (Inputs cannot be replicated...); spmdtyped casts the scalar to
     Reduced, exactly as for + - * /. The result equals JAX's with the cast written out, and
     LOOSER_THAN_JAX lists the operator."""
@@ -97,14 +84,14 @@ def test_reduced_compared_with_scalar_is_documented_looser(mesh: Any, op: str) -
         y = fns[op](st.pcast(x, "i", to="reduced"), 0.5)
         seen["typed"] = (st.typeof(y), y.dtype)
 
-    trace(mesh, raw, smap=jax.shard_map)
-    trace(mesh, typed)
+    trace(mesh_ij, raw, smap=jax.shard_map)
+    trace(mesh_ij, typed)
     assert seen["typed"] == seen["raw"]
     rows = [case for case, _ in _rules.LOOSER_THAN_JAX if case.startswith("Reduced value")]
     assert rows and f" {op} " in rows[0]
 
 
-def test_pvary_of_reduced_matches_jax_pvary_not_pcast(mesh: Any) -> None:
+def test_pvary_of_reduced_matches_jax_pvary_not_pcast(mesh_ij: Any) -> None:
     """`st.pvary` is JAX's pvary (Invariant -> Varying only): on a Reduced value both reject,
     while `pcast(to='varying')` is the Reduced -> Varying cast in both."""
     seen: dict[str, Any] = {}
@@ -122,13 +109,13 @@ def test_pvary_of_reduced_matches_jax_pvary_not_pcast(mesh: Any) -> None:
         seen["code"] = info.value.code
         seen["typed"] = st.typeof(st.pcast(r, "i", to="varying"))
 
-    trace(mesh, raw, smap=jax.shard_map)
-    trace(mesh, typed)
+    trace(mesh_ij, raw, smap=jax.shard_map)
+    trace(mesh_ij, typed)
     assert seen["code"] == "SPMD301"
     assert seen["typed"] == seen["raw"] == st.SpmdType(varying={"i"})
 
 
-def _both(mesh: Any, raw_fn: Any, typed_fn: Any, spec: P = P()) -> dict[str, Any]:
+def _both(mesh: Any, raw_fn: Any, typed_fn: Any, spec: P = REPLICATED) -> dict[str, Any]:
     """Run `raw_fn` under jax.shard_map and `typed_fn` under st.shard_map; record state or error."""
     seen: dict[str, Any] = {}
 
@@ -145,21 +132,21 @@ def _both(mesh: Any, raw_fn: Any, typed_fn: Any, spec: P = P()) -> dict[str, Any
     return seen
 
 
-def test_reciprocal_drops_reduced_like_jax(mesh: Any) -> None:
+def test_reciprocal_drops_reduced_like_jax(mesh_ij: Any) -> None:
     """jnp.reciprocal is integer_pow(x, -1), which has no U/R rule: JAX drops Reduced (the
     table kept it, so check mode raised SPMD901)."""
-    seen = _both(mesh, lambda x: jnp.reciprocal(lax.pcast(x, "i", to="reduced")),
+    seen = _both(mesh_ij, lambda x: jnp.reciprocal(lax.pcast(x, "i", to="reduced")),
                  lambda x: st.numpy.reciprocal(st.pcast(x, "i", to="reduced")))
     assert seen["raw"] == seen["typed"] == st.SpmdType()
 
 
-def test_reciprocal_of_unreduced_is_strict(mesh: Any) -> None:
+def test_reciprocal_of_unreduced_is_strict(mesh_ij: Any) -> None:
     """JAX drops Unreduced through reciprocal (a wrong value): SPMD202, a STRICTER_THAN_JAX row;
     under st.allow('SPMD202') spmdtyped follows JAX."""
     def typed(x: Any) -> Any:
         return st.numpy.reciprocal(st.pcast(x, "i", to="unreduced"))
 
-    seen = _both(mesh, lambda x: jnp.reciprocal(lax.pcast(x, "i", to="unreduced")), typed, P("i"))
+    seen = _both(mesh_ij, lambda x: jnp.reciprocal(lax.pcast(x, "i", to="unreduced")), typed, P("i"))
     assert seen["raw"] == st.SpmdType()
     assert isinstance(seen["typed"], st.SpmdTypeError) and seen["typed"].code == "SPMD202"
     assert any(c == "SPMD202" and "reciprocal" in what for c, what, _ in _rules.STRICTER_THAN_JAX)
@@ -168,51 +155,51 @@ def test_reciprocal_of_unreduced_is_strict(mesh: Any) -> None:
         with st.allow("SPMD202"):
             return typed(x)
 
-    assert _both(mesh, lambda x: jnp.reciprocal(lax.pcast(x, "i", to="unreduced")), allowed,
+    assert _both(mesh_ij, lambda x: jnp.reciprocal(lax.pcast(x, "i", to="unreduced")), allowed,
                  P("i"))["typed"] == st.SpmdType()
 
 
 @pytest.mark.parametrize("name", ["var", "std"])
-def test_var_std_of_reduced_is_an_spmd_error(mesh: Any, name: str) -> None:
+def test_var_std_of_reduced_is_an_spmd_error(mesh_ij: Any, name: str) -> None:
     """jnp.var/std mix in a replicated constant: JAX raises `Inputs cannot be replicated...`;
     spmdtyped let that JAX error through. Now SPMD203 first."""
-    seen = _both(mesh, lambda x: getattr(jnp, name)(lax.pcast(x, "i", to="reduced")),
+    seen = _both(mesh_ij, lambda x: getattr(jnp, name)(lax.pcast(x, "i", to="reduced")),
                  lambda x: getattr(st.numpy, name)(st.pcast(x, "i", to="reduced")))
     assert not isinstance(seen["raw"], st.SpmdTypeError) and "replicated" in str(seen["raw"])
     assert isinstance(seen["typed"], st.SpmdTypeError) and seen["typed"].code == "SPMD203"
 
 
 @pytest.mark.parametrize("op", ["%", "//"])
-def test_mod_floordiv_of_reduced_is_an_spmd_error(mesh: Any, op: str) -> None:
+def test_mod_floordiv_of_reduced_is_an_spmd_error(mesh_ij: Any, op: str) -> None:
     """`r % r`, `r // r` (and jnp.mod/floor_divide) fail in JAX for every dtype: SPMD203 first.
     Next to a value Varying on the same axis (R -> V cast) both accept."""
     fn = {"%": lambda a, b: a % b, "//": lambda a, b: a // b}[op]
-    seen = _both(mesh, lambda x: fn(lax.pcast(x, "i", to="reduced"), lax.pcast(x, "i", to="reduced")),
+    seen = _both(mesh_ij, lambda x: fn(lax.pcast(x, "i", to="reduced"), lax.pcast(x, "i", to="reduced")),
                  lambda x: fn(st.pcast(x, "i", to="reduced"), st.pcast(x, "i", to="reduced")))
     assert "replicated" in str(seen["raw"])
     assert isinstance(seen["typed"], st.SpmdTypeError) and seen["typed"].code == "SPMD203"
-    seen = _both(mesh, lambda x: fn(lax.pcast(x, "i", to="reduced"), lax.pcast(x, "i", to="varying")),
+    seen = _both(mesh_ij, lambda x: fn(lax.pcast(x, "i", to="reduced"), lax.pcast(x, "i", to="varying")),
                  lambda x: fn(st.pcast(x, "i", to="reduced"), st.pvary(x, "i")))
     assert seen["raw"] == seen["typed"] == st.SpmdType(varying={"i"})
 
 
 @pytest.mark.parametrize("cast,index_axis", [(None, "i"), ("reduced", "j"), ("reduced", "i"),
                                              ("varying", "j")])
-def test_dynamic_index_takes_the_index_state(mesh: Any, cast: Any, index_axis: str) -> None:
+def test_dynamic_index_takes_the_index_state(mesh_ij: Any, cast: Any, index_axis: str) -> None:
     """`x[st.axis_index(a)]` was typed from x alone, and dropped Reduced: check mode raised
     SPMD901 (JAX: the value is auto-cast to the index's varying axes; dynamic_slice keeps R)."""
     def prep(x: Any, pc: Any) -> Any:
         return x if cast is None else pc(x, "i", to=cast)
 
-    seen = _both(mesh, lambda x: prep(x, lax.pcast)[lax.axis_index(index_axis)],
+    seen = _both(mesh_ij, lambda x: prep(x, lax.pcast)[lax.axis_index(index_axis)],
                  lambda x: prep(x, st.pcast)[st.axis_index(index_axis)])
     assert not isinstance(seen["raw"], Exception), seen["raw"]
     assert seen["typed"] == seen["raw"]
 
 
-def test_dynamic_index_of_unreduced_is_an_spmd_error(mesh: Any) -> None:
+def test_dynamic_index_of_unreduced_is_an_spmd_error(mesh_ij: Any) -> None:
     """JAX: `unreduced rule for dynamic_slice is not implemented` (both versions)."""
-    seen = _both(mesh, lambda x: lax.pcast(x, "i", to="unreduced")[lax.axis_index("j")],
+    seen = _both(mesh_ij, lambda x: lax.pcast(x, "i", to="unreduced")[lax.axis_index("j")],
                  lambda x: st.pcast(x, "i", to="unreduced")[st.axis_index("j")], P("i"))
     assert isinstance(seen["raw"], NotImplementedError)
     assert isinstance(seen["typed"], st.SpmdTypeError) and seen["typed"].code == "SPMD202"

@@ -1,0 +1,218 @@
+"""Autodiff: `st.grad`, `st.value_and_grad`, `st.vjp`.
+
+`st.grad(f, argnums)` is typed as a generic function with `f`'s parameters: each
+differentiated parameter's state slots become type variables (bounded by the declared axes),
+and its gradient has the cotangent state of the *argument* (`_rules.cotangent`: Unreduced and
+Reduced swap, Varying kept), so a direct call `st.grad(f)(w, x)` and a later call of
+`g = st.grad(f)` both type the gradients from the arguments' own states, as the runtime does
+(an Invariant value passed for a `Varying` parameter has an Invariant gradient). The loss is
+checked with `_rules.grad_loss_type` (SPMD405)."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from mypy.nodes import ARG_POS, Expression, IntExpr, TupleExpr
+from mypy.plugin import FunctionContext
+from mypy.types import (
+    AnyType,
+    CallableType,
+    Instance,
+    TupleType,
+    Type,
+    TypeOfAny,
+    TypeVarId,
+    TypeVarLikeType,
+    TypeVarType,
+    UninhabitedType,
+    get_proper_type,
+)
+
+from .. import _rules
+from .._errors import SpmdTypeError
+from .._rules import SpmdType
+from .codes import report
+from .convert import (
+    SARRAY,
+    any_type,
+    arg,
+    axes_type,
+    from_spmd,
+    literal_value,
+    named,
+    to_operand,
+    tuple_items,
+    tuple_of,
+)
+
+#: full name -> function
+FULLNAMES: Final = {f"{m}.{n}": n for m in ("spmdtyped", "spmdtyped._autodiff")
+                    for n in ("grad", "value_and_grad", "vjp")}
+_CONTAINERS: Final = ("builtins.dict", "builtins.list", "builtins.tuple")
+
+
+def analyze(ctx: FunctionContext, name: str) -> Type:
+    return _vjp(ctx) if name == "vjp" else _grad(ctx, name)
+
+
+def _argnums(expr: Expression | None) -> int | tuple[int, ...] | None:
+    if expr is None:
+        return 0
+    if isinstance(expr, IntExpr):
+        return expr.value
+    if isinstance(expr, TupleExpr) and all(isinstance(i, IntExpr) for i in expr.items):
+        return tuple(i.value for i in expr.items if isinstance(i, IntExpr))
+    return None
+
+
+def cotangent_of(api: Any, t: Type) -> Type | None:
+    """The gradient type of a value of type `t` (`_rules.cotangent` on each leaf of a
+    tuple/list/dict pytree); None when a leaf's state is unknown."""
+    p = get_proper_type(t)
+    if isinstance(p, Instance) and p.type.fullname == SARRAY:
+        o = to_operand(p)
+        return from_spmd(api, _rules.cotangent(o)) if isinstance(o, SpmdType) else None
+    if isinstance(p, TupleType):
+        items = [cotangent_of(api, i) for i in p.items]
+        return None if any(i is None for i in items) else \
+            p.copy_modified(items=[i for i in items if i is not None])
+    if isinstance(p, Instance) and p.type.fullname in _CONTAINERS and p.args:
+        leaf = cotangent_of(api, p.args[-1])
+        return None if leaf is None else p.copy_modified(args=[*p.args[:-1], leaf])
+    return None
+
+
+def _cotangent_slots() -> tuple[int, int, int]:
+    """Which slot of `SArray[V, U, R]` each slot of a cotangent comes from, read off
+    `_rules.cotangent` (Unreduced and Reduced swap: `(0, 2, 1)`)."""
+    probe = _rules.cotangent(SpmdType(frozenset({"v"}), frozenset({"u"}), frozenset({"r"})))
+    where = {"v": 0, "u": 1, "r": 2}
+    out = tuple(where[next(iter(s))] for s in (probe.varying, probe.unreduced, probe.reduced))
+    assert len(out) == 3 and sorted(out) == [0, 1, 2]
+    return out  # type: ignore[return-value]
+
+
+COTANGENT_SLOTS: Final = _cotangent_slots()
+
+
+class _Generic:
+    """Builds the generic parameter / gradient types of one `st.grad` call: each non-empty
+    slot of a differentiated SArray parameter becomes a type variable bounded by the declared
+    axes, so the gradient is the cotangent of the argument's own state (a subset of them)."""
+
+    def __init__(self, api: Any, namespace: str) -> None:
+        self.api, self.namespace = api, namespace
+        self.variables: list[TypeVarLikeType] = []
+
+    def _var(self, axes: frozenset[str]) -> TypeVarType:
+        n = len(self.variables)
+        tv = TypeVarType(f"S{n}", f"{self.namespace}.S{n}", TypeVarId(-(1000 + n), namespace=self.namespace),
+                         [], axes_type(self.api, axes), AnyType(TypeOfAny.from_omitted_generics))
+        self.variables.append(tv)
+        return tv
+
+    def param_and_grad(self, t: Type) -> tuple[Type, Type] | None:
+        """(parameter type with its slots generic, gradient type); None: unknown state."""
+        p = get_proper_type(t)
+        if isinstance(p, Instance) and p.type.fullname == SARRAY:
+            o = to_operand(p)
+            if not isinstance(o, SpmdType):
+                return None
+            slots: list[Type] = [self._var(s) if s else UninhabitedType()
+                                 for s in (o.varying, o.unreduced, o.reduced)]
+            return p.copy_modified(args=slots), p.copy_modified(args=[slots[i] for i in COTANGENT_SLOTS])
+        if isinstance(p, TupleType):
+            items = [self.param_and_grad(i) for i in p.items]
+            if any(i is None for i in items):
+                return None
+            pairs = [i for i in items if i is not None]
+            return (p.copy_modified(items=[a for a, _ in pairs]),
+                    p.copy_modified(items=[b for _, b in pairs]))
+        if isinstance(p, Instance) and p.type.fullname in _CONTAINERS and p.args:
+            leaf = self.param_and_grad(p.args[-1])
+            if leaf is None:
+                return None
+            return (p.copy_modified(args=[*p.args[:-1], leaf[0]]),
+                    p.copy_modified(args=[*p.args[:-1], leaf[1]]))
+        return None
+
+
+def _grad_name(name: str, fun: str | None, nums: int | tuple[int, ...], has_aux: bool) -> str:
+    """The name mypy prints for the function `st.grad(f, ...)` returns (messages only)."""
+    fun = fun if fun and fun.isidentifier() else "fun"
+    return (f"st.{name}({fun}" + (f", argnums={nums!r}" if nums != 0 else "")
+            + (", has_aux=True" if has_aux else "") + ")")
+
+
+def _grad(ctx: FunctionContext, name: str) -> Type:
+    """`st.grad(f, argnums, has_aux)` / `st.value_and_grad(...)`: see the module docstring."""
+    op = f"st.{name}"
+    default = ctx.default_return_type
+    fun, nums_arg, aux_arg = arg(ctx, "fun"), arg(ctx, "argnums"), arg(ctx, "has_aux")
+    ft = get_proper_type(fun[1]) if fun else None
+    nums = _argnums(nums_arg[0] if nums_arg else None)
+    has_aux = False if aux_arg is None else literal_value(aux_arg[1])
+    if not isinstance(ft, CallableType) or nums is None or not isinstance(has_aux, bool):
+        return default
+    loss_t: Type = ft.ret_type
+    aux_t: Type = any_type()
+    if has_aux:
+        items = tuple_items(ft.ret_type, 2)
+        if items is None:
+            return default
+        loss_t, aux_t = items
+    loss = to_operand(loss_t)
+    if isinstance(loss, SpmdType):
+        try:
+            _rules.grad_loss_type(loss, op=op)
+        except SpmdTypeError as err:
+            report(ctx.api, err, ctx.context)
+            return default
+    fname = _grad_name(name, ft.name, nums, has_aux)
+    generic = _Generic(ctx.api, f"spmdtyped.{fname}")
+    params = list(ft.arg_types)
+    grads: list[Type] = []
+    for k in (nums,) if isinstance(nums, int) else nums:
+        if k >= len(ft.arg_types):
+            return default
+        pair = generic.param_and_grad(ft.arg_types[k])
+        if pair is None:
+            grads.append(any_type())
+        else:
+            params[k], g = pair
+            grads.append(g)
+    grads_t = grads[0] if isinstance(nums, int) else tuple_of(ctx.api, grads)
+    if name == "grad":
+        ret_t: Type = tuple_of(ctx.api, [grads_t, aux_t]) if has_aux else grads_t
+    else:
+        value_t = tuple_of(ctx.api, [loss_t, aux_t]) if has_aux else loss_t
+        ret_t = tuple_of(ctx.api, [value_t, grads_t])
+    return ft.copy_modified(arg_types=params, ret_type=ret_t, name=fname,
+                            variables=[*ft.variables, *generic.variables])
+
+
+def _vjp(ctx: FunctionContext) -> Type:
+    """`st.vjp(fun, *primals)`: `(out, pullback)` (`(out, pullback, aux)` with has_aux), `out`
+    of `fun`'s declared result, the pullback returning one cotangent per primal in the primal's
+    cotangent state (`_rules.cotangent`; Any where a primal's state is unknown)."""
+    default = ctx.default_return_type
+    fun, aux = arg(ctx, "fun"), arg(ctx, "has_aux")
+    has_aux = False if aux is None else literal_value(aux[1])
+    ft = get_proper_type(fun[1]) if fun else None
+    if not isinstance(ft, CallableType) or not isinstance(has_aux, bool):
+        return default
+    try:
+        i = ctx.callee_arg_names.index("primals")
+    except ValueError:
+        return default
+    cts = [cotangent_of(ctx.api, t) or any_type() for t in ctx.arg_types[i]]
+    out_t: Type = ft.ret_type
+    aux_t: Type = any_type()
+    if has_aux:
+        items = tuple_items(ft.ret_type, 2)
+        if items is None:
+            return default
+        out_t, aux_t = items
+    pullback = CallableType([any_type()], [ARG_POS], [None], tuple_of(ctx.api, cts),
+                            named(ctx.api, "builtins.function", []), name="st.vjp pullback")
+    return tuple_of(ctx.api, [out_t, pullback, *([aux_t] if has_aux else [])])

@@ -1,0 +1,135 @@
+"""`st.numpy` and `st.nn` functions and constructors: each function's rule and binding come from
+its row of the surface table (`_surface.NUMPY`, `_surface.NN`), the rows spmdtyped/numpy.py and
+nn.py are built from (the comment above `_surface.FUNCTION_BINDINGS` says what each binding
+means); each binding calls the `_rules` function the runtime calls for it."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from mypy.nodes import Expression, ListExpr, TupleExpr
+from mypy.plugin import FunctionContext
+from mypy.typeops import make_simplified_union
+from mypy.types import Instance, TupleType, Type, get_proper_type
+
+from .. import _rules, _surface
+from .._rules import LITERAL, SpmdType
+from .codes import apply
+from .config import CONFIG
+from .convert import (
+    Known,
+    alternatives,
+    arrays_only,
+    from_spmd,
+    is_python_int,
+    is_str,
+    keyword,
+    positional,
+    to_operand,
+)
+
+#: full name -> (module label, name, rule, binding)
+FULLNAMES: Final = {f"spmdtyped.{r.kind}.{r.name}": (r.kind, r.name, r.rule, r.binding)
+                     for r in (*_surface.NUMPY, *_surface.NN) if r.rule is not None}
+_ARRAY_LIKE_STATIC: Final = frozenset({"builtins.list", "builtins.tuple", "builtins.int",
+                                       "builtins.bool", "builtins.slice"})
+_Args = list[tuple[Expression, Type]]
+
+
+def analyze(ctx: FunctionContext, entry: tuple[str, str, str, str]) -> Type:
+    """`st.<module>.<name>(...)` (`entry`: module, name, rule, binding, as in `FULLNAMES`):
+    the table's rule, bound as the runtime binds it."""
+    module, name, rule, binding = entry
+    op = f"st.{module}.{name}"
+    default = ctx.default_return_type
+    args = positional(ctx)
+    if binding in ("like", "new"):
+        return _constructor(ctx, args, rule, binding, op)
+    operands = _operands(ctx, args, binding)
+    if operands is None:
+        return default
+    alts: list[list[Known]] = []
+    for expr, t in operands:
+        a = alternatives(ctx.api, t, expr)
+        if a is None:
+            return default
+        alts.append(a)
+    if not alts or all(a == [LITERAL] for a in alts):
+        return default
+    if binding == "mean":
+        return apply(ctx.api, ctx.context, default, [arrays_only(alts[0])],
+                     lambda t: _rules.mean_type(t, CONFIG.features, op=op))
+    if binding == "take":  # `_operands` leaves a constant index out: LITERAL
+        index = alts[1] if len(alts) > 1 else [LITERAL]
+        return apply(ctx.api, ctx.context, default, [arrays_only(alts[0]), index],
+                     lambda t, i: _rules.take_type(t, i, CONFIG.features, op=op))
+    if binding == "where":
+        if len(alts) != 3:
+            return default
+        return apply(ctx.api, ctx.context, default, alts,
+                     lambda c, x, y: _rules.where_type(c, x, y, CONFIG.features, op=op).type)
+    if len(alts) == 1 and binding not in ("join", "nary", "einsum"):
+        return apply(ctx.api, ctx.context, default, [arrays_only(alts[0])],
+                     lambda t: _rules.unary(rule, t, CONFIG.features, op=op))
+    if binding == "binary" and len(alts) == 2:
+        int_literal = is_python_int(get_proper_type(operands[1][1]))
+        return apply(ctx.api, ctx.context, default, alts,
+                     lambda a, b: _rules.binary(rule, a, b, CONFIG.features, op=op,
+                                                int_literal=int_literal).type)
+    return apply(ctx.api, ctx.context, default, alts,
+                 lambda *ts: _rules.combine(rule, list(ts), CONFIG.features, op=op).type)
+
+
+def _operands(ctx: FunctionContext, args: _Args, binding: str) -> _Args | None:
+    """The arguments whose states the rule combines (None: unknown statically)."""
+    if not args:
+        return None
+    if binding == "join":
+        seq = args[0][0]
+        if not isinstance(seq, (ListExpr, TupleExpr)):
+            return None
+        return [(item, ctx.api.get_expression_type(item, None)) for item in seq.items]
+    if binding in ("nary", "einsum", "where"):
+        return [(e, t) for e, t in args if not is_str(t)]  # einsum's subscripts
+    if binding == "binary":
+        return args[:2] if len(args) >= 2 else None
+    if binding == "take":
+        index = args[1] if len(args) > 1 else keyword(ctx, "indices")
+        if index is None:
+            return None
+        it = get_proper_type(index[1])
+        io = to_operand(it)
+        if isinstance(io, SpmdType) and io.axes:
+            return [args[0], index]  # a traced index with a state: both operands
+        if io is LITERAL or isinstance(io, SpmdType) or isinstance(it, TupleType) or (
+                isinstance(it, Instance) and it.type.fullname in _ARRAY_LIKE_STATIC):
+            return args[:1]  # a static (or Invariant) index: unary on the array
+        return None  # a raw JAX index: its state is unknown statically
+    return args[:1]
+
+
+def _constructor(ctx: FunctionContext, args: _Args, rule: str, binding: str, op: str) -> Type:
+    """`zeros`, `full`, `zeros_like`, ...: `_rules.constructor_type`, joined (`add`) with the
+    state of a typed fill value as `st.numpy.full` does."""
+    default = ctx.default_return_type
+    if binding == "like":
+        if not args:
+            return default
+        like = alternatives(ctx.api, args[0][1], args[0][0])
+        if like is None:
+            return default
+        bases = [_rules.constructor_type(rule, t) for t in arrays_only(like)]
+    else:
+        bases = [_rules.constructor_type(rule)]
+    if rule not in ("full", "full_like"):
+        return make_simplified_union([from_spmd(ctx.api, t) for t in bases])
+    # full(shape, fill_value) / full_like(a, fill_value)
+    fill = args[1] if len(args) > 1 else keyword(ctx, "fill_value")
+    fills = [LITERAL] if fill is None else alternatives(ctx.api, fill[1], fill[0])
+    if fills is None:
+        return default
+
+    def fn(base: SpmdType, f: Known) -> SpmdType:
+        return _rules.fill_type(base, f, CONFIG.features, op=op)
+
+    return apply(ctx.api, ctx.context, default, [bases, fills], fn)

@@ -1,0 +1,129 @@
+"""THE rule table: manual-axis states and what every op does to them.
+
+Data plus pure functions, importing neither JAX nor mypy, split by concern (one job each):
+
+- `states`: `State`, `SpmdType`, `cotangent`;
+- `features`: `Features`, the rules that differ between JAX versions;
+- `axes`: axis-name spellings and mesh membership;
+- `axis_ops`: collectives and casts (`AXIS_OPS`, `axis_op`);
+- `elementwise` + `combine`: elementwise ops (`ELEMENTWISE`) and their combination rule;
+- `functions`: composite forms (traced indexing, take, constructors and fills, `.at[]`);
+- `lattice`: THE join/cast lattice (carries, branches, predicates, custom ops, cotangents);
+- `boundary`: the shard_map boundary (specs, out_spec check, full-manual rule, hint text);
+- `primitives`: jaxpr primitive -> rule maps; `docs`: stricter/looser-than-JAX tables.
+
+Which rule each Python form uses is `spmdtyped._surface`. Sources:
+`shared/reference/jax_semantics.md` and its matrices (jax 0.10.2 and 0.12.0.1). Where JAX is
+silently wrong (reference §6) the table is strict and names a code that `st.allow(code)` opts
+out of; the JAX-compatible result is recorded next to it.
+
+This package re-exports every name the rest of spmdtyped reads as `_rules.X`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .axes import check_axes_known, normalize_axes
+from .axis_ops import (
+    ALL_GATHER_TARGETS,
+    AXIS_OPS,
+    PCAST_TARGETS,
+    AxisOp,
+    Outcome,
+    all_gather_op,
+    axis_index_type,
+    axis_op,
+    pcast_op,
+)
+from .boundary import (
+    check_full_manual,
+    check_full_manual_value,
+    check_out_spec,
+    hint_text,
+    in_spec_type,
+    spec_text,
+)
+from .combine import binary, combine, unary
+from .docs import LOOSER_THAN_JAX, STRICTER_THAN_JAX, TRANSPOSES
+from .elementwise import (
+    ELEMENTWISE,
+    JAX_DROPS,
+    JAX_KEEPS,
+    KEEP,
+    LITERAL,
+    NONLINEAR_NARY,
+    REJECT,
+    Combined,
+    ElementwiseRule,
+    Linearity,
+    Operand,
+)
+from .features import CONSERVATIVE, JAX_0_10, JAX_0_12, Feature, Features
+from .functions import (
+    AT_METHODS,
+    CONSTRUCTORS,
+    LIKE_CONSTRUCTORS,
+    at_update_type,
+    auto_cast,
+    constructor_type,
+    dynamic_index_type,
+    fill_type,
+    mean_type,
+    take_type,
+    where_type,
+)
+from .lattice import (
+    BODY_LABELS,
+    FREE_CASTS,
+    PREDICATE_WHERE,
+    REINTERPRETING_CASTS,
+    branch_labels,
+    check_cotangent,
+    custom_op_type,
+    flow_state,
+    free_casts,
+    grad_loss_type,
+    join_carry,
+    join_state,
+    parse_states,
+    predicate_labels,
+    predicate_type,
+    widen_under_predicate,
+)
+from .primitives import AXIS_PRIMITIVES, PRIMITIVE_OPERANDS, PRIMITIVES
+from .states import INVARIANT, UNREDUCED_KINDS, I, R, SpmdType, State, U, V, cotangent, fmt_axes
+
+#: views of the `st.numpy` / `st.nn` rows of `spmdtyped._surface` (the one table), kept for
+#: readers of `_rules`: name -> rule (how each applies it: the row's `binding`)
+_SURFACE_VIEWS = ("NUMPY_FUNCTIONS", "NN_FUNCTIONS")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SURFACE_VIEWS:
+        from .. import _surface
+
+        value: Any = {
+            "NUMPY_FUNCTIONS": {r.name: r.rule for r in _surface.NUMPY},
+            "NN_FUNCTIONS": {r.name: r.rule for r in _surface.NN},
+        }[name]
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "ALL_GATHER_TARGETS", "AT_METHODS", "AXIS_OPS", "AXIS_PRIMITIVES", "BODY_LABELS",
+    "CONSERVATIVE", "CONSTRUCTORS", "ELEMENTWISE", "FREE_CASTS", "INVARIANT", "JAX_0_10",
+    "JAX_0_12", "JAX_DROPS", "JAX_KEEPS", "KEEP", "LIKE_CONSTRUCTORS", "LITERAL",
+    "LOOSER_THAN_JAX", "NONLINEAR_NARY", "PCAST_TARGETS", "PREDICATE_WHERE", "PRIMITIVES",
+    "PRIMITIVE_OPERANDS", "REINTERPRETING_CASTS", "REJECT", "STRICTER_THAN_JAX", "TRANSPOSES",
+    "UNREDUCED_KINDS", "AxisOp", "Combined", "ElementwiseRule", "Feature", "Features", "I",
+    "Linearity", "Operand", "Outcome", "R", "SpmdType", "State", "U", "V", "all_gather_op",
+    "at_update_type", "auto_cast", "axis_index_type", "axis_op", "binary", "branch_labels",
+    "check_axes_known", "check_cotangent", "check_full_manual", "check_full_manual_value", "check_out_spec", "combine",
+    "constructor_type", "cotangent", "custom_op_type", "dynamic_index_type", "fill_type",
+    "flow_state", "fmt_axes", "free_casts", "grad_loss_type", "hint_text", "in_spec_type",
+    "join_carry", "join_state", "mean_type", "normalize_axes", "parse_states", "pcast_op", "predicate_labels",
+    "predicate_type", "spec_text", "take_type", "unary", "where_type", "widen_under_predicate",
+]

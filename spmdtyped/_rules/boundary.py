@@ -1,0 +1,99 @@
+"""The shard_map boundary (reference §4): in_spec -> state, the out_spec check, the
+full-manual rule, and THE hint renderer (state -> annotation text such as `Varying["dp"]`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from .._errors import error
+from .states import I, R, SpmdType, U, V
+
+
+def in_spec_type(partitioned: Iterable[str], unreduced: Iterable[str] = (), reduced: Iterable[str] = (),
+                 manual: Iterable[str] | None = None, unreduced_kind: str | None = None) -> SpmdType:
+    """The state an argument has inside shard_map, from its in_spec's axes."""
+    m = None if manual is None else frozenset(manual)
+
+    def keep(s: Iterable[str]) -> frozenset[str]:
+        return frozenset(s) if m is None else frozenset(s) & m
+
+    return SpmdType(keep(partitioned), keep(unreduced), keep(reduced),
+                    unreduced_kind if keep(unreduced) else None)
+
+
+def check_out_spec(t: SpmdType, partitioned: Iterable[str], unreduced: Iterable[str],
+                   reduced: Iterable[str], manual: Sequence[str], *, where: str,
+                   spec: str) -> None:
+    """SPMD401 unless an output of type `t` fits its out_spec on every manual axis."""
+    part, un, red = frozenset(partitioned), frozenset(unreduced), frozenset(reduced)
+    for a in manual:
+        s = t.state(a)
+        if a in part:
+            ok, want = s in (V, I), "Varying or Invariant (partitioned)"
+        elif a in un:
+            ok, want = s is U, "Unreduced (out_specs unreduced=...)"
+        elif a in red:
+            ok, want = s is R, "Reduced (out_specs reduced=...)"
+        else:
+            ok, want = s is I, "Invariant (the spec does not mention the axis)"
+        if not ok:
+            if s is I or s is V:
+                fix = (f"st.psum(y, {a!r}) to make it Invariant, or mention {a!r} in the spec"
+                       if s is V else f"st.pvary(y, {a!r}) is not needed; use a partitioned spec")
+            elif s is U:
+                fix = f"st.psum(y, {a!r}), or out_specs with unreduced={{{a!r}}}"
+            else:
+                fix = f"out_specs with reduced={{{a!r}}}"
+            raise error("SPMD401", f"{where}: output {spec} on axis {a!r} wants {want}, but the "
+                        f"value is {s.title}", axes=(a,), states={a: s.value}, fix=fix,
+                        op="st.shard_map", details=(f"value: {t}", f"out_spec: {spec}"))
+
+
+
+def check_full_manual(unreduced: Iterable[str], reduced: Iterable[str], manual: Sequence[str],
+                      mesh_axes: Sequence[str], *, where: str, spec: str,
+                      op: str = "st.shard_map") -> None:
+    """SPMD403 for an in_spec with Unreduced/Reduced axes in a shard_map that is not manual
+    over every mesh axis (reference Q15: JAX fails there with a bare assertion)."""
+    if len(tuple(manual)) < len(tuple(mesh_axes)) and (tuple(unreduced) or tuple(reduced)):
+        raise error("SPMD403", f"{where}: in_specs {spec} gives an Unreduced/Reduced input, "
+                    f"which needs a full-manual shard_map (manual axes: {list(manual)})", op=op,
+                    fix="drop axis_names (make every mesh axis manual)")
+
+
+def check_full_manual_value(manual: Sequence[str], mesh_axes: Sequence[str], *, op: str) -> None:
+    """SPMD403 for an op that makes an Unreduced/Reduced value where not every mesh axis is
+    manual (reference Q15: JAX fails with a bare AssertionError on any op on such a value)."""
+    if len(tuple(manual)) < len(tuple(mesh_axes)):
+        raise error("SPMD403", f"{op}: Unreduced/Reduced values need a full-manual shard_map, "
+                    f"but only {list(manual)} of {list(mesh_axes)} are manual here (JAX fails "
+                    f"with a bare AssertionError on any op on such a value)", op=op,
+                    fix="make every mesh axis manual (st.shard_map without axis_names), or keep "
+                        "the value Varying")
+
+
+def spec_text(spec: object) -> str:
+    """A PartitionSpec as messages show it: `P('dp', None)`, `P()` for None."""
+    return "P()" if spec is None else repr(spec).replace("PartitionSpec", "P")
+
+
+#: the hint families in the order a `Typed[...]` lists them
+HINT_FAMILIES = ("Varying", "Unreduced", "Reduced")
+
+
+def hint_text(t: SpmdType, order: Sequence[str] | None = None, *, quote: str = '"',
+              prefix: str = "") -> str:
+    """The annotation for a state as source text: `Varying["dp", "tp"]`, `Invariant`,
+    `Typed[Varying["dp"], Reduced["tp"]]`. Axes in `order` (mesh order) first, the rest
+    sorted; `prefix` qualifies the names (`"st."`)."""
+    def axes(s: frozenset[str]) -> str:
+        names = [a for a in order if a in s] if order else []
+        names += sorted(s - set(names))
+        return ", ".join(f"{quote}{a}{quote}" for a in names)
+
+    parts = [f"{prefix}{label}[{axes(s)}]"
+             for label, s in zip(HINT_FAMILIES, (t.varying, t.unreduced, t.reduced), strict=True) if s]
+    if not parts:
+        return f"{prefix}Invariant"
+    return parts[0] if len(parts) == 1 else f"{prefix}Typed[{', '.join(parts)}]"

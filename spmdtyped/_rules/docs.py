@@ -1,0 +1,51 @@
+"""Documentation tables: where spmdtyped is stricter or looser than JAX, and what JAX binds in
+each collective's transpose. Read by the docs generator and the mypy plugin; no rule reads
+them."""
+
+from __future__ import annotations
+
+STRICTER_THAN_JAX: tuple[tuple[str, str, str], ...] = (
+    ("SPMD103", "collective over an axis where the input is Invariant",
+     "JAX pvarys it: psum gives n·x, pmean of summed gradients is silently accepted"),
+    ("SPMD104", "ppermute/all_gather/all_to_all/pmax(0.10) over axes in mixed Varying/Invariant "
+     "states", "JAX pvarys the Invariant axes"),
+    ("SPMD202", "cumsum/cumprod/flip/argmax/integer_pow/reciprocal/prod/take/.at[].set/"
+     "sort/where on an Unreduced value", "JAX drops (or keeps) the Unreduced state: wrong numbers"),
+    ("SPMD401", "a Varying output under out_specs P(unreduced=...) (jax 0.10 casts it)",
+     "jax 0.10 inserts vary_unreduced_cast; jax 0.12 rejects it"),
+    ("SPMD203", "where(c, r, r) with c Invariant on r's reduced axes (and where(c, r, I) / "
+     "where(c, I, r))", "JAX accepts (verified on 0.10.2 and 0.12.0.1 by the differential "
+     "tests): select_n has no reduced check and takes R from the false branch only, so "
+     "where(c, r, I) -> I and where(c, I, r) -> R; spmdtyped applies the n-ary reduced check"),
+    ("SPMD201", "concatenate/stack of an Unreduced array with a non-Unreduced one",
+     "JAX types the result Unreduced, so the other part is counted once per device"),
+    ("SPMD203", "concatenate/stack of a Reduced array with an Invariant one",
+     "JAX types the result Reduced; spmdtyped applies the add rule"),
+    ("SPMD302", "st.cond/st.while_loop/st.fori_loop whose predicate or bounds vary: outputs and "
+     "carries become Varying (an Unreduced one is rejected)",
+     "JAX types such results Invariant although devices may take different paths"),
+)
+
+LOOSER_THAN_JAX: tuple[tuple[str, str], ...] = (
+    ("Reduced value * / + - ** < <= > >= == != (any elementwise op but @) Python scalar",
+     "the scalar is cast to Reduced (`pcast(jnp.asarray(c), axes, to='reduced')`); JAX rejects "
+     "`r * 2.0`, `r < 0.5`"),
+    ("Unreduced value * or / Python scalar", "the scalar is cast to Reduced, then U × R → U; "
+     "JAX rejects `u * 2.0`; on jax 0.10 `u / c` is bound as `u * (1/c)`"),
+    ("mean over local dimensions of a Reduced or Unreduced value", "sum, then the scalar rule "
+     "above; `jnp.mean(r)` fails in JAX"),
+)
+
+
+#: forward op -> the primitive(s) JAX binds in its transpose (reference §5); cotangent states
+#: follow `cotangent`. For the docs and the plugin; the runtime lets JAX transpose.
+TRANSPOSES: dict[str, str] = {
+    "psum": "pvary", "pvary": "psum", "pcast_varying": "psum (from Invariant) / "
+    "pcast_unreduced (from Reduced)", "pcast_reduced": "psum (of the Unreduced cotangent)",
+    "pcast_unreduced": "pcast_varying (Reduced -> Varying)", "all_gather": "psum_scatter",
+    "psum_scatter": "all_gather (all_gather_reduced on an Unreduced input)",
+    "all_gather_invarying": "dynamic_slice at axis_index", "all_gather_reduced":
+    "psum_scatter of the Unreduced cotangent", "ppermute": "ppermute (inverse permutation)",
+    "all_to_all": "all_to_all (split and concat axes swapped)",
+}
+

@@ -1,0 +1,60 @@
+"""jaxpr primitives -> rule rows, for `adapters.infer`, which walks traced jaxprs. Names are
+jax 0.12's; `_compat.primitive_name` maps other versions' spellings (0.10:
+`vary_unreduced_cast_p`)."""
+
+from __future__ import annotations
+
+#: collective/cast primitive -> AXIS_OPS row. `pmean` is `psum_invariant` + `div`; `pshuffle`
+#: binds `ppermute`; psum/psum_scatter of an Unreduced value bind the `unreduced_*` prims.
+AXIS_PRIMITIVES: dict[str, str] = {
+    "psum_invariant": "psum", "psum": "psum", "unreduced_psum": "psum",
+    "pmax": "pmax", "pmin": "pmin", "unreduced_pmax": "pmax", "unreduced_pmin": "pmin",
+    "all_gather": "all_gather", "all_gather_invariant": "all_gather_invarying",
+    "all_gather_reduced": "all_gather_reduced",
+    "reduce_scatter": "psum_scatter", "unreduced_reduce_scatter": "psum_scatter",
+    "ppermute": "ppermute", "pbroadcast": "pbroadcast", "all_to_all": "all_to_all",
+    "pvary": "pvary", "preduced": "pcast_reduced", "vary_unreduced_cast": "pcast_unreduced",
+    "reduced_vary_cast": "pcast_varying",
+}
+
+#: elementwise/structural primitive -> ELEMENTWISE rule
+PRIMITIVES: dict[str, str] = {
+    "add": "add", "add_any": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg",
+    "dot_general": "matmul", "select_n": "where",
+    # n-ary structural ops: U only with U on the same axes, like add (JAX's nary reduced rule)
+    "concatenate": "concatenate", "dynamic_update_slice": "add",
+    "scatter-add": "at_add", "scatter_add": "at_add", "scatter-mul": "at_mul",
+    "scatter_mul": "at_mul", "scatter-min": "at_min", "scatter_min": "at_min",
+    "scatter-max": "at_max", "scatter_max": "at_max",
+    "max": "maximum", "min": "minimum", "pow": "pow", "atan2": "arctan2", "rem": "mod",
+    "clamp": "maximum", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne",
+    "and": "and", "or": "or", "xor": "xor", "not": "logical_not",
+    "exp": "exp", "exp2": "exp", "log": "log", "tanh": "tanh", "sin": "sin", "cos": "cos",
+    "tan": "sin", "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs", "square": "square",
+    "sign": "sign", "log1p": "log1p", "expm1": "expm1", "logistic": "sigmoid", "erf": "erf",
+    "floor": "floor", "ceil": "ceil", "round": "round", "is_finite": "isfinite",
+    "integer_pow": "integer_pow", "cumsum": "cumsum", "cumprod": "cumprod",
+    "cummax": "cummax", "cummin": "cummin", "cumlogsumexp": "cumprod", "rev": "flip",
+    "argmax": "argmax", "argmin": "argmin", "reduce_prod": "prod", "reduce_sum": "sum",
+    "reduce_max": "max", "reduce_min": "min", "sort": "sort",
+    "gather": "take", "scatter": "at_set", "dynamic_slice": "dynamic_slice",
+    "reshape": "reshape", "transpose": "transpose", "squeeze": "squeeze",
+    "expand_dims": "expand_dims", "broadcast_in_dim": "broadcast_to", "slice": "getitem",
+    "pad": "pad", "convert_element_type": "astype", "reduce_precision": "astype",
+    "copy": "copy", "copy_p": "copy", "split": "split", "conj": "conj", "real": "real",
+    "imag": "imag",
+}
+
+#: primitives whose rule types only their first N operands (the rest are indices, padding
+#: values, shapes); the others type every operand. `select_n(pred, *cases)` types
+#: (pred, *cases[::-1]), so that `where`'s last operand is JAX's first case, as in
+#: `jnp.where(c, x, y)`.
+PRIMITIVE_OPERANDS: dict[str, int] = {
+    **{p: 1 for p in ("pad", "dynamic_slice", "gather", "scatter", "scatter-add", "scatter_add",
+                      "scatter-mul", "scatter_mul", "scatter-min", "scatter_min", "scatter-max",
+                      "scatter_max", "sort", "split", "rev",
+                      "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "argmax",
+                      "argmin", "integer_pow")},
+    "dynamic_update_slice": 2,
+}
+

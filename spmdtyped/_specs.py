@@ -1,0 +1,199 @@
+"""PartitionSpecs derived from hints that name dimensions (`st.shard_map` without specs).
+
+A parameter hinted `st.Float[Varying["dp"], "batch/dp d"]` says everything its in_spec says:
+dimension 0 is partitioned over `dp` -> `P("dp", None)`. An `Invariant` hint is `P()`;
+`Reduced`/`Unreduced` axes go to `P(reduced=...)` / `P(unreduced=...)`. A parameter whose
+hint is a class (an `eqx.Module`, a dataclass, a NamedTuple) gets one spec per leaf, read from
+the annotation of each field on the path to the leaf, so a whole parameter pytree is derived
+from its class. Out specs come from the return hint the same way; a class in the return hint
+that is also a parameter's class reuses that parameter's spec tree (a training step returning
+the updated model). Where a spec cannot be derived (a Varying hint without dimensions, a field
+without a hint), SPMD402 names the parameter and the path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from jax.sharding import PartitionSpec
+
+from . import _compat
+from ._errors import error
+from ._hints import hint_type, is_state_class
+
+_DERIVED_FIX = ('name the partitioned dimensions in the hint, e.g. '
+                'x: st.Float[Varying["dp"], "batch/dp d"], or pass in_specs/out_specs')
+
+
+class _NotDerivable(Exception):
+    pass
+
+
+def _hint_spec(hint: Any, ndim: int | None, where: str) -> PartitionSpec:
+    """The spec of one array hint (a state class, or a `st.Float[state, dims]` hint)."""
+    axes: tuple[tuple[str, ...], ...] = ()
+    state = hint
+    if hasattr(hint, "_axes") and hasattr(hint, "_state"):  # st.Float[...] (_jaxtyping)
+        axes, state = hint._axes, hint._state
+    if not is_state_class(state):
+        raise _NotDerivable(f"{where}: the hint {_name(hint)} is not a state hint")
+    t = hint_type(state)
+    if t is None:
+        raise _NotDerivable(f"{where}: the hint {_name(hint)} names no state")
+    partitioned = {a for part in axes for a in part}
+    missing = sorted(t.varying - partitioned)
+    if missing:
+        raise _NotDerivable(f"{where}: the hint {_name(hint)} is Varying over {missing[0]!r} but "
+                            f"names no dimension partitioned over it")
+    entries: list[Any] = [None if not p else (p[0] if len(p) == 1 else p) for p in axes]
+    if ndim is not None:
+        entries = entries[:ndim]
+    while entries and entries[-1] is None:
+        entries.pop()
+    kw: dict[str, Any] = {}
+    if t.unreduced:
+        kw["unreduced"] = set(t.unreduced)
+    if t.reduced:
+        kw["reduced"] = set(t.reduced)
+    return PartitionSpec(*entries, **kw)
+
+
+def _name(hint: Any) -> str:
+    return getattr(hint, "__qualname__", None) or repr(hint)
+
+
+def _field_hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls, include_extras=True)
+    except Exception:  # noqa: BLE001 - unresolvable forward references: no hints
+        return {}
+
+
+def _strip(hint: Any) -> Any:
+    if typing.get_origin(hint) is typing.Annotated:
+        return typing.get_args(hint)[0]
+    return hint
+
+
+def _tree_specs(hint: Any, value: Any, where: str) -> Any:
+    """A spec for every leaf of `value`, read from `hint` and the field hints under it."""
+    hint = _strip(hint)
+    if is_state_class(hint) or hasattr(hint, "_axes"):
+        return _hint_spec(hint, getattr(value, "ndim", None), where)
+    origin = typing.get_origin(hint)
+    if origin in (tuple, list) and isinstance(value, (tuple, list)):
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            args = (args[0],) * len(value)
+        if len(args) != len(value):
+            raise _NotDerivable(f"{where}: the hint has {len(args)} entries, the value {len(value)}")
+        out = [_tree_specs(h, v, f"{where}[{i}]") for i, (h, v) in enumerate(zip(args, value, strict=True))]
+        return type(value)(*out) if hasattr(value, "_fields") else type(value)(out)
+    if origin is dict and isinstance(value, dict):
+        (_k, vh) = typing.get_args(hint)
+        return {k: _tree_specs(vh, v, f"{where}[{k!r}]") for k, v in value.items()}
+    if isinstance(hint, type) and isinstance(value, hint) and (
+            dataclasses.is_dataclass(value) or hasattr(value, "_fields")):
+        fields = _field_hints(type(value))
+        names = ([f.name for f in dataclasses.fields(value)] if dataclasses.is_dataclass(value)
+                 else list(value._fields))
+        specs = {}
+        for n in names:
+            if n not in fields:
+                raise _NotDerivable(f"{where}.{n}: the field has no hint")
+            specs[n] = _tree_specs(fields[n], getattr(value, n), f"{where}.{n}")
+        return _rebuild(value, specs)
+    raise _NotDerivable(f"{where}: the hint {_name(hint)} names no state or dimensions")
+
+
+def _rebuild(value: Any, specs: dict[str, Any]) -> Any:
+    """A copy of `value` (a dataclass, eqx.Module or NamedTuple) with its fields replaced."""
+    if hasattr(value, "_fields"):
+        return type(value)(**specs)
+    obj = object.__new__(type(value))
+    for n, s in specs.items():
+        object.__setattr__(obj, n, s)
+    return obj
+
+
+def _out_specs(hint: Any, by_class: dict[type, Any], where: str) -> Any:
+    hint = _strip(hint)
+    if is_state_class(hint) or hasattr(hint, "_axes"):
+        return _hint_spec(hint, None, where)
+    if typing.get_origin(hint) is tuple:
+        args = typing.get_args(hint)
+        return tuple(_out_specs(h, by_class, f"{where}[{i}]") for i, h in enumerate(args))
+    if isinstance(hint, type) and hint in by_class:
+        return by_class[hint]
+    raise _NotDerivable(f"{where}: the return hint {_name(hint)} names no state or dimensions "
+                        f"(a class is derived only when a parameter has it)")
+
+
+def derive(f: Callable[..., Any], args: tuple[Any, ...], in_specs: Any, out_specs: Any,
+           where: str) -> tuple[Any, Any]:
+    """(in_specs, out_specs) for `f(*args)`: the given ones, else derived from f's hints."""
+    try:
+        hints = typing.get_type_hints(f, include_extras=True)
+    except Exception as e:  # noqa: BLE001
+        raise error("SPMD402", f"{where}: cannot read the hints to derive specs ({e})",
+                    op="st.shard_map", fix=_DERIVED_FIX) from None
+    params = [p.name for p in inspect.signature(f).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    by_class: dict[type, Any] = {}
+    try:
+        if in_specs is None:
+            derived = []
+            for name, value in zip(params, args, strict=False):
+                if name not in hints:
+                    raise _NotDerivable(f"parameter {name!r} has no hint")
+                spec = _tree_specs(hints[name], value, name)
+                derived.append(spec)
+                if isinstance(_strip(hints[name]), type) and not isinstance(spec, PartitionSpec):
+                    by_class.setdefault(_strip(hints[name]), spec)
+            in_specs = tuple(derived)
+        elif in_specs is not _compat.INFER:  # given specs: reuse their trees for the return
+            for name, spec in zip(params, in_specs, strict=False):
+                if name in hints and isinstance(_strip(hints[name]), type):
+                    by_class.setdefault(_strip(hints[name]), spec)
+        if out_specs is None:
+            if "return" not in hints:
+                raise _NotDerivable("the function has no return hint")
+            out_specs = _out_specs(hints["return"], by_class, "return")
+    except _NotDerivable as e:
+        raise error("SPMD402", f"{where}: cannot derive the specs from the hints: {e}",
+                    op="st.shard_map", fix=_DERIVED_FIX) from None
+    return in_specs, out_specs
+
+
+def names_dimensions(f: Callable[..., Any]) -> bool:
+    """Whether a parameter hint of `f` names partitioned dimensions (`st.Float[..., "b/dp d"]`)."""
+    try:
+        hints = typing.get_type_hints(f, include_extras=True)
+    except Exception:  # noqa: BLE001
+        return False
+    return any(hasattr(_strip(h), "_axes") for k, h in hints.items() if k != "return")
+
+
+def deferred(make: Callable[..., Any], f: Callable[..., Any], *, in_specs: Any, out_specs: Any,
+             **kw: Any) -> Callable[..., Any]:
+    """`st.shard_map(f)` whose specs are derived from f's hints at the first call (per argument
+    structure): `make` is `st.shard_map` itself."""
+    name = getattr(f, "__name__", repr(f))
+    cache: dict[Any, Callable[..., Any]] = {}
+
+    @functools.wraps(f)
+    def wrapped(*args: Any) -> Any:
+        key = jax.tree_util.tree_structure(args)
+        fn = cache.get(key)
+        if fn is None:
+            i, o = derive(f, args, in_specs, out_specs, f"st.shard_map({name})")
+            fn = cache[key] = make(f, in_specs=i, out_specs=o, **kw)
+        return fn(*args)
+
+    return wrapped

@@ -1,0 +1,267 @@
+"""THE surface table: every Python form of typed code -> its rule and its JAX binding.
+
+One row per form: operators (`x % y`, `-x`), array methods and properties (`x.sum()`,
+`x.T`), indexing, `.at[i].<method>(v)`, the `st.numpy` and `st.nn` functions, constructors,
+collectives and casts. The runtime builds itself from these rows (`_hints` dunders, `_array`
+methods and `.at[]`, `numpy`, `nn`, `lax`, the lazy names of `spmdtyped`); the static view,
+the mypy plugin, the codemod and the docs read them; `tests/test_surface.py` checks every row
+against the runtime. Imports no JAX, only `_rules`.
+
+`ROWS` is every row as one flat tuple (`form`, `kind`, `rule`, `arity`, ...) for parity tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from ._rules.axis_ops import AXIS_OPS, all_gather_op, pcast_op
+from ._rules.elementwise import ELEMENTWISE
+from ._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
+
+#: how a function or method applies its rule to its arguments:
+#: "unary"  -- the first argument only (further arguments are shapes, axes, shifts): `unary`
+#: "binary" -- the two arguments, as the operators bind them: `binary`
+#: "where"  -- `functions.where_type`: `combine` of (cond, x, y) after 0.12's x/y auto-cast
+#: "join"   -- the arrays of a sequence (`concatenate`, `stack`): `combine`
+#: "einsum" -- the operands after the subscripts string: `combine`
+#: "take"   -- `functions.take_type`: unary with a constant index, n-ary with a traced one
+#: "like"   -- `constructor_type(name, like=first argument)` (full_like: `functions.fill_type`)
+#: "new"    -- `constructor_type(name)` (full: `functions.fill_type`)
+#: "mean"   -- `functions.mean_type`: jnp.mean, or sum then a Python-scalar division
+#: "index"  -- `x[i]`: `unary("getitem")` static, `functions.dynamic_index_type` traced
+#: "at"     -- `functions.at_update_type`
+#: "axis"   -- a collective or cast: `axis_op` with the row's `AXIS_OPS` entry
+#: "attr"   -- a plain attribute of the JAX value (shape, dtype, ...): no state
+FUNCTION_BINDINGS: tuple[str, ...] = ("unary", "binary", "nary", "join", "einsum", "take", "like",
+                                      "new")
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One Python form.
+
+    - `form`: the source spelling (`x % y`, `x.sum()`, `st.numpy.exp(x)`, `st.psum(x, axes)`).
+    - `kind`: "operator", "unary_operator", "method", "property", "index", "at", "numpy",
+      "nn", "collective".
+    - `name`: the Python name that implements it (dunder, method/attribute, function name).
+    - `rule`: the `ELEMENTWISE` key, constructor name or `AXIS_OPS` key (None: no state).
+    - `arity`: typed operands the rule sees (1 or 2; 0 for attributes and axis_index).
+    - `binding`: how it applies the rule (see `FUNCTION_BINDINGS` and the comment above it).
+    - `jax`: the JAX callable it binds, dotted (`operator.mod`, `jax.numpy.exp`, `jax.lax.psum`).
+    - `reflected`: the reflected dunder (`__rmod__`) for binary operators.
+    - `symbol`: the operator symbol (`%`) for operators.
+    """
+
+    form: str
+    kind: str
+    name: str
+    rule: str | None
+    arity: int
+    binding: str
+    jax: str
+    reflected: str | None = None
+    symbol: str | None = None
+
+
+# ------------------------------------------------------------------------------ operators
+
+_BINARY_OPERATORS: tuple[tuple[str, str, str, bool], ...] = (
+    # (dunder stem, symbol, rule, reflected)
+    ("add", "+", "add", True), ("sub", "-", "sub", True), ("mul", "*", "mul", True),
+    ("truediv", "/", "div", True), ("matmul", "@", "matmul", True), ("pow", "**", "pow", True),
+    ("mod", "%", "mod", True), ("floordiv", "//", "floordiv", True),
+    ("and", "&", "and", True), ("or", "|", "or", True), ("xor", "^", "xor", True),
+    # comparisons: Python reflects them by swapping (`2 < x` is `x.__gt__(2)`)
+    ("lt", "<", "lt", False), ("le", "<=", "le", False), ("gt", ">", "gt", False),
+    ("ge", ">=", "ge", False), ("eq", "==", "eq", False), ("ne", "!=", "ne", False),
+)
+#: Python's `operator` function for each dunder stem (`and` -> `operator.and_`)
+_OPERATOR_FN = {"and": "and_", "or": "or_"}
+
+OPERATORS: tuple[Row, ...] = tuple(
+    Row(f"x {sym} y", "operator", f"__{stem}__", rule, 2, "binary",
+        f"operator.{_OPERATOR_FN.get(stem, stem)}", f"__r{stem}__" if refl else None, sym)
+    for stem, sym, rule, refl in _BINARY_OPERATORS
+)
+
+UNARY_OPERATORS: tuple[Row, ...] = (
+    Row("-x", "unary_operator", "__neg__", "neg", 1, "unary", "operator.neg", symbol="-"),
+    Row("+x", "unary_operator", "__pos__", "copy", 1, "unary", "operator.pos", symbol="+"),
+    Row("~x", "unary_operator", "__invert__", "logical_not", 1, "unary", "operator.invert",
+        symbol="~"),
+    Row("abs(x)", "unary_operator", "__abs__", "abs", 1, "unary", "builtins.abs"),
+)
+
+# ------------------------------------------------------------------------------ methods
+
+METHODS: tuple[Row, ...] = (
+    *(Row(f"x.{n}()", "method", n, n, 1, "unary", f"jax.numpy.{n}") for n in ("sum", "max", "min")),
+    Row("x.mean()", "method", "mean", "mean", 1, "mean", "jax.numpy.mean"),
+    *(Row(f"x.{n}(...)", "method", n, n, 1, "unary", f"jax.Array.{n}")
+      for n in ("reshape", "transpose", "astype", "squeeze", "ravel")),
+)
+
+PROPERTIES: tuple[Row, ...] = (
+    Row("x.T", "property", "T", "transpose", 1, "unary", "jax.Array.T"),
+    Row("x.mT", "property", "mT", "transpose", 1, "unary", "jax.Array.mT"),
+    *(Row(f"x.{n}", "property", n, None, 0, "attr", f"jax.Array.{n}")
+      for n in ("shape", "dtype", "ndim", "size", "weak_type")),
+)
+
+#: `x[i]` with static indices (ints, slices, None, Ellipsis)
+STATIC_INDEX = Row("x[i]", "index", "__getitem__", "getitem", 1, "index", "operator.getitem")
+#: `x[i]` with a traced (array-valued) index: `functions.dynamic_index_type`
+TRACED_INDEX = Row("x[traced_i]", "index", "__getitem__", "dynamic_slice", 2, "index",
+                   "operator.getitem")
+INDEXING: tuple[Row, ...] = (STATIC_INDEX, TRACED_INDEX)
+
+AT: tuple[Row, ...] = tuple(
+    Row(f"x.at[i].{m}(v)", "at", m, rule, 2, "at", f"jax.Array.at[].{m}")
+    for m, rule in AT_METHODS.items()
+)
+
+# ------------------------------------------------------------------------------ st.numpy, st.nn
+
+_NUMPY: tuple[tuple[str, str, str], ...] = (
+    # (st.numpy name, rule, binding)
+    *((n, n, "unary") for n in ("exp", "log", "tanh", "sqrt", "sin", "cos", "abs", "square",
+                                "sign", "log1p", "expm1", "reciprocal", "floor", "ceil",
+                                "round", "isnan", "isfinite", "conj", "copy")),
+    ("absolute", "abs", "unary"), ("negative", "neg", "unary"),
+    *((n, r, "binary") for n, r in (
+        ("add", "add"), ("subtract", "sub"), ("multiply", "mul"), ("divide", "div"),
+        ("true_divide", "div"), ("power", "pow"), ("maximum", "maximum"), ("minimum", "minimum"),
+        ("less", "lt"), ("less_equal", "le"), ("greater", "gt"), ("greater_equal", "ge"),
+        ("equal", "eq"), ("not_equal", "ne"), ("arctan2", "arctan2"), ("mod", "mod"),
+        ("remainder", "mod"), ("floor_divide", "floordiv"))),
+    ("logical_not", "logical_not", "unary"), ("logical_and", "and", "binary"),
+    ("logical_or", "or", "binary"), ("logical_xor", "xor", "binary"),
+    # real/imag of a real array need no primitive (st.numpy types them as copy / zeros_like);
+    # the rule here is the complex one
+    ("imag", "imag", "unary"), ("real", "real", "unary"),
+    ("where", "where", "where"),
+    *((n, r, "unary") for n, r in (("sum", "sum"), ("max", "max"), ("min", "min"),
+                                   ("amax", "max"), ("amin", "min"), ("prod", "prod"),
+                                   ("var", "var"), ("std", "std"))),
+    ("mean", "mean", "mean"),
+    *((n, n, "unary") for n in ("cumsum", "cumprod", "argmax", "argmin", "flip", "sort")),
+    *((n, n, "unary") for n in ("reshape", "transpose", "swapaxes", "moveaxis", "expand_dims",
+                                "squeeze", "ravel", "broadcast_to", "roll", "tile", "repeat",
+                                "pad")),
+    ("concatenate", "concatenate", "join"), ("stack", "stack", "join"),
+    ("einsum", "einsum", "einsum"), ("dot", "dot", "binary"), ("matmul", "matmul", "binary"),
+    ("take", "take", "take"),
+    *((n, n, "like") for n in LIKE_CONSTRUCTORS),
+    *((n, n, "new") for n in CONSTRUCTORS),
+)
+_ARITY = {"unary": 1, "mean": 1, "like": 1, "new": 0, "binary": 2, "take": 2, "where": 3,
+          "join": 2, "einsum": 2}
+
+NUMPY: tuple[Row, ...] = tuple(
+    Row(f"st.numpy.{n}(...)", "numpy", n, r, _ARITY[b], b, f"jax.numpy.{n}") for n, r, b in _NUMPY
+)
+NN: tuple[Row, ...] = tuple(
+    Row(f"st.nn.{n}(x)", "nn", n, n, 1, "unary", f"jax.nn.{n}")
+    for n in ("relu", "gelu", "silu", "sigmoid", "softplus", "softmax", "log_softmax",
+              "logsumexp", "one_hot")
+)
+
+# ------------------------------------------------------------------------------ collectives
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """A collective or cast: its public name (`st.<name>`), the `AXIS_OPS` rows it applies
+    (several when a keyword picks the row: `all_gather(to=...)`, `pcast(to=...)`), JAX's
+    function, and whether `spmdtyped.lax` checks it (the drop-in for `jax.lax`)."""
+
+    name: str
+    ops: tuple[str, ...]
+    jax: str
+    in_lax: bool = True
+    #: `(to, op label) -> AXIS_OPS key` where the `to=` keyword picks the row
+    select: Callable[[object, str], str] | None = None
+
+    def op(self, to: object = None, label: str | None = None) -> str:
+        """The `AXIS_OPS` row this call applies (`to`: the `to=` argument, where it has one);
+        an unknown target is the rule's error (SPMD505)."""
+        if self.select is None:
+            assert len(self.ops) == 1, self
+            return self.ops[0]
+        return self.select(to, label or f"st.{self.name}")
+
+
+COLLECTIVES: tuple[Collective, ...] = (
+    Collective("psum", ("psum",), "jax.lax.psum"),
+    Collective("pmean", ("pmean",), "jax.lax.pmean"),
+    Collective("pmax", ("pmax",), "jax.lax.pmax"),
+    Collective("pmin", ("pmin",), "jax.lax.pmin"),
+    Collective("ppermute", ("ppermute",), "jax.lax.ppermute"),
+    Collective("pshuffle", ("pshuffle",), "jax.lax.pshuffle"),
+    Collective("pbroadcast", ("pbroadcast",), "jax.lax.pbroadcast"),
+    Collective("all_gather", ("all_gather", "all_gather_invarying", "all_gather_reduced"),
+               "jax.lax.all_gather", select=lambda to, _op: all_gather_op(to)),
+    Collective("psum_scatter", ("psum_scatter",), "jax.lax.psum_scatter"),
+    Collective("all_to_all", ("all_to_all",), "jax.lax.all_to_all"),
+    Collective("pcast", ("pcast_varying", "pcast_reduced", "pcast_unreduced"), "jax.lax.pcast",
+               select=pcast_op),
+    # st.pvary: the old spelling of pcast(to="varying"); spmdtyped.lax has pcast only
+    Collective("pvary", ("pvary",), "jax.lax.pcast", in_lax=False),
+    Collective("axis_index", (), "jax.lax.axis_index"),
+    Collective("axis_size", (), "jax.lax.axis_size"),
+)
+#: every public collective/cast name (`st.<name>`), in table order
+COLLECTIVE_NAMES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES)
+#: the names `spmdtyped.lax` checks
+LAX_NAMES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES if c.in_lax)
+#: collectives that take a typed value and apply an `AXIS_OPS` row (not axis_index/axis_size)
+TYPED_COLLECTIVES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES if c.ops)
+
+COLLECTIVE_ROWS: tuple[Row, ...] = tuple(
+    Row(f"st.{c.name}(x, axes)", "collective", c.name, op, 1, "axis", c.jax)
+    for c in COLLECTIVES for op in c.ops
+)
+
+# ------------------------------------------------------------------------------ all rows
+
+ROWS: tuple[Row, ...] = (*OPERATORS, *UNARY_OPERATORS, *METHODS, *PROPERTIES, *INDEXING, *AT,
+                         *NUMPY, *NN, *COLLECTIVE_ROWS)
+
+_BY_DUNDER = {r.name: r for r in (*OPERATORS, *UNARY_OPERATORS)}
+_BY_DUNDER.update({r.reflected: r for r in OPERATORS if r.reflected})
+_BY_ATTR = {r.name: r for r in (*METHODS, *PROPERTIES)}
+_BY_FUNCTION = {**{f"numpy.{r.name}": r for r in NUMPY}, **{f"nn.{r.name}": r for r in NN}}
+_BY_COLLECTIVE = {c.name: c for c in COLLECTIVES}
+
+
+def by_dunder(name: str) -> Row | None:
+    """The operator row of `__mod__` / `__rmod__` / `__neg__` ..., or None."""
+    return _BY_DUNDER.get(name)
+
+
+def by_attribute(name: str) -> Row | None:
+    """The method/property row of `x.<name>`, or None (`at` is `AT`, not an attribute row)."""
+    return _BY_ATTR.get(name)
+
+
+def by_function(module: str, name: str) -> Row | None:
+    """The row of `st.<module>.<name>` (`module`: "numpy" or "nn"), or None."""
+    return _BY_FUNCTION.get(f"{module}.{name}")
+
+
+def collective(name: str) -> Collective | None:
+    """The collective/cast `st.<name>`, or None."""
+    return _BY_COLLECTIVE.get(name)
+
+
+def _check() -> None:
+    rules = {r.rule for r in ROWS if r.rule is not None and r.kind not in ("collective",)}
+    known = set(ELEMENTWISE) | set(CONSTRUCTORS) | set(LIKE_CONSTRUCTORS)
+    missing = sorted(rules - known)
+    assert not missing, f"surface rows name unknown rules: {missing}"
+    axis = {op for c in COLLECTIVES for op in c.ops}
+    assert axis == set(AXIS_OPS), sorted(axis ^ set(AXIS_OPS))
+
+
+_check()

@@ -1,0 +1,97 @@
+"""What every porting tool shares: the routing of `jax.lax`'s collectives through
+`spmdtyped.lax` (`checking()`), and `jax.shard_map`'s calling conventions (a mesh from
+`jax.set_mesh`, `in_specs` inferred from the arguments, names of partial/jitted bodies)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+
+from .. import _compat
+from .. import lax as _slax
+from .._errors import error
+
+_ROUTE_LOCK = threading.RLock()
+_ROUTE_DEPTH = [0]
+_SAVED: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def checked_lax() -> Iterator[None]:
+    """Route `jax.lax`'s collectives through `spmdtyped.lax` inside the block.
+
+    Code that calls `jax.lax.psum(...)` or `lax.psum(...)` after `from jax import lax` is
+    checked; names imported before (`from jax.lax import psum`) are not (the jaxpr walk of
+    `typed_shard_map` still sees them). Process-wide while active: meant for tracing.
+
+    !!! Example
+        ```python
+        with st.adapters.checked_lax():
+            jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...))(x)
+        ```
+    """
+    with _ROUTE_LOCK:
+        if _ROUTE_DEPTH[0] == 0:
+            for name in _slax.CHECKED:
+                _SAVED[name] = getattr(jax.lax, name)
+                setattr(jax.lax, name, getattr(_slax, name))
+        _ROUTE_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        with _ROUTE_LOCK:
+            _ROUTE_DEPTH[0] -= 1
+            if _ROUTE_DEPTH[0] == 0:
+                for name, fn in _SAVED.items():
+                    setattr(jax.lax, name, fn)
+                _SAVED.clear()
+
+
+#: the name the porting guide uses: `with st.adapters.checking(): ...`
+checking = checked_lax
+
+
+def manual_axes(mesh: Any, axis_names: Any) -> tuple[str, ...]:
+    mesh_axes = _compat.mesh_axis_names(mesh)
+    names = {axis_names} if isinstance(axis_names, str) else set(axis_names or ())
+    return tuple(a for a in mesh_axes if not names or a in names)
+
+
+def signature_key(args: Any) -> Any:
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    return tree, tuple(str(jax.typeof(leaf)) if hasattr(leaf, "shape") else repr(leaf)
+                       for leaf in leaves)
+
+
+def fn_name(f: Any) -> str:
+    """The name of a function, a `functools.partial` of one, or a jitted/decorated one."""
+    while isinstance(f, functools.partial):
+        f = f.func
+    return getattr(f, "__name__", None) or repr(f)
+
+
+def resolve_mesh(mesh: Any, where: str, *, concrete: bool = False) -> Any:
+    """`mesh`, or (None, as `jax.shard_map` allows) the mesh of `jax.set_mesh`'s context."""
+    if mesh is not None:
+        return mesh
+    m = _compat.context_mesh(concrete=concrete)
+    if m is None:
+        # TODO(lead): a code of its own (proposed SPMD508 "no-mesh"); SPMD506 meanwhile
+        raise error("SPMD506", f"{where}: no mesh: mesh= was not given and no mesh is set",
+                    op="shard_map",
+                    fix="pass mesh=..., or call inside `with jax.set_mesh(mesh):`")
+    return m
+
+
+def resolve_in_specs(in_specs: Any, args: tuple[Any, ...]) -> Any:
+    """`in_specs`, or (`jax.sharding.Infer`, JAX's default) the arguments' own specs."""
+    return _compat.inferred_specs(args) if in_specs is _compat.INFER else in_specs
+
+
+def is_tracer(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)
