@@ -1,8 +1,8 @@
 """What the stub types, and each form's overloads chosen against the rule table.
 
-`_forms()` is the one place that lists the typed surface (operators, methods, `st.numpy` /
-`st.nn` functions, collectives) with the rule each one applies; it reads `_rules`'s tables and
-mirrors the dunders `_hints` installs on `SArray` (a test checks they agree). `plan(axes)`
+`_forms()` turns the rows of `_surface` (THE surface table: operators, methods, properties,
+indexing, `.at[]`, `st.numpy` / `st.nn` functions, collectives) into forms, each with the rule
+it applies; no second list of the surface. `plan(axes)`
 turns every form into `Planned` overload lists through `_stubgen_select`, verified on every
 state combination (up to 3 axes; a fixed sample of combinations beyond).
 
@@ -16,7 +16,7 @@ import functools
 import random
 from collections.abc import Sequence
 
-from . import _rules
+from . import _rules, _surface
 from ._stubgen_model import ANY, Arg, Arr, Overload, Param, Scalar
 from ._stubgen_select import (
     Rule,
@@ -43,7 +43,7 @@ class Form:
 
     `kind`: "binop" (a Python operator; `reflected` names the `__r*__` dunder), "unop",
     "method", "property", "getitem", "at" (`x.at[i].<name>(v)`), "function" (`module.name`,
-    `binding` from `_rules.*_BINDINGS`), "collective" (`rows`: `to=` value -> `AXIS_OPS` row).
+    `binding`: the surface row's, `mean` read as `unary`), "collective" (`rows`: `to=` value -> `AXIS_OPS` row).
     """
 
     kind: str
@@ -57,54 +57,55 @@ class Form:
     extra: str = ""
 
 
-_OPERATORS = (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
-              ("matmul", "matmul"), ("pow", "pow"), ("and", "and"), ("or", "or"), ("xor", "xor"),
-              ("mod", "mod"), ("floordiv", "floordiv"))
-#: the runtime's operator names in messages (`_array._SYMBOL`)
-SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "matmul": "@", "pow": "**", "lt": "<",
-           "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&", "or": "|",
-           "xor": "^", "mod": "%", "floordiv": "//", "neg": "-", "abs": "abs", "logical_not": "~"}
-_COMPARISONS = (("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge"), ("eq", "eq"),
-                ("ne", "ne"))
+#: the runtime's operator names in messages (`_array._SYMBOL`): the surface table's symbols
+SYMBOLS = {**{r.rule or "": r.symbol or r.name for r in (*_surface.OPERATORS,
+                                                          *_surface.UNARY_OPERATORS)},
+           "abs": "abs"}
 _GROUPS = ", *, axis_index_groups: None = None"
-_COLLECTIVES: tuple[tuple[str, tuple[tuple[str | None, str], ...], str], ...] = (
-    ("psum", ((None, "psum"),), _GROUPS),
-    ("pmean", ((None, "pmean"),), _GROUPS),
-    ("pmax", ((None, "pmax"),), _GROUPS),
-    ("pmin", ((None, "pmin"),), _GROUPS),
-    ("ppermute", ((None, "ppermute"),), ", perm: Sequence[tuple[int, int]]"),
-    ("pshuffle", ((None, "pshuffle"),), ", perm: Sequence[int]"),
-    ("pbroadcast", ((None, "pbroadcast"),), ", source: int"),
-    ("all_gather", (("varying", "all_gather"), ("invarying", "all_gather_invarying"),
-                    ("reduced", "all_gather_reduced")),
-     ", *, axis_index_groups: None = None, axis: int = 0, tiled: bool = False"),
-    ("psum_scatter", ((None, "psum_scatter"),),
-     ", *, scatter_dimension: int = 0, axis_index_groups: None = None, tiled: bool = False"),
-    ("all_to_all", ((None, "all_to_all"),),
-     ", split_axis: int, concat_axis: int, *, axis_index_groups: None = None, tiled: bool = False"),
-    ("pvary", ((None, "pvary"),), ""),
-    ("pcast", tuple((t, _rules.pcast_op(t)) for t in _rules.PCAST_TARGETS), ""),
-)
+#: each collective's parameters after `(x, axis_name)`, as the stub writes them (the surface
+#: table names the rows; the signatures are the stub's)
+_EXTRA = {
+    "psum": _GROUPS, "pmean": _GROUPS, "pmax": _GROUPS, "pmin": _GROUPS,
+    "ppermute": ", perm: Sequence[tuple[int, int]]", "pshuffle": ", perm: Sequence[int]",
+    "pbroadcast": ", source: int",
+    "all_gather": ", *, axis_index_groups: None = None, axis: int = 0, tiled: bool = False",
+    "psum_scatter": ", *, scatter_dimension: int = 0, axis_index_groups: None = None, "
+                    "tiled: bool = False",
+    "all_to_all": ", split_axis: int, concat_axis: int, *, axis_index_groups: None = None, "
+                  "tiled: bool = False",
+    "pvary": "", "pcast": "",
+}
+#: the `to=` values of the collectives whose keyword picks the row
+_TARGETS = {"all_gather": _rules.ALL_GATHER_TARGETS, "pcast": _rules.PCAST_TARGETS}
+#: surface bindings the stub types as `unary` (the rule of the first argument)
+_AS_UNARY = ("unary", "mean")
+
+
+def _collective_rows(c: _surface.Collective) -> tuple[tuple[str | None, str], ...]:
+    if c.select is None:
+        return ((None, c.op()),)
+    return tuple((t, c.op(t)) for t in _TARGETS[c.name])
 
 
 def _forms() -> list[Form]:
-    """The typed surface and its rules (the lead may point this at a surface table)."""
-    out = [Form("binop", f"__{d}__", r, reflected=f"__r{d}__") for d, r in _OPERATORS]
-    out += [Form("binop", f"__{d}__", r) for d, r in _COMPARISONS]
-    out += [Form("unop", "__neg__", "neg"), Form("unop", "__abs__", "abs"),
-            Form("unop", "__invert__", "logical_not")]
-    out += [Form("method", m, m) for m in ("reshape", "transpose", "astype", "squeeze", "ravel",
-                                           "sum", "mean", "max", "min")]
-    out += [Form("property", "T", "transpose"), Form("property", "mT", "transpose")]
-    out += [Form("getitem", "__getitem__", "getitem")]
-    out += [Form("at", m, r) for m, r in (("set", "at_set"), ("add", "at_add"),
-                                           ("multiply", "at_mul"), ("min", "at_min"),
-                                           ("max", "at_max"))]
-    out += [Form("function", n, r, module="spmdtyped.numpy", binding=_rules.NUMPY_BINDINGS[n])
-            for n, r in sorted(_rules.NUMPY_FUNCTIONS.items())]
-    out += [Form("function", n, r, module="spmdtyped.nn", binding=_rules.NN_BINDINGS[n])
-            for n, r in sorted(_rules.NN_FUNCTIONS.items())]
-    out += [Form("collective", n, rows=rows, extra=extra) for n, rows, extra in _COLLECTIVES]
+    """The typed surface, read from `_surface` (the one table): each row becomes a form.
+
+    Left to the stub's hand-written part: the plain attributes (`shape`, `dtype`, ...: no
+    state), traced indexing (`x[i]` with an array index: `Any`), `axis_index`/`axis_size`."""
+    out = [Form("binop", r.name, r.rule, reflected=r.reflected) for r in _surface.OPERATORS]
+    out += [Form("unop", r.name, r.rule) for r in _surface.UNARY_OPERATORS]
+    out += [Form("method", r.name, r.rule) for r in _surface.METHODS]
+    out += [Form("property", r.name, r.rule) for r in _surface.PROPERTIES if r.rule is not None]
+    out += [Form("getitem", r.name, r.rule) for r in (_surface.STATIC_INDEX,)]
+    out += [Form("at", r.name, r.rule) for r in _surface.AT]
+    out += [Form("function", r.name, r.rule, module="spmdtyped.numpy",
+                 binding="unary" if r.binding in _AS_UNARY else r.binding)
+            for r in sorted(_surface.NUMPY, key=lambda r: r.name)]
+    out += [Form("function", r.name, r.rule, module="spmdtyped.nn",
+                 binding="unary" if r.binding in _AS_UNARY else r.binding)
+            for r in sorted(_surface.NN, key=lambda r: r.name)]
+    out += [Form("collective", c.name, rows=_collective_rows(c), extra=_EXTRA[c.name])
+            for c in _surface.COLLECTIVES if c.ops]
     return out
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from spmdtyped import SpmdTypeError, _hints, _rules
+from spmdtyped import SpmdTypeError, _hints, _rules, _surface
 from spmdtyped._stubgen import main, messages, parse_axes, render
 from spmdtyped._stubgen_forms import _forms, plan
 from spmdtyped._stubgen_model import Arr, Overload, Var, lit, match, var
@@ -106,17 +106,15 @@ def test_model_matches_pyright_on_the_known_cases() -> None:
     assert not match(inv, [_rules.SpmdType(reduced="dp")])[0]  # Literal['dp'] vs 'dp' | T
 
 
-def test_forms_cover_the_runtime_dunders() -> None:
-    """Every operator `_hints` installs on SArray is a form of the stub (or `__pos__`/`__len__`/
-    `__getitem__`, written by hand), and every st.numpy / st.nn function is one."""
-    dunders = {n for n in vars(_hints.SArray) if n.startswith("__") and n.endswith("__")
-               and callable(getattr(_hints.SArray, n)) and n not in vars(object)}
+def test_forms_cover_the_surface_table() -> None:
+    """Every typed operator `_hints` installs on SArray (a `_surface` row) is a form of the stub,
+    and every st.numpy / st.nn function is one."""
+    dunders = {n for n in vars(_hints.SArray) if _surface.by_dunder(n) is not None}
     named = {f.name for f in _forms()} | {f.reflected for f in _forms() if f.reflected}
-    missing = dunders - named - {"__pos__", "__len__", "__init__", "__class_getitem__",
-                                 "__getattr__", "__repr__", "__init_subclass__"}
-    assert not missing, sorted(missing)
-    funcs = {f.name for f in _forms() if f.kind == "function"}
-    assert set(_rules.NUMPY_FUNCTIONS) | set(_rules.NN_FUNCTIONS) <= funcs
+    assert dunders and not dunders - named, sorted(dunders - named)
+    funcs = {(f.module, f.name) for f in _forms() if f.kind == "function"}
+    assert {("spmdtyped.numpy", r.name) for r in _surface.NUMPY} <= funcs
+    assert {("spmdtyped.nn", r.name) for r in _surface.NN} <= funcs
 
 
 def test_deprecations_carry_the_runtime_code_and_fix() -> None:
