@@ -252,7 +252,7 @@ def param_text(p: Param) -> str:
 
 
 def result_text(r: Arr | None) -> str:
-    return "SArray[Any, Any, Any]" if r is None else param_text(r)
+    return "_Untyped" if r is None else param_text(r)
 
 
 def typevars(ovs: Sequence[Overload]) -> Iterator[Var]:

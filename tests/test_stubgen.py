@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_cli_writes_the_stub_package(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "spmdtyped", "stubgen", "--axes", "dp,tp",
+    proc = subprocess.run([sys.executable, "-m", "spmdtyped", "stubgen", "--axes", "dp",
                            "--out", str(tmp_path / "typings")], capture_output=True, text=True,
                           cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -48,9 +48,10 @@ def test_bad_axes_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_stub_grows_linearly_with_the_axes() -> None:
-    sizes = {n: sum(t.count("\n") for t in render(("dp", "tp", "fsdp", "ep")[:n]).values())
-             for n in (2, 3, 4)}
-    step1, step2 = sizes[3] - sizes[2], sizes[4] - sizes[3]
+    # 1 to 3 axes (the 4-axis plan takes ~40 s: benchmarks/bench_pyright.py measures it)
+    sizes = {n: sum(t.count("\n") for t in render(("dp", "tp", "fsdp")[:n]).values())
+             for n in (1, 2, 3)}
+    step1, step2 = sizes[2] - sizes[1], sizes[3] - sizes[2]
     assert step1 > 0 and abs(step2 - step1) <= 0.25 * step1, sizes
 
 
@@ -62,7 +63,7 @@ def test_every_overload_agrees_with_the_rule_table() -> None:
 
 
 def test_collectives_exact_at_two_and_three_axes() -> None:
-    for axes in (("dp", "tp"), ("dp", "tp", "ep")):
+    for axes in (("dp", "tp"), ("dp", "tp", "fsdp")):  # plans shared with the test above
         for p in plan(axes):
             if p.form.kind in ("collective", "unop") or p.form.binding == "unary":
                 assert p.tally.false_errors == 0, (p.form.name, p.tally.false_examples[:3])
@@ -85,15 +86,12 @@ def test_plan_raises_on_a_disagreement(monkeypatch: pytest.MonkeyPatch) -> None:
     import spmdtyped._stubgen_forms as forms
     import spmdtyped._stubgen_select as sel
 
-    plan.cache_clear()
+    # plan_form is not memoised (plan is): the patched selection reaches no other test
     monkeypatch.setattr(forms, "select", lambda pool, *a, **k: [
         Overload(pool[0].params, Arr(lit("dp"), pool[0].params[0].u, pool[0].params[0].r))
         if isinstance(pool[0].params[0], Arr) else pool[0]])
-    try:
-        with pytest.raises(StubError, match="disagrees with the rule table"):
-            forms.plan_form(forms.Form("unop", "__neg__", "neg"), ("dp", "tp"), sel._rules.CONSERVATIVE)
-    finally:
-        plan.cache_clear()
+    with pytest.raises(StubError, match="disagrees with the rule table"):
+        forms.plan_form(forms.Form("unop", "__neg__", "neg"), ("dp", "tp"), sel._rules.CONSERVATIVE)
 
 
 def test_model_matches_pyright_on_the_known_cases() -> None:
