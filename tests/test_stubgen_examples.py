@@ -1,0 +1,93 @@
+"""`examples/` under pyright with the generated stub (issue 16): each example checked against a
+stub for the axes it uses, its axis aliases (`dp: TypeAlias = Literal["dp"]`, docs/pyright.md)
+appended so line numbers stay; `examples/broken/` rejected at its `# expect:` line for the codes
+the stub covers (not the shard_map boundary, SPMD4xx)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spmdtyped._stubgen import write
+
+REPO = Path(__file__).resolve().parent.parent
+AXES = re.compile(r'"(dp|tp|ep|pp|sp|fsdp)"')
+EXPECT = re.compile(r"#\s*expect:\s*(SPMD\d+)")
+#: the clean examples' remaining false errors (measured 2026-12-01, pyright 1.1.414): values
+#: pyright sees as plain `Any` (loop carries, `st.grad` results, unannotated helpers) reach a
+#: collective or non-linear op and match a deprecated overload (docs/pyright.md)
+KNOWN_FALSE = 15
+
+
+def _pyright() -> str:
+    exe = shutil.which("pyright", path=str(Path(sys.executable).parent)) or shutil.which("pyright")
+    if exe is None:
+        pytest.skip("pyright is not installed (pip install pyright==1.1.414)")
+    return exe
+
+
+@pytest.fixture(scope="module")
+def diagnostics(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[int, str]]]:
+    """{example path: [(line, message)]} of pyright's errors, one run per axis vocabulary."""
+    exe = _pyright()
+    groups: dict[tuple[str, ...], list[Path]] = {}
+    for f in sorted([*REPO.glob("examples/*.py"), *REPO.glob("examples/broken/*.py")]):
+        axes = tuple(sorted(set(AXES.findall(f.read_text())))) or ("dp",)
+        groups.setdefault(axes, []).append(f)
+    out: dict[str, list[tuple[int, str]]] = {}
+    for axes, files in groups.items():
+        d = tmp_path_factory.mktemp("_".join(axes))
+        write(axes, d / "typings")
+        for f in files:
+            dst = d / f.relative_to(REPO)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            aliases = "".join(f"{a}: _typing.TypeAlias = _typing.Literal[{a!r}]\n" for a in axes)
+            dst.write_text(f.read_text() + "\nimport typing as _typing\n" + aliases)
+        (d / "pyrightconfig.json").write_text(json.dumps({
+            "reportDeprecated": "error", "exclude": ["typings"], "pythonVersion": "3.11"}))
+        proc = subprocess.run([exe, "--outputjson", "--pythonpath", sys.executable], cwd=d,
+                              capture_output=True, text=True, timeout=300)
+        for diag in json.loads(proc.stdout)["generalDiagnostics"]:
+            if diag["severity"] == "error":
+                rel = str(Path(diag["file"]).relative_to(d))
+                out.setdefault(rel, []).append((diag["range"]["start"]["line"] + 1,
+                                                diag["message"]))
+    return out
+
+
+def test_broken_examples_rejected_at_the_marked_line(
+        diagnostics: dict[str, list[tuple[int, str]]]) -> None:
+    checked = 0
+    for f in sorted(REPO.glob("examples/broken/*.py")):
+        for k, line in enumerate(f.read_text().splitlines(), 1):
+            m = EXPECT.search(line)
+            if not m or m.group(1).startswith("SPMD4"):   # the boundary: not in this tier
+                continue
+            rel = str(f.relative_to(REPO))
+            hits = [msg for ln, msg in diagnostics.get(rel, []) if ln == k]
+            # an error on the line (the stub may name a sibling code: SPMD101 for SPMD103)
+            assert hits, (rel, k, m.group(1), diagnostics.get(rel))
+            checked += 1
+    assert checked >= 10
+
+
+def test_clean_examples_known_false_errors(diagnostics: dict[str, list[tuple[int, str]]]) -> None:
+    """Deprecations only (no other error class), and no more than the measured count."""
+    found = [(rel, ln, msg) for rel, ds in diagnostics.items() if "broken" not in rel
+             for ln, msg in ds if "deprecated" in msg]
+    assert len(found) <= KNOWN_FALSE, found
+
+
+@pytest.mark.xfail(strict=True, reason="values pyright sees as plain Any still match deprecated "
+                   "overloads (docs/pyright.md); the goal is 0")
+def test_clean_examples_have_no_false_deprecation(
+        diagnostics: dict[str, list[tuple[int, str]]]) -> None:
+    found = [(rel, ln) for rel, ds in diagnostics.items() if "broken" not in rel
+             for ln, msg in ds if "deprecated" in msg]
+    assert not found, found
