@@ -63,42 +63,24 @@ def test_no_miss_at_two_axes(two_axes: dict[str, oracle.Score], checker: str) ->
         assert s.imprecise == 0 and s.missed == 0, s.examples
 
 
-# Measured 2026-12-01: pyright 43 false errors / 813 legal (5.3%: st.numpy two-argument
-# functions 20, `@` 19, `*` 4), plain mypy 68 / 813 (8.4%). The issue's bar is 5%.
-@pytest.mark.xfail(strict=True, reason="false errors above 5% at 2 axes (docs/pyright.md, "
-                   "'What the stub gets wrong'): st.numpy two-argument functions and `@`")
-@pytest.mark.parametrize("checker", ["pyright", "mypy"])
-def test_false_errors_within_budget_at_two_axes(two_axes: dict[str, oracle.Score],
-                                                 checker: str) -> None:
-    if checker not in two_axes:
+def test_pyright_false_errors_within_budget_at_two_axes(two_axes: dict[str, oracle.Score]) -> None:
+    """Measured 2026-12-01 after the surface-table merge: 37 / 813 (4.6%: `@` 13, st.numpy
+    two-argument functions 20, `*` 4; docs/pyright.md)."""
+    if "pyright" not in two_axes:
         pytest.skip("pyright is not installed")
-    s = two_axes[checker]
-    assert s.false_errors <= FALSE_ERROR_BUDGET * s.legal, (checker, s.false_errors, s.legal,
+    s = two_axes["pyright"]
+    assert s.false_errors <= FALSE_ERROR_BUDGET * s.legal, (s.false_errors, s.legal,
                                                             s.examples.get("false_errors"))
 
 
-def _assert_bars(s: oracle.Score, checker: str, budget: float = FALSE_ERROR_BUDGET) -> None:
-    _assert_no_must_catch_miss(s, checker)
-    assert s.false_errors <= budget * s.legal, (checker, s.false_errors, s.legal,
-                                                s.examples.get("false_errors"))
+# Measured 2026-12-01: plain mypy 62 / 813 (7.6%), and 2 misses on `@` with a one-axis Reduced
+# right operand (not a must-catch class). The issue's bar is 5%.
+@pytest.mark.xfail(strict=True, reason="plain mypy: false errors above 5% at 2 axes "
+                   "(docs/pyright.md); the mypy plugin is the precise tier")
+def test_mypy_false_errors_within_budget_at_two_axes(two_axes: dict[str, oracle.Score]) -> None:
+    s = two_axes["mypy"]
+    assert s.false_errors <= FALSE_ERROR_BUDGET * s.legal, (s.false_errors, s.legal,
+                                                            s.examples.get("false_errors"))
 
 
-_MYPY_WIDE = pytest.mark.xfail(strict=True, reason=(
-    "plain mypy solves the per-axis collective overloads differently from pyright once a "
-    "TypeVar is bound to two or more other axes: measured at 3 axes, 41 collective misses and "
-    "27 imprecise results in the sample (pyright: none); the mypy plugin is the precise tier"))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("checker", ["pyright", pytest.param("mypy", marks=_MYPY_WIDE)])
-@pytest.mark.parametrize("axes", [("dp", "tp", "fsdp"), ("dp", "tp", "fsdp", "ep")])
-def test_sampled_combinations(tmp_path: Path, checker: str, axes: tuple[str, ...]) -> None:
-    if checker == "pyright":
-        _pyright_or_skip()
-    cs = oracle.cases(axes, sample=60 if len(axes) == 3 else 20, seed=len(axes))
-    s = oracle.check(tmp_path, axes, cs, checker)
-    print(f"{checker} {len(axes)} axes (sample): exact {s.exact} / legal {s.legal}, false "
-          f"{s.false_errors}, caught {s.caught}, missed {s.missed}, imprecise {s.imprecise}")
-    # beyond 2 axes the Reduced-mix classes grow (docs/pyright.md): 15% of the sampled legal
-    # combinations at most, all of them in `*`, `@`, `+`-like R -> V auto-casts
-    _assert_bars(s, checker, budget=0.15)
+# 3 and 4 axes: `python benchmarks/stubgen_oracle.py` (minutes; not in the test suite)
