@@ -10,8 +10,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import _stubgen_oracle as oracle
+
 axes = tuple(sys.argv[1].split(","))
 sample = int(sys.argv[2]) if len(sys.argv) > 2 else None
 for checker in sys.argv[3].split(",") if len(sys.argv) > 3 else ("pyright", "mypy"):
@@ -24,4 +26,5 @@ for checker in sys.argv[3].split(",") if len(sys.argv) > 3 else ("pyright", "myp
     mi = {k: v["missed"] for k, v in s.by_class.items() if v["missed"]}
     print("  false by class", fe, "missed", mi)
     for k in ("false_errors", "missed", "imprecise"):
-        for e in s.examples.get(k, [])[:6]: print("  ", k, e)
+        for e in s.examples.get(k, [])[:6]:
+            print("  ", k, e)
