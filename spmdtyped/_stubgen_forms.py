@@ -17,7 +17,8 @@ import random
 from collections.abc import Sequence
 
 from . import _rules, _surface
-from ._stubgen_model import ANY, Arg, Arr, Overload, Param, Scalar
+from ._rules import SpmdType
+from ._stubgen_model import ANY, Arg, Arr, Overload, Param, Scalar, first_match, lit
 from ._stubgen_select import (
     Rule,
     StubError,
@@ -140,9 +141,38 @@ def _checked(pool: Sequence[Overload], kinds: Sequence[str], axes: Sequence[str]
     combos = _combos(kinds, axes)
     chosen = select(pool, combos, rule, catch_rest=catch, free=free)
     tally = verify(chosen, combos, rule, label, free)
+    if tally.false_errors and len(axes) <= EXACT_PATCH_AXES:
+        # the legal combinations no generic pattern types: one literal overload each, offered
+        # after the generic ones (select keeps those whose every match is right)
+        patch = _literal_overloads(chosen, combos, rule, free)
+        if patch:
+            chosen = select([*pool, *patch], combos, rule, catch_rest=catch, free=free)
+            tally = verify(chosen, combos, rule, label, free)
     if tally.wrong:
         raise StubError(f"stubgen: an overload disagrees with the rule table: {tally.wrong[0]}")
     return chosen, tally
+
+
+#: up to this many axes, legal combinations the generic patterns miss get a literal overload
+#: each (a bounded number at two axes; beyond, the count grows with the combinations)
+EXACT_PATCH_AXES = 2
+
+
+def _literal_overloads(chosen: Sequence[Overload], combos: Sequence[tuple[Arg, ...]], rule: Rule,
+                       free: bool) -> list[Overload]:
+    out = []
+    for c in combos:
+        want = rule(c)
+        if not isinstance(want, SpmdType):
+            continue
+        k, _ = first_match(chosen, c, free)
+        if k >= 0 and chosen[k].deprecated is None:
+            continue
+        params = tuple(Arr(lit(*a.varying), lit(*a.unreduced), lit(*a.reduced))
+                       if isinstance(a, SpmdType) else Scalar(a) for a in c)
+        out.append(Overload(params, Arr(lit(*want.varying), lit(*want.unreduced),
+                                        lit(*want.reduced)), literal=True))
+    return out
 
 
 def _swap(rule: Rule) -> Rule:

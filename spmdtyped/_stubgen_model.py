@@ -85,7 +85,7 @@ class Scalar:
 
 @dataclasses.dataclass(frozen=True)
 class Raw:
-    """A raw JAX value (state unknown): accepted everywhere, result `SArray[Any, Any, Any]`."""
+    """A raw JAX value (state unknown): accepted everywhere, result `_Untyped`."""
 
 
 Param = Arr | Scalar | Raw
@@ -93,11 +93,13 @@ Param = Arr | Scalar | Raw
 
 @dataclasses.dataclass(frozen=True)
 class Overload:
-    """One overload: parameters, result (`None`: `SArray[Any, Any, Any]`), deprecation text."""
+    """One overload: parameters, result (`None`: `_Untyped`), deprecation text."""
 
     params: tuple[Param, ...]
     result: Arr | None
     deprecated: str | None = None
+    #: a literal overload for one combination the generic patterns miss (at two axes)
+    literal: bool = False
     #: what the selection found: the rule-table combinations it is the first match for
     covers: int = 0
 

@@ -47,13 +47,27 @@ def test_bad_axes_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> Non
     assert "SPMD504" in err and "fix: --axes dp" in err
 
 
+def _generic_lines(axes: tuple[str, ...]) -> int:
+    """The stub's lines less the two-axis literal overloads (two lines each, never deprecated)."""
+    literal = sum(2 for p in plan(axes) for _, _, ovs in p.groups for ov in ovs if ov.literal)
+    return sum(t.count("\n") for t in render(axes).values()) - literal
+
+
 def test_stub_grows_linearly_with_the_axes() -> None:
     # 2 and 3 axes (the 4-axis plan takes ~40 s: benchmarks/bench_pyright.py writes it): the
     # third axis adds no more than the mean size per axis at two (an exact encoding, which
     # grows exponentially, fails this; measured 3780 -> 4540 -> 5472 lines at 2 / 3 / 4 axes)
-    sizes = {n: sum(t.count("\n") for t in render(("dp", "tp", "fsdp")[:n]).values())
-             for n in (2, 3)}
+    sizes = {n: _generic_lines(("dp", "tp", "fsdp")[:n]) for n in (2, 3)}
     assert 0 < sizes[3] - sizes[2] <= sizes[2] / 2, sizes
+
+
+def test_literal_overloads_only_at_two_axes_and_bounded() -> None:
+    """The literal patch: a bounded number at two axes (one per combination the generic
+    patterns miss), none beyond (where the combinations multiply)."""
+    two = sum(1 for p in plan(("dp", "tp")) for _, _, ovs in p.groups for ov in ovs if ov.literal)
+    three = sum(1 for p in plan(("dp", "tp", "fsdp")) for _, _, ovs in p.groups for ov in ovs
+                if ov.literal)
+    assert 0 < two <= 300 and three == 0, (two, three)
 
 
 def test_every_overload_agrees_with_the_rule_table() -> None:
