@@ -100,3 +100,37 @@ def test_clean_examples_have_no_false_deprecation(
     found = [(rel, ln) for rel, ds in diagnostics.items() if "broken" not in rel
              for ln, msg in ds if "deprecated" in msg]
     assert not found, found
+
+
+UNTYPED = '''
+from typing import Literal, TypeAlias
+import spmdtyped as st
+from spmdtyped import Reduced, Varying
+
+dp: TypeAlias = Literal["dp"]
+tp: TypeAlias = Literal["tp"]
+
+
+def f(a: Varying["dp"], b: Varying["tp"], r: Reduced["tp"]) -> None:
+    e = st.numpy.einsum("ij,jk->ik", a, b)          # not computed by the stub: _Untyped
+    st.numpy.tanh(e), st.nn.relu(e), st.psum(e, "tp"), st.pcast(e, "tp", to="varying")
+    e + r, r + e, e @ b, -e, e.sum(), e.T, e[0], st.numpy.maximum(e, r), st.numpy.add(r, e)
+    st.psum(r, "tp")                                # error: SPMD101 (a typed misuse still is)
+'''
+
+
+def test_untyped_results_raise_no_deprecation(tmp_path: Path) -> None:
+    """Results the stub does not compute (`einsum`, `where`, ...) are `_Untyped`: every form
+    takes them in a first, non-deprecated overload; a typed misuse next to them is still one."""
+    exe = _pyright()
+    write(("dp", "tp"), tmp_path / "typings")
+    (tmp_path / "m.py").write_text(UNTYPED)
+    (tmp_path / "pyrightconfig.json").write_text(json.dumps({
+        "reportDeprecated": "error", "exclude": ["typings"], "pythonVersion": "3.11",
+        "reportUnusedExpression": "none"}))
+    proc = subprocess.run([exe, "--outputjson", "--pythonpath", sys.executable, "m.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    errors = [(d["range"]["start"]["line"] + 1, d["message"])
+              for d in json.loads(proc.stdout)["generalDiagnostics"] if d["severity"] == "error"]
+    want = [k for k, ln in enumerate(UNTYPED.splitlines(), 1) if "# error" in ln]
+    assert [ln for ln, _ in errors] == want and "SPMD101" in errors[0][1], errors
