@@ -1,4 +1,4 @@
-"""`python -m spmdtyped {demo,check,infer,port,explain}` and `python -m spmdtyped --version`."""
+"""`python -m spmdtyped {demo,check,infer,port,explain,stubgen}` and `python -m spmdtyped --version`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ _COMMANDS = {
     "infer": ("spmdtyped.adapters._cli", "infer the typed signature of a raw shard_map function"),
     "port": ("spmdtyped.adapters._codemod", "rewrite raw shard_map code to spmdtyped (libcst)"),
     "explain": ("spmdtyped.__main__", "print the page of an error code, e.g. SPMD101"),
+    "stubgen": ("spmdtyped._stubgen", "write typings/spmdtyped/ for pyright / Pylance (--axes dp,tp)"),
 }
 
 
