@@ -26,7 +26,7 @@ from ._rules import SpmdType as SpmdType
 from ._rules import State as State
 from ._surface import COLLECTIVE_NAMES as _COLLECTIVE_NAMES
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 if TYPE_CHECKING:
     from . import adapters as adapters
