@@ -35,6 +35,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from _helpers import make_raw
 from jax.sharding import PartitionSpec as P
 from test_plugin_differential import _ERROR, _REVEAL, _jax_setting, _parse_static
 from test_typing import CACHE, mypy_config, run_mypy
@@ -256,15 +257,7 @@ _NOT_TYPED = "no state"
 def _value(kind: str, t: SpmdType) -> Any:
     """A typed value of `kind` in state `t`, made from an Invariant constant by free casts."""
     dtype, shape = KINDS[kind]
-    x = jnp.ones(shape, dtype)
-    if t.reduced:
-        x = jax.lax.pcast(x, tuple(sorted(t.reduced)), to="reduced")
-    vu = tuple(sorted(t.varying | t.unreduced))
-    if vu:
-        x = jax.lax.pcast(x, vu, to="varying")
-    if t.unreduced:
-        x = jax.lax.pcast(x, tuple(sorted(t.unreduced)), to="unreduced")
-    return st.wrap(x)
+    return st.wrap(make_raw(jnp.ones(shape, dtype), t))
 
 
 def _runtime_one(case: Case, values: dict[tuple[str, SpmdType], Any]) -> tuple[Any, bool]:

@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
+from _helpers import make_raw
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -55,16 +56,6 @@ def all_states() -> list[SpmdType]:
 STATES = all_states()
 
 
-def make_raw(x: Any, t: SpmdType) -> Any:
-    """A raw JAX value of state `t` from an Invariant raw value `x`, by free casts only."""
-    if t.reduced:
-        x = jax.lax.pcast(x, tuple(sorted(t.reduced)), to="reduced")
-    vu = tuple(sorted(t.varying | t.unreduced))
-    if vu:
-        x = jax.lax.pcast(x, vu, to="varying")
-    if t.unreduced:
-        x = jax.lax.pcast(x, tuple(sorted(t.unreduced)), to="unreduced")
-    return x
 
 
 def trace(fn: Callable[[Any], None], shape: tuple[int, ...] = (4, 4), dtype: Any = jnp.float32) -> None:
