@@ -10,12 +10,16 @@ the values vary (or are partial) on: `[dp=1] loss 0.25`.
 from __future__ import annotations
 
 import builtins
+import threading
 from typing import Any
 
 import jax
 
 from . import _compat
 from ._array import is_typed, typeof, unwrap
+
+#: one line at a time from the device threads that run the callbacks
+_PRINT_LOCK = threading.Lock()
 
 
 def print(fmt: str, *args: Any, **kwargs: Any) -> None:  # noqa: A001 - jax.debug.print's name
@@ -57,6 +61,8 @@ def print(fmt: str, *args: Any, **kwargs: Any) -> None:  # noqa: A001 - jax.debu
         if any(at[name] != 0 for name in manual if name not in varying):
             return  # a copy of a line another device prints
         prefix = "[" + " ".join(f"{name}={at[name]}" for name in labelled) + "] " if labelled else ""
-        builtins.print(prefix + fmt.format(*a, **k), flush=True)
+        line = prefix + fmt.format(*a, **k)
+        with _PRINT_LOCK:  # the devices' callbacks run on concurrent host threads
+            builtins.print(line, flush=True)
 
     jax.debug.callback(callback, index, *raw_args, **raw_kwargs)
