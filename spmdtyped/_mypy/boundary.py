@@ -251,16 +251,35 @@ def in_spec_error(spec: Specs | None, ft: CallableType, manual: frozenset[str], 
     return None
 
 
-def _in_specs_of_decorator(node: Any) -> Expression | None:
-    """The in_specs expression of the `@st.shard_map(...)` decorating `node` (a Decorator)."""
+def decorator_arg(node: Any, name: str) -> Expression | None:
+    """Argument `name` of the `@st.shard_map(...)` decorating `node` (a Decorator), else None."""
     if not isinstance(node, Decorator):
         return None
     for d in node.decorators:
         if isinstance(d, CallExpr) and isinstance(d.callee, RefExpr) and d.callee.fullname in FUNCTIONS:
-            for name, a in zip(d.arg_names, d.args, strict=True):
-                if name == "in_specs":
+            for n, a in zip(d.arg_names, d.args, strict=True):
+                if n == name:
                     return a
     return None
+
+
+def param_in_spec(node: Any, index: int) -> tuple[Spec, frozenset[str] | None] | None:
+    """The literal in_spec of positional parameter `index` of the function `node` decorates
+    with `@st.shard_map(in_specs=...)`, and the manual axes (None: every mesh axis); None when
+    there is none or it is not literal."""
+    expr = decorator_arg(node, "in_specs")
+    if expr is None:
+        return None
+    manual: frozenset[str] | None = None
+    names = decorator_arg(node, "axis_names")
+    if names is not None:
+        manual = _str_set(names)
+        if manual is None:
+            return None
+    spec = read_spec(expr)
+    if isinstance(spec, list):
+        spec = spec[index] if index < len(spec) else None
+    return (spec, manual or None) if isinstance(spec, Spec) else None
 
 
 def _report_in_specs(api: Any, expr: Expression | None, ft: CallableType, manual: frozenset[str],
@@ -316,7 +335,7 @@ def _decorate(ctx: MethodContext) -> Type:
     ft = get_proper_type(ctx.arg_types[0][0]) if ctx.arg_types and ctx.arg_types[0] else None
     if not (isinstance(p, Instance) and len(p.args) == 2 and isinstance(ft, CallableType)):
         return ctx.default_return_type
-    _report_in_specs(ctx.api, _in_specs_of_decorator(ctx.context), ft,
+    _report_in_specs(ctx.api, decorator_arg(ctx.context, "in_specs"), ft,
                      axes_of(p.args[1]) or frozenset(), ctx.context)
     return _checked(ctx.api, ft, p.args[0], p.args[1], ctx.default_return_type)
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from mypy import errorcodes
-from mypy.nodes import SymbolTableNode, TypeAlias
+from mypy.nodes import ARG_OPT, ARG_POS, FuncDef, SymbolTableNode, TypeAlias
 from mypy.plugin import AnalyzeTypeContext
 from mypy.typeops import make_simplified_union
 from mypy.types import (
@@ -31,7 +31,8 @@ from .. import _hints
 from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
 from .._rules import refine as _refine
-from . import refined
+from .._rules import refine_shape as _refine_shape
+from . import boundary, refined
 from .codes import CODES, SPMD
 from .convert import SARRAY, STATIC, axes_of, from_spmd, to_operand
 
@@ -238,6 +239,8 @@ def analyze(ctx: AnalyzeTypeContext, family: str) -> Type:
     assert state is not None
     result = from_spmd(api, state)
     kinds = {a: k for a, k in out.kinds.items() if a in state.varying}
+    if state.varying:
+        kinds = in_spec_kinds(api, t, state, kinds, out.rank)
     if kinds or out.rank is not None:
         result = result.copy_modified(args=[*result.args[:3], refined.k_type(api, kinds, out.rank)])
     if not out.slots:
@@ -249,6 +252,41 @@ def analyze(ctx: AnalyzeTypeContext, family: str) -> Type:
     return result.copy_modified(args=args)
 
 
+
+
+def in_spec_kinds(api: Any, t: Type, state: SpmdType, kinds: dict[str, Any], rank: int | None
+                  ) -> dict[str, Any]:
+    """`kinds` with the Shard dims a literal `@st.shard_map(in_specs=...)` gives the parameter
+    whose hint `t` is (`_refine_shape.from_spec`, the runtime's rule), on the Varying axes the
+    hint leaves plain. The rank unknown: the dims stay counted from the left (as a
+    `Shard["dp", 0]` hint), resolved where the rank is known."""
+    defn = getattr(getattr(api, "api", None), "statement", None)
+    if not (isinstance(defn, FuncDef) and defn.is_decorated and defn.type is not None):
+        return kinds
+    ft = defn.type
+    index = 0
+    for arg_t, kind in zip(getattr(ft, "arg_types", ()), getattr(ft, "arg_kinds", ()), strict=False):
+        if arg_t is t:
+            if kind not in (ARG_POS, ARG_OPT):
+                return kinds
+            break
+        index += kind in (ARG_POS, ARG_OPT)
+    else:
+        return kinds
+    try:
+        sym = api.api.lookup_current_scope(defn.name)
+    except Exception:  # noqa: BLE001 - internal API: no refinement
+        return kinds
+    found = boundary.param_in_spec(sym.node if sym is not None else None, index)
+    if found is None:
+        return kinds
+    spec, manual = found
+    ref = _refine_shape.from_spec(spec.entries, rank, manual if manual is not None else spec.partitioned)
+    extra: dict[str, Any] = {}
+    for a, k in ref.items:
+        if a in state.varying and a not in kinds and isinstance(k, _refine.Shard):
+            extra[a] = k if k.dim < 0 else k.dim  # from the left: the rank is not known
+    return {**kinds, **extra} if extra else kinds
 
 
 def _refinement(out: HintArgs, family: str) -> str | None:
@@ -311,6 +349,7 @@ def annotated(ctx: AnalyzeTypeContext) -> Type:
         for a in (x.strip() for x in axes_text.split(",")):
             if a in state.varying and a not in kinds:
                 kinds[a] = _refine.Shard(i - len(tokens))
+    kinds = in_spec_kinds(api, t, state, kinds, rank)
     for a, k in list(kinds.items()):
         if isinstance(k, int):  # Shard["tp", 0]: counted from the left, now that the rank is known
             if rank is not None and k < rank:

@@ -360,10 +360,13 @@ def axis_index(axes: Sequence[str]) -> Refinement:
 # Boundary, autodiff, joins
 
 
-def from_spec(partitions: Sequence[object], ndim: int, manual: Iterable[str]) -> Refinement:
+def from_spec(partitions: Sequence[object], ndim: int | None, manual: Iterable[str]) -> Refinement:
     """An in_spec `P('dp', None, 'tp')` of a rank-`ndim` input: Shard on each named dim.
 
     An axis that names two dims is plain on both (a value with two dims sharded over one axis).
+    `ndim` None (the static checker, a hint without dims): the dims stay counted from the left
+    (`Shard(0)`, as a hint's `Shard["dp", 0]`), resolved once the rank is known (a spec may be
+    shorter than the rank, so its length does not give the dims from the right).
     """
     manual = frozenset(manual)
     seen: dict[str, list[int]] = {}
@@ -374,7 +377,8 @@ def from_spec(partitions: Sequence[object], ndim: int, manual: Iterable[str]) ->
         for a in names:
             if a in manual:
                 seen.setdefault(a, []).append(d)
-    return Refinement.of({a: Shard(neg_dim(ds[0], ndim)) if len(ds) == 1 else None
+    return Refinement.of({a: (Shard(ds[0]) if ndim is None else Shard(neg_dim(ds[0], ndim)))
+                          if len(ds) == 1 else None
                           for a, ds in seen.items()}, data=True)
 
 

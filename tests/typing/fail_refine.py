@@ -3,6 +3,8 @@
 """The bug classes the Shard / Partial refinement catches statically (DESIGN.md §1b): JAX
 types every one of these Varying and computes wrong numbers."""
 
+from jax.sharding import PartitionSpec as P
+
 import spmdtyped as st
 from spmdtyped import Invariant, Varying
 
@@ -72,3 +74,16 @@ def softmax_over_shard(logits: st.Float[Varying["tp"], "b v/tp"], h: st.Float[Va
     st.nn.softmax(logits)  # E: spmd-partial-nonlinear
     st.nn.log_softmax(logits, axis=-1)  # E: spmd-partial-nonlinear
     st.nn.softmax(h, axis=-1)  # over t: not the sharded dim
+
+
+# in_specs literals refine plain Varying parameters (`refine_shape.from_spec`, as the runtime)
+@st.shard_map(mesh=None, in_specs=(P("dp", None), P(None, "tp"), P("tp", None), P()), out_specs=P("dp"))
+def mlp_from_specs(x: st.Float[Varying["dp"], "b d"], w1: st.Float[Varying["tp"], "d f"],
+                   w2: st.Float[Varying["tp"], "f d"], b2: Invariant) -> Varying["dp"]:
+    h = st.nn.gelu(x @ w1)
+    return st.psum(h @ w2 + b2, "tp")  # E: spmd-partial-plus-replicated
+
+
+@st.shard_map(mesh=None, in_specs=P("tp"), out_specs=P())
+def softmax_from_specs(logits: st.Float[Varying["tp"], "v"]) -> Invariant:
+    return st.psum(st.nn.softmax(logits).sum(), "tp")  # E: spmd-partial-nonlinear

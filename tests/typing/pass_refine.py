@@ -5,6 +5,8 @@ correct tensor-parallel programs whose buggy versions are in fail_refine.py."""
 
 from typing import assert_type, reveal_type
 
+from jax.sharding import PartitionSpec as P
+
 import spmdtyped as st
 from spmdtyped import Invariant, Varying
 
@@ -132,3 +134,18 @@ def aliased_hint(q: QKV, logits: st.Float[Varying["tp"], "b v/tp"], x: st.Shard[
     reveal_type(q)  # reveals: dp=S+0, tp=S+1
     reveal_type(st.nn.softmax(logits, axis=0))  # reveals: tp=S-1  (over another dim: the Shard kept)
     reveal_type(st.nn.softmax(x, axis=0))  # reveals: plain  (dim 0 of an unknown rank)
+
+
+# in_specs literals refine plain Varying parameters; without a rank the dims stay unknown
+@st.shard_map(mesh=None, in_specs=(P("dp", None), P(None, "tp"), P("tp", None), P()), out_specs=P("dp"))
+def mlp_from_specs(x: st.Float[Varying["dp"], "b d"], w1: st.Float[Varying["tp"], "d f"],
+                   w2: st.Float[Varying["tp"], "f d"], b2: Invariant) -> Varying["dp"]:
+    h = st.nn.gelu(x @ w1)
+    reveal_type(h)  # reveals: dp=S-2, tp=S-1, #2
+    return st.psum(h @ w2, "tp") + b2
+
+
+@st.shard_map(mesh=None, in_specs=P("dp"), out_specs=P("dp"))
+def rank_unknown(x: Varying["dp"]) -> Varying["dp"]:
+    reveal_type(x.sum(axis=-1))  # reveals: plain
+    return st.nn.softmax(x, axis=-1)  # P("dp") on a rank-2 x shards dim -2: nothing is known
