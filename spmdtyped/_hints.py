@@ -403,6 +403,14 @@ class _RefinedMeta(_StateMeta):
         return _refinement_reason(cls, obj) or "this value is accepted"
 
 
+def refinement_mismatch(hint: Any, obj: object) -> str | None:
+    """Why `obj`'s refinement does not fit a refined hint (`Shard[...]`, `Partial[...]`, ...),
+    else None (None too for a hint that names no refinement)."""
+    if not isinstance(hint, _RefinedMeta) or spmd_type_of(obj) is None:
+        return None
+    return _refinement_reason(hint, obj)
+
+
 def _refinement_reason(cls: _RefinedMeta, obj: object) -> str | None:
     t = spmd_type_of(obj)
     assert t is not None

@@ -91,6 +91,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
     built: dict[Any, Callable[..., Any]] = {}
 
     def build(m: Any, specs: Any) -> Callable[..., Any]:
+        _, ret_hint = _hints_of(f)
         mesh_axes = _compat.mesh_axis_names(m)
         manual = tuple(a for a in mesh_axes if not axis_names or a in axis_names)
 
@@ -126,6 +127,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
                     # from the specs itself, and still checks collectives and outputs.
                     with vma_off():
                         out = f(*typed_inputs(raw_args, typed=True))
+            check_return(out, ret_hint, where)
             check_outputs(out, out_specs, manual, where)
             # every typed leaf, in any pytree (registered dataclasses too): typed values are
             # pytree nodes, and JAX would rebuild them around the global outputs
@@ -216,6 +218,17 @@ def check_outputs(out: Any, out_specs: Any, manual: tuple[str, ...], where: str,
         part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
         t = types[i] if types is not None else typeof(leaf)
         _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_rules.spec_text(spec))
+
+
+def check_return(out: Any, hint: Any, where: str) -> None:
+    """SPMD401 unless the value the function returns fits its return hint (`_rules.check_return`,
+    the rule the mypy plugin applies at a `return`): a single array output under a state hint;
+    pytrees and other hints are left to the out_specs check and to beartype."""
+    want = _hints.hint_type(hint)
+    if want is None or not (is_typed(out) or isinstance(out, jax.Array)):
+        return
+    _rules.check_return(typeof(out), want, where=f"{where} (its return hint)",
+                        refinement=_hints.refinement_mismatch(hint, out), hint=getattr(hint, "__name__", str(want)))
 
 
 def check_spec_axes(specs: Any, mesh_axes: tuple[str, ...], where: str, what: str) -> None:

@@ -383,6 +383,14 @@ class ShardMapDecorator(Generic[_S, _M]):
     def __call__(self, f: Callable[..., Any], /) -> Callable[..., Any]: ...
 
 
+class VmapOfGrad(Generic[_F2, _P]):
+    """What the mypy plugin makes of `jax.vmap(st.grad(f, ...), ...)`: `F` the gradient
+    function's type, `P` the loss type of `f`. Calling it checks per-example gradients of
+    replicated parameters (SPMD407) and gives `F`'s result. Never seen without the plugin."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
 @overload
 def shard_map(f: _F, /, *, out_specs: Any = None, in_specs: Any = None, mesh: Any = None,
               axis_names: Any = frozenset(), check_vma: bool = True) -> Callable[..., Any]: ...

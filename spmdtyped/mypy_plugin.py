@@ -146,6 +146,8 @@ class SpmdPlugin(Plugin):
             return guarded(functools.partial(boundary.analyze, feature=boundary.METHODS[fullname]))
         if fullname == custom.CALL:
             return guarded(custom.analyze_call)
+        if fullname == autodiff.VMAP_CALL:
+            return guarded(autodiff.vmap_call)
         if fullname in wrappers.METHODS:
             return guarded(functools.partial(wrappers.analyze, hooks=self.get_function_hook))
         return None

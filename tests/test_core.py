@@ -107,6 +107,33 @@ def test_out_spec_checked_before_jax(mesh_ij):
     assert "st.shard_map(f)" in str(e) and "psum" in e.fix
 
 
+def test_return_hint_checked_on_the_value(mesh_dp_tp):
+    """The value returned through the boundary fits the return hint (`_rules.check_return`,
+    SPMD401, the rule the mypy plugin applies at a `return`), also where the out_spec would
+    take it; a refined hint checks the refinement (a partial sum returned for `Rep`)."""
+    @st.shard_map(mesh=mesh_dp_tp, in_specs=(P("dp", None), P(None, "tp")), out_specs=P("dp", "tp"))
+    def f(x: Varying["dp"], w: Varying["tp"]) -> Varying["dp"]:
+        return x @ w
+
+    x, w = put(mesh_dp_tp, jnp.ones((4, 8)), P("dp", None)), put(mesh_dp_tp, jnp.ones((8, 8)), P(None, "tp"))
+    with pytest.raises(st.BoundaryError) as ei:
+        f(x, w)
+    assert ei.value.code == "SPMD401" and ei.value.axes == ("tp",) and "psum" in ei.value.fix
+
+    @st.shard_map(mesh=mesh_dp_tp, in_specs=(P("dp", None), P(None, "tp")), out_specs=P("dp", "tp"))
+    def g(x: Varying["dp"], w: Varying["tp"]) -> Varying["dp", "tp"]:
+        return x @ w
+
+    np.testing.assert_allclose(g(x, w), np.ones((4, 8)) @ np.ones((8, 8)))
+
+    @st.shard_map(mesh=mesh_dp_tp, in_specs=(P(None, "tp"), P("tp", None)), out_specs=P("tp"))
+    def h(a: Varying["tp"], b: Varying["tp"]) -> st.Rep["tp"]:
+        return a @ b
+
+    with pytest.raises(st.BoundaryError, match="Partial over 'tp', but the hint wants Rep"):
+        h(put(mesh_dp_tp, jnp.ones((4, 8)), P(None, "tp")), put(mesh_dp_tp, jnp.ones((8, 8)), P("tp", None)))
+
+
 def test_unreduced_output_needs_unreduced_spec(mesh_ij):
     @st.shard_map(mesh=mesh_ij, in_specs=P("i"), out_specs=P("i"))
     def f(x):

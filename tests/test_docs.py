@@ -251,7 +251,7 @@ MYPY_VARIANTS = {
     # what getting-started.md says mypy reports, as (old, new, expected error code)
     "double_psum": ('return st.psum(partial, "tp")', 'return st.psum(st.psum(partial, "tp"), "tp")',
                     "spmd-invariant-operand"),
-    "wrong_return": ('-> Varying["dp"]:', '-> Reduced["tp"]:', "return-value"),
+    "wrong_return": ('-> Varying["dp"]:', '-> Reduced["tp"]:', "spmd-out-spec-state"),
     "wrong_annotation": ('h: Varying["dp", "tp"] =', 'h: Varying["dp"] =', "assignment"),
 }
 

@@ -224,6 +224,29 @@ def test_from_spec():
     assert two.get("tp") is None
     both = rf.from_spec((("dp", "tp"), None), 2, {"dp", "tp"})
     assert both.get("dp") == SHARD_ROWS and both.get("tp") == SHARD_ROWS
+    # the rank unknown (the static checker, a hint without dims): dims stay counted from the
+    # left, as a `Shard["dp", 0]` hint, and `accepts` resolves them once the rank is known
+    left = rf.from_spec(("dp", None, "tp"), None, {"dp", "tp"})
+    assert left.get("dp") == rf.Shard(0) and left.get("tp") == rf.Shard(2)
+    assert rf.accepts(left, ref(dp=rf.Shard(-3)), DP_TP, ndim=3) is None
+    assert rf.accepts(left, ref(dp=SHARD_ROWS), DP_TP, ndim=3) is not None
+
+
+def test_check_return():
+    """The return rule (SPMD401): Varying covariant, Unreduced / Reduced exact, a refinement
+    reason reported when the states fit."""
+    from spmdtyped._rules import check_return
+
+    check_return(INV, TP, where="f")                       # Invariant fits Varying
+    check_return(TP, TP, where="f")
+    for have, want, fix in ((TP, INV, "st.psum(y, 'tp')"), (SpmdType(unreduced="tp"), INV, "st.psum"),
+                            (SpmdType(unreduced="tp"), TP, "st.psum"), (SpmdType(reduced="tp"), INV, "pcast"),
+                            (DP_TP, SpmdType(varying="dp"), "st.psum(y, 'tp')")):
+        with pytest.raises(SpmdTypeError) as e:
+            check_return(have, want, where="f")
+        assert e.value.code == "SPMD401" and fix in (e.value.fix or ""), (have, want)
+    with pytest.raises(SpmdTypeError, match="Partial over 'tp'"):
+        check_return(TP, TP, where="f", refinement="this value is Partial over 'tp', but the hint wants Rep")
 
 
 def test_gradual_hints():

@@ -143,6 +143,22 @@ def test_seed_error_names_the_fix(plugin_run: tuple[int, str]) -> None:
     assert "python -m spmdtyped explain SPMD101" in lines[i + 2]
 
 
+def test_return_mismatch_is_the_out_boundary_error(plugin_run: tuple[int, str]) -> None:
+    """A state mismatch at a `return` is the runtime's out-boundary rule (`_rules.check_return`,
+    SPMD401) with its fix, not mypy's `return-value` (which it replaces)."""
+    _, out = plugin_run
+    source = (TYPING / "fail_refine.py").read_text().splitlines()
+    n = 1 + next(i for i, ln in enumerate(source) if "return u  # E: spmd-out-spec-state" in ln)
+    lines = out.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith(f"fail_refine.py:{n}: error:"))
+    assert "return in returns_unreduced: the value is Unreduced over 'tp', but the return hint " \
+           "(Invariant) is Invariant over 'tp'" in lines[i], lines[i]
+    assert lines[i].endswith("[spmd-out-spec-state]")
+    assert "fix: st.psum(y, 'tp') before returning it" in lines[i + 1]
+    assert "python -m spmdtyped explain SPMD401" in lines[i + 2]
+    assert not [ln for ln in lines if ln.startswith(f"fail_refine.py:{n}:") and "[return-value]" in ln]
+
+
 _REVEALS = re.compile(r"#.*\breveals:\s*(?P<tokens>.+)$")
 
 

@@ -6,18 +6,26 @@ and its gradient has the cotangent state of the *argument* (`_rules.cotangent`: 
 Reduced swap, Varying kept), so a direct call `st.grad(f)(w, x)` and a later call of
 `g = st.grad(f)` both type the gradients from the arguments' own states, as the runtime does
 (an Invariant value passed for a `Varying` parameter has an Invariant gradient). The loss is
-checked with `_rules.grad_loss_type` (SPMD405)."""
+checked with `_rules.grad_loss_type` (SPMD405).
+
+`jax.vmap(st.grad(f, ...), ...)` is a `VmapOfGrad[G, tuple[L, *argnums]]` (`G` the gradient
+function, `L` `f`'s declared loss): its call is `G`'s, and per-example gradients of replicated
+parameters are SPMD407 (`_rules.check_vmap_grad`, the runtime's rule when `st.grad` is traced
+under `vmap`): the loss varies over the axes `L` declares that some argument varies over (a
+loss can vary only where an input does), and a differentiated argument Invariant there has
+each per-example gradient summed over the devices (jax#36886)."""
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from mypy.nodes import ARG_POS, Expression, IntExpr, TupleExpr
-from mypy.plugin import FunctionContext
+from mypy.nodes import ARG_POS, CallExpr, Expression, IntExpr, NameExpr, RefExpr, TupleExpr
+from mypy.plugin import FunctionContext, MethodContext
 from mypy.types import (
     AnyType,
     CallableType,
     Instance,
+    LiteralType,
     TupleType,
     Type,
     TypeOfAny,
@@ -35,6 +43,7 @@ from . import refined
 from .codes import report
 from .convert import (
     SARRAY,
+    STATIC,
     any_type,
     arg,
     axes_type,
@@ -48,11 +57,16 @@ from .convert import (
 
 #: full name -> function
 FULLNAMES: Final = {f"{m}.{n}": n for m in ("spmdtyped", "spmdtyped._autodiff")
-                    for n in ("grad", "value_and_grad", "vjp")}
+                    for n in ("grad", "value_and_grad", "vjp")} | {
+    "jax.vmap": "vmap", "jax._src.api.vmap": "vmap"}
+VMAP_OF_GRAD: Final = f"{STATIC}.VmapOfGrad"
+VMAP_CALL: Final = f"{VMAP_OF_GRAD}.__call__"
 _CONTAINERS: Final = ("builtins.dict", "builtins.list", "builtins.tuple")
 
 
 def analyze(ctx: FunctionContext, name: str) -> Type:
+    if name == "vmap":
+        return _vmap(ctx)
     return _vjp(ctx) if name == "vjp" else _grad(ctx, name)
 
 
@@ -222,3 +236,90 @@ def _vjp(ctx: FunctionContext) -> Type:
     pullback = CallableType([any_type()], [ARG_POS], [None], tuple_of(ctx.api, cts),
                             named(ctx.api, "builtins.function", []), name="st.vjp pullback")
     return tuple_of(ctx.api, [out_t, pullback, *([aux_t] if has_aux else [])])
+
+
+# ------------------------------------------------------------------------- vmap of st.grad
+
+
+def _call_arg(call: CallExpr, name: str, index: int) -> Expression | None:
+    """Argument `name` (or positional `index`) of a call expression."""
+    for i, (n, a) in enumerate(zip(call.arg_names, call.args, strict=True)):
+        if n == name or (n is None and i == index and call.arg_kinds[i] == ARG_POS):
+            return a
+    return None
+
+
+def _vmap(ctx: FunctionContext) -> Type:
+    """`jax.vmap(st.grad(f, ...), ...)`: a `VmapOfGrad` (see the module docstring); any other
+    `jax.vmap` keeps JAX's own type."""
+    default = ctx.default_return_type
+    if not (ctx.args and ctx.args[0]):
+        return default
+    g_expr, g_t = ctx.args[0][0], get_proper_type(ctx.arg_types[0][0])
+    if not (isinstance(g_expr, CallExpr) and isinstance(g_expr.callee, RefExpr)
+            and FULLNAMES.get(g_expr.callee.fullname) in ("grad", "value_and_grad")
+            and isinstance(g_t, CallableType)):
+        return default
+    fun = _call_arg(g_expr, "fun", 0)
+    lookup = getattr(ctx.api, "lookup_type_or_none", None)
+    ft = get_proper_type(lookup(fun)) if fun is not None and lookup is not None else None
+    nums = _argnums(_call_arg(g_expr, "argnums", 1))
+    aux = _call_arg(g_expr, "has_aux", 2)
+    has_aux = aux is not None and not (isinstance(aux, NameExpr) and aux.fullname == "builtins.False")
+    if not isinstance(ft, CallableType) or nums is None or (has_aux and not (
+            isinstance(aux, NameExpr) and aux.fullname == "builtins.True")):
+        return default
+    loss_t: Type | None = ft.ret_type
+    if has_aux:
+        items = tuple_items(ft.ret_type, 2)
+        loss_t = items[0] if items is not None else None
+    if loss_t is None or not isinstance(to_operand(loss_t), SpmdType):
+        return default
+    int_t = named(ctx.api, "builtins.int", [])
+    meta = tuple_of(ctx.api, [loss_t, *(LiteralType(k, int_t) for k in ((nums,) if isinstance(nums, int) else nums))])
+    return named(ctx.api, VMAP_OF_GRAD, [g_t, meta])
+
+
+def vmap_call(ctx: MethodContext) -> Type:
+    """A call of `jax.vmap(st.grad(f, ...), ...)`: SPMD407 for a differentiated argument
+    Invariant over an axis the per-example loss varies over; the result is the gradient
+    function's (mypy's own inference of that call), Any where it cannot be had."""
+    p = get_proper_type(ctx.type)
+    if not (isinstance(p, Instance) and len(p.args) == 2):
+        return ctx.default_return_type
+    g_t, meta = get_proper_type(p.args[0]), get_proper_type(p.args[1])
+    if not (isinstance(g_t, CallableType) and isinstance(meta, TupleType) and meta.items):
+        return any_type()
+    positional = [t for group, kinds in zip(ctx.arg_types, ctx.arg_kinds, strict=True)
+                  for t, k in zip(group, kinds, strict=True) if k == ARG_POS]
+    states = [to_operand(t) for t in positional]
+    loss = to_operand(meta.items[0])
+    varying_in = frozenset().union(*(s.varying for s in states if isinstance(s, SpmdType)))
+    if isinstance(loss, SpmdType) and loss.varying & varying_in:
+        params: list[tuple[str, SpmdType]] = []
+        for item in meta.items[1:]:
+            k = getattr(get_proper_type(item), "value", None)
+            if isinstance(k, int) and k < len(states) and isinstance(states[k], SpmdType):
+                name = g_t.arg_names[k] if k < len(g_t.arg_names) and g_t.arg_names[k] else f"argument {k}"
+                state = states[k]
+                assert isinstance(state, SpmdType)
+                params.append((name, state))
+        try:
+            _rules.check_vmap_grad(SpmdType(loss.varying & varying_in), params, op="st.grad")
+        except SpmdTypeError as err:
+            report(ctx.api, err, ctx.context)
+    return _result(ctx, g_t)
+
+
+def _result(ctx: MethodContext, g_t: CallableType) -> Type:
+    """mypy's inference of the gradient function's call on the same arguments (its errors,
+    already reported for the arguments, filtered), else Any."""
+    try:
+        args = [a for group in ctx.args for a in group]
+        kinds = [k for group in ctx.arg_kinds for k in group]
+        names = [n for group in ctx.arg_names for n in group]
+        with ctx.api.msg.filter_errors():
+            ret, _ = ctx.api.expr_checker.check_call(g_t, args, kinds, ctx.context, names)
+        return ret  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - internal API: an untyped result
+        return any_type()

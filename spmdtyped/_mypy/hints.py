@@ -32,7 +32,7 @@ from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
 from .._rules import refine as _refine
 from .._rules import refine_shape as _refine_shape
-from . import boundary, refined
+from . import boundary, refined, returns
 from .codes import CODES, SPMD
 from .convert import SARRAY, STATIC, axes_of, from_spmd, to_operand
 
@@ -203,6 +203,7 @@ def _hint_arg(api: Any, arg: Type, out: HintArgs, family: str, slot: int) -> str
 def analyze(ctx: AnalyzeTypeContext, family: str) -> Type:
     """The type-analyze hook of hint family `family`: the `SArray[V, U, R]` a hint stands for."""
     t, api = ctx.type, ctx.api
+    returns.install(getattr(getattr(api, "api", None), "errors", None))
     slot = {"Varying": 0, "Unreduced": 1, "Reduced": 2}.get(family, 0)
     refining = family in ("Shard", "Partial", "Rep")
     refinement = family

@@ -51,6 +51,36 @@ def check_out_spec(t: SpmdType, partitioned: Iterable[str], unreduced: Iterable[
 
 
 
+def check_return(t: SpmdType, want: SpmdType, *, where: str, refinement: str | None = None,
+                 hint: str | None = None) -> None:
+    """SPMD401 unless a value of state `t` returned through the out boundary fits the return
+    hint `want`: Varying is covariant (an Invariant value fits `Varying[...]`), Unreduced and
+    Reduced exact, as `isinstance` checks a hint. `refinement`: why the value's refinement does
+    not fit the hint's (`refine_shape.accepts`), when the states fit but it does not."""
+    shown = hint or str(want)
+    for a in sorted(t.axes | want.axes):
+        s, w = t.state(a), want.state(a)
+        if s is w or (s is I and w is V):
+            continue
+        if w is I and s in (V, U):
+            fix = f"st.psum(y, {a!r}) before returning it" + (
+                " (or st.all_gather / st.pmean, whichever the function means)" if s is V else "")
+        elif w is V and s is U:
+            fix = f"st.psum(y, {a!r}) (or st.psum_scatter) before returning it"
+        elif s is R:
+            fix = f"the hint {hint_text(t)}, or st.pcast(y, {a!r}, to='invariant') where the value is known replicated"
+        else:
+            fix = f"make the value and the return hint agree (the hint {hint_text(t)})"
+        raise error("SPMD401", f"{where}: the value is {s.title} over {a!r}, but the return "
+                    f"hint ({shown}) is {w.title} over {a!r}", axes=(a,), states={a: s.value},
+                    fix=fix, op="return", details=(f"value: {t}", f"return hint: {shown}"))
+    if refinement:
+        raise error("SPMD401", f"{where}: the returned value does not fit the return hint "
+                    f"{shown}: {refinement}", op="return", fix="reduce the value (st.psum) or "
+                    "change the return hint to the value's refinement",
+                    details=(f"value: {t}", f"return hint: {shown}"))
+
+
 def check_full_manual(unreduced: Iterable[str], reduced: Iterable[str], manual: Sequence[str],
                       mesh_axes: Sequence[str], *, where: str, spec: str,
                       op: str = "st.shard_map") -> None:

@@ -8,6 +8,8 @@ listed, with the reason, in that test (attention_sink_heads is kept, unmarked: i
 check clean too). Never executed: mypy reads it, pytest does not collect it.
 """
 
+import jax
+
 import spmdtyped as st
 from spmdtyped import Invariant, Varying
 
@@ -155,6 +157,21 @@ def vocab_ce_doubled_reduction_buggy(logits: st.Float[Varying["dp", "tp"], "b/dp
 def vocab_ce_doubled_reduction_fixed(logits: st.Float[Varying["dp", "tp"], "b/dp v/tp"],
                                      target_logit: st.Float[Varying["dp"], "b/dp"]) -> Varying["dp"]:
     return _ce(logits, target_logit)
+
+# ---------------------------------------------------------------------- 11. per_example_grads_vmap
+
+
+def _net(p: Varying["dp"], x: Varying["dp"]) -> Varying["dp"]:
+    return snp.sin(snp.dot(p, x))
+
+
+def per_example_grads_vmap_buggy(params: Invariant, xs: st.Float[Varying["dp"], "n/dp c"]) -> Varying["dp"]:
+    return jax.vmap(st.grad(_net), in_axes=(None, 0))(params, xs)  # BUG(per_example_grads_vmap)
+
+
+def per_example_grads_vmap_fixed(params: Invariant, xs: st.Float[Varying["dp"], "n/dp c"]) -> Varying["dp"]:
+    copies = st.pcast(params, "dp", to="varying")       # per-device copy: no sum over devices
+    return jax.vmap(st.grad(_net), in_axes=(None, 0))(copies, xs)
 
 # ---------------------------------------------------------------------- 13. layernorm_sharded_hidden
 

@@ -9,11 +9,11 @@ from spmdtyped import Invariant, Reduced, Varying
 
 
 def wrong_axis(x: Varying[Literal["tp"]]) -> Varying[Literal["dp"]]:
-    return x  # E: return-value  E[mypy]: return-value  E[pyright]: reportReturnType
+    return x  # E: spmd-out-spec-state  E[mypy]: return-value  E[pyright]: reportReturnType
 
 
 def reduced_is_not_invariant(w: Reduced[Literal["tp"]]) -> Invariant:
-    return w  # E: return-value  E[mypy]: return-value  E[pyright]: reportReturnType
+    return w  # E: spmd-out-spec-state  E[mypy]: return-value  E[pyright]: reportReturnType
 
 
 def takes_invariant(c: Invariant) -> None: ...
@@ -28,4 +28,4 @@ def seed(w: Reduced[Literal["tp"]]) -> Invariant:
 
 
 def not_summed(x: Varying[Literal["dp"]]) -> Invariant:
-    return st.pmean(x, "dp") * 2 + x  # E: return-value
+    return st.pmean(x, "dp") * 2 + x  # E: spmd-out-spec-state

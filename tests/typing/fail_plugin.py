@@ -83,7 +83,7 @@ def hints(
 def boundaries(x: Varying["dp", "tp"], u: Unreduced["tp"]) -> Varying["dp"]:
     y: Invariant = st.psum(x, "tp")  # E: assignment
     z: Invariant = u  # E: assignment
-    return st.psum(x, "dp")  # E: return-value
+    return st.psum(x, "dp")  # E: spmd-out-spec-state
 
 
 def literal_spelling(w: Reduced[Literal["tp"]]) -> None:

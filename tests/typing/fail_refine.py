@@ -3,10 +3,11 @@
 """The bug classes the Shard / Partial refinement catches statically (DESIGN.md §1b): JAX
 types every one of these Varying and computes wrong numbers."""
 
+import jax
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped import Invariant, Varying
+from spmdtyped import Invariant, Unreduced, Varying
 
 
 def row_parallel_bias(h: st.Float[Varying["dp", "tp"], "b f/tp"], w2: st.Float[Varying["tp"], "f/tp d"],
@@ -87,3 +88,29 @@ def mlp_from_specs(x: st.Float[Varying["dp"], "b d"], w1: st.Float[Varying["tp"]
 @st.shard_map(mesh=None, in_specs=P("tp"), out_specs=P())
 def softmax_from_specs(logits: st.Float[Varying["tp"], "v"]) -> Invariant:
     return st.psum(st.nn.softmax(logits).sum(), "tp")  # E: spmd-partial-nonlinear
+
+
+# a state mismatch at a return is the out-boundary rule (SPMD401), not mypy's return-value
+def returns_unreduced(u: Unreduced["tp"]) -> Invariant:
+    return u  # E: spmd-out-spec-state
+
+
+def returns_partial(h: st.Shard["tp", -1], w2: st.Shard["tp", -2]) -> Invariant:
+    return h @ w2  # E: spmd-out-spec-state
+
+
+def returns_tuple(u: Unreduced["tp"], x: Varying["tp"]) -> tuple[Invariant, Varying["tp"]]:
+    return u, x  # E: return-value
+
+
+# per-example gradients of a replicated parameter under jax.vmap (SPMD407, jax#36886)
+def _per_example_loss(p: Varying["dp"], x: Varying["dp"]) -> Varying["dp"]:
+    return st.numpy.sin(st.numpy.dot(p, x))
+
+
+def per_example_grads(params: Invariant, xs: Varying["dp"]) -> None:
+    jax.vmap(st.grad(_per_example_loss), in_axes=(None, 0))(params, xs)  # E: spmd-vmap-grad-invariant
+    jax.vmap(st.grad(_per_example_loss, argnums=(0, 1)), in_axes=(None, 0))(params, xs)  # E: spmd-vmap-grad-invariant
+    jax.vmap(st.grad(_per_example_loss, argnums=1), in_axes=(None, 0))(params, xs)  # xs varies: no sum
+    jax.vmap(st.grad(_per_example_loss), in_axes=(None, 0))(st.pcast(params, "dp", to="varying"), xs)
+    jax.vmap(st.grad(_per_example_loss), in_axes=(None, 0))(params, params)  # nothing varies

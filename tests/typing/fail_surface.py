@@ -42,4 +42,4 @@ def indexing(u: Unreduced["tp"], i: jax.Array) -> None:
 
 
 def alias(x: Fam["dp"]) -> Fam["tp"]:
-    return x  # E: return-value
+    return x  # E: spmd-out-spec-state

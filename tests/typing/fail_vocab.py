@@ -11,7 +11,7 @@ def misspelled(x: Varying["dq"]) -> None: ...  # E: name-defined  E[mypy]: name-
 
 
 def wrong_axis(x: Varying["tp"]) -> Varying["dp"]:
-    return x  # E: return-value  E[mypy]: return-value  E[pyright]: reportReturnType
+    return x  # E: spmd-out-spec-state  E[mypy]: return-value  E[pyright]: reportReturnType
 
 
 def seed(w: Reduced["tp"]) -> Invariant:
