@@ -29,6 +29,7 @@ _GOT: Final = re.compile(r'^Incompatible return value type \(got "(?P<got>.+)", 
 _SARRAY: Final = re.compile(r"^(?:[\w.]+\.)?SArray\[(?P<args>.*)\]$")
 _LITERAL: Final = re.compile(r"^Literal\[(?P<items>.*)\]$")
 _STR: Final = re.compile(r"'([^']*)'")
+_TUPLE: Final = re.compile(r"^tuple\[(?P<items>.*)\]$")
 #: the Errors objects with the filter installed (one per build; dmypy keeps its own)
 _INSTALLED: dict[int, ErrorWatcher] = {}
 
@@ -94,6 +95,25 @@ def state_of(text: str) -> SpmdType | None:
     return SpmdType(v, u, r)
 
 
+def pairs(got: str, want: str) -> list[tuple[SpmdType, SpmdType]] | None:
+    """The (value, hint) states of a returned state type, or of each item of a returned tuple
+    of them (`tuple[SArray[...], SArray[...]]`); None where a type is not one of those."""
+    g, w = _TUPLE.match(got), _TUPLE.match(want)
+    if g is not None and w is not None:
+        gi, wi = _split(g.group("items")), _split(w.group("items"))
+        if len(gi) != len(wi):
+            return None
+        out: list[tuple[SpmdType, SpmdType]] = []
+        for a, b in zip(gi, wi, strict=True):
+            sub = pairs(a, b)
+            if sub is None:
+                return None
+            out.extend(sub)
+        return out
+    have, hint = state_of(got), state_of(want)
+    return None if have is None or hint is None else [(have, hint)]
+
+
 def _convert(errors: Errors, file: str, info: ErrorInfo) -> bool:
     """The filter: True (drop mypy's error) after reporting the rule's in its place."""
     if info.code is not errorcodes.RETURN_VALUE or info.severity != "error":
@@ -101,12 +121,14 @@ def _convert(errors: Errors, file: str, info: ErrorInfo) -> bool:
     m = _GOT.match(info.message)
     if m is None:
         return False
-    have, want = state_of(m.group("got")), state_of(m.group("want"))
-    if have is None or want is None:
+    states = pairs(m.group("got"), m.group("want"))
+    if not states:
         return False
     function = info.local_ctx[1] if info.local_ctx else None
     try:
-        _rules.check_return(have, want, where=f"return in {function or 'the function'}")
+        for i, (have, want) in enumerate(states):
+            item = f" (item {i} of the tuple)" if len(states) > 1 else ""
+            _rules.check_return(have, want, where=f"return in {function or 'the function'}{item}")
     except SpmdTypeError as err:
         try:
             code = CODES.get(err.code, SPMD)

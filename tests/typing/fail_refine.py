@@ -100,7 +100,7 @@ def returns_partial(h: st.Shard["tp", -1], w2: st.Shard["tp", -2]) -> Invariant:
 
 
 def returns_tuple(u: Unreduced["tp"], x: Varying["tp"]) -> tuple[Invariant, Varying["tp"]]:
-    return u, x  # E: return-value
+    return u, x  # E: spmd-out-spec-state
 
 
 # per-example gradients of a replicated parameter under jax.vmap (SPMD407, jax#36886)
