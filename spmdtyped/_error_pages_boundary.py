@@ -17,11 +17,17 @@ PAGES: tuple[ErrorPage, ...] = (
         meaning="Every axis an output is Varying, Unreduced or Reduced on must be mentioned by its "
                 "out_spec: Varying (or Invariant) as a partitioned dimension, Unreduced as "
                 "`P(unreduced=...)`, Reduced as `P(reduced=...)`. An axis the spec leaves out must be "
-                "Invariant, otherwise one device's shard would silently stand for the whole value.",
+                "Invariant, otherwise one device's shard would silently stand for the whole value. "
+                "The same code reports a returned value that does not fit the function's return "
+                "hint (`-> Invariant` returning an Unreduced or Varying value; a partial sum "
+                "returned for `-> st.Rep[...]`): at the `return` under mypy with the plugin, at "
+                "the boundary at runtime.",
         fix='out_specs=P("dp")   # or st.psum(y, "dp") to make y Invariant',
         solutions=(
             "Reduce the output over the axis (`st.psum`) if it should be replicated.",
             'Or mention the axis in out_specs: `P("dp")`, `P(unreduced={"tp"})`.',
+            "For a return hint: reduce the value before returning it, or make the hint say what "
+            "the function returns.",
         ),
         before='st.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P())(x)     # f returns Varying["dp"]',
         after='st.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"))(x)',
