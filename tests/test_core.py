@@ -134,6 +134,24 @@ def test_return_hint_checked_on_the_value(mesh_dp_tp):
         h(put(mesh_dp_tp, jnp.ones((4, 8)), P(None, "tp")), put(mesh_dp_tp, jnp.ones((8, 8)), P("tp", None)))
 
 
+def test_in_specs_refinement_is_the_plugins(mesh_dp_tp):
+    """The refinement literal in_specs give plain `Varying` parameters (`refine_shape.from_spec`):
+    tests/typing/pass_refine.py `mlp_from_specs` reveals the plugin's for the same program
+    (`gelu(x @ w1)` is dp=S-2, tp=S-1)."""
+    from spmdtyped._rules.refine import Shard
+
+    seen = {}
+
+    @st.shard_map(mesh=mesh_dp_tp, in_specs=(P("dp", None), P(None, "tp")), out_specs=P("dp", "tp"))
+    def f(x: Varying["dp"], w1: Varying["tp"]) -> Varying["dp", "tp"]:
+        h = st.nn.gelu(x @ w1)
+        seen["h"] = h.refinement
+        return h
+
+    f(put(mesh_dp_tp, jnp.ones((4, 8)), P("dp", None)), put(mesh_dp_tp, jnp.ones((8, 8)), P(None, "tp")))
+    assert seen["h"].as_dict() == {"dp": Shard(-2), "tp": Shard(-1)}
+
+
 def test_unreduced_output_needs_unreduced_spec(mesh_ij):
     @st.shard_map(mesh=mesh_ij, in_specs=P("i"), out_specs=P("i"))
     def f(x):
