@@ -222,10 +222,11 @@ def check_outputs(out: Any, out_specs: Any, manual: tuple[str, ...], where: str,
 
 def check_return(out: Any, hint: Any, where: str) -> None:
     """SPMD401 unless the value the function returns fits its return hint (`_rules.check_return`,
-    the rule the mypy plugin applies at a `return`): a single array output under a state hint;
-    pytrees and other hints are left to the out_specs check and to beartype."""
+    the rule the mypy plugin applies at a `return`): a single typed output under a state hint;
+    raw arrays (JAX types them Invariant under check_vma=False), pytrees and other hints are
+    left to the out_specs check and to beartype."""
     want = _hints.hint_type(hint)
-    if want is None or not (is_typed(out) or isinstance(out, jax.Array)):
+    if want is None or not is_typed(out):
         return
     _rules.check_return(typeof(out), want, where=f"{where} (its return hint)",
                         refinement=_hints.refinement_mismatch(hint, out), hint=getattr(hint, "__name__", str(want)))
