@@ -307,15 +307,19 @@ def collective(name: str, t: SpmdType, ref: Refinement, out: SpmdType, axes: Seq
     for a in axes:
         k = kind(t, ref, a)
         if name in ("psum", "pmean"):
-            if isinstance(k, Shard):
+            # only for a gradient: a value sharded by its in_spec (or a hint) may as well be a
+            # stack of per-device terms, whose psum is right (docs/design/shard_partial.md F5),
+            # while the gradient of a Shard parameter is a slice of one array (the gradient of
+            # this device's expert): summing the slices adds different parameters' gradients
+            if isinstance(k, Shard) and ref.grad:
                 try:
-                    raise fail("SPMD108", op, f"the value is a shard of a global array along dim "
-                               f"{k.dim} over {a!r}; summing different slices of it makes no sense "
-                               f"(e.g. expert gradients reduced over the expert axis, or a batch "
-                               f"shard summed elementwise)", a, None,
-                               fix=f"st.all_gather(x, {a!r}, axis={k.dim}, tiled=True) to assemble "
-                                   f"the array, or x.sum({k.dim}) first if a total is meant, or "
-                                   f"with st.allow('SPMD108') if these are per-device terms")
+                    raise fail("SPMD108", op, f"the value is the gradient of a shard of a global "
+                               f"array along dim {k.dim} over {a!r}; summing different slices of "
+                               f"it adds the gradients of different parameters (e.g. expert "
+                               f"gradients reduced over the expert axis)", a, None,
+                               fix=f"reduce over the axes the parameter is replicated on only "
+                                   f"(not {a!r}); st.all_gather(x, {a!r}, axis={k.dim}, "
+                                   f"tiled=True) to assemble the array")
                 except Plain:
                     pass
             result.pop(a, None)
@@ -349,7 +353,8 @@ def collective(name: str, t: SpmdType, ref: Refinement, out: SpmdType, axes: Seq
             result.pop(a, None)
         else:  # pcast_unreduced, pcast_reduced, all_gather_invarying, ...
             result.pop(a, None)
-    return Refinement.of({a: k for a, k in result.items() if k is not None}, True).restrict(out.varying)
+    return Refinement.of({a: k for a, k in result.items() if k is not None}, True) \
+        .restrict(out.varying).with_grad(ref.grad)
 
 
 def axis_index(axes: Sequence[str]) -> Refinement:
@@ -382,13 +387,15 @@ def cotangent(ref: Refinement) -> Refinement:
     """The refinement of a cotangent: Rep <-> Partial swap, Shard(k) stays, Invariant stays."""
     swap = {REP: PARTIAL, PARTIAL: REP}
     return Refinement.of({a: swap.get(k, k) if isinstance(k, str) else k  # type: ignore[arg-type]
-                          for a, k in ref.items if k not in (INDEX, ONEHOT)}, ref.data)
+                          for a, k in ref.items if k not in (INDEX, ONEHOT)}, ref.data) \
+        .with_grad(True)
 
 
 def join(a: Refinement, b: Refinement, varying: Iterable[str]) -> Refinement:
     """Loop carries and branch outputs: kept where both sides agree, plain elsewhere."""
     bd = b.as_dict()
-    return Refinement.of({x: k for x, k in a.items if bd.get(x) == k}, a.data or b.data).restrict(varying)
+    return Refinement.of({x: k for x, k in a.items if bd.get(x) == k}, a.data or b.data) \
+        .restrict(varying).with_grad(a.grad or b.grad)
 
 
 def hint_refinement(shards: Mapping[str, int], partial: Iterable[str] = (),
