@@ -27,7 +27,7 @@ STATIC: dict[str, str] = {
     "mean_of_means": "SPMD212",                # Partial divisor
     "grad_norm_overcount": "SPMD210",          # Partial + Invariant squared norm
     "grad_clip_local_norm": "SPMD211",         # sqrt of a Partial
-    "expert_grads_wrong_group": "SPMD108",     # psum of a Shard gradient over its own axis
+    "expert_grads_wrong_group": "SPMD108",     # psum of a Shard over its own axis
     "vocab_ce_missing_reduction": "SPMD211",   # log of a Partial
     "vocab_ce_doubled_reduction": "SPMD103",   # psum of an Invariant (four-state level)
     "layernorm_sharded_hidden": "SPMD210",     # Shard - Partial mean

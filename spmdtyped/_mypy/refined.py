@@ -99,19 +99,7 @@ def read(t: Type) -> tuple[Refinement, int | None]:
             or isinstance(p.args[3], AnyType):
         return NONE, None
     kinds, rank = read_k(p.args[3])
-    ref = Refinement.of({a: k for a, k in kinds.items() if not isinstance(k, int)})
-    return ref.with_grad(_GRAD in _literals(p.args[3])), rank
-
-
-#: the marker of a gradient in the refinement slot (`Refinement.grad`: SPMD108 is for those)
-_GRAD: Final = "!grad"
-
-
-def _literals(k: Type) -> set[str]:
-    p = get_proper_type(k)
-    items = p.items if isinstance(p, UnionType) else [p]
-    return {i.value for i in map(get_proper_type, items)
-            if isinstance(i, LiteralType) and isinstance(i.value, str)}
+    return Refinement.of({a: k for a, k in kinds.items() if not isinstance(k, int)}), rank
 
 
 def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None) -> Type:
@@ -124,8 +112,6 @@ def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None
     lits: list[Type] = [LiteralType(f"{a}={_kind_code(k)}", s) for a, k in sorted(items.items())]
     if rank is not None:
         lits.append(LiteralType(f"#{rank}", s))
-    if isinstance(kinds, Refinement) and kinds.grad:
-        lits.append(LiteralType(_GRAD, s))
     if not lits:
         return any_type()
     return UnionType.make_union([*lits, any_type()])
@@ -213,8 +199,6 @@ def rapply(api: Any, context: Context, default: Type, alts: Sequence[Sequence[Va
                 ref, rank = refine(out, *combo)
             else:
                 ref, rank = NONE, None
-            if any(v.ref.grad for v in combo):  # computed from a gradient
-                ref = ref.with_grad(True)
         except SpmdTypeError as err:
             on_error(api, err, context)
             return default

@@ -86,6 +86,11 @@ class Refinement:
     #: gradients summed over the expert axis): an input sharded by its in_spec may as well be a
     #: stack of per-device terms, whose psum is right.
     grad: bool = False
+    #: axes over which the value is a reduction across the devices (a psum/pmean/pmax/pmin
+    #: over them of a value varying there, and elementwise ops of only such values): laid
+    #: along a dim sharded over one of them it is not SPMD215 (`x - st.pmax(x, a)` combines
+    #: each position with the reduction of the same position over the devices)
+    across: tuple[str, ...] = ()
 
     @staticmethod
     def of(mapping: Mapping[str, Kind | None], data: bool = False) -> Refinement:
@@ -313,7 +318,7 @@ def aligned_shard(args: Sequence[Arg], axis: str, out_ndim: int | None, op: str)
         ext = _extent(x, d)
         if k in (FIXED, REP):
             if ext is not None and ext > 1 and x.ref.data and x.type is not LITERAL \
-                    and d not in x.ref.uniform:
+                    and d not in x.ref.uniform and axis not in x.ref.across:
                 raise fail("SPMD215", op, f"a replicated value is laid along dim {d}, which another "
                             f"operand has sharded over {axis!r}: every device applies the same "
                             f"values to a different slice (e.g. per-head parameters or positions "

@@ -114,17 +114,11 @@ def grad_clip_local_norm_fixed(g1: st.Float[Varying["tp"], "a b/tp"], g2: st.Flo
 # ---------------------------------------------------------------------- 7. expert_grads_wrong_group
 
 
-def _expert_loss(w: st.Float[Varying["dp", "ep"], "e/ep d f"]) -> Varying["dp", "ep"]:
-    return snp.sum(w * w)
-
-
-def expert_grads_wrong_group_buggy(w: st.Float[Varying["dp", "ep"], "e/ep d f"]) -> Varying["ep"]:
-    g = st.grad(_expert_loss)(w)       # the gradient of this device's experts: Shard over ep
+def expert_grads_wrong_group_buggy(g: st.Float[Varying["dp", "ep"], "e/ep d f"]) -> Varying["ep"]:
     return st.psum(g, ("dp", "ep"))  # BUG(expert_grads_wrong_group)
 
 
-def expert_grads_wrong_group_fixed(w: st.Float[Varying["dp", "ep"], "e/ep d f"]) -> Varying["ep"]:
-    g = st.grad(_expert_loss)(w)
+def expert_grads_wrong_group_fixed(g: st.Float[Varying["dp", "ep"], "e/ep d f"]) -> Varying["ep"]:
     return st.psum(g, "dp")
 
 # ---------------------------------------------------------------------- 8. vocab_ce_missing_reduction
