@@ -92,9 +92,11 @@ PAGES: tuple[ErrorPage, ...] = (
                 "own slice (its own experts, its own rows). `psum`/`pmean` over the axis it is sharded on "
                 "adds the gradients of different parameters elementwise: expert gradients reduced over "
                 "the expert axis instead of the expert-data-parallel group. Only gradients (the results "
-                "of `st.grad`/`st.value_and_grad`/`st.vjp` and what ops make of them) are checked: a "
-                "value that an in_spec shards may as well be a stack of per-device terms, whose psum is "
-                "right.",
+                "of `st.grad`/`st.value_and_grad`/`st.vjp` and what ops make of them) are checked at "
+                "run time: a value that an in_spec shards may as well be a stack of per-device terms, "
+                "whose psum is right. The mypy plugin, which does not follow gradients, reports it for "
+                "every value a hint declares a Shard (`st.Shard[\"ep\", 0]`, an `\"e/ep\"` dim): a "
+                "hint that names a sharded dim declares a slice of a global array.",
         fix="st.psum(g, axes_the_parameter_is_replicated_on)",
         solutions=(
             "Reduce over the axes the parameter is replicated on only: `st.psum(g, 'dp')`.",
