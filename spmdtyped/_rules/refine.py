@@ -139,6 +139,9 @@ class AxisSize(int):
         self.axes = tuple(sorted(axes))
         return self
 
+    def __getnewargs__(self) -> tuple[int, tuple[str, ...]]:  # type: ignore[override]
+        return int(self), self.axes
+
     def __rtruediv__(self, other: object) -> object:
         res = int.__rtruediv__(self, other)  # type: ignore[operator]
         if isinstance(other, (int, float)) and not isinstance(other, bool) and other == 1:
@@ -155,6 +158,9 @@ class AxisShare(float):
         self = super().__new__(cls, value)
         self.axes = tuple(axes)
         return self
+
+    def __getnewargs__(self) -> tuple[float, tuple[str, ...]]:  # type: ignore[override]
+        return float(self), self.axes
 
 
 def share_of(name: str, values: Sequence[object]) -> tuple[int, tuple[str, ...]] | None:
