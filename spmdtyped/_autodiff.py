@@ -37,7 +37,6 @@ from ._array import checked, is_typed, refinement_of, typeof, unwrap
 from ._errors import error
 from ._rules import SpmdType
 from ._rules import refine_shape as _refine
-from ._rules.refine import NONE as _NO_REFINEMENT
 from ._rules.refine import REP as _REP
 from ._rules.refine import Refinement
 

@@ -142,9 +142,9 @@ class AxisSize(int):
     def __getnewargs__(self) -> tuple[int, tuple[str, ...]]:  # type: ignore[override]
         return int(self), self.axes
 
-    def __rtruediv__(self, other: object) -> object:
-        res = int.__rtruediv__(self, other)  # type: ignore[operator]
-        if isinstance(other, (int, float)) and not isinstance(other, bool) and other == 1:
+    def __rtruediv__(self, other: int) -> float:
+        res = int.__rtruediv__(self, other)
+        if type(other) is int and other == 1:
             return AxisShare(res, self.axes)
         return res
 
