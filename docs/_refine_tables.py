@@ -28,6 +28,7 @@ OPERANDS: dict[str, rf.Arg] = {
     "plain Varying": rf.Arg(TP, rf.Refinement(data=True), SHAPE),
     "Invariant input": rf.Arg(INV, rf.Refinement(data=True), SHAPE),
     "Invariant [4, 1]": rf.Arg(INV, rf.Refinement(data=True), (4, 1)),
+    "Invariant / st.axis_size('tp')": rf.Arg(INV, rf.with_share(rf.DATA, INV, (AXIS,)), SHAPE),
     "constant (zeros, ones)": rf.Arg(INV, rf.NONE, SHAPE),
     "literal": rf.Arg(LITERAL, rf.NONE, ()),
 }
@@ -153,15 +154,18 @@ def gen_collectives(code: Callable[[str], str]) -> str:
     for form, name, params in COLLECTIVES:
         out = _RESULT.get(name, TP)
         cells = [f"`{form}`"]
-        for label in ("Shard(-1)", "Partial", "Rep", "plain Varying"):
-            cells.append(_run(rs.collective, code, out, name, TP, OPERANDS[label].ref, out, (AXIS,),
+        refs = [OPERANDS["Shard(-1)"].ref, OPERANDS["Shard(-1)"].ref.with_grad(True),
+                *(OPERANDS[label].ref for label in ("Partial", "Rep", "plain Varying"))]
+        for ref in refs:
+            cells.append(_run(rs.collective, code, out, name, TP, ref, out, (AXIS,),
                               shape=SHAPE, op=f"st.{name}", params=params))
         rows.append(cells)
     inv = OPERANDS["Invariant input"]
-    rows.append(["`st.pvary(x, 'tp')` / `st.pcast(x, 'tp', to='varying')`", "", "", "",
+    rows.append(["`st.pvary(x, 'tp')` / `st.pcast(x, 'tp', to='varying')`", "", "", "", "",
                  f"Invariant → {_label(rs.collective('pvary', INV, inv.ref, TP, (AXIS,), op='st.pvary').get(AXIS))}"])
-    rows.append(["`st.axis_index('tp')`", "", "", "", _label(rs.axis_index((AXIS,)).get(AXIS))])
-    return _table(["collective", "Shard(-1)", "Partial", "Rep", "plain Varying"], rows)
+    rows.append(["`st.axis_index('tp')`", "", "", "", "", _label(rs.axis_index((AXIS,)).get(AXIS))])
+    return _table(["collective", "Shard(-1)", "gradient of a Shard(-1)", "Partial", "Rep",
+                   "plain Varying"], rows)
 
 
 def gen_cotangents(code: Callable[[str], str]) -> str:
@@ -190,7 +194,7 @@ def _sh(d: int) -> rf.Refinement:
 
 #: rule calls that raise each refinement code, for the message shown on its error page
 TRIGGERS: dict[str, Callable[[], object]] = {
-    "SPMD108": lambda: rs.collective("psum", TP, _sh(0), INV, (AXIS,), shape=(1, 4),
+    "SPMD108": lambda: rs.collective("psum", TP, _sh(0).with_grad(True), INV, (AXIS,), shape=(1, 4),
                                      op="st.psum"),
     "SPMD210": lambda: rf.elementwise("add", [OPERANDS["Partial"], OPERANDS["Invariant [4, 1]"]],
                                       TP, op="operator +"),

@@ -37,7 +37,7 @@ from ._array import checked, is_typed, refinement_of, typeof, unwrap
 from ._errors import error
 from ._rules import SpmdType
 from ._rules import refine_shape as _refine
-from ._rules.refine import NONE as _NO_REFINEMENT
+from ._rules.refine import REP as _REP
 from ._rules.refine import Refinement
 
 # JAX's transpose of scan/while mistypes the Unreduced cotangents of Reduced carries and loop
@@ -110,7 +110,20 @@ def _wrap_ct(raw: Any, primal: SpmdType | None, ref: Refinement, op: str) -> Any
     if primal is None or getattr(raw, "dtype", None) == jax.dtypes.float0:
         return raw  # integer inputs get float0 cotangents: no state
     ct = _rules.cotangent(primal)
-    return checked(op, raw, ct, _refine.cotangent(ref).restrict(ct.varying) if ref else _NO_REFINEMENT)
+    return checked(op, raw, ct, _refine.cotangent(ref).restrict(ct.varying))
+
+
+def _seed_rep(raw: Any, t: SpmdType, ref: Refinement) -> Any:
+    """The loss JAX differentiates. JAX seeds every device's copy of a Varying loss with 1,
+    which differentiates the sum of the copies: right for a Partial loss (the global sum) and
+    a plain one, but `n` times the gradient for a Rep loss (one value held by the `n` devices
+    of the axis). A Rep loss is seeded with `1 / n` over its Rep axes instead, so that its
+    gradients are those of the value itself (and a Rep parameter's Partial gradient sums to
+    it)."""
+    rep = tuple(a for a, k in ref.items if k is _REP and a in t.varying)
+    if not rep:
+        return raw
+    return raw / _compat.axis_size(rep if len(rep) > 1 else rep[0])
 
 
 def _check_vmap(loss: Any, loss_t: SpmdType, diff: list[tuple[str, SpmdType]], op: str) -> None:
@@ -237,20 +250,23 @@ def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_a
                                     f"(loss, aux), got {type(res).__name__}")
                 loss, aux = res
             else:
-                loss = res
+                loss, aux = res, None
+            raw = unwrap(loss)
+            seeded = raw
             if is_typed(loss) or isinstance(loss, (jax.Array, jax.core.Tracer)):
                 info["type"] = typeof(loss)
                 info["ref"] = refinement_of(loss)
                 _rules.grad_loss_type(info["type"], op=op)
                 _check_vmap(loss, info["type"], diff, op)
-            raw = unwrap(loss)
-            return (raw, aux) if has_aux else raw
+                seeded = _seed_rep(raw, info["type"], info["ref"])
+            # the seeded loss is differentiated; the loss itself is returned as it is
+            return seeded, (raw, aux)
 
         with _loop_transpose_errors(op):
-            res, raw_grads = jax.value_and_grad(raw_fun, argnums, has_aux=has_aux,
+            res, raw_grads = jax.value_and_grad(raw_fun, argnums, has_aux=True,
                                                 holomorphic=holomorphic,
                                                 allow_int=allow_int)(*args.raw, **kwargs)
-        raw_loss, aux = res if has_aux else (res, None)
+        raw_loss, aux = res[1]
         loss = checked(op, raw_loss, info["type"], info["ref"]) if "type" in info else raw_loss
         grads = [a.cotangents(g, op) for a, g in
                  zip(per_arg, (raw_grads,) if isinstance(argnums, int) else raw_grads, strict=True)]

@@ -16,7 +16,7 @@ import jax
 from . import _compat, _refining, _rules, _surface
 from ._array import checked, in_vma_off, is_typed, operand
 from ._errors import error
-from ._rules import LITERAL, SpmdType, refine_shape
+from ._rules import LITERAL, SpmdType, refine, refine_shape
 
 
 def _axes(axis_name: Any, op: str) -> tuple[str, ...]:
@@ -218,8 +218,12 @@ def axis_index(axis_name: Any) -> Any:
 
 def axis_size(axis_name: Any) -> int:
     """`jax.lax.axis_size`: the number of devices along the named axes (a Python int)."""
-    _axes(axis_name, "st.axis_size")
-    return _compat.axis_size(_jax_axes(axis_name))
+    axes = _axes(axis_name, "st.axis_size")
+    size = _compat.axis_size(_jax_axes(axis_name))
+    if len(axes) != len(_rules.normalize_axes(axis_name, "st.axis_size")):
+        return size  # a jax.vmap axis among them: not a count of devices
+    # an int that remembers its axes: `b / st.axis_size("tp")` is a share of a partial sum
+    return refine.AxisSize(size, axes)
 
 
 #: every collective and cast of the surface table (`_surface.COLLECTIVE_NAMES`)

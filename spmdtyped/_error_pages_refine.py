@@ -84,25 +84,28 @@ PAGES: tuple[ErrorPage, ...] = (
         opt_out=True,
     ),
     ErrorPage(
-        code="SPMD108", slug="shard-reduce", title="Shard summed over its own axis",
-        headline="a shard of a global array was summed over its own axis",
-        rule="A `psum`/`pmean` over an axis takes per-device terms or partial sums, never different slices "
-             "of one array sharded over that axis.",
-        meaning="A Shard value is the device's slice of a larger array; `psum`/`pmean` over the axis it is "
-                "sharded on adds different slices elementwise, which is almost never meant: expert "
-                "gradients reduced over the expert axis, a batch shard summed elementwise instead of "
-                "reduced. A spec cannot tell a slice of a global array from a stack of per-device terms: "
-                "for those, opt out where they are summed.",
-        fix="st.all_gather(x, axis, axis=dim, tiled=True)",
+        code="SPMD108", slug="shard-reduce", title="Gradient of a shard summed over its own axis",
+        headline="the gradient of a shard of a global array was summed over its own axis",
+        rule="A `psum`/`pmean` over an axis takes per-device terms or partial sums, never the gradients "
+             "of different slices of one parameter sharded over that axis.",
+        meaning="The gradient of a Shard parameter is a Shard too: each device holds the gradient of its "
+                "own slice (its own experts, its own rows). `psum`/`pmean` over the axis it is sharded on "
+                "adds the gradients of different parameters elementwise: expert gradients reduced over "
+                "the expert axis instead of the expert-data-parallel group. Only gradients (the results "
+                "of `st.grad`/`st.value_and_grad`/`st.vjp` and what ops make of them) are checked at "
+                "run time: a value that an in_spec shards may as well be a stack of per-device terms, "
+                "whose psum is right. The mypy plugin, which does not follow gradients, reports it for "
+                "every value a hint declares a Shard (`st.Shard[\"ep\", 0]`, an `\"e/ep\"` dim): a "
+                "hint that names a sharded dim declares a slice of a global array.",
+        fix="st.psum(g, axes_the_parameter_is_replicated_on)",
         solutions=(
-            "Gather it: `st.all_gather(x, axis, axis=d, tiled=True)`.",
-            "Sum the local dim first if a total is meant: `st.psum(x.sum(d), axis)`.",
-            "Reduce over the axis the value is a partial sum on instead.",
+            "Reduce over the axes the parameter is replicated on only: `st.psum(g, 'dp')`.",
+            "Gather it if the whole gradient is meant: `st.all_gather(g, axis, axis=d, tiled=True)`.",
         ),
-        before='g = st.psum(expert_grad, "tp")      # experts sharded over tp: Shard["tp", 0]',
-        after='g = expert_grad                      # each device owns its experts: no sum over tp',
-        when="`psum`/`pmean` over an axis on which the value is Shard(dim): an in_spec, a hint or a "
-             "`psum_scatter` made it a slice of a global array along that axis.",
+        before='g = st.psum(st.grad(lambda w: (w * w).sum())(w_experts), "tp")   # Shard["tp", 0]',
+        after='g = st.grad(lambda w: (w * w).sum())(w_experts)   # each device owns its experts',
+        when="`psum`/`pmean` over an axis on which a gradient is Shard(dim): the parameter was sharded "
+             "over that axis by an in_spec, a hint or a `psum_scatter`.",
         related=("SPMD103",),
         opt_out=True,
     ),

@@ -12,6 +12,7 @@ SPMD210-213, SPMD215).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
@@ -301,13 +302,27 @@ def refine(kind: str, name: str, operands: Sequence[Any], out: SpmdType, out_raw
     if kind == "constructor":
         return NONE
     refs = [of(x) for x in operands]
+    grad = any(r.grad for r in refs)
     if not any(r.items for r in refs) and kind != "where" \
             and not (kind == "broadcast" and refs and refs[0].data):
         # nothing refined among the operands (the common case, kept cheap): the result is
-        # plain, only `data` flows
-        return DATA if any(r.data for r in refs) else NONE
-    args = [Arg(_type(x), r, shape_of(x)) for x, r in zip(operands, refs, strict=True)]
-    return REFINERS[kind](name, args, out, out_raw, op, params or {})
+        # plain, only `data` (and `grad`) flow
+        ref = DATA if any(r.data for r in refs) else NONE
+    else:
+        args = [Arg(_type(x), r, shape_of(x)) for x, r in zip(operands, refs, strict=True)]
+        ref = REFINERS[kind](name, args, out, out_raw, op, params or {})
+    if kind == "elementwise":
+        # `b / st.axis_size(a)`: a replicated term's share of a partial sum over `a`
+        share = rf.share_of(name, operands)
+        if share is not None:
+            i, axes = share
+            ref = rf.with_share(ref, _type(operands[i]), axes)
+    # a value computed only from reductions across the devices of an axis stays one
+    across = [set(r.across) for r in refs if r.data]
+    common = set.intersection(*across) if across else set()
+    if common:
+        ref = dataclasses.replace(ref, across=tuple(sorted(common)))
+    return ref.with_grad(True) if grad else ref
 
 
 # ---------------------------------------------------------------------------------- indexing

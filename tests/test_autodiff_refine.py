@@ -55,7 +55,8 @@ def test_gradients_carry_the_cotangent_refinement_and_match_the_reference(mesh_d
     f = jax.jit(st.shard_map(body, mesh=mesh_dp, in_specs=(P(), P("dp")),
                              out_specs=(P(), P(), P("dp"))))
     gw, gr, gx = f(w, xs)
-    assert seen["w"] == Refinement() and seen["tw"] == st.SpmdType()
+    assert seen["w"].items == () and seen["w"].grad and seen["tw"] == st.SpmdType()
+    assert seen["r"].grad and seen["x"].grad   # gradients: SPMD108 checks their psums
     assert seen["r"].get("dp") is PARTIAL and seen["tr"] == st.SpmdType(varying="dp")
     assert seen["x"].get("dp") == Shard(-2)
 
@@ -216,3 +217,50 @@ def test_loop_carries_and_branch_outputs_join_refinements(mesh_dp):
     assert seen["both"].get("dp") == Shard(-1)
     assert seen["one"].get("dp") is None
     assert seen["while"].get("dp") is None          # Rep does not survive a varying trip count
+
+
+def test_grad_of_a_rep_loss_is_the_gradient_of_the_value_on_dp_tp(mesh_dp_tp):
+    """A Rep loss (one value held by every device) is not a sum of per-device terms: JAX seeds
+    every copy with 1 and would give n times the gradient (8 on dp=2 x tp=4); `st.grad` seeds
+    it with 1/n. Numbers against the single-device gradient, for an Invariant parameter, a Rep
+    one (Partial gradient: its psum is the gradient) and a loss Rep on one axis only."""
+    w, x = _normal(11, (4, 3)), _normal(12, (5, 4))
+
+    def ref_loss(w, x):
+        return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+    want = jax.grad(ref_loss)(w, x)
+    seen = {}
+
+    def body(w, x):
+        def loss(w):
+            wv = st.pcast(w, ("dp", "tp"), to="varying")
+            out = st.numpy.sum(st.numpy.tanh(x @ wv) ** 2)
+            seen["loss"] = _array.refinement_of(out)
+            return out
+
+        g_inv = st.grad(loss)(w)                                   # Invariant parameter
+        r = st.pcast(w, ("dp", "tp"), to="varying")                # Rep parameter
+        g_rep = st.grad(lambda r: st.numpy.sum(st.numpy.tanh(x @ r) ** 2))(r)
+        seen["g_rep"] = _array.refinement_of(g_rep)
+        # Rep over tp, plain over dp (a dp-dependent scale): the dp copies are summed
+        xd = x * (st.axis_index("dp") + 1.0)
+        g_mix = st.grad(lambda w: st.numpy.sum(st.numpy.tanh(
+            xd @ st.pcast(w, "tp", to="varying")) ** 2))(w)
+        return g_inv, st.psum(g_rep, ("dp", "tp")), g_mix
+
+    f = jax.jit(st.shard_map(body, mesh=mesh_dp_tp, in_specs=(P(), P()),
+                             out_specs=(P(), P(), P())))
+    g_inv, g_rep, g_mix = f(w, x)
+    assert seen["loss"].get("dp") is REP and seen["loss"].get("tp") is REP
+    assert seen["g_rep"].get("dp") is PARTIAL and seen["g_rep"].get("tp") is PARTIAL
+    np.testing.assert_allclose(g_inv, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_rep, want, rtol=1e-5, atol=1e-6)
+    mix = sum(jax.grad(ref_loss)(w, x * (d + 1.0)) for d in range(2))
+    np.testing.assert_allclose(g_mix, mix, rtol=1e-5, atol=1e-6)
+    # the loss value itself is returned unscaled
+    val = jax.jit(st.shard_map(
+        lambda w, x: st.value_and_grad(lambda w: st.numpy.sum(st.numpy.tanh(
+            x @ st.pcast(w, ("dp", "tp"), to="varying")) ** 2))(w)[0][None],
+        mesh=mesh_dp_tp, in_specs=(P(), P()), out_specs=P(("dp", "tp"))))(w, x)
+    np.testing.assert_allclose(val, np.full((8,), ref_loss(w, x)), rtol=1e-5)

@@ -104,8 +104,8 @@ def test_typed_programs_lower_like_the_raw_ones(name):
 @pytest.mark.parametrize("name", sorted(_typed.CORRECT))
 def test_correct_programs_typed(name):
     """The false-positive risks: accepted as written (or with `st.local`, which the port
-    uses), and right; the pre-divided bias is the one rejected (SPMD210), and right when
-    allowed."""
+    uses), and right (the pre-divided bias included: `b / st.axis_size("tp")` is a Partial
+    term)."""
     from bugs._correct_programs import BODIES, PROGRAMS
 
     body, code = _typed.CORRECT[name]

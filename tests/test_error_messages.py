@@ -259,7 +259,7 @@ EXAMPLES: dict[str, tuple[str, dict[str, str], str]] = {
     "SPMD105": ("body", {"x": "V:dp U:tp"}, ""),
     "SPMD106": ("body", {"partial_sums": "U:tp"}, ""),
     "SPMD107": ("body", {"w": "I"}, ""),
-    "SPMD108": ("body", {"expert_grad": "S:tp:0"}, ""),
+    "SPMD108": ("body", {"w_experts": "S:tp:0"}, ""),
     "SPMD201": ("body", {"u": "U:tp", "bias": "I"}, ""),
     "SPMD202": ("body", {"u": "U:tp"}, ""),
     "SPMD203": ("body", {"w": "R:dp", "scale": "I"}, ""),

@@ -232,12 +232,18 @@ def test_spmd213_partial_sum_selected_per_device(mesh_dp_tp: Any) -> None:
            axes=("tp",), fragments=("st.numpy.where", "predicate varies"))
 
 
-def test_spmd108_shard_summed_over_its_own_axis(mesh_dp_tp: Any) -> None:
-    e = expect("SPMD108", lambda: trace(mesh_dp_tp, lambda g: st.psum(g, "tp"), (P("tp"),)),
-               axes=("tp",), fragments=("st.psum", "slices"), fix=("st.all_gather",))
+def test_spmd108_shard_gradient_summed_over_its_own_axis(mesh_dp_tp: Any) -> None:
+    def grad_of(w: Any) -> Any:
+        return st.grad(lambda v: (v * v).sum())(w)   # the gradient of a Shard is that Shard
+
+    e = expect("SPMD108", lambda: trace(mesh_dp_tp, lambda w: st.psum(grad_of(w), "tp"),
+                                        (P("tp"),)),
+               axes=("tp",), fragments=("st.psum", "slices", "gradient"), fix=("st.all_gather",))
     assert isinstance(e, st.AxisStateError)
-    with st.allow("SPMD108"):   # a stack of per-device terms: the opt-out
-        trace(mesh_dp_tp, lambda g: st.psum(g, "tp"), (P("tp"),))
+    with st.allow("SPMD108"):
+        trace(mesh_dp_tp, lambda w: st.psum(grad_of(w), "tp"), (P("tp"),))
+    # not a gradient: a stack of per-device terms, whose psum is right
+    trace(mesh_dp_tp, lambda g: st.psum(g, "tp"), (P("tp"),))
     trace(mesh_dp_tp, lambda g: st.psum(g.sum(0), "tp"), (P("tp"),))   # a partial sum: fine
 
 

@@ -200,14 +200,73 @@ def test_collectives():
     assert rf.collective("pvary", INV, rf.NONE, TP, ["tp"], op="pvary").get("tp") is rf.REP
 
 
-def test_psum_of_a_shard_over_its_own_axis_is_an_error():
+def grad_ref(**kinds):
+    return ref(**kinds).with_grad(True)
+
+
+def test_psum_of_a_shard_gradient_over_its_own_axis_is_an_error():
     with pytest.raises(SpmdTypeError) as e:
-        rf.collective("psum", TP, ref(tp=SHARD_ROWS), INV, ["tp"], shape=(2, 4), op="st.psum")
+        rf.collective("psum", TP, grad_ref(tp=SHARD_ROWS), INV, ["tp"], shape=(2, 4),
+                      op="st.psum")
     assert e.value.code == "SPMD108"
     # one expert per device (local extent 1) is still a shard: expert gradients summed over
     # the expert axis are the bug (tests/bugs/expert_grads_wrong_group.py)
     with pytest.raises(SpmdTypeError):
-        rf.collective("psum", TP, ref(tp=SHARD_ROWS), INV, ["tp"], shape=(1, 4), op="psum")
+        rf.collective("psum", TP, grad_ref(tp=SHARD_ROWS), INV, ["tp"], shape=(1, 4), op="pmean")
+
+
+def test_psum_of_a_shard_that_is_not_a_gradient_is_accepted():
+    # a value sharded by its in_spec may be a stack of per-device terms (F5): its psum is right
+    assert rf.collective("psum", TP, ref(tp=SHARD_ROWS), INV, ["tp"], shape=(2, 4),
+                         op="st.psum").items == ()
+
+
+def test_the_gradient_flag_flows_through_cotangents_and_collectives():
+    ct = rf.cotangent(ref(dp=rf.REP, ep=SHARD_ROWS))
+    assert ct.grad and ct.get("dp") is rf.PARTIAL and ct.get("ep") == SHARD_ROWS
+    t = SpmdType(varying=("dp", "ep"))
+    after = rf.collective("psum", t, ct, SpmdType(varying="ep"), ["dp"], shape=(1, 4, 3),
+                          op="psum")
+    assert after.grad and after.get("ep") == SHARD_ROWS
+    with pytest.raises(SpmdTypeError) as e:
+        rf.collective("psum", t, ct, INV, ["dp", "ep"], shape=(1, 4, 3), op="psum")
+    assert e.value.code == "SPMD108" and e.value.axes == ("ep",)
+
+
+def test_a_replicated_term_divided_by_the_axis_size_is_a_partial_term():
+    y = arg(TP, (4, 16), tp=rf.PARTIAL)
+    share = rf.Arg(INV, rf.with_share(rf.DATA, INV, ("tp",)), (16,))
+    assert rf.elementwise("add", [y, share], TP, op="+").get("tp") is rf.PARTIAL
+    assert rf.elementwise("sub", [share, y], TP, op="-").get("tp") is rf.PARTIAL
+    # the same term without the division, or divided by another axis's size: SPMD210
+    for b in (rf.Arg(INV, rf.DATA, (16,)),
+              rf.Arg(INV, rf.with_share(rf.DATA, INV, ("dp",)), (16,))):
+        with pytest.raises(SpmdTypeError) as e:
+            rf.elementwise("add", [y, b], TP, op="+")
+        assert e.value.code == "SPMD210"
+    # divided by the size of dp and tp together: a Partial over both only
+    both = rf.Arg(INV, rf.with_share(rf.DATA, INV, ("dp", "tp")), (16,))
+    with pytest.raises(SpmdTypeError):
+        rf.elementwise("add", [y, both], TP, op="+")
+    y2 = arg(DP_TP, (4, 16), dp=rf.PARTIAL, tp=rf.PARTIAL)
+    out = rf.elementwise("add", [y2, both], DP_TP, op="+")
+    assert out.get("dp") is rf.PARTIAL and out.get("tp") is rf.PARTIAL
+    # a share is made only of a value equal on every device of the axis
+    assert rf.with_share(ref(tp=SHARD_LAST), TP, ("tp",)).share == ()
+    # the share is not kept by another op: (b / n) * 2 is a replicated term again
+    doubled = rf.elementwise("mul", [share, rf.Arg(LITERAL)], INV, op="*")
+    assert doubled.share == ()
+
+
+def test_axis_size_remembers_its_axes():
+    n = rf.AxisSize(4, ("tp",))
+    assert n == 4 and n * 2 == 8 and type(n * 2) is int
+    assert rf.share_of("div", [1.0, n]) == (0, ("tp",))
+    inv = 1 / n
+    assert inv == 0.25 and rf.share_of("mul", [inv, 3.0]) == (1, ("tp",))
+    assert rf.share_of("mul", [3.0, inv]) == (0, ("tp",))
+    assert type(2 / n) is float and rf.share_of("mul", [3.0, 2 / n]) is None
+    assert rf.share_of("div", [1.0, 4]) is None           # a literal is not an axis size
 
 
 def test_cotangents_swap_rep_and_partial():
@@ -293,8 +352,8 @@ def test_allowed_codes_fall_back_to_plain():
     with st.allow("SPMD210"):
         assert rf.elementwise("add", [y, b], TP, op="+").get("tp") is None
     with st.allow("SPMD108"):
-        assert rf.collective("psum", TP, ref(tp=SHARD_ROWS), INV, ["tp"], shape=(2, 4), op="psum").items \
-            == ()
+        assert rf.collective("psum", TP, grad_ref(tp=SHARD_ROWS), INV, ["tp"], shape=(2, 4),
+                             op="psum").items == ()
 
 
 def test_data_flag_propagates():

@@ -259,3 +259,106 @@ def test_beartype_checks_refined_hints(mesh_dp_tp: Any) -> None:
     with pytest.raises(BeartypeCallHintParamViolation, match="Shard"):
         trace(mesh_dp_tp, lambda h, w: row_parallel(w, h), (P(None, "tp"), P("tp", None)),
               local=(4, 4))
+
+
+# ------------------------------------------------------- the pre-divided row-parallel bias (F1)
+
+
+def _row_parallel(body: Any) -> Any:
+    import jax
+    import numpy as np
+
+    h = jax.random.normal(jax.random.key(300), (4, 16), dtype=jnp.float32)
+    w2 = jax.random.normal(jax.random.key(301), (16, 8), dtype=jnp.float32)
+    b = jax.random.normal(jax.random.key(302), (8,), dtype=jnp.float32)
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    f = jax.jit(st.shard_map(body, mesh=mesh, in_specs=(P("dp", "tp"), P("tp", None), P()),
+                             out_specs=P("dp", None)))
+    return np.asarray(f(h, w2, b)), np.asarray(h @ w2 + b)
+
+
+def test_row_parallel_bias_before_the_reduction_is_rejected() -> None:
+    """FastDeploy-style row-parallel layer, buggy: the bias is added on every device before
+    the psum (counted 4 times)."""
+    with pytest.raises(st.CombineError) as e:
+        _row_parallel(lambda h, w2, b: st.psum(h @ w2 + b, "tp"))
+    assert e.value.code == "SPMD210" and "st.axis_size('tp')" in str(e.value)
+    # divided by another axis's size, or scaled again after the division: still a bias
+    for bad in (lambda h, w2, b: st.psum(h @ w2 + b / st.axis_size("dp"), "tp"),
+                lambda h, w2, b: st.psum(h @ w2 + (b / st.axis_size("tp")) * 2.0, "tp"),
+                lambda h, w2, b: st.psum(h @ w2 + b / 4, "tp")):   # a literal is not the size
+        with pytest.raises(st.CombineError):
+            _row_parallel(bad)
+
+
+@pytest.mark.parametrize("form", ["b / n", "b * (1 / n)", "(1 / n) * b", "pvary(b) / n - (-)"])
+def test_row_parallel_bias_pre_divided_by_the_axis_size_is_right(form: str) -> None:
+    """Fixed: `b / st.axis_size("tp")` is this device's share of the bias, a Partial term; the
+    psum counts it once. The numbers are the single-device `h @ w2 + b`."""
+    import numpy as np
+
+    seen: dict[str, Any] = {}
+
+    def body(h: Any, w2: Any, b: Any) -> Any:
+        n = st.axis_size("tp")
+        if form == "b / n":
+            y = h @ w2 + b / n
+        elif form == "b * (1 / n)":
+            y = h @ w2 + b * (1 / n)
+        elif form == "(1 / n) * b":
+            y = (1 / n) * b + h @ w2
+        else:
+            y = h @ w2 - (-st.pvary(b, "tp")) / n
+        seen["y"] = kinds(y)
+        return st.psum(y, "tp")
+
+    got, want = _row_parallel(body)
+    assert seen["y"].get("tp") is PARTIAL
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------- what the narrowed SPMD108 / SPMD215 accept
+
+
+def test_psum_of_a_sharded_input_is_accepted_and_of_a_shard_gradient_rejected(mesh_dp_tp: Any) -> None:
+    """A value sharded by its in_spec may be a stack of per-device terms: its psum is right.
+    The gradient of a Shard parameter summed over its own axis is SPMD108 (expert gradients
+    over the expert axis), also after ops (the gradient flag flows)."""
+    seen: dict[str, Any] = {}
+
+    def body(x: Any, w: Any) -> None:
+        seen["stack"] = st.typeof(st.psum(x, "dp"))
+        g = st.grad(lambda v: snp.sum(st.pcast(v, "dp", to="varying") * 2.0))(w)
+        seen["g"] = _array.refinement_of(g)
+        seen["g_type"] = st.typeof(g)                 # the dp copies already summed by JAX
+        with pytest.raises(st.AxisStateError) as e:
+            st.psum(g * 2.0, "tp")                    # still the gradient, still Shard(tp)
+        seen["code"] = e.value.code
+
+    trace(mesh_dp_tp, body, (P("dp"), P("tp")))
+    assert seen["stack"] == st.SpmdType()
+    assert seen["g"].grad and seen["g"].get("tp") == S(-2)
+    assert seen["g_type"] == st.SpmdType(varying="tp")
+    assert seen["code"] == "SPMD108"
+
+
+def test_reductions_across_devices_laid_along_their_shard_are_not_spmd215(mesh_dp_tp: Any) -> None:
+    """`x - st.pmax(x, "tp")` (and psum/pmean, and values computed only from them) combines each
+    position with its own reduction over the devices; an Invariant input laid along the same
+    Shard dim is SPMD215; concatenating along the Shard dim appends, nothing is laid along it."""
+    seen: dict[str, Any] = {}
+
+    def body(x: Any, b: Any) -> None:
+        m = st.pmax(x, "tp")
+        seen["shift"] = kinds(x - m)
+        seen["scaled"] = kinds(x / (st.psum(x, "tp") ** 2 + 1.0))
+        seen["cat"] = kinds(snp.concatenate([x, b], axis=0))
+        with pytest.raises(st.CombineError) as e:
+            x * b
+        seen["code"] = e.value.code
+        with pytest.raises(st.CombineError):
+            x * (b + m)                                # mixed with an input: still laid along
+
+    trace(mesh_dp_tp, body, (P("tp"), P()), local=(4, 8))
+    assert seen["shift"] == {"tp": S(-2)} and seen["scaled"] == {"tp": S(-2)}
+    assert seen["cat"] == {} and seen["code"] == "SPMD215"

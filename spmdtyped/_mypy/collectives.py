@@ -93,7 +93,7 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
         # statically a declared Shard is taken to have a local size > 1 (shapes are unknown)
         shape = (2,) * ndim if v.rank is not None or rule in ("psum", "pmean") else None
         ref = refine_shape.collective(rule, v.state, v.ref, out, axes,
-                                 shape=shape, op=op, params=params)
+                                 shape=shape, op=op, params=params, strict_shards=True)
         grows = rule.startswith("all_gather") and not params.get("tiled", False)
         return ref, (v.rank + 1 if grows and v.rank is not None else v.rank)
 

@@ -32,9 +32,10 @@ STRICTER_THAN_JAX: tuple[tuple[str, str, str], ...] = (
      "carries become Varying (an Unreduced one is rejected)",
      "JAX types such results Invariant although devices may take different paths"),
     # the refinement of Varying (DESIGN.md §1b): JAX sees Varying in every one of these
-    ("SPMD108", "psum/pmean over an axis of a value that is a Shard over it (an in_spec, a hint or "
-     "a tiled psum_scatter made it a slice of a global array along that axis)",
-     "JAX sums different slices elementwise; a stack of per-device terms opts out"),
+    ("SPMD108", "psum/pmean over an axis of a gradient that is a Shard over it (the gradient of "
+     "a parameter an in_spec, a hint or a tiled psum_scatter sharded along that axis)",
+     "JAX sums the gradients of different slices elementwise; other values (a stack of "
+     "per-device terms) are not checked"),
     ("SPMD210", "a Partial value (a sum or mean over a Shard dim, a contraction of a dim sharded "
      "on both sides) plus or minus a replicated, literal or Shard value",
      "JAX types both Varying: the other term is counted once per device when reduced"),

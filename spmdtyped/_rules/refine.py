@@ -75,6 +75,22 @@ class Refinement:
     #: from a missing or size-1 dim (a per-head parameter broadcast over the batch): laid along
     #: a Shard dim there it is not SPMD215. Only the broadcast's own result carries them.
     uniform: tuple[int, ...] = ()
+    #: axes `S` such that the value is a replicated term divided by the number of devices of
+    #: `S` (`b / st.axis_size("tp")`): added to a value that is Partial over every axis of `S`
+    #: it is counted exactly once when the partial sums are reduced (the pre-divided
+    #: row-parallel bias), so `+`/`-` take it as a Partial term. Only the division's own
+    #: result carries it (any other op forgets it: a plain mean `total / n` stays replicated).
+    share: tuple[str, ...] = ()
+    #: the value is (computed from) a gradient: `st.grad`'s cotangents and what ops make of
+    #: them. A psum of a Shard over its own axis is SPMD108 only for such values (expert
+    #: gradients summed over the expert axis): an input sharded by its in_spec may as well be a
+    #: stack of per-device terms, whose psum is right.
+    grad: bool = False
+    #: axes over which the value is a reduction across the devices (a psum/pmean/pmax/pmin
+    #: over them of a value varying there, and elementwise ops of only such values): laid
+    #: along a dim sharded over one of them it is not SPMD215 (`x - st.pmax(x, a)` combines
+    #: each position with the reduction of the same position over the devices)
+    across: tuple[str, ...] = ()
 
     @staticmethod
     def of(mapping: Mapping[str, Kind | None], data: bool = False) -> Refinement:
@@ -96,6 +112,9 @@ class Refinement:
     def with_data(self, data: bool) -> Refinement:
         return self if data == self.data else dataclasses.replace(self, data=data)
 
+    def with_grad(self, grad: bool) -> Refinement:
+        return self if grad == self.grad else dataclasses.replace(self, grad=grad)
+
     def __bool__(self) -> bool:
         return bool(self.items)
 
@@ -105,6 +124,66 @@ class Refinement:
 
 NONE = Refinement()
 DATA = Refinement(data=True)
+
+
+class AxisSize(int):
+    """The number of devices along `axes`, as `st.axis_size` returns it: a Python int that
+    remembers its axes, so that `b / st.axis_size("tp")` is known to be a replicated term's
+    share of a partial sum over `tp` (`Refinement.share`). Every int operation gives a plain
+    int; `1 / n` gives an `AxisShare`."""
+
+    axes: tuple[str, ...]
+
+    def __new__(cls, value: int, axes: Sequence[str]) -> AxisSize:
+        self = super().__new__(cls, value)
+        self.axes = tuple(sorted(axes))
+        return self
+
+    def __getnewargs__(self) -> tuple[int, tuple[str, ...]]:  # type: ignore[override]
+        return int(self), self.axes
+
+    def __rtruediv__(self, other: int) -> float:
+        res = int.__rtruediv__(self, other)
+        if type(other) is int and other == 1:
+            return AxisShare(res, self.axes)
+        return res
+
+
+class AxisShare(float):
+    """`1 / st.axis_size(axes)`: `b * (1 / n)` is the same share as `b / n`."""
+
+    axes: tuple[str, ...]
+
+    def __new__(cls, value: float, axes: Sequence[str]) -> AxisShare:
+        self = super().__new__(cls, value)
+        self.axes = tuple(axes)
+        return self
+
+    def __getnewargs__(self) -> tuple[float, tuple[str, ...]]:  # type: ignore[override]
+        return float(self), self.axes
+
+
+def share_of(name: str, values: Sequence[object]) -> tuple[int, tuple[str, ...]] | None:
+    """`(i, axes)` when the elementwise op `name` on `values` divides operand `i` by the size
+    of `axes` (`x / st.axis_size(a)`, `x * (1 / st.axis_size(a))`, `(1 / n) * x`); else None."""
+    if len(values) != 2:
+        return None
+    x, y = values
+    if name == "div" and isinstance(y, AxisSize):
+        return 0, y.axes
+    if name == "mul" and isinstance(y, AxisShare):
+        return 0, y.axes
+    if name == "mul" and isinstance(x, AxisShare):
+        return 1, x.axes
+    return None
+
+
+def with_share(ref: Refinement, t: Operand, axes: Sequence[str]) -> Refinement:
+    """The refinement of a replicated operand of type `t` divided by the size of `axes`: a
+    share over `axes` when `t` is equal on every device there (Invariant or Rep)."""
+    if not axes or any(kind(t, ref, a) not in (FIXED, REP) for a in axes):
+        return ref
+    return dataclasses.replace(ref, share=tuple(axes))
 
 
 def kind(t: Operand, ref: Refinement, axis: str) -> Kind | str:
@@ -245,7 +324,7 @@ def aligned_shard(args: Sequence[Arg], axis: str, out_ndim: int | None, op: str)
         ext = _extent(x, d)
         if k in (FIXED, REP):
             if ext is not None and ext > 1 and x.ref.data and x.type is not LITERAL \
-                    and d not in x.ref.uniform:
+                    and d not in x.ref.uniform and axis not in x.ref.across:
                 raise fail("SPMD215", op, f"a replicated value is laid along dim {d}, which another "
                             f"operand has sharded over {axis!r}: every device applies the same "
                             f"values to a different slice (e.g. per-head parameters or positions "
@@ -269,11 +348,29 @@ def elementwise(name: str, args: Sequence[Arg], out: SpmdType, *, op: str,
     return Refinement.of(result, data=any(x.ref.data for x in args))
 
 
+def _shares_as_partial(args: Sequence[Arg], ks: list[Kind | str], has_p: list[int],
+                       a: str) -> list[Kind | str]:
+    """A replicated operand divided by the size of axes `S` (`Refinement.share`) is a Partial
+    term on `a` when `a` is in `S` and a partial operand is Partial on every axis of `S`: the
+    reduction over `S` counts it exactly once (`h @ w2 + b / n`, the pre-divided bias)."""
+    out = list(ks)
+    for i, (x, k) in enumerate(zip(args, ks, strict=True)):
+        share = x.ref.share
+        if k not in (FIXED, REP) or a not in share:
+            continue
+        if any(all(kind(args[j].type, args[j].ref, b) is PARTIAL for b in share) for j in has_p):
+            out[i] = PARTIAL
+    return out
+
+
 def _elementwise_axis(name: str, args: Sequence[Arg], ks: list[Kind | str], a: str,
                       out: SpmdType, op: str, out_ndim: int | None,
                       onehot_fill: bool) -> Kind | None:
     n = len(args)
     has_p = [i for i, k in enumerate(ks) if k is PARTIAL]
+    if has_p and name in ADDITIVE:
+        ks = _shares_as_partial(args, ks, has_p, a)
+        has_p = [i for i, k in enumerate(ks) if k is PARTIAL]
     if name in SELECTING and n == 3:
         pred, on_true, on_false = ks
         if has_p and pred not in (FIXED, REP):
@@ -307,7 +404,8 @@ def _elementwise_axis(name: str, args: Sequence[Arg], ks: list[Kind | str], a: s
                             f"replicated term would be counted once per device when the partial "
                             f"sums are reduced (e.g. a bias added before the reduction)", a, None,
                             fix=f"st.psum(x, {a!r}) {'+' if name == 'add' else '-'} b   "
-                                f"(reduce first, then add the replicated term)")
+                                f"(reduce first, then add the replicated term), or add "
+                                f"b / st.axis_size({a!r}) before the reduction")
             if any(isinstance(k, Shard) for k in others):
                 raise fail("SPMD210", op, f"a partial sum over {a!r} is combined with a shard of a "
                             f"global array over {a!r}: the shard would be counted once per device "

@@ -270,6 +270,9 @@ def concatenate(args: Sequence[Arg], out: SpmdType, *, axis: int, out_ndim: int,
 
     def one(a: str) -> Kind | None:
         ks = [kind(x.type, x.ref, a) for x in args]
+        if not stack and PARTIAL not in ks \
+                and any(isinstance(k, Shard) and k.dim == d_cat for k in ks):
+            return None  # along the Shard dim: pieces appended to a slice, nothing laid along it
         if PARTIAL in ks:
             if all(k is PARTIAL for k in ks):
                 return PARTIAL
@@ -299,23 +302,36 @@ def concatenate(args: Sequence[Arg], out: SpmdType, *, axis: int, out_ndim: int,
 
 def collective(name: str, t: SpmdType, ref: Refinement, out: SpmdType, axes: Sequence[str], *,
                shape: tuple[int, ...] | None = None, op: str,
-               params: Mapping[str, object] | None = None) -> Refinement:
-    """The refinement after a collective or cast over `axes` (four-state result `out`)."""
+               params: Mapping[str, object] | None = None,
+               strict_shards: bool = False) -> Refinement:
+    """The refinement after a collective or cast over `axes` (four-state result `out`).
+
+    A psum/pmean of a Shard over its own axis is SPMD108 for a gradient (`ref.grad`) only, or
+    for every Shard with `strict_shards` (the plugin: a hint that names a sharded dim declares
+    a slice of a global array, and it does not track gradients)."""
     params = params or {}
     ndim = len(shape) if shape is not None else None
     result: dict[str, Kind | None] = dict(ref.as_dict())
+    across = set(ref.across)
     for a in axes:
         k = kind(t, ref, a)
+        if name in ("psum", "pmean", "pmax", "pmin") and k != FIXED:
+            across.add(a)
         if name in ("psum", "pmean"):
-            if isinstance(k, Shard):
+            # only for a gradient: a value sharded by its in_spec (or a hint) may as well be a
+            # stack of per-device terms, whose psum is right (docs/design/shard_partial.md F5),
+            # while the gradient of a Shard parameter is a slice of one array (the gradient of
+            # this device's expert): summing the slices adds different parameters' gradients
+            if isinstance(k, Shard) and (ref.grad or strict_shards):
                 try:
-                    raise fail("SPMD108", op, f"the value is a shard of a global array along dim "
-                               f"{k.dim} over {a!r}; summing different slices of it makes no sense "
-                               f"(e.g. expert gradients reduced over the expert axis, or a batch "
-                               f"shard summed elementwise)", a, None,
-                               fix=f"st.all_gather(x, {a!r}, axis={k.dim}, tiled=True) to assemble "
-                                   f"the array, or x.sum({k.dim}) first if a total is meant, or "
-                                   f"with st.allow('SPMD108') if these are per-device terms")
+                    what = "the gradient of a shard" if ref.grad else "a shard"
+                    raise fail("SPMD108", op, f"the value is {what} of a global array along dim "
+                               f"{k.dim} over {a!r}; summing different slices of it adds different "
+                               f"parameters or rows elementwise (e.g. expert gradients reduced over "
+                               f"the expert axis)", a, None,
+                               fix=f"reduce over the axes the parameter is replicated on only "
+                                   f"(not {a!r}); st.all_gather(x, {a!r}, axis={k.dim}, "
+                                   f"tiled=True) to assemble the array")
                 except Plain:
                     pass
             result.pop(a, None)
@@ -349,7 +365,9 @@ def collective(name: str, t: SpmdType, ref: Refinement, out: SpmdType, axes: Seq
             result.pop(a, None)
         else:  # pcast_unreduced, pcast_reduced, all_gather_invarying, ...
             result.pop(a, None)
-    return Refinement.of({a: k for a, k in result.items() if k is not None}, True).restrict(out.varying)
+    out_ref = Refinement.of({a: k for a, k in result.items() if k is not None}, True) \
+        .restrict(out.varying).with_grad(ref.grad)
+    return dataclasses.replace(out_ref, across=tuple(sorted(across))) if across else out_ref
 
 
 def axis_index(axes: Sequence[str]) -> Refinement:
@@ -386,13 +404,15 @@ def cotangent(ref: Refinement) -> Refinement:
     """The refinement of a cotangent: Rep <-> Partial swap, Shard(k) stays, Invariant stays."""
     swap = {REP: PARTIAL, PARTIAL: REP}
     return Refinement.of({a: swap.get(k, k) if isinstance(k, str) else k  # type: ignore[arg-type]
-                          for a, k in ref.items if k not in (INDEX, ONEHOT)}, ref.data)
+                          for a, k in ref.items if k not in (INDEX, ONEHOT)}, ref.data) \
+        .with_grad(True)
 
 
 def join(a: Refinement, b: Refinement, varying: Iterable[str]) -> Refinement:
     """Loop carries and branch outputs: kept where both sides agree, plain elsewhere."""
     bd = b.as_dict()
-    return Refinement.of({x: k for x, k in a.items if bd.get(x) == k}, a.data or b.data).restrict(varying)
+    return Refinement.of({x: k for x, k in a.items if bd.get(x) == k}, a.data or b.data) \
+        .restrict(varying).with_grad(a.grad or b.grad)
 
 
 def hint_refinement(shards: Mapping[str, int], partial: Iterable[str] = (),

@@ -242,7 +242,7 @@ class RefineWalk:
                 # for a value the in_specs shard, a spec cannot tell a slice of a global array
                 # from a stack of per-device terms (F5), and raw programs sum such values
                 axes = set(eqn_axes(eqn))
-                refs = [r if (not is_literal(v) and v in side.grad) else
+                refs = [r.with_grad(True) if (not is_literal(v) and v in side.grad) else
                         Refinement.of({a: k for a, k in r.items
                                        if not (a in axes and isinstance(k, Shard))}, r.data)
                         for v, r in zip(eqn.invars, refs, strict=True)]
