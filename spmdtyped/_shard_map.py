@@ -12,7 +12,9 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
-from . import _compat, _hints, _rules, _specs
+# _autodiff: importing it lets jax.grad / eqx.filter_grad differentiate typed losses in the
+# bodies (`_autodiff._jax_grad_vjp`, installed once at its import)
+from . import _autodiff, _compat, _hints, _rules, _specs  # noqa: F401
 from ._array import is_typed, typeof, unwrap, vma_off, with_refinement, wrap
 from ._errors import SpmdTypeError, error, error_context
 from ._jax_errors import jax_errors
