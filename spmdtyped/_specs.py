@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import sys
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -68,11 +69,34 @@ def _name(hint: Any) -> str:
     return getattr(hint, "__qualname__", None) or repr(hint)
 
 
-def _field_hints(cls: type) -> dict[str, Any]:
+@functools.cache
+def field_hints(cls: type) -> dict[str, Any]:
+    """The field hints of a dataclass / `eqx.Module` / NamedTuple class, resolved. When one
+    annotation cannot be resolved (a forward reference to a name not in scope), the others
+    still are; the unresolvable ones are left out."""
     try:
         return typing.get_type_hints(cls, include_extras=True)
-    except Exception:  # noqa: BLE001 - unresolvable forward references: no hints
-        return {}
+    except Exception:  # noqa: BLE001 - one unresolvable annotation: resolve field by field
+        pass
+    out: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        module = sys.modules.get(klass.__module__)
+        ns = dict(vars(module)) if module is not None else {}
+        for name, ann in vars(klass).get("__annotations__", {}).items():
+            try:
+                out[name] = eval(ann, ns, dict(vars(klass))) if isinstance(ann, str) else ann  # noqa: S307
+            except Exception:  # noqa: BLE001 - a name not in scope: no hint for this field
+                out.pop(name, None)
+    return out
+
+
+def state_hint(hint: Any) -> type | None:
+    """The state hint class a field hint stands for (`Varying["tp"]`, `Shard["tp", -1]`, the
+    state of `st.Float[Varying["dp"], "b/dp d"]`), or None for any other hint."""
+    hint = _strip(hint)
+    if hasattr(hint, "_axes") and hasattr(hint, "_state"):  # st.Float[...] (_jaxtyping)
+        hint = hint._state
+    return hint if is_state_class(hint) and hint_type(hint) is not None else None
 
 
 def _strip(hint: Any) -> Any:
@@ -100,7 +124,7 @@ def _tree_specs(hint: Any, value: Any, where: str) -> Any:
         return {k: _tree_specs(vh, v, f"{where}[{k!r}]") for k, v in value.items()}
     if isinstance(hint, type) and isinstance(value, hint) and (
             dataclasses.is_dataclass(value) or hasattr(value, "_fields")):
-        fields = _field_hints(type(value))
+        fields = field_hints(type(value))
         names = ([f.name for f in dataclasses.fields(value)] if dataclasses.is_dataclass(value)
                  else list(value._fields))
         specs = {}

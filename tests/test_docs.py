@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -237,10 +238,13 @@ def test_pages_have_run_blocks():
 
 
 @pytest.mark.parametrize("page", PAGES_WITH_RUN_BLOCKS, ids=_page_id)
-def test_run_blocks(page):
-    namespace = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
+def test_run_blocks(page, monkeypatch):
+    # the page's blocks run in one module, registered as a user's module is (its classes'
+    # string annotations then resolve, as `typing.get_type_hints` and dataclasses expect)
+    module = types.ModuleType(f"docs_{page.stem.replace('-', '_')}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
     for i, block in enumerate(run_blocks(page)):
-        exec(compile(block, f"{_page_id(page)}[run block {i}]", "exec"), namespace)
+        exec(compile(block, f"{_page_id(page)}[run block {i}]", "exec"), module.__dict__)
 
 
 # ----------------------------------------------------------------------------- mypy
