@@ -243,6 +243,13 @@ def test_run_blocks(page, monkeypatch):
     # string annotations then resolve, as `typing.get_type_hints` and dataclasses expect)
     module = types.ModuleType(f"docs_{page.stem.replace('-', '_')}")
     monkeypatch.setitem(sys.modules, module.__name__, module)
+    # a file a page includes (`--8<-- "docs/_snippets/model.py"`) is importable by its name,
+    # as next to the page's later files (`from model import mesh, mlp`)
+    for path in SNIPPET.findall("".join(RUN_BLOCK.findall(page.read_text()))):
+        snippet = types.ModuleType(Path(path).stem)
+        snippet.__file__ = str(ROOT / path)
+        monkeypatch.setitem(sys.modules, snippet.__name__, snippet)
+        exec(compile((ROOT / path).read_text(), str(ROOT / path), "exec"), snippet.__dict__)
     for i, block in enumerate(run_blocks(page)):
         exec(compile(block, f"{_page_id(page)}[run block {i}]", "exec"), module.__dict__)
 
