@@ -264,7 +264,7 @@ def _check_node(v: Any, pname: str, path: str, spec_of: dict[int, Any], where: s
 
 
 def _field_error(cls: type, field: str, value: Any, want: Any, pname: str, path: str,
-                 spec: Any, where: str) -> None:
+                 spec: Any, where: str) -> typing.NoReturn:
     have = typeof(value)
     want_t = _hints.hint_type(want)
     assert want_t is not None

@@ -69,11 +69,21 @@ def _name(hint: Any) -> str:
     return getattr(hint, "__qualname__", None) or repr(hint)
 
 
-@functools.cache
+#: class -> its resolved field hints (read once per class)
+_FIELD_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def field_hints(cls: type) -> dict[str, Any]:
     """The field hints of a dataclass / `eqx.Module` / NamedTuple class, resolved. When one
     annotation cannot be resolved (a forward reference to a name not in scope), the others
     still are; the unresolvable ones are left out."""
+    hints = _FIELD_HINTS.get(cls)
+    if hints is None:
+        hints = _FIELD_HINTS[cls] = _resolve_field_hints(cls)
+    return hints
+
+
+def _resolve_field_hints(cls: type) -> dict[str, Any]:
     try:
         return typing.get_type_hints(cls, include_extras=True)
     except Exception:  # noqa: BLE001 - one unresolvable annotation: resolve field by field
