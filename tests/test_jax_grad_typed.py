@@ -280,3 +280,29 @@ def test_nnx_value_and_grad_of_a_typed_loss(mesh_dp_tp):
     np.testing.assert_allclose(float(loss), float(ref_loss), **TOL)
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ref), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), **TOL)
+
+
+def test_second_order_jax_grad_of_a_typed_loss(mesh_dp_tp):
+    """jax.grad of jax.grad of a typed loss, and jax.hessian (JAX's own path) next to it."""
+    x = jnp.linspace(-1, 1, 32).reshape(8, 4)
+    w = jnp.linspace(0.1, 0.3, 4)
+
+    def body(w, x):
+        def f(w):
+            return st.pmean(jnp.sum(jnp.sin(w * x)), "dp")
+
+        g2 = jax.grad(lambda w: jax.grad(f)(w).sum())(w)
+        h = jax.hessian(lambda w: jnp.sum(jnp.sin(w * x.raw)))(w.raw)   # summed over dp
+        return g2, h
+
+    f = st.shard_map(body, mesh=mesh_dp_tp, in_specs=(P(), P("dp")), out_specs=(P(), P()))
+    g2, h = jax.jit(f)(put(mesh_dp_tp, w), put(mesh_dp_tp, x, P("dp")))
+    halves = x.reshape(2, 4, 4)
+
+    def ref(w):
+        return jnp.mean(jnp.stack([jnp.sum(jnp.sin(w * halves[i])) for i in range(2)]))
+
+    np.testing.assert_allclose(np.asarray(g2), np.asarray(jax.grad(lambda w: jax.grad(ref)(w).sum())(w)),
+                               **TOL)
+    np.testing.assert_allclose(np.asarray(h), np.asarray(jax.hessian(lambda w: jnp.sum(jnp.sin(w * x)))(w)),
+                               **TOL)
