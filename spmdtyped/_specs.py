@@ -1,7 +1,8 @@
 """PartitionSpecs derived from hints that name dimensions (`st.shard_map` without specs).
 
 A parameter hinted `st.Float[Varying["dp"], "batch/dp d"]` says everything its in_spec says:
-dimension 0 is partitioned over `dp` -> `P("dp", None)`. An `Invariant` hint is `P()`;
+dimension 0 is partitioned over `dp` -> `P("dp", None)`; so does `st.Shard["tp", -1]` (the last
+dimension over `tp`: `P(None, "tp")` for a matrix). An `Invariant` hint is `P()`;
 `Reduced`/`Unreduced` axes go to `P(reduced=...)` / `P(unreduced=...)`. A parameter whose
 hint is a class (an `eqx.Module`, a dataclass, a NamedTuple) gets one spec per leaf, read from
 the annotation of each field on the path to the leaf, so a whole parameter pytree is derived
@@ -27,6 +28,7 @@ from jax.sharding import PartitionSpec
 from . import _compat
 from ._errors import error
 from ._hints import hint_type, is_state_class
+from ._rules.refine import Shard
 
 _DERIVED_FIX = ('name the partitioned dimensions in the hint, e.g. '
                 'x: st.Float[Varying["dp"], "batch/dp d"], or pass in_specs/out_specs')
@@ -47,6 +49,8 @@ def _hint_spec(hint: Any, ndim: int | None, where: str) -> PartitionSpec:
     t = hint_type(state)
     if t is None:
         raise _NotDerivable(f"{where}: the hint {_name(hint)} names no state")
+    if not axes:  # `Shard["tp", -1]`, `Typed[Shard["dp", 0], Shard["tp", 1]]`: the dims
+        axes = _shard_dims(getattr(state, "_refinement", None), ndim, _name(hint), where)
     partitioned = {a for part in axes for a in part}
     missing = sorted(t.varying - partitioned)
     if missing:
@@ -63,6 +67,30 @@ def _hint_spec(hint: Any, ndim: int | None, where: str) -> PartitionSpec:
     if t.reduced:
         kw["reduced"] = set(t.reduced)
     return PartitionSpec(*entries, **kw)
+
+
+def _shard_dims(ref: Any, ndim: int | None, name: str, where: str) -> tuple[tuple[str, ...], ...]:
+    """The axes partitioning each dimension, read from the Shard refinements of a hint."""
+    by_dim: dict[int, list[str]] = {}
+    for axis, kind in getattr(ref, "items", ()):
+        if not isinstance(kind, Shard):
+            continue  # Partial / Rep: no layout (reported as "names no dimension" below)
+        d = kind.dim
+        if d < 0:
+            if ndim is None:
+                raise _NotDerivable(f"{where}: the hint {name} counts its dim from the right, "
+                                    f"which needs the value's rank (write the dim from the left)")
+            d += ndim
+        if not 0 <= d < (ndim if ndim is not None else d + 1):
+            raise _NotDerivable(f"{where}: the hint {name} shards dim {kind.dim} of a value of "
+                                f"rank {ndim}")
+        by_dim.setdefault(d, []).append(axis)
+    for d, names in by_dim.items():
+        if len(names) > 1:  # their order (the layout) is not in the hint
+            raise _NotDerivable(f"{where}: the hint {name} shards dim {d} over {sorted(names)}, "
+                                f"in an order the hint does not say")
+    n = max(by_dim, default=-1) + 1
+    return tuple(tuple(by_dim.get(d, ())) for d in range(n))
 
 
 def _name(hint: Any) -> str:
@@ -206,7 +234,8 @@ def derive(f: Callable[..., Any], args: tuple[Any, ...], in_specs: Any, out_spec
 
 
 def names_dimensions(f: Callable[..., Any]) -> bool:
-    """Whether a parameter hint of `f` names partitioned dimensions (`st.Float[..., "b/dp d"]`)."""
+    """Whether a parameter hint of `f` names partitioned dimensions (`st.Float[..., "b/dp d"]`).
+    (A `st.Shard` hint alone does not make an omitted in_specs derived: it stays JAX's Infer.)"""
     try:
         hints = typing.get_type_hints(f, include_extras=True)
     except Exception:  # noqa: BLE001

@@ -165,3 +165,41 @@ def test_a_module_in_a_tuple_of_parameters_is_checked(mesh_dp_tp):
     with pytest.raises(st.BoundaryError) as info:
         apply(_place(mesh_dp_tp, (_mlp(),), specs), put(mesh_dp_tp, _x(), P("dp")))
     assert "field MLP.b of parameter 'models' (models[0].b)" in str(info.value)
+
+
+# ----------------------------------------------------------------------------- specs from Shard hints
+
+
+class Col(eqx.Module):
+    w1: st.Shard["tp", -1]      # column-parallel: P(None, "tp")
+    w2: st.Shard["tp", -2]      # row-parallel: P("tp", None)
+    b: Invariant                # P()
+
+
+def test_shard_field_hints_derive_the_specs(mesh_dp_tp):
+    """No in_specs / out_specs: the module's spec tree comes from its Shard field hints."""
+    @st.shard_map(mesh=mesh_dp_tp)
+    def apply(m: Col, x: st.Float[Varying["dp"], "b/dp d"]) -> st.Shard["dp", 0]:
+        return st.psum(jnp.tanh(x @ m.w1) @ m.w2, "tp") + m.b
+
+    k1, k2 = jax.random.split(jax.random.key(3))
+    m = Col(jax.random.normal(k1, (4, 8)), jax.random.normal(k2, (8, 4)), jnp.arange(4.0))
+    specs = Col(P(None, "tp"), P("tp", None), P())
+    got = apply(_place(mesh_dp_tp, m, specs), put(mesh_dp_tp, _x(), P("dp")))
+    ref = jnp.tanh(_x() @ m.w1) @ m.w2 + m.b
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-5, atol=1e-5)
+
+
+def test_shard_hints_that_give_no_layout_are_spmd402(mesh_dp_tp):
+    def right_counted(x: st.Float[Varying["dp"], "b/dp d"]) -> st.Shard["dp", -2]:
+        return x
+
+    def two_axes_one_dim(x: st.Typed[st.Shard["dp", 0], st.Shard["tp", 0]]) -> Invariant:
+        return st.psum(x.sum(), ("dp", "tp"))
+
+    x = put(mesh_dp_tp, _x(), P("dp"))
+    with pytest.raises(st.BoundaryError, match="counts its dim from the right") as info:
+        st.shard_map(right_counted, mesh=mesh_dp_tp)(x)
+    assert info.value.code == "SPMD402"
+    with pytest.raises(st.BoundaryError, match=r"shards dim 0 over \['dp', 'tp'\]"):
+        st.shard_map(two_axes_one_dim, mesh=mesh_dp_tp)(x)
