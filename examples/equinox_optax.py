@@ -122,8 +122,7 @@ def make_step(mesh: jax.sharding.Mesh) -> Any:
         def loss_fn(m: Transformer) -> Invariant:
             return st.pmean(cross_entropy(m(tokens, "tp"), labels), "dp")
 
-        # st.value_and_grad: jax.grad / eqx.filter_grad need a raw loss, the loss here is typed
-        loss, grads = st.value_and_grad(loss_fn)(model)
+        loss, grads = eqx.filter_value_and_grad(loss_fn)(model)  # typed loss, typed grads
         updates, opt_state = OPT.update(grads, opt_state, model)
         return eqx.apply_updates(model, updates), opt_state, loss
 

@@ -107,7 +107,7 @@ def make_step(mesh: jax.sharding.Mesh, graphdef: Any, params: nnx.State) -> Any:
             model = nnx.merge(graphdef, p)
             return st.pmean(cross_entropy(model(tokens, "tp"), labels), "dp")
 
-        loss, grads = st.value_and_grad(loss_fn)(params)
+        loss, grads = jax.value_and_grad(loss_fn)(params)  # typed loss, typed grads
         updates, opt_state = OPT.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 

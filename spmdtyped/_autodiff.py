@@ -16,15 +16,18 @@ over an axis, differentiated w.r.t. a parameter Invariant there, is SPMD407: JAX
 each per-example gradient over the devices (jax#36886); strict, since the sum of the
 per-example gradients over the batch is the right total.
 
-Plain `jax.grad` / `jax.vjp` also work on functions of typed values: typed values are pytrees,
-and a cotangent rebuilt around a JAX value whose state differs from the primal's class gets the
-class of its own state (`_array._unflatten`). `jax.grad` needs the function to return a raw
-scalar (`loss.raw`); `st.grad` accepts typed losses.
+Plain `jax.grad` / `jax.value_and_grad` (and `eqx.filter_grad`, which calls them) of a function
+of typed values or of a typed loss are `st.value_and_grad`'s: the `vjp` they call is hooked
+(`_jax_grad_vjp`, `_compat.hook_grad_vjp`), since JAX seeds a raw cotangent that cannot match
+the structure of a typed loss. `jax.vjp` works on functions of typed values as they are
+pytrees: a cotangent rebuilt around a JAX value whose state differs from the primal's class
+gets the class of its own state (`_array._unflatten`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -78,14 +81,19 @@ class _Args:
 
     def rewrap(self, raw: Any, op: str) -> Any:
         leaves = self.treedef.flatten_up_to(raw)
-        return self.treedef.unflatten([checked(op, r, t, f) if m and t is not None else r
+        # a typed node around None (a leaf `eqx.partition` filtered out) has no JAX value
+        return self.treedef.unflatten([checked(op, r, t, f) if m and t is not None
+                                       and r is not None else r
                                        for r, t, m, f in zip(leaves, self.types, self.mask,
                                                              self.refs, strict=True)])
 
-    def cotangents(self, raw_cts: Any, op: str) -> Any:
+    def cotangents(self, raw_cts: Any, op: str, typed_only: bool = False) -> Any:
+        """The cotangents typed by the cotangent rule (`typed_only`: only those of typed
+        primals; raw primals keep the raw cotangents JAX gives them)."""
         leaves = self.treedef.flatten_up_to(raw_cts)
-        return self.treedef.unflatten([_wrap_ct(r, t, f, op) for r, t, f in
-                                       zip(leaves, self.types, self.refs, strict=True)])
+        return self.treedef.unflatten([_wrap_ct(r, t, f, op) if m or not typed_only else r
+                                       for r, t, f, m in zip(leaves, self.types, self.refs,
+                                                             self.mask, strict=True)])
 
     def named_types(self, name: str) -> list[tuple[str, SpmdType]]:
         """(name, state) of each value leaf, for messages."""
@@ -107,7 +115,7 @@ def _is_value(x: Any) -> bool:
 def _wrap_ct(raw: Any, primal: SpmdType | None, ref: Refinement, op: str) -> Any:
     """A cotangent typed by the cotangent rule: the state with Unreduced and Reduced swapped,
     the refinement with Rep and Partial swapped (Shard and Invariant kept)."""
-    if primal is None or getattr(raw, "dtype", None) == jax.dtypes.float0:
+    if primal is None or raw is None or getattr(raw, "dtype", None) == jax.dtypes.float0:
         return raw  # integer inputs get float0 cotangents: no state
     ct = _rules.cotangent(primal)
     return checked(op, raw, ct, _refine.cotangent(ref).restrict(ct.varying))
@@ -307,5 +315,76 @@ def grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: boo
     grad_f.__doc__ = fun.__doc__
     return grad_f
 
+
+# ------------------------------------------------------------------- jax.grad of typed values
+
+
+def _jax_grad_vjp(jax_vjp: Callable[..., Any]) -> Callable[..., Any]:
+    """The `vjp` that `jax.grad` / `jax.value_and_grad` (and equinox's filter_grad through
+    them) call (`_compat.hook_grad_vjp`): on functions of typed values, or returning a typed
+    loss, it is `st.value_and_grad`'s; every other call is JAX's own, unchanged."""
+
+    def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False, **kw: Any) -> Any:
+        site = _compat.grad_call_site(1)
+        if site is None or kw:
+            return jax_vjp(fun, *primals, has_aux=has_aux, **kw)
+        return _grad_vjp(jax_vjp, fun, primals, has_aux, *site)
+
+    return vjp
+
+
+def _grad_vjp(jax_vjp: Callable[..., Any], fun: Callable[..., Any], primals: tuple[Any, ...],
+              has_aux: bool, op: str, argnums: Any) -> Any:
+    """`jax_vjp(fun, *primals)` for `jax.value_and_grad`: typed primals enter `fun` typed with
+    their refinements, a typed loss leaves it as its JAX value (so JAX's seed of ones matches
+    its structure) and comes back typed, and the gradients of typed primals are typed by the
+    cotangent rule, with the loss checks of `st.grad` (SPMD405, SPMD407): the result is
+    `st.value_and_grad`'s. Raw primals keep JAX's raw gradients."""
+    typed_in = any(is_typed(x) for x in jax.tree_util.tree_leaves(primals, is_leaf=is_typed))
+    args = _Args(primals) if typed_in else None
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    info: dict[str, Any] = {}
+
+    def differentiated() -> list[tuple[str, SpmdType]]:
+        return [nt for k, p in zip(nums, primals, strict=False)
+                for nt in _Args(p).named_types(f"argument {k}")]
+
+    @functools.wraps(fun)
+    def raw_fun(*raw_args: Any) -> Any:
+        res = fun(*args.rewrap(raw_args, op)) if args is not None else fun(*raw_args)
+        if has_aux and not (isinstance(res, tuple) and len(res) == 2):
+            return res  # JAX's own error for a malformed (loss, aux)
+        out, aux = res if has_aux else (res, None)
+        leaves, treedef = jax.tree_util.tree_flatten(out, is_leaf=is_typed)
+        mask = [is_typed(x) for x in leaves]
+        if args is None and not any(mask):
+            return res  # nothing typed: JAX's own
+        if len(leaves) == 1 and (mask[0] or isinstance(leaves[0], (jax.Array, jax.core.Tracer))):
+            loss_t = typeof(leaves[0])
+            _rules.grad_loss_type(loss_t, op=op)
+            _check_vmap(leaves[0], loss_t, differentiated(), op)
+        info.update(treedef=treedef, mask=mask, refs=[refinement_of(x) for x in leaves],
+                    types=[typeof(x) if m else None for x, m in zip(leaves, mask, strict=True)])
+        raw_out = _unflatten(treedef, [unwrap(x) for x in leaves])
+        return (raw_out, aux) if has_aux else raw_out
+
+    with _loop_transpose_errors(op):
+        res = jax_vjp(raw_fun, *(args.raw if args is not None else primals), has_aux=has_aux)
+    if not info:
+        return res
+    out_def: Any = info["treedef"]
+    out = out_def.unflatten([checked(op, r, t, f) if m else r for r, t, f, m in zip(
+        out_def.flatten_up_to(res[0]), info["types"], info["refs"], info["mask"], strict=True)])
+    raw_pull = res[1]
+
+    def pullback(ct: Any) -> Any:
+        with _loop_transpose_errors(op):
+            raw_cts = raw_pull(jax.tree_util.tree_map(unwrap, ct, is_leaf=is_typed))
+        return raw_cts if args is None else args.cotangents(raw_cts, op, typed_only=True)
+
+    return (out, pullback, *res[2:])
+
+
+_compat.hook_grad_vjp(_jax_grad_vjp)
 
 __all__ = ["cotangent_type", "grad", "value_and_grad", "vjp"]

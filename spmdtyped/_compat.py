@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 from typing import Any
 
 import jax
@@ -415,3 +416,54 @@ def is_differentiated(x: Any) -> bool:
             return False
         x = nxt
     return False
+
+
+# ------------------------------------------------------------------- jax.grad of a typed loss
+
+
+def hook_grad_vjp(make: Any) -> None:
+    """Replace the `vjp` that `jax.grad` / `jax.value_and_grad` call by `make(vjp)`, once.
+
+    jax 0.10.2 and 0.12: `value_and_grad_f` (jax/_src/api.py; `jax.grad` calls it too, and so
+    do `eqx.filter_grad` / `eqx.filter_value_and_grad` through `jax.value_and_grad`) looks up
+    the module-global `vjp` at each call, then seeds `vjp_py(_one_vjp(ans))` with a *raw*
+    cotangent, which cannot match the structure of a typed loss (a pytree node). The public
+    `jax.vjp` is a separate binding and stays JAX's own. `make(vjp)` must pass every call it
+    does not handle to `vjp` unchanged."""
+    from jax._src import api
+
+    if getattr(api.vjp, "_spmdtyped_grad_hook", False):
+        return
+    hooked = make(api.vjp)
+    hooked._spmdtyped_grad_hook = True
+    api.vjp = hooked
+
+
+#: (module, function qualname) of the public entry points above `value_and_grad_f`
+_GRAD_ENTRIES = {("jax._src.api", "grad.<locals>.grad_f"): "jax.grad",
+                 ("jax._src.api", "grad.<locals>.grad_f_aux"): "jax.grad",
+                 ("equinox._ad", "_GradWrapper.__call__"): "eqx.filter_grad",
+                 ("equinox._ad", "_ValueAndGradWrapper.__call__"): "eqx.filter_value_and_grad"}
+
+
+def grad_call_site(depth: int) -> tuple[str, Any] | None:
+    """`(name, argnums)` when the frame `depth` levels up is JAX's `value_and_grad_f` (jax
+    0.10.2 and 0.12: the closure of `jax.value_and_grad`, with `argnums` among its free
+    variables); `name` is the public function the user called (`jax.grad`,
+    `jax.value_and_grad`, `eqx.filter_grad`, ...). None for any other caller of `vjp`."""
+    f = sys._getframe(depth + 1)
+    if f.f_code.co_name != "value_and_grad_f" or f.f_globals.get("__name__") != "jax._src.api":
+        return None
+    argnums = f.f_locals.get("argnums", 0)
+    name, g, hops = "jax.value_and_grad", f.f_back, 0
+    while g is not None and hops < 8:
+        if g.f_code.co_name == "value_and_grad_f":
+            break  # an enclosing jax.grad's frames
+        entry = _GRAD_ENTRIES.get((g.f_globals.get("__name__", ""),
+                                   getattr(g.f_code, "co_qualname", g.f_code.co_name)))
+        if entry is not None:
+            # eqx.filter_grad calls eqx.filter_value_and_grad's wrapper: the outermost wins
+            name = entry
+        hops += 1
+        g = g.f_back
+    return name, argnums

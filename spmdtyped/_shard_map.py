@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import typing
@@ -12,7 +13,9 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
-from . import _compat, _hints, _rules, _specs
+# _autodiff: importing it lets jax.grad / eqx.filter_grad differentiate typed losses in the
+# bodies (`_autodiff._jax_grad_vjp`, installed once at its import)
+from . import _autodiff, _compat, _hints, _rules, _specs  # noqa: F401
 from ._array import is_typed, typeof, unwrap, vma_off, with_refinement, wrap
 from ._errors import SpmdTypeError, error, error_context
 from ._jax_errors import jax_errors
@@ -98,24 +101,31 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
         def spec_type(spec: Any) -> _rules.SpmdType:
             return spec_state(spec, manual)
 
-        def typed_input(spec: Any, raw: Any, t: _rules.SpmdType | None) -> Any:
+        def typed_input(spec: Any, raw: Any, t: _rules.SpmdType | None,
+                        spec_of: dict[int, Any]) -> Any:
             # the state JAX gives the argument (or the spec's, check_vma=False), refined by the
             # spec: a dim named in it is a Shard of the global array; every input carries data
             x = wrap(raw, t)
             ndim = getattr(raw, "ndim", None)
-            if ndim is None:
-                return x
-            entries = _compat.spec_entries(spec if spec is not None else PartitionSpec())
-            return with_refinement(x, refine_shape.from_spec(entries, ndim, manual))
+            if ndim is not None:
+                entries = _compat.spec_entries(spec if spec is not None else PartitionSpec())
+                x = with_refinement(x, refine_shape.from_spec(entries, ndim, manual))
+            spec_of[id(x)] = spec  # x lives in the arguments: its id stays unique meanwhile
+            return x
 
         def typed_inputs(raw_args: tuple[Any, ...], typed: bool) -> Any:
             sp = specs if specs is not None else PartitionSpec()
             if is_spec_leaf(sp):
                 sp = tuple(sp for _ in raw_args)
-            return jax.tree_util.tree_map(
+            spec_of: dict[int, Any] = {}
+            args = jax.tree_util.tree_map(
                 lambda spec, sub: jax.tree_util.tree_map(
-                    lambda r: typed_input(spec, r, spec_type(spec) if typed else None), sub),
+                    lambda r: typed_input(spec, r, spec_type(spec) if typed else None, spec_of),
+                    sub),
                 sp, tuple(raw_args), is_leaf=is_spec_leaf)
+            # the fields of dataclass / eqx.Module / NamedTuple arguments against their hints
+            check_fields(args, [p for p, _ in _hints_of(f)[0]], spec_of, where)
+            return args
 
         def body(*raw_args: Any) -> Any:
             with jax_errors(where):
@@ -230,6 +240,60 @@ def check_return(out: Any, hint: Any, where: str) -> None:
         return
     _rules.check_return(typeof(out), want, where=f"{where} (its return hint)",
                         refinement=_hints.refinement_mismatch(hint, out), hint=getattr(hint, "__name__", str(want)))
+
+
+def check_fields(args: Any, names: list[str], spec_of: dict[int, Any], where: str) -> None:
+    """SPMD403 when a typed value in a field of a dataclass / `eqx.Module` / NamedTuple
+    argument does not fit the field's state hint (`w: Varying["tp"]`, `Shard["tp", -1]`),
+    naming the class, the field and the parameter (top-level parameters: `check_hints`).
+    `spec_of`: the in_spec each typed value came from, by `id`."""
+    for i, arg in enumerate(args):
+        pname = names[i] if i < len(names) else f"argument {i}"
+        _check_node(arg, pname, pname, spec_of, where)
+
+
+def _check_node(v: Any, pname: str, path: str, spec_of: dict[int, Any], where: str) -> None:
+    if v is None or is_typed(v) or isinstance(v, (jax.Array, str, bytes, int, float)):
+        return
+    if isinstance(v, tuple) and hasattr(v, "_fields") or \
+            dataclasses.is_dataclass(v) and not isinstance(v, type):
+        fields = (list(v._fields) if hasattr(v, "_fields")
+                  else [fl.name for fl in dataclasses.fields(v)])
+        hints = _specs.field_hints(type(v))
+        for n in fields:
+            sub = getattr(v, n, None)
+            want = _specs.state_hint(hints.get(n))
+            if want is not None and is_typed(sub):
+                if not isinstance(sub, want):
+                    _field_error(type(v), n, sub, want, pname, f"{path}.{n}",
+                                 spec_of.get(id(sub)), where)
+            else:
+                _check_node(sub, pname, f"{path}.{n}", spec_of, where)
+    elif isinstance(v, (list, tuple)):
+        for k, sub in enumerate(v):
+            _check_node(sub, pname, f"{path}[{k}]", spec_of, where)
+    elif isinstance(v, dict):
+        for k, sub in v.items():
+            _check_node(sub, pname, f"{path}[{k!r}]", spec_of, where)
+
+
+def _field_error(cls: type, field: str, value: Any, want: Any, pname: str, path: str,
+                 spec: Any, where: str) -> typing.NoReturn:
+    have = typeof(value)
+    want_t = _hints.hint_type(want)
+    assert want_t is not None
+    bad = sorted(a for a in have.axes | want_t.axes if have.state(a) is not want_t.state(a))
+    spec_text = _rules.spec_text(spec) if isinstance(spec, PartitionSpec) else None
+    got = repr(value).split("(local")[0]  # the state and refinement: Varying['tp'], Shard['tp', -1]
+    raise error("SPMD403", f"{where}: field {cls.__qualname__}.{field} of parameter {pname!r} "
+                f"({path}) enters the body as {got}, but its hint is {want.__qualname__} "
+                f"({type(want).__instancecheck_str__(want, value)})", op="st.shard_map",
+                axes=tuple(bad), states=have.states(bad),
+                details=(*((f"in_spec: {spec_text} -> {have}",) if spec_text else ()),
+                         f"hint: {cls.__qualname__}.{field}: {want.__qualname__}"),
+                fix=f"make the spec and the field hint agree: annotate {cls.__qualname__}."
+                    f"{field} as {got}, or give {path} the in_spec that gives "
+                    f"{want.__qualname__}")
 
 
 def check_spec_axes(specs: Any, mesh_axes: tuple[str, ...], where: str, what: str) -> None:

@@ -1,7 +1,8 @@
 """PartitionSpecs derived from hints that name dimensions (`st.shard_map` without specs).
 
 A parameter hinted `st.Float[Varying["dp"], "batch/dp d"]` says everything its in_spec says:
-dimension 0 is partitioned over `dp` -> `P("dp", None)`. An `Invariant` hint is `P()`;
+dimension 0 is partitioned over `dp` -> `P("dp", None)`; so does `st.Shard["tp", -1]` (the last
+dimension over `tp`: `P(None, "tp")` for a matrix). An `Invariant` hint is `P()`;
 `Reduced`/`Unreduced` axes go to `P(reduced=...)` / `P(unreduced=...)`. A parameter whose
 hint is a class (an `eqx.Module`, a dataclass, a NamedTuple) gets one spec per leaf, read from
 the annotation of each field on the path to the leaf, so a whole parameter pytree is derived
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import sys
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +28,7 @@ from jax.sharding import PartitionSpec
 from . import _compat
 from ._errors import error
 from ._hints import hint_type, is_state_class
+from ._rules.refine import Shard
 
 _DERIVED_FIX = ('name the partitioned dimensions in the hint, e.g. '
                 'x: st.Float[Varying["dp"], "batch/dp d"], or pass in_specs/out_specs')
@@ -46,6 +49,8 @@ def _hint_spec(hint: Any, ndim: int | None, where: str) -> PartitionSpec:
     t = hint_type(state)
     if t is None:
         raise _NotDerivable(f"{where}: the hint {_name(hint)} names no state")
+    if not axes:  # `Shard["tp", -1]`, `Typed[Shard["dp", 0], Shard["tp", 1]]`: the dims
+        axes = _shard_dims(getattr(state, "_refinement", None), ndim, _name(hint), where)
     partitioned = {a for part in axes for a in part}
     missing = sorted(t.varying - partitioned)
     if missing:
@@ -64,15 +69,72 @@ def _hint_spec(hint: Any, ndim: int | None, where: str) -> PartitionSpec:
     return PartitionSpec(*entries, **kw)
 
 
+def _shard_dims(ref: Any, ndim: int | None, name: str, where: str) -> tuple[tuple[str, ...], ...]:
+    """The axes partitioning each dimension, read from the Shard refinements of a hint."""
+    by_dim: dict[int, list[str]] = {}
+    for axis, kind in getattr(ref, "items", ()):
+        if not isinstance(kind, Shard):
+            continue  # Partial / Rep: no layout (reported as "names no dimension" below)
+        d = kind.dim
+        if d < 0:
+            if ndim is None:
+                raise _NotDerivable(f"{where}: the hint {name} counts its dim from the right, "
+                                    f"which needs the value's rank (write the dim from the left)")
+            d += ndim
+        if not 0 <= d < (ndim if ndim is not None else d + 1):
+            raise _NotDerivable(f"{where}: the hint {name} shards dim {kind.dim} of a value of "
+                                f"rank {ndim}")
+        by_dim.setdefault(d, []).append(axis)
+    for d, names in by_dim.items():
+        if len(names) > 1:  # their order (the layout) is not in the hint
+            raise _NotDerivable(f"{where}: the hint {name} shards dim {d} over {sorted(names)}, "
+                                f"in an order the hint does not say")
+    n = max(by_dim, default=-1) + 1
+    return tuple(tuple(by_dim.get(d, ())) for d in range(n))
+
+
 def _name(hint: Any) -> str:
     return getattr(hint, "__qualname__", None) or repr(hint)
 
 
-def _field_hints(cls: type) -> dict[str, Any]:
+#: class -> its resolved field hints (read once per class)
+_FIELD_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def field_hints(cls: type) -> dict[str, Any]:
+    """The field hints of a dataclass / `eqx.Module` / NamedTuple class, resolved. When one
+    annotation cannot be resolved (a forward reference to a name not in scope), the others
+    still are; the unresolvable ones are left out."""
+    hints = _FIELD_HINTS.get(cls)
+    if hints is None:
+        hints = _FIELD_HINTS[cls] = _resolve_field_hints(cls)
+    return hints
+
+
+def _resolve_field_hints(cls: type) -> dict[str, Any]:
     try:
         return typing.get_type_hints(cls, include_extras=True)
-    except Exception:  # noqa: BLE001 - unresolvable forward references: no hints
-        return {}
+    except Exception:  # noqa: BLE001 - one unresolvable annotation: resolve field by field
+        pass
+    out: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        module = sys.modules.get(klass.__module__)
+        ns = dict(vars(module)) if module is not None else {}
+        for name, ann in vars(klass).get("__annotations__", {}).items():
+            try:
+                out[name] = eval(ann, ns, dict(vars(klass))) if isinstance(ann, str) else ann  # noqa: S307
+            except Exception:  # noqa: BLE001 - a name not in scope: no hint for this field
+                out.pop(name, None)
+    return out
+
+
+def state_hint(hint: Any) -> type | None:
+    """The state hint class a field hint stands for (`Varying["tp"]`, `Shard["tp", -1]`, the
+    state of `st.Float[Varying["dp"], "b/dp d"]`), or None for any other hint."""
+    hint = _strip(hint)
+    if hasattr(hint, "_axes") and hasattr(hint, "_state"):  # st.Float[...] (_jaxtyping)
+        hint = hint._state
+    return hint if is_state_class(hint) and hint_type(hint) is not None else None
 
 
 def _strip(hint: Any) -> Any:
@@ -100,7 +162,7 @@ def _tree_specs(hint: Any, value: Any, where: str) -> Any:
         return {k: _tree_specs(vh, v, f"{where}[{k!r}]") for k, v in value.items()}
     if isinstance(hint, type) and isinstance(value, hint) and (
             dataclasses.is_dataclass(value) or hasattr(value, "_fields")):
-        fields = _field_hints(type(value))
+        fields = field_hints(type(value))
         names = ([f.name for f in dataclasses.fields(value)] if dataclasses.is_dataclass(value)
                  else list(value._fields))
         specs = {}
@@ -172,7 +234,8 @@ def derive(f: Callable[..., Any], args: tuple[Any, ...], in_specs: Any, out_spec
 
 
 def names_dimensions(f: Callable[..., Any]) -> bool:
-    """Whether a parameter hint of `f` names partitioned dimensions (`st.Float[..., "b/dp d"]`)."""
+    """Whether a parameter hint of `f` names partitioned dimensions (`st.Float[..., "b/dp d"]`).
+    (A `st.Shard` hint alone does not make an omitted in_specs derived: it stays JAX's Infer.)"""
     try:
         hints = typing.get_type_hints(f, include_extras=True)
     except Exception:  # noqa: BLE001

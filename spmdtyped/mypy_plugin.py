@@ -43,6 +43,7 @@ from ._mypy import (
     hints,
     operators,
     refined,
+    signature,
     wrappers,
 )
 from ._mypy.codes import AXIS, CODES, SPMD, guarded, guarded_sig
@@ -94,8 +95,8 @@ class SpmdPlugin(Plugin):
             return guarded(functools.partial(control.analyze, name=control.FULLNAMES[fullname]))
         if fullname in autodiff.FULLNAMES:
             return guarded(functools.partial(autodiff.analyze, name=autodiff.FULLNAMES[fullname]))
-        if fullname in boundary.FUNCTIONS:
-            return guarded(functools.partial(boundary.analyze, feature="shard_map"))
+        if fullname in boundary.FUNCTIONS:  # the function under it keeps its signature
+            return guarded(signature.keeping(functools.partial(boundary.analyze, feature="shard_map")))
         if fullname in custom.CUSTOM_OP:
             return guarded(custom.custom_op_instance)
         decl = self._custom_op(fullname)
@@ -143,7 +144,8 @@ class SpmdPlugin(Plugin):
         if fullname in operators.METHODS:
             return guarded(functools.partial(operators.analyze, feature=operators.METHODS[fullname]))
         if fullname in boundary.METHODS:
-            return guarded(functools.partial(boundary.analyze, feature=boundary.METHODS[fullname]))
+            hook = functools.partial(boundary.analyze, feature=boundary.METHODS[fullname])
+            return guarded(signature.keeping(hook) if boundary.METHODS[fullname] == "decorate" else hook)
         if fullname == custom.CALL:
             return guarded(custom.analyze_call)
         if fullname == autodiff.VMAP_CALL:

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -237,10 +238,20 @@ def test_pages_have_run_blocks():
 
 
 @pytest.mark.parametrize("page", PAGES_WITH_RUN_BLOCKS, ids=_page_id)
-def test_run_blocks(page):
-    namespace = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
+def test_run_blocks(page, monkeypatch):
+    # the page's blocks run in one module, registered as a user's module is (its classes'
+    # string annotations then resolve, as `typing.get_type_hints` and dataclasses expect)
+    module = types.ModuleType(f"docs_{page.stem.replace('-', '_')}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    # a file a page includes (`--8<-- "docs/_snippets/model.py"`) is importable by its name,
+    # as next to the page's later files (`from model import mesh, mlp`)
+    for path in SNIPPET.findall("".join(RUN_BLOCK.findall(page.read_text()))):
+        snippet = types.ModuleType(Path(path).stem)
+        snippet.__file__ = str(ROOT / path)
+        monkeypatch.setitem(sys.modules, snippet.__name__, snippet)
+        exec(compile((ROOT / path).read_text(), str(ROOT / path), "exec"), snippet.__dict__)
     for i, block in enumerate(run_blocks(page)):
-        exec(compile(block, f"{_page_id(page)}[run block {i}]", "exec"), namespace)
+        exec(compile(block, f"{_page_id(page)}[run block {i}]", "exec"), module.__dict__)
 
 
 # ----------------------------------------------------------------------------- mypy

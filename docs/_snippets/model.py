@@ -1,8 +1,13 @@
-import jax
-from jax.sharding import PartitionSpec as P
+import os
 
-import spmdtyped as st
-from spmdtyped import Varying
+# 8 simulated CPU devices, set before JAX is imported (no accelerator needed)
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+
+import jax  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import spmdtyped as st  # noqa: E402
+from spmdtyped import Varying  # noqa: E402
 
 mesh = jax.make_mesh((2, 4), ("dp", "tp"))
 

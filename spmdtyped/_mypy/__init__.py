@@ -12,6 +12,8 @@ full names to. None imports JAX: the rules come from `spmdtyped._rules`.
 - `functions`: `st.numpy` / `st.nn` functions and constructors.
 - `boundary`: `st.shard_map` out_specs against the declared outputs, in_specs against the
   parameter hints (function and decorator form).
+- `signature`: what callers of a function under `st.shard_map` see: its parameters, with typed
+  states as `jax.typing.ArrayLike` and typed outputs as `jax.Array`.
 - `arguments`: rules that depend on keywords and secondary arrays (`pad`, `astype`, `sum`,
   `roll`'s shift, `softmax`'s where, ...), read from literal arguments.
 - `custom`: `st.custom_op` / `st.opaque` declarations (decorator and call forms).
