@@ -99,6 +99,10 @@ def _str_set(expr: Expression) -> frozenset[str] | None:
     return None
 
 
+def _is_none(expr: Expression) -> bool:
+    return isinstance(expr, NameExpr) and expr.fullname == "builtins.None"
+
+
 def read_spec(expr: Expression) -> Specs | None:
     """An out_specs expression: a spec, a list for a tuple of them, None when not static."""
     if isinstance(expr, TupleExpr):
@@ -306,7 +310,7 @@ def _shard_map(ctx: FunctionContext) -> Type:
     if fun is None and ctx.args and ctx.args[0]:
         fun = ctx.args[0][0], ctx.arg_types[0][0]
     specs = arg(ctx, "out_specs")
-    if specs is None:
+    if specs is None or _is_none(specs[0]):  # `out_specs=None`: derived from the hints at runtime
         return default
     manual: frozenset[str] = frozenset()
     names = arg(ctx, "axis_names")

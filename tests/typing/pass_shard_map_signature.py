@@ -42,6 +42,11 @@ def total(*xs: Varying["dp"]) -> list[Varying["dp"]]:
     return list(xs)
 
 
+@st.shard_map(mesh=None, in_specs=P("dp"), out_specs=None)      # out_specs derived from the hints
+def derived(x: st.Float[Varying["dp"], "b/dp d"]) -> st.Float[Varying["dp"], "b/dp d"]:
+    return x * 2
+
+
 def callers(mesh: Any, x: jax.Array, w: jax.Array, model: Model) -> None:
     f = st.shard_map(layer, mesh=mesh, in_specs=(P("dp"), P(None, "tp")), out_specs=(P("dp"), P()))
     assert_type(f(x, w), tuple[jax.Array, jax.Array])
@@ -51,3 +56,4 @@ def callers(mesh: Any, x: jax.Array, w: jax.Array, model: Model) -> None:
     apply(model, x, 2.0)
     assert_type(total(x, x, x), list[jax.Array])
     total()
+    assert_type(derived(x), jax.Array)
