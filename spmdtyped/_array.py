@@ -410,11 +410,11 @@ def getitem(x: SArray, idx: Any) -> Any:
 
 
 def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()") -> Any:
-    """Mean over local dimensions: jnp.mean for Invariant/Varying values (identical program);
-    sum then a literal-cast division for Unreduced/Reduced ones (JAX rejects those)."""
+    """Mean over local dimensions, bound as `_rules.mean_bind` says: jnp.mean (identical
+    program), or the sum then a literal-cast division (where JAX rejects jnp.mean)."""
     raw, t = operand(x)
     assert isinstance(t, SpmdType)
-    if not (t.unreduced or t.reduced):
+    if _rules.mean_bind(t) == _rules.MEAN:
         out, out_t = jnp.mean(raw, axis=axis, keepdims=keepdims), _rules.mean_type(t, _compat.FEATURES, op=op)
         return checked(op, out, out_t, _refining.refine(
             "reduction", "mean", [x], out_t, out, op=op, params={"axis": axis, "keepdims": keepdims}))
