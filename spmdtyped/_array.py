@@ -271,16 +271,10 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
     rb, tb = operand(b)
     op = op or f"operator {_SYMBOL.get(name, name)}"
     bind = bind or _BIND[name]
-    if name == "div" and tb is LITERAL and isinstance(ta, SpmdType) and ta.unreduced \
-            and not isinstance(rb, complex) and rb == 0:
-        # per device x_k / 0 is ±inf; their sum is nan where the true quotient is ±inf
-        raise error("SPMD202", f"{op}: division of a value Unreduced on {sorted(ta.unreduced)} by "
-                    f"zero is not linear (the partial quotients ±inf do not sum to the quotient)",
-                    axes=sorted(ta.unreduced), states=ta.states(sorted(ta.unreduced)), op=op,
-                    fix=f"st.psum(x, {tuple(sorted(ta.unreduced))!r}) / 0.0")
     kind, params = refine or (_REFINE.get(name, "elementwise"), {})
     res = _rules.binary(name, ta, tb, _compat.FEATURES, op=op,
-                        int_literal=tb is LITERAL and isinstance(rb, int) and not isinstance(rb, bool))
+                        int_literal=tb is LITERAL and isinstance(rb, int) and not isinstance(rb, bool),
+                        zero_literal=tb is LITERAL and not isinstance(rb, complex) and rb == 0)
     if res.bind == "integer_pow":
         out = ra ** rb
         return checked(op, out, res.type,
