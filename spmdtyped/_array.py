@@ -239,6 +239,13 @@ def operand(x: Any) -> tuple[Any, Operand]:
     return x, _compat.typeof_raw(x)
 
 
+def array_operand(x: Any) -> tuple[Any, SpmdType]:
+    """(raw value, state) of the array operand of a one-array op: a Python scalar is read as
+    Invariant (the state of the constant JAX makes of it)."""
+    raw, t = operand(x)
+    return raw, t if isinstance(t, SpmdType) else _rules.INVARIANT
+
+
 # ------------------------------------------------------------------- operators
 
 def _resolve(dotted: str) -> Callable[..., Any]:
@@ -316,14 +323,12 @@ def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op:
              refine: Refine | None = None) -> Any:
     """A one-operand op of rule `name`; its refinement by `refine` (kind, parameters; default
     elementwise)."""
-    raw, t = operand(x)
+    raw, t = array_operand(x)
     op = op or name
     if bind is None:
         bind = _UNARY_BIND[name]
-    if t is LITERAL:
-        t = _rules.INVARIANT
-    out_t = _rules.unary(name, t, _compat.FEATURES, op=op)  # type: ignore[arg-type]
-    out = bind(_lowering_cast(name, t, raw))  # type: ignore[arg-type]
+    out_t = _rules.unary(name, t, _compat.FEATURES, op=op)
+    out = bind(_lowering_cast(name, t, raw))
     kind, params = refine or ("elementwise", {})
     return checked(op, out, out_t,
                    _refining.refine(kind, name, [x], out_t, out, op=op, params=params))
@@ -353,10 +358,7 @@ def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
     """`jfn(x, *args, **kwargs)` for a one-array op whose rule depends on its other arguments
     (`_rules.call_type`: keywords and dtypes pick the row; secondary arrays join the result);
     its refinement by `refine` (kind, parameters; default elementwise)."""
-    raw, t = operand(x)
-    if t is LITERAL:
-        t = _rules.INVARIANT
-    assert isinstance(t, SpmdType)
+    raw, t = array_operand(x)
     named = _rules.named_arguments(rule, args, kwargs)
     keywords = {k: _argument_value(k, v) for k, v in named.items()}
     secondary = [(n, typeof(named[n])) for n in _rules.SECONDARY.get(rule, ())

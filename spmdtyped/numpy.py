@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _compat, _refining, _rules, _surface
-from ._array import binary, call_op, checked, is_typed, nary, operand, typeof, unwrap
+from ._array import array_operand, binary, call_op, checked, is_typed, nary, operand, typeof, unwrap
 from ._array import mean as array_mean
 from ._rules import LITERAL, SpmdType
 
@@ -164,9 +164,8 @@ def _take(row: _surface.Row) -> None:
     jfn, op = _jfn(row), f"st.numpy.{row.name}"
 
     def f(a: Any, indices: Any, axis: int | None = None, **kwargs: Any) -> Any:
-        raw_a, t_a = operand(a)
+        raw_a, t = array_operand(a)
         raw_i, t_i = operand(indices)
-        t = t_a if isinstance(t_a, SpmdType) else _rules.INVARIANT
         out_t = _rules.take_type(t, t_i, _compat.FEATURES, op=op)
         out = jfn(raw_a, raw_i, axis=axis, **kwargs)
         return checked(op, out, out_t, _refining.refine(row.refine, row.name, [a, indices], out_t,
