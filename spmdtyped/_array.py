@@ -375,6 +375,19 @@ def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
                    _refining.refine(kind, rule, [x], out_t, out, op=op, params=params))
 
 
+#: refinement kinds (`_surface.REFINE_KINDS`) that read none of the call's arguments
+_NO_PARAMETERS = frozenset({"elementwise", "reshape", "broadcast", "constructor", "plain"})
+
+
+def call_function(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any], *, op: str, refine: str) -> Any:
+    """`call_op` of an `st.numpy` / `st.nn` function row: its refinement kind `refine`, with
+    the call's arguments by name where that kind reads them (`axis`, `keepdims`, `shift`)."""
+    params = {} if refine in _NO_PARAMETERS else _refining.call_params(
+        jfn, unwrap(x), tuple(unwrap(a) for a in args), {k: unwrap(v) for k, v in kwargs.items()})
+    return call_op(rule, x, jfn, args, kwargs, op=op, refine=(refine, params))
+
+
 _STATIC_INDEX = str(_surface.STATIC_INDEX.rule)
 
 

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _compat, _refining, _rules, _surface
-from ._array import array_operand, binary, call_op, checked, is_typed, nary, operand, typeof, unwrap
+from ._array import array_operand, binary, call_function, checked, is_typed, nary, operand, typeof, unwrap
 from ._array import mean as array_mean
 from ._rules import LITERAL, SpmdType
 
@@ -98,22 +98,10 @@ def _unary(row: _surface.Row) -> None:
         if rule in _rules.LIKE_CONSTRUCTORS:  # `imag` of a real array is `zeros_like`
             return checked(op, jfn(unwrap(x), *args, **kwargs),
                            _rules.constructor_type(rule, typeof(x)))
-        raw_args = tuple(unwrap(a) for a in args)
-        raw_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
-        params = _params(row, jfn, x, raw_args, raw_kwargs)
-        return call_op(rule, x, jfn, args, kwargs, op=op, refine=(row.refine, params))
+        return call_function(rule, x, jfn, args, kwargs, op=op, refine=row.refine)
 
     _register(row.name, f, "reduction over local dimensions" if row.refine == "reduction"
               else "unary")
-
-
-def _params(row: _surface.Row, jfn: Callable[..., Any], x: Any, args: tuple[Any, ...],
-            kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The call's arguments by name, for the row's refinement (only where the rule reads them:
-    elementwise rows need none)."""
-    if row.refine in ("elementwise", "reshape", "broadcast", "constructor", "plain"):
-        return {}
-    return _refining.call_params(jfn, unwrap(x), args, kwargs)
 
 
 def _binary(row: _surface.Row) -> None:
