@@ -239,6 +239,13 @@ def operand(x: Any) -> tuple[Any, Operand]:
     return x, _compat.typeof_raw(x)
 
 
+def array_operand(x: Any) -> tuple[Any, SpmdType]:
+    """(raw value, state) of the array operand of a one-array op: a Python scalar is read as
+    Invariant (the state of the constant JAX makes of it)."""
+    raw, t = operand(x)
+    return raw, t if isinstance(t, SpmdType) else _rules.INVARIANT
+
+
 # ------------------------------------------------------------------- operators
 
 def _resolve(dotted: str) -> Callable[..., Any]:
@@ -271,16 +278,10 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
     rb, tb = operand(b)
     op = op or f"operator {_SYMBOL.get(name, name)}"
     bind = bind or _BIND[name]
-    if name == "div" and tb is LITERAL and isinstance(ta, SpmdType) and ta.unreduced \
-            and not isinstance(rb, complex) and rb == 0:
-        # per device x_k / 0 is ±inf; their sum is nan where the true quotient is ±inf
-        raise error("SPMD202", f"{op}: division of a value Unreduced on {sorted(ta.unreduced)} by "
-                    f"zero is not linear (the partial quotients ±inf do not sum to the quotient)",
-                    axes=sorted(ta.unreduced), states=ta.states(sorted(ta.unreduced)), op=op,
-                    fix=f"st.psum(x, {tuple(sorted(ta.unreduced))!r}) / 0.0")
     kind, params = refine or (_REFINE.get(name, "elementwise"), {})
     res = _rules.binary(name, ta, tb, _compat.FEATURES, op=op,
-                        int_literal=tb is LITERAL and isinstance(rb, int) and not isinstance(rb, bool))
+                        int_literal=tb is LITERAL and isinstance(rb, int) and not isinstance(rb, bool),
+                        zero_literal=tb is LITERAL and not isinstance(rb, complex) and rb == 0)
     if res.bind == "integer_pow":
         out = ra ** rb
         return checked(op, out, res.type,
@@ -322,14 +323,12 @@ def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op:
              refine: Refine | None = None) -> Any:
     """A one-operand op of rule `name`; its refinement by `refine` (kind, parameters; default
     elementwise)."""
-    raw, t = operand(x)
+    raw, t = array_operand(x)
     op = op or name
     if bind is None:
         bind = _UNARY_BIND[name]
-    if t is LITERAL:
-        t = _rules.INVARIANT
-    out_t = _rules.unary(name, t, _compat.FEATURES, op=op)  # type: ignore[arg-type]
-    out = bind(_lowering_cast(name, t, raw))  # type: ignore[arg-type]
+    out_t = _rules.unary(name, t, _compat.FEATURES, op=op)
+    out = bind(_lowering_cast(name, t, raw))
     kind, params = refine or ("elementwise", {})
     return checked(op, out, out_t,
                    _refining.refine(kind, name, [x], out_t, out, op=op, params=params))
@@ -359,10 +358,7 @@ def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
     """`jfn(x, *args, **kwargs)` for a one-array op whose rule depends on its other arguments
     (`_rules.call_type`: keywords and dtypes pick the row; secondary arrays join the result);
     its refinement by `refine` (kind, parameters; default elementwise)."""
-    raw, t = operand(x)
-    if t is LITERAL:
-        t = _rules.INVARIANT
-    assert isinstance(t, SpmdType)
+    raw, t = array_operand(x)
     named = _rules.named_arguments(rule, args, kwargs)
     keywords = {k: _argument_value(k, v) for k, v in named.items()}
     secondary = [(n, typeof(named[n])) for n in _rules.SECONDARY.get(rule, ())
@@ -377,6 +373,19 @@ def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
     kind, params = refine or ("elementwise", {})
     return checked(op, out, out_t,
                    _refining.refine(kind, rule, [x], out_t, out, op=op, params=params))
+
+
+#: refinement kinds (`_surface.REFINE_KINDS`) that read none of the call's arguments
+_NO_PARAMETERS = frozenset({"elementwise", "reshape", "broadcast", "constructor", "plain"})
+
+
+def call_function(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any], *, op: str, refine: str) -> Any:
+    """`call_op` of an `st.numpy` / `st.nn` function row: its refinement kind `refine`, with
+    the call's arguments by name where that kind reads them (`axis`, `keepdims`, `shift`)."""
+    params = {} if refine in _NO_PARAMETERS else _refining.call_params(
+        jfn, unwrap(x), tuple(unwrap(a) for a in args), {k: unwrap(v) for k, v in kwargs.items()})
+    return call_op(rule, x, jfn, args, kwargs, op=op, refine=(refine, params))
 
 
 _STATIC_INDEX = str(_surface.STATIC_INDEX.rule)
@@ -410,11 +419,11 @@ def getitem(x: SArray, idx: Any) -> Any:
 
 
 def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()") -> Any:
-    """Mean over local dimensions: jnp.mean for Invariant/Varying values (identical program);
-    sum then a literal-cast division for Unreduced/Reduced ones (JAX rejects those)."""
+    """Mean over local dimensions, bound as `_rules.mean_bind` says: jnp.mean (identical
+    program), or the sum then a literal-cast division (where JAX rejects jnp.mean)."""
     raw, t = operand(x)
     assert isinstance(t, SpmdType)
-    if not (t.unreduced or t.reduced):
+    if _rules.mean_bind(t) == _rules.MEAN:
         out, out_t = jnp.mean(raw, axis=axis, keepdims=keepdims), _rules.mean_type(t, _compat.FEATURES, op=op)
         return checked(op, out, out_t, _refining.refine(
             "reduction", "mean", [x], out_t, out, op=op, params={"axis": axis, "keepdims": keepdims}))

@@ -14,9 +14,9 @@ from typing import Any
 import jax
 
 from . import _compat, _refining, _rules, _surface
-from ._array import checked, in_vma_off, is_typed, operand
+from ._array import array_operand, checked, in_vma_off, is_typed
 from ._errors import error
-from ._rules import LITERAL, SpmdType, refine, refine_shape
+from ._rules import refine, refine_shape
 
 
 def _axes(axis_name: Any, op: str) -> tuple[str, ...]:
@@ -70,10 +70,7 @@ def _axis_op(name: str, x: Any, axis_name: Any, bind: Callable[[Any, tuple[str, 
     jax_axis = _jax_axes(axis_name)
 
     def one(leaf: Any) -> Any:
-        raw, t = operand(leaf)
-        if t is LITERAL:
-            t = _rules.INVARIANT
-        assert isinstance(t, SpmdType)
+        raw, t = array_operand(leaf)
         if not axes:  # only jax.vmap axes: JAX's batching rule; the manual states are unchanged
             return checked(op, bind(raw, jax_axis), t)
         out_t = _rules.axis_op(rule, t, axes, _compat.FEATURES, op=op)

@@ -272,8 +272,9 @@ def _plan_function(form: Form, axes: tuple[str, ...], features: _rules.Features)
                                   free=True)
         t.add(st_)
         return Planned(form, [(None, None, ch + sch)], t)
-    if form.binding in ("like", "new") and rule_name not in ("full", "full_like"):
-        # full/full_like join the fill value's state: left untyped (see docs/pyright.md)
+    if form.binding in ("like", "new") and rule_name not in _rules.FILL_ARGUMENTS:
+        # full/full_like/linspace join their fill arguments' states: left untyped (see
+        # docs/pyright.md)
         rule = constructor_rule(rule_name)
         kinds = ["arr"] if form.binding == "like" else []
         combos = _combos(kinds, axes) if kinds else [()]

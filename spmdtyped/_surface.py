@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from ._rules.arguments import DTYPE_KINDS
 from ._rules.axis_ops import AXIS_OPS, all_gather_op, pcast_op
 from ._rules.elementwise import ELEMENTWISE
 from ._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
@@ -28,7 +29,8 @@ from ._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
 #: "take"   -- `functions.take_type`: unary with a constant index, n-ary with a traced one
 #: "like"   -- `constructor_type(name, like=first argument)` (full_like: `functions.fill_type`)
 #: "new"    -- `constructor_type(name)` (full: `functions.fill_type`)
-#: "mean"   -- `functions.mean_type`: jnp.mean, or sum then a Python-scalar division
+#: "mean"   -- `functions.mean_type`: bound as `functions.mean_bind` says (jnp.mean, or the
+#:             sum then a Python-scalar division)
 #: "index"  -- `x[i]`: `unary("getitem")` static, `functions.dynamic_index_type` traced
 #: "at"     -- `functions.at_update_type`
 #: "axis"   -- a collective or cast: `axis_op` with the row's `AXIS_OPS` entry
@@ -76,6 +78,9 @@ class Row:
     - `symbol`: the operator symbol (`%`) for operators.
     - `refine`: how the Shard/Partial/Rep refinement of the result is computed (one of
       `REFINE_KINDS`; the rule functions of `_rules.refine` / `_rules.refine_shape`).
+    - `dtypes`: how the rule depends on the operands' dtypes (one of
+      `_rules.DTYPE_KINDS`, applied by `_rules.dtype_rule`; None: it does not). The static
+      views, which do not see dtypes, apply `rule`.
     """
 
     form: str
@@ -88,6 +93,7 @@ class Row:
     reflected: str | None = None
     symbol: str | None = None
     refine: str = "plain"
+    dtypes: str | None = None
 
 
 # ------------------------------------------------------------------------------ operators
@@ -168,10 +174,10 @@ _NUMPY: tuple[tuple[str, str, str], ...] = (
         ("less", "lt"), ("less_equal", "le"), ("greater", "gt"), ("greater_equal", "ge"),
         ("equal", "eq"), ("not_equal", "ne"), ("arctan2", "arctan2"), ("mod", "mod"),
         ("remainder", "mod"), ("floor_divide", "floordiv"))),
+    # dtype-dependent (`_NUMPY_DTYPES`): a non-boolean operand is compared with zero first
     ("logical_not", "logical_not", "unary"), ("logical_and", "and", "binary"),
     ("logical_or", "or", "binary"), ("logical_xor", "xor", "binary"),
-    # real/imag of a real array need no primitive (st.numpy types them as copy / zeros_like);
-    # the rule here is the complex one
+    # dtype-dependent: the rule here is the complex one; of a real array `_rules.REAL_PARTS`
     ("imag", "imag", "unary"), ("real", "real", "unary"),
     ("where", "where", "where"),
     *((n, r, "unary") for n, r in (("sum", "sum"), ("max", "max"), ("min", "min"),
@@ -199,6 +205,11 @@ _NUMPY_REFINE: dict[str, str] = {
     **dict.fromkeys(("broadcast_to", "tile", "repeat", "pad"), "broadcast"),
     "concatenate": "concat", "stack": "stack", "dot": "matmul", "matmul": "matmul",
 }
+#: the st.numpy rows whose rule depends on the operands' dtypes (`Row.dtypes`)
+_NUMPY_DTYPES: dict[str, str] = {
+    **dict.fromkeys(("logical_not", "logical_and", "logical_or", "logical_xor"), "logical"),
+    "real": "part", "imag": "part",
+}
 _BINDING_REFINE = {"unary": "elementwise", "binary": "elementwise", "where": "where",
                    "mean": "reduction", "join": "concat", "einsum": "einsum", "take": "take",
                    "like": "constructor", "new": "constructor"}
@@ -207,7 +218,8 @@ _ARITY = {"unary": 1, "mean": 1, "like": 1, "new": 0, "binary": 2, "take": 2, "w
 
 NUMPY: tuple[Row, ...] = tuple(
     Row(f"st.numpy.{n}(...)", "numpy", n, r, _ARITY[b], b, f"jax.numpy.{n}",
-        refine=_NUMPY_REFINE.get(n, _BINDING_REFINE[b])) for n, r, b in _NUMPY
+        refine=_NUMPY_REFINE.get(n, _BINDING_REFINE[b]), dtypes=_NUMPY_DTYPES.get(n))
+    for n, r, b in _NUMPY
 )
 NN: tuple[Row, ...] = tuple(
     Row(f"st.nn.{n}(x)", "nn", n, n, 1, "unary", f"jax.nn.{n}", refine=k)
@@ -311,6 +323,8 @@ def _check() -> None:
     assert not missing, f"surface rows name unknown rules: {missing}"
     bad = sorted({r.refine for r in ROWS} - set(REFINE_KINDS))
     assert not bad, f"surface rows name unknown refinement kinds: {bad}"
+    bad = sorted({r.dtypes for r in ROWS if r.dtypes is not None} - set(DTYPE_KINDS))
+    assert not bad, f"surface rows name unknown dtype kinds: {bad}"
     axis = {op for c in COLLECTIVES for op in c.ops}
     assert axis == set(AXIS_OPS), sorted(axis ^ set(AXIS_OPS))
 

@@ -104,6 +104,19 @@ def _many(x: Any, axis_index_groups: Any) -> bool:
     return axis_index_groups is None and len(jax.tree_util.tree_leaves(x, is_leaf=is_typed)) > 1
 
 
+def _reduce(name: str, x: Any, axis_name: Any, axis_index_groups: Any) -> Any:
+    """`jax.lax.<name>` (psum, pmean, pmax, pmin), checked through `_collectives.<name>`; a
+    pytree of several leaves as one bind (`_tree_bind`)."""
+    jfn = getattr(_J, name)
+    if not _checking(x):
+        return jfn(x, axis_name, axis_index_groups=axis_index_groups)
+    with _inside():
+        if _many(x, axis_index_groups):
+            return _tree_bind(name, x, axis_name, lambda r: jfn(r, axis_name))
+        return _raw(getattr(_collectives, name)(x, axis_name,
+                                                axis_index_groups=axis_index_groups))
+
+
 def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     """`jax.lax.psum`, checked: the input must be Varying or Unreduced on `axis_name`.
 
@@ -121,42 +134,22 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
         y = lax.psum(x @ w, "tp")      # as jax.lax.psum, plus the state check
         ```
     """
-    if not _checking(x):
-        return _J.psum(x, axis_name, axis_index_groups=axis_index_groups)
-    with _inside():
-        if _many(x, axis_index_groups):
-            return _tree_bind("psum", x, axis_name, lambda r: _J.psum(r, axis_name))
-        return _raw(_collectives.psum(x, axis_name, axis_index_groups=axis_index_groups))
+    return _reduce("psum", x, axis_name, axis_index_groups)
 
 
 def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     """`jax.lax.pmean`, checked like `psum` (a pmean of already-summed gradients is SPMD103)."""
-    if not _checking(x):
-        return _J.pmean(x, axis_name, axis_index_groups=axis_index_groups)
-    with _inside():
-        if _many(x, axis_index_groups):
-            return _tree_bind("pmean", x, axis_name, lambda r: _J.pmean(r, axis_name))
-        return _raw(_collectives.pmean(x, axis_name, axis_index_groups=axis_index_groups))
+    return _reduce("pmean", x, axis_name, axis_index_groups)
 
 
 def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     """`jax.lax.pmax`, checked: Varying (or, on jax 0.12, Unreduced of kind max) input."""
-    if not _checking(x):
-        return _J.pmax(x, axis_name, axis_index_groups=axis_index_groups)
-    with _inside():
-        if _many(x, axis_index_groups):
-            return _tree_bind("pmax", x, axis_name, lambda r: _J.pmax(r, axis_name))
-        return _raw(_collectives.pmax(x, axis_name, axis_index_groups=axis_index_groups))
+    return _reduce("pmax", x, axis_name, axis_index_groups)
 
 
 def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     """`jax.lax.pmin`, checked: Varying (or, on jax 0.12, Unreduced of kind min) input."""
-    if not _checking(x):
-        return _J.pmin(x, axis_name, axis_index_groups=axis_index_groups)
-    with _inside():
-        if _many(x, axis_index_groups):
-            return _tree_bind("pmin", x, axis_name, lambda r: _J.pmin(r, axis_name))
-        return _raw(_collectives.pmin(x, axis_name, axis_index_groups=axis_index_groups))
+    return _reduce("pmin", x, axis_name, axis_index_groups)
 
 
 def ppermute(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:

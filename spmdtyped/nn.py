@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from . import _refining, _surface
-from ._array import call_op, unwrap
-from ._rules import ELEMENTWISE
+from . import _surface
+from ._array import call_function
+from ._rules import ELEMENTWISE, REJECT
 
 #: st.nn function -> its `_rules.ELEMENTWISE` rule, from the surface table's `st.nn` rows
 #: (`_surface.NN`, read by the mypy plugin and the docs too)
@@ -39,19 +39,17 @@ def _make(row: _surface.Row) -> Callable[..., Any]:
 
     def f(x: Any, *args: Any, **kwargs: Any) -> Any:
         # softmax-like rows read `axis`/`keepdims` (a Shard dim normalised locally: SPMD211)
-        params = ({} if row.refine == "elementwise" else _refining.call_params(
-            jfn, unwrap(x), tuple(unwrap(a) for a in args), {k: unwrap(v) for k, v in kwargs.items()}))
-        return call_op(rule_name, x, jfn, args, kwargs, op=op, refine=(row.refine, params))
+        return call_function(rule_name, x, jfn, args, kwargs, op=op, refine=row.refine)
 
     f.__name__ = f.__qualname__ = name
     f.__module__ = __name__
     reduced = ("rejects Reduced (JAX mixes in an Invariant constant)"
-               if rule.on_reduced == "reject" else "keeps Reduced")
+               if rule.on_reduced == REJECT else "keeps Reduced")
     f.__doc__ = (f"Typed `jax.nn.{name}` (non-linear: rejects Unreduced; {reduced}).\n\n"
                  f"**Arguments:** as `jax.nn.{name}`; `x` typed or raw.\n\n"
                  f"**Returns:** a typed value in the input's state.\n\n"
                  f"**Raises:** `CombineError` SPMD202 (Unreduced input)"
-                 f"{', SPMD203 (Reduced input)' if rule.on_reduced == 'reject' else ''}.\n\n"
+                 f"{', SPMD203 (Reduced input)' if rule.on_reduced == REJECT else ''}.\n\n"
                  f"!!! Example\n    ```python\n    y = st.nn.{name}(x)\n    ```\n")
     return f
 

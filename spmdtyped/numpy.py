@@ -24,9 +24,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
+import numpy as np
 
 from . import _compat, _refining, _rules, _surface
-from ._array import binary, call_op, checked, is_typed, nary, operand, typeof, unary_op, unwrap
+from ._array import array_operand, binary, call_function, checked, is_typed, nary, operand, typeof, unwrap
 from ._array import mean as array_mean
 from ._rules import LITERAL, SpmdType
 
@@ -77,31 +78,37 @@ def _jfn(row: _surface.Row) -> Callable[..., Any]:
 # ----------------------------------------------------------------------- one maker per binding
 
 
+def _dtype_rule(row: _surface.Row, operands: Sequence[Any], op: str) -> str:
+    """The rule `row` applies to these operands: its own, or for a row whose rule depends on
+    dtypes (`Row.dtypes`) the one `_rules.dtype_rule` picks for the operands' dtypes."""
+    rule = _rule(row)
+    if row.dtypes is None:
+        return rule
+    typed = [operand(a) for a in operands]
+    return _rules.dtype_rule(row.dtypes, rule, [
+        (t, _rules.UNKNOWN if t is LITERAL else np.dtype(jnp.result_type(raw)).name)
+        for raw, t in typed], _compat.FEATURES, op=op)
+
+
 def _unary(row: _surface.Row) -> None:
-    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
+    jfn, op = _jfn(row), f"st.numpy.{row.name}"
 
     def f(x: Any, *args: Any, **kwargs: Any) -> Any:
-        raw_args = tuple(unwrap(a) for a in args)
-        raw_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
-        params = _params(row, jfn, x, raw_args, raw_kwargs)
-        return call_op(rule, x, jfn, args, kwargs, op=op, refine=(row.refine, params))
+        rule = _dtype_rule(row, [x], op)
+        if rule in _rules.LIKE_CONSTRUCTORS:  # `imag` of a real array is `zeros_like`
+            return checked(op, jfn(unwrap(x), *args, **kwargs),
+                           _rules.constructor_type(rule, typeof(x)))
+        return call_function(rule, x, jfn, args, kwargs, op=op, refine=row.refine)
 
-    _register(row.name, f, "unary")
-
-
-def _params(row: _surface.Row, jfn: Callable[..., Any], x: Any, args: tuple[Any, ...],
-            kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The call's arguments by name, for the row's refinement (only where the rule reads them:
-    elementwise rows need none)."""
-    if row.refine in ("elementwise", "reshape", "broadcast", "constructor", "plain"):
-        return {}
-    return _refining.call_params(jfn, unwrap(x), args, kwargs)
+    _register(row.name, f, "reduction over local dimensions" if row.refine == "reduction"
+              else "unary")
 
 
 def _binary(row: _surface.Row) -> None:
-    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
+    jfn, op = _jfn(row), f"st.numpy.{row.name}"
 
     def f(x1: Any, x2: Any, /) -> Any:
+        rule = _dtype_rule(row, [x1, x2], op)
         return binary(rule, x1, x2, op=op, bind=jfn, refine=(row.refine, {}))
 
     _register(row.name, f, "binary")
@@ -145,9 +152,8 @@ def _take(row: _surface.Row) -> None:
     jfn, op = _jfn(row), f"st.numpy.{row.name}"
 
     def f(a: Any, indices: Any, axis: int | None = None, **kwargs: Any) -> Any:
-        raw_a, t_a = operand(a)
+        raw_a, t = array_operand(a)
         raw_i, t_i = operand(indices)
-        t = t_a if isinstance(t_a, SpmdType) else _rules.INVARIANT
         out_t = _rules.take_type(t, t_i, _compat.FEATURES, op=op)
         out = jfn(raw_a, raw_i, axis=axis, **kwargs)
         return checked(op, out, out_t, _refining.refine(row.refine, row.name, [a, indices], out_t,
@@ -156,17 +162,21 @@ def _take(row: _surface.Row) -> None:
     _register(row.name, f, "indexing")
 
 
-def _fill(args: tuple[Any, ...], kwargs: dict[str, Any], position: int) -> Any:
-    return args[position] if len(args) > position else kwargs.get("fill_value")
+def _filled(name: str, t: SpmdType, args: tuple[Any, ...], kwargs: dict[str, Any],
+            op: str) -> SpmdType:
+    """The constructor state `t` joined with the state of each argument that flows into every
+    element (`_rules.FILL_ARGUMENTS`: positions in the call, `args`, and keywords)."""
+    for position, key in _rules.FILL_ARGUMENTS.get(name, ()):
+        value = args[position] if len(args) > position else kwargs.get(key)
+        t = _rules.fill_type(t, _fill_operand(value), _compat.FEATURES, op=op)
+    return t
 
 
 def _like(row: _surface.Row) -> None:
     name, jfn, op = row.name, _jfn(row), f"st.numpy.{row.name}"
 
     def f(a: Any, *args: Any, **kwargs: Any) -> Any:
-        t = _rules.constructor_type(name, typeof(a))
-        if name == "full_like":
-            t = _rules.fill_type(t, _fill_operand(_fill(args, kwargs, 0)), _compat.FEATURES, op=op)
+        t = _filled(name, _rules.constructor_type(name, typeof(a)), (a, *args), kwargs, op)
         raw = jfn(unwrap(a), *(unwrap(x) for x in args), **{k: unwrap(v) for k, v in kwargs.items()})
         return checked(op, raw, t)
 
@@ -177,13 +187,7 @@ def _new(row: _surface.Row) -> None:
     name, jfn, op = row.name, _jfn(row), f"st.numpy.{row.name}"
 
     def f(*args: Any, **kwargs: Any) -> Any:
-        t = _rules.constructor_type(name)
-        if name == "full":
-            t = _rules.fill_type(t, _fill_operand(_fill(args, kwargs, 1)), _compat.FEATURES, op=op)
-        if name == "linspace":  # traced bounds flow into every element
-            for k, key in enumerate(("start", "stop")):
-                bound = args[k] if len(args) > k else kwargs.get(key)
-                t = _rules.fill_type(t, _fill_operand(bound), _compat.FEATURES, op=op)
+        t = _filled(name, _rules.constructor_type(name), args, kwargs, op)
         raw = jfn(*(unwrap(x) for x in args), **{k: unwrap(v) for k, v in kwargs.items()})
         return checked(op, raw, t)
 
@@ -198,50 +202,6 @@ def _fill_operand(fill: Any) -> Any:
     return LITERAL if t is LITERAL else typeof(fill)
 
 
-# ----------------------------------------------------------------------- dtype-dependent rows
-# the rule table is dtype-agnostic; these say which rule JAX's implementation applies for the
-# operands' dtypes
-
-
-def _nonbool_compare(x: Any, op: str) -> None:
-    """jnp.logical_* turn a non-boolean operand into `x != 0` first (an Invariant zero array)."""
-    raw, t = operand(x)
-    if isinstance(t, SpmdType) and jnp.result_type(raw) != jnp.bool_:
-        _rules.combine("ne", [t, _rules.INVARIANT], _compat.FEATURES, op=op)
-
-
-def _logical(row: _surface.Row) -> None:
-    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
-
-    if row.binding == "unary":
-        def f(x: Any, /) -> Any:
-            _nonbool_compare(x, op)
-            return unary_op(rule, x, jfn, op=op)
-    else:
-        def f(x: Any, y: Any, /) -> Any:  # type: ignore[misc]
-            _nonbool_compare(x, op)
-            _nonbool_compare(y, op)
-            return binary(rule, x, y, op=op, bind=jfn)
-
-    _register(row.name, f, "logical")
-
-
-def _real_imag(row: _surface.Row) -> None:
-    # of a real array: jnp.real is the array itself (no primitive: every state kept), jnp.imag
-    # is zeros_like (a constructor: Unreduced/Reduced dropped); of a complex one the primitive
-    name, jfn, op = row.name, _jfn(row), f"st.numpy.{row.name}"
-
-    def f(val: Any, /) -> Any:
-        raw, t = operand(val)
-        if isinstance(t, SpmdType) and not jnp.iscomplexobj(raw):
-            if name == "imag":
-                return checked(op, jfn(raw), _rules.constructor_type("zeros_like", t))
-            return unary_op("copy", val, jfn, op=op)
-        return unary_op(name, val, jfn, op=op)
-
-    _register(name, f, "unary")
-
-
 def _mean(row: _surface.Row) -> None:
     op = f"st.numpy.{row.name}"
 
@@ -253,28 +213,13 @@ def _mean(row: _surface.Row) -> None:
     _register(row.name, f, "reduction over local dimensions")
 
 
-def _reduction(row: _surface.Row) -> None:
-    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
-
-    def f(a: Any, axis: Any = None, *, keepdims: bool = False, **kwargs: Any) -> Any:
-        return call_op(rule, a, jfn, (), {"axis": axis, "keepdims": keepdims, **kwargs}, op=op,
-                       refine=(row.refine, {"axis": axis, "keepdims": keepdims}))
-
-    _register(row.name, f, "reduction over local dimensions")
-
-
 _MAKERS: dict[str, Callable[[_surface.Row], None]] = {
     "unary": _unary, "binary": _binary, "where": _where, "join": _join, "einsum": _einsum,
     "take": _take, "like": _like, "new": _new, "mean": _mean}
-#: rows whose spelling depends on dtypes or that reduce over local dimensions
-_SPECIAL: dict[str, Callable[[_surface.Row], None]] = {
-    **dict.fromkeys(("logical_not", "logical_and", "logical_or", "logical_xor"), _logical),
-    "real": _real_imag, "imag": _real_imag,
-    **dict.fromkeys(("sum", "max", "min", "amax", "amin", "prod", "var", "std"), _reduction),
-}
 
+# one maker per binding, nothing by name: a row's dtype dependence is its `dtypes` field
 for _row in _surface.NUMPY:
-    _SPECIAL.get(_row.name, _MAKERS[_row.binding])(_row)
+    _MAKERS[_row.binding](_row)
 # every row of the table is defined here, and nothing else
 assert _REGISTERED == set(RULES), sorted(_REGISTERED ^ set(RULES))
 

@@ -199,6 +199,10 @@ def _numpy_cases(k: int, row: _surface.Row) -> list[Case]:
         if row.name == "full":
             return [Case(k, f"{f}((8, 8), 2.0)"),
                     *[Case(k, f"{f}((8, 8), y)", (("y", "fs", s),)) for s in STATES]]
+        if row.name == "linspace":  # traced bounds flow into every element
+            return [Case(k, f"{f}({args})"),
+                    *[Case(k, f"{f}(y, 1.0, 8)", (("y", "fs", s),)) for s in STATES],
+                    *[Case(k, f"{f}(0.0, stop=y, num=8)", (("y", "fs", s),)) for s in STATES]]
         return [Case(k, f"{f}({args})")]
     raise AssertionError(f"no cases for the binding {b!r} of {row.form}")
 

@@ -357,3 +357,72 @@ def test_rows_are_one_flat_iterable() -> None:
     assert _surface.by_attribute("sum").rule == "sum"  # type: ignore[union-attr]
     assert _surface.by_function("numpy", "remainder").rule == "mod"  # type: ignore[union-attr]
     assert _surface.collective("psum_scatter").ops == ("psum_scatter",)  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------------------ no rule by name
+
+#: the runtime modules built from the table: none may pick a rule by a function's name
+_BUILT_FROM_THE_TABLE = ("numpy.py", "nn.py", "_array.py", "lax.py", "_collectives.py")
+#: (module, name) pairs a module may compare with for a reason other than the rule:
+#: `x.transpose(1, 0)` takes the permutation as separate arguments (argument parsing)
+_NAME_ALLOWED = {("_array.py", "transpose")}
+
+
+def _name_special_cases(path: Any, names: set[str]) -> list[str]:
+    """String constants in `path` that name a surface row and are compared with (`==`, `in`)
+    or used as dict keys (`{"real": ...}`, `dict.fromkeys(("sum", ...))`): a rule mapped by
+    name outside the surface table."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    found: list[str] = []
+
+    def consts(node: ast.AST) -> list[str]:
+        return [n.value for n in ast.walk(node)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names]
+
+    for node in ast.walk(tree):
+        hits: list[str] = []
+        if isinstance(node, ast.Compare):
+            hits = [v for c in node.comparators for v in consts(c)]
+            hits += consts(node.left) if node.comparators and not isinstance(node.left, ast.Constant) \
+                else []
+        elif isinstance(node, ast.Dict):
+            hits = [v for k in node.keys if k is not None for v in consts(k)]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "fromkeys" and node.args:
+            hits = consts(node.args[0])
+        found += [f"{path.name}:{node.lineno}: {v!r}" for v in hits
+                  if (path.name, v) not in _NAME_ALLOWED]
+    return found
+
+
+def test_no_rule_is_picked_by_a_function_name_outside_the_table() -> None:
+    """Every st.numpy / st.nn function is built from its surface row by its binding (and its
+    `dtypes` kind): a special case by name (`if name == "imag"`, `{"real": _real_imag}`) would
+    be a second rule table that the plugin, the stubs and the docs do not read."""
+    import pathlib
+
+    names = {r.name for r in (*_surface.NUMPY, *_surface.NN)}
+    # other vocabularies spelled like some function: binding, refinement and linearity kinds
+    names -= {*_surface.FUNCTION_BINDINGS, "mean", "where", *_surface.REFINE_KINDS,
+              *(k.value for k in _rules.Linearity)}
+    root = pathlib.Path(snp.__file__).parent
+    found = [f for m in _BUILT_FROM_THE_TABLE for f in _name_special_cases(root / m, names)]
+    assert not found, found
+
+
+def test_every_numpy_export_is_a_row_with_its_rule() -> None:
+    """`st.numpy.<name>` exists exactly for the rows, each documented with its row's rule; a
+    row's dtype dependence is a `_rules.DTYPE_KINDS` kind whose rule is a known rule."""
+    for r in _surface.NUMPY:
+        fn = getattr(snp, r.name)
+        assert fn.__module__ == "spmdtyped.numpy" and f"rule `{r.rule}`" in (fn.__doc__ or ""), r
+        if r.dtypes is not None:
+            assert r.dtypes in _rules.DTYPE_KINDS, r
+    assert {r.name for r in _surface.NUMPY if r.dtypes == "part"} == set(_rules.REAL_PARTS)
+    # the static view (dtypes unknown) applies the row's rule
+    for r in _surface.NUMPY:
+        if r.dtypes is not None:
+            assert _rules.dtype_rule(r.dtypes, str(r.rule), [(_rules.INVARIANT, _rules.UNKNOWN)],
+                                     F, op="t") == r.rule

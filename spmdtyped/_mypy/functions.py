@@ -191,15 +191,20 @@ def _constructor(ctx: FunctionContext, args: _Args, rule: str, binding: str, op:
         bases = [_rules.constructor_type(rule, t) for t in arrays_only(like)]
     else:
         bases = [_rules.constructor_type(rule)]
-    if rule not in ("full", "full_like"):
+    if rule not in _rules.FILL_ARGUMENTS:
         return make_simplified_union([from_spmd(ctx.api, t) for t in bases])
-    # full(shape, fill_value) / full_like(a, fill_value)
-    fill = args[1] if len(args) > 1 else keyword(ctx, "fill_value")
-    fills = [LITERAL] if fill is None else alternatives(ctx.api, fill[1], fill[0])
-    if fills is None:
-        return default
+    # full(shape, fill_value), full_like(a, fill_value), linspace(start, stop, ...)
+    fills: list[list[Known]] = []
+    for position, key in _rules.FILL_ARGUMENTS[rule]:
+        fill = args[position] if len(args) > position else keyword(ctx, key)
+        alts = [LITERAL] if fill is None else alternatives(ctx.api, fill[1], fill[0])
+        if alts is None:
+            return default
+        fills.append(list(alts))
 
-    def fn(base: SpmdType, f: Known) -> SpmdType:
-        return _rules.fill_type(base, f, CONFIG.features, op=op)
+    def fn(base: SpmdType, *fs: Known) -> SpmdType:
+        for f in fs:
+            base = _rules.fill_type(base, f, CONFIG.features, op=op)
+        return base
 
-    return apply(ctx.api, ctx.context, default, [bases, fills], fn)
+    return apply(ctx.api, ctx.context, default, [bases, *fills], fn)

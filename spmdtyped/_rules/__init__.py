@@ -25,11 +25,14 @@ from __future__ import annotations
 from typing import Any
 
 from .arguments import (
+    DTYPE_KINDS,
     POSITIONAL,
+    REAL_PARTS,
     SECONDARY,
     UNKNOWN,
     argument_rule,
     call_type,
+    dtype_rule,
     named_arguments,
     secondary_join,
 )
@@ -74,12 +77,16 @@ from .features import CONSERVATIVE, JAX_0_10, JAX_0_12, Feature, Features
 from .functions import (
     AT_METHODS,
     CONSTRUCTORS,
+    FILL_ARGUMENTS,
     LIKE_CONSTRUCTORS,
+    MEAN,
+    SUM_THEN_DIVIDE,
     at_update_type,
     auto_cast,
     constructor_type,
     dynamic_index_type,
     fill_type,
+    mean_bind,
     mean_type,
     take_type,
     where_type,
@@ -141,4 +148,7 @@ __all__ = [
     # issue 12: rules that depend on arguments
     "POSITIONAL", "SECONDARY", "UNKNOWN", "VARY", "argument_rule", "call_type", "named_arguments",
     "secondary_join",
+    # rows whose rule depends on dtypes; constructors' fill arguments; how a mean is bound
+    "DTYPE_KINDS", "FILL_ARGUMENTS", "MEAN", "REAL_PARTS", "SUM_THEN_DIVIDE", "dtype_rule",
+    "mean_bind",
 ]

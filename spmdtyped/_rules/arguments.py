@@ -10,6 +10,8 @@
   where/initial), and where they sit positionally.
 - `secondary_join`: the result state once those arguments are joined in (JAX's auto-cast of
   the operand to their varying axes; Unreduced and Reduced secondary arguments are rejected).
+- `dtype_rule`: the rule of a row whose rule depends on its operands' dtypes
+  (`_surface.Row.dtypes`: `jnp.logical_*`, `jnp.real` / `jnp.imag`).
 
 Values are Python literals as written (the runtime passes the values; the mypy plugin passes
 what it can read from source, `UNKNOWN` otherwise); dtypes are NumPy names (`"float32"`).
@@ -20,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .._errors import error
-from .combine import unary
+from .combine import combine, unary
+from .elementwise import Operand
 from .features import CONSERVATIVE, Features
 from .functions import auto_cast
-from .states import SpmdType, fmt_axes
+from .states import INVARIANT, SpmdType, fmt_axes
 
 
 class _Unknown:
@@ -186,3 +189,37 @@ def call_type(rule: str, t: SpmdType, keywords: Mapping[str, object], dtype: obj
     if row is None:
         return None
     return secondary_join(unary(row, t, features, op=op), secondary, features, op=op)
+
+
+#: how a row's rule depends on its array operands' dtypes (`_surface.Row.dtypes`), as
+#: `jax.numpy` implements it:
+#: "logical" -- `jnp.logical_*` compare a non-boolean operand with zero first (`x != 0`: the
+#:              `ne` rule against an Invariant zero), then apply the row's rule;
+#: "part"    -- `jnp.real` / `jnp.imag` bind their primitive (the row's rule) on a complex
+#:              array only; of a real one they apply `REAL_PARTS` instead.
+DTYPE_KINDS: tuple[str, ...] = ("logical", "part")
+#: "part" rows on a real array: `real` is the array itself (no primitive: the `copy` rule),
+#: `imag` is `zeros_like` (a constructor: Varying kept, Unreduced and Reduced dropped)
+REAL_PARTS: dict[str, str] = {"real": "copy", "imag": "zeros_like"}
+
+
+def dtype_rule(kind: str | None, rule: str, operands: Sequence[tuple[Operand, object]],
+               features: Features = CONSERVATIVE, *, op: str) -> str:
+    """The rule a row of dtype kind `kind` (`DTYPE_KINDS`, None: none) applies to `operands`,
+    each (state or LITERAL, dtype name or `UNKNOWN`): `rule`, or the one `jax.numpy`'s
+    implementation applies for those dtypes (an `ELEMENTWISE` key, or a `LIKE_CONSTRUCTORS`
+    name for `imag` of a real array). A "logical" operand that is not boolean must pass the
+    comparison with zero (its `ne` rule's error otherwise). With an `UNKNOWN` dtype (the static
+    view) the row's own rule."""
+    if kind == "logical":
+        for t, dtype in operands:
+            if isinstance(t, SpmdType) and dtype is not UNKNOWN and _kind(dtype) != "b":
+                combine("ne", [t, INVARIANT], features, op=op)
+        return rule
+    if kind == "part":
+        t, dtype = operands[0]
+        if isinstance(t, SpmdType) and dtype is not UNKNOWN and _kind(dtype) != "c":
+            return REAL_PARTS[rule]
+        return rule
+    assert kind is None, kind
+    return rule

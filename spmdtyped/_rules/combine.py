@@ -44,13 +44,23 @@ def combine(name: str, operands: Sequence[Operand], features: Features = CONSERV
 
 
 def binary(name: str, a: Operand, b: Operand, features: Features = CONSERVATIVE, *,
-           op: str | None = None, int_literal: bool = False) -> Combined:
+           op: str | None = None, int_literal: bool = False,
+           zero_literal: bool = False) -> Combined:
     """The rule of the Python operator `a <name> b` on typed values, as the runtime binds it.
 
     `x ** k` with an int literal `k` is JAX's `integer_pow` (a unary op: strict on Unreduced);
     `u / c` with `u` Unreduced and `c` a Python scalar is bound as `u * (1/c)` on JAX versions
-    without an Unreduced division rule (exact, looser than JAX). Everything else is `combine`.
+    without an Unreduced division rule (exact, looser than JAX), except by a literal zero
+    (`zero_literal`: SPMD202, the partial quotients ±inf do not sum to the quotient).
+    Everything else is `combine`.
     """
+    if name == "div" and b is LITERAL and zero_literal and isinstance(a, SpmdType) and a.unreduced:
+        # per device x_k / 0 is ±inf; their sum is nan where the true quotient is ±inf
+        op = op or name
+        raise error("SPMD202", f"{op}: division of a value Unreduced on {sorted(a.unreduced)} by "
+                    f"zero is not linear (the partial quotients ±inf do not sum to the quotient)",
+                    axes=sorted(a.unreduced), states=a.states(sorted(a.unreduced)), op=op,
+                    fix=f"st.psum(x, {tuple(sorted(a.unreduced))!r}) / 0.0")
     if name == "pow" and b is LITERAL and int_literal and isinstance(a, SpmdType):
         return Combined(unary("integer_pow", a, features, op=op), bind="integer_pow")
     if (name == "div" and b is LITERAL and isinstance(a, SpmdType) and a.unreduced

@@ -71,6 +71,15 @@ def constructor_type(name: str, like: SpmdType | None = None) -> SpmdType:
     raise KeyError(name)
 
 
+#: constructors whose other arguments flow into every element: name -> the (position in the
+#: call, keyword) of each such argument (`full(shape, fill_value)`, `full_like(a, fill_value)`,
+#: `linspace(start, stop, ...)`: traced bounds); `fill_type` joins each one's state
+FILL_ARGUMENTS: dict[str, tuple[tuple[int, str], ...]] = {
+    "full": ((1, "fill_value"),), "full_like": ((1, "fill_value"),),
+    "linspace": ((0, "start"), (1, "stop")),
+}
+
+
 def fill_type(t: SpmdType, fill: Operand | None, features: Features = CONSERVATIVE, *,
               op: str = "st.numpy.full") -> SpmdType:
     """`full(shape, fill)` / `full_like(a, fill)`: the constructor's state `t` joined with a
@@ -122,11 +131,22 @@ def at_update_type(method: str, t: SpmdType, value: Operand, features: Features 
                    features, op=op).type
 
 
+#: how `mean_bind` lowers a mean: JAX's `jnp.mean`, or the sum over the local dimensions
+#: followed by a division by the element count (a Python scalar: `binary`'s scalar rule)
+MEAN, SUM_THEN_DIVIDE = "mean", "sum_then_divide"
+
+
+def mean_bind(t: SpmdType) -> str:
+    """How `jnp.mean(x)` / `x.mean()` of a value in state `t` is bound: `MEAN` for
+    Invariant/Varying values, `SUM_THEN_DIVIDE` for an Unreduced or Reduced one (JAX rejects
+    jnp.mean there; the sum and the scalar division are exact)."""
+    return SUM_THEN_DIVIDE if t.unreduced or t.reduced else MEAN
+
+
 def mean_type(t: SpmdType, features: Features = CONSERVATIVE, *, op: str = "mean") -> SpmdType:
-    """`jnp.mean(x)` / `x.mean()`: as jnp.mean for Invariant/Varying values (unary `mean`);
-    an Unreduced or Reduced value is summed, then divided by a Python scalar (the scalar rule
-    of `binary`; JAX rejects jnp.mean there)."""
-    if not (t.unreduced or t.reduced):
+    """`jnp.mean(x)` / `x.mean()`, bound as `mean_bind` says: unary `mean`, or unary `sum`
+    then `binary` `div` by a Python scalar."""
+    if mean_bind(t) == MEAN:
         return unary("mean", t, features, op=op)
     return binary("div", unary("sum", t, features, op=op), LITERAL, features, op=op).type
 

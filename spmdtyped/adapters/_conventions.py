@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,10 +14,12 @@ import jax
 from .. import _compat
 from .. import lax as _slax
 from .._errors import error
+from ._patching import Patch
 
-_ROUTE_LOCK = threading.RLock()
-_ROUTE_DEPTH = [0]
-_SAVED: dict[str, Any] = {}
+#: `jax.lax.<name>` -> `spmdtyped.lax.<name>` for every collective `spmdtyped.lax` checks
+_LAX_ROUTE = Patch(tuple((jax.lax, name) for name in _slax.CHECKED),
+                   lambda _originals: {(jax.lax, name): getattr(_slax, name)
+                                       for name in _slax.CHECKED})
 
 
 @contextlib.contextmanager
@@ -35,21 +36,8 @@ def checked_lax() -> Iterator[None]:
             jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...))(x)
         ```
     """
-    with _ROUTE_LOCK:
-        if _ROUTE_DEPTH[0] == 0:
-            for name in _slax.CHECKED:
-                _SAVED[name] = getattr(jax.lax, name)
-                setattr(jax.lax, name, getattr(_slax, name))
-        _ROUTE_DEPTH[0] += 1
-    try:
+    with _LAX_ROUTE.active():
         yield
-    finally:
-        with _ROUTE_LOCK:
-            _ROUTE_DEPTH[0] -= 1
-            if _ROUTE_DEPTH[0] == 0:
-                for name, fn in _SAVED.items():
-                    setattr(jax.lax, name, fn)
-                _SAVED.clear()
 
 
 #: the name the porting guide uses: `with st.adapters.checking(): ...`

@@ -9,22 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
 
 from .. import _compat
+from ._patching import Patch
 
 #: markers left in the jaxpr: a `jit` of `(primal, cotangent) -> cotangent`
 CT_MARK = "spmdtyped_cotangent"
 PER_EXAMPLE_MARK = "spmdtyped_per_example_cotangent"
-
-_ROUTE_LOCK = threading.RLock()
-_ROUTE_DEPTH = [0]
-_SAVED: dict[str, Any] = {}
-
 
 def _mark(primal: Any, ct: Any, name: str) -> Any:
     """`ct`, returned through a `jit` named `name` that also takes `primal`: the walk types
@@ -80,54 +75,49 @@ def _routed_value_and_grad(orig: Callable[..., Any], fun: Callable[..., Any],
     return call
 
 
+def _autodiff_routes(originals: Mapping[tuple[Any, str], Any]) -> dict[tuple[Any, str], Any]:
+    """`jax.grad` / `jax.value_and_grad` / `jax.vjp` marking each gradient (see
+    `routed_autodiff`), each calling JAX's own (`originals`)."""
+    vg_orig = originals[(jax, "value_and_grad")]
+    vjp_orig = originals[(jax, "vjp")]
+
+    def value_and_grad(fun: Callable[..., Any], argnums: Any = 0, has_aux: bool = False,
+                       **kw: Any) -> Callable[..., Any]:
+        return _routed_value_and_grad(vg_orig, fun, argnums, has_aux, **kw)
+
+    def grad(fun: Callable[..., Any], argnums: Any = 0, has_aux: bool = False,
+             **kw: Any) -> Callable[..., Any]:
+        vg = _routed_value_and_grad(vg_orig, fun, argnums, has_aux, **kw)
+
+        @functools.wraps(fun)
+        def g(*args: Any, **kwargs: Any) -> Any:
+            value, grads = vg(*args, **kwargs)
+            return (grads, value[1]) if has_aux else grads
+
+        return g
+
+    def vjp(fun: Callable[..., Any], *primals: Any, **kw: Any) -> Any:
+        res = vjp_orig(fun, *primals, **kw)
+        pull = res[1]
+
+        def pullback(ct: Any) -> Any:
+            return _marked_tree(tuple(primals), pull(ct), CT_MARK)
+
+        return (res[0], pullback, *res[2:])
+
+    return {(jax, "grad"): grad, (jax, "value_and_grad"): value_and_grad, (jax, "vjp"): vjp}
+
+
+_AUTODIFF_ROUTE = Patch(((jax, "grad"), (jax, "value_and_grad"), (jax, "vjp")), _autodiff_routes)
+
+
 @contextlib.contextmanager
 def routed_autodiff() -> Iterator[None]:
     """Route `jax.grad`, `jax.value_and_grad` and `jax.vjp` while a body is traced for infer:
     each gradient (each pullback's cotangent) is passed through a marker `jit` with its primal,
     which the refinement walk types by the cotangent rule. The numbers are unchanged."""
-    with _ROUTE_LOCK:
-        if _ROUTE_DEPTH[0] == 0:
-            _SAVED.update(grad=jax.grad, value_and_grad=jax.value_and_grad, vjp=jax.vjp)
-            vg_orig = _SAVED["value_and_grad"]
-
-            def value_and_grad(fun: Callable[..., Any], argnums: Any = 0, has_aux: bool = False,
-                               **kw: Any) -> Callable[..., Any]:
-                return _routed_value_and_grad(vg_orig, fun, argnums, has_aux, **kw)
-
-            def grad(fun: Callable[..., Any], argnums: Any = 0, has_aux: bool = False,
-                     **kw: Any) -> Callable[..., Any]:
-                vg = _routed_value_and_grad(vg_orig, fun, argnums, has_aux, **kw)
-
-                @functools.wraps(fun)
-                def g(*args: Any, **kwargs: Any) -> Any:
-                    value, grads = vg(*args, **kwargs)
-                    return (grads, value[1]) if has_aux else grads
-
-                return g
-
-            vjp_orig = _SAVED["vjp"]
-
-            def vjp(fun: Callable[..., Any], *primals: Any, **kw: Any) -> Any:
-                res = vjp_orig(fun, *primals, **kw)
-                pull = res[1]
-
-                def pullback(ct: Any) -> Any:
-                    return _marked_tree(tuple(primals), pull(ct), CT_MARK)
-
-                return (res[0], pullback, *res[2:])
-
-            jax.grad, jax.value_and_grad, jax.vjp = grad, value_and_grad, vjp  # type: ignore[assignment]
-        _ROUTE_DEPTH[0] += 1
-    try:
+    with _AUTODIFF_ROUTE.active():
         yield
-    finally:
-        with _ROUTE_LOCK:
-            _ROUTE_DEPTH[0] -= 1
-            if _ROUTE_DEPTH[0] == 0:
-                jax.grad = _SAVED["grad"]
-                jax.value_and_grad = _SAVED["value_and_grad"]
-                jax.vjp = _SAVED["vjp"]
-                _SAVED.clear()
 
 
 def trace_discarding_outputs(f: Callable[..., Any], sds: Sequence[Any], *, mesh: Any,
