@@ -16,7 +16,8 @@ import jax
 from . import _compat, _refining, _rules, _surface
 from ._array import array_operand, checked, in_vma_off, is_typed
 from ._errors import error
-from ._rules import refine, refine_shape
+from ._rules import axis_size as axis_size_rule
+from ._rules import refine_shape
 
 
 def _axes(axis_name: Any, op: str) -> tuple[str, ...]:
@@ -220,7 +221,7 @@ def axis_size(axis_name: Any) -> int:
     if len(axes) != len(_rules.normalize_axes(axis_name, "st.axis_size")):
         return size  # a jax.vmap axis among them: not a count of devices
     # an int that remembers its axes: `b / st.axis_size("tp")` is a share of a partial sum
-    return refine.AxisSize(size, axes)
+    return axis_size_rule.AxisSize(size, axes)
 
 
 #: every collective and cast of the surface table (`_surface.COLLECTIVE_NAMES`)

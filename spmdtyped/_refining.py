@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _compat
 from ._hints import is_state_class
-from ._rules import INVARIANT, LITERAL, Operand, SpmdType
+from ._rules import INVARIANT, LITERAL, Operand, SpmdType, axis_size
 from ._rules import refine as rf
 from ._rules import refine_shape as rs
 from ._rules.refine import DATA, NONE, Arg, Refinement
@@ -313,7 +313,7 @@ def refine(kind: str, name: str, operands: Sequence[Any], out: SpmdType, out_raw
         ref = REFINERS[kind](name, args, out, out_raw, op, params or {})
     if kind == "elementwise":
         # `b / st.axis_size(a)`: a replicated term's share of a partial sum over `a`
-        share = rf.share_of(name, operands)
+        share = axis_size.share_of(name, operands)
         if share is not None:
             i, axes = share
             ref = rf.with_share(ref, _type(operands[i]), axes)

@@ -9,6 +9,7 @@ from spmdtyped import SpmdTypeError
 from spmdtyped._rules import LITERAL, SpmdType
 from spmdtyped._rules import refine as _refine
 from spmdtyped._rules import refine_shape as _refine_shape
+from spmdtyped._rules.axis_size import AxisSize, share_of
 
 #: both rule modules as one namespace
 rf = types.SimpleNamespace(**{**vars(_refine), **vars(_refine_shape)})
@@ -259,14 +260,14 @@ def test_a_replicated_term_divided_by_the_axis_size_is_a_partial_term():
 
 
 def test_axis_size_remembers_its_axes():
-    n = rf.AxisSize(4, ("tp",))
+    n = AxisSize(4, ("tp",))
     assert n == 4 and n * 2 == 8 and type(n * 2) is int
-    assert rf.share_of("div", [1.0, n]) == (0, ("tp",))
+    assert share_of("div", [1.0, n]) == (0, ("tp",))
     inv = 1 / n
-    assert inv == 0.25 and rf.share_of("mul", [inv, 3.0]) == (1, ("tp",))
-    assert rf.share_of("mul", [3.0, inv]) == (0, ("tp",))
-    assert type(2 / n) is float and rf.share_of("mul", [3.0, 2 / n]) is None
-    assert rf.share_of("div", [1.0, 4]) is None           # a literal is not an axis size
+    assert inv == 0.25 and share_of("mul", [inv, 3.0]) == (1, ("tp",))
+    assert share_of("mul", [3.0, inv]) == (0, ("tp",))
+    assert type(2 / n) is float and share_of("mul", [3.0, 2 / n]) is None
+    assert share_of("div", [1.0, 4]) is None           # a literal is not an axis size
 
 
 def test_cotangents_swap_rep_and_partial():
