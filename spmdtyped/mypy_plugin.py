@@ -15,10 +15,10 @@ work), and reports a digest of the rule table and itself as its configuration da
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from mypy.nodes import Decorator
 from mypy.options import Options
@@ -68,19 +68,49 @@ class SpmdPlugin(Plugin):
     def __init__(self, options: Options) -> None:
         super().__init__(options)
         CONFIG.load(options.config_file)
+        # mypy asks for the hooks of every name at every use: the answers of the static name
+        # tables are memoised per name (`_table`); user-code look-ups are not (the symbol
+        # tables change, e.g. under dmypy)
+        self._tables: dict[str, dict[str, Any]] = {}
+
+    def _table(self, kind: str, fullname: str, build: Callable[[str], Any]) -> Any:
+        """`build(fullname)` (a hook from the static name tables, or None), once per name."""
+        memo = self._tables.setdefault(kind, {})
+        try:
+            return memo[fullname]
+        except KeyError:
+            hook = memo[fullname] = build(fullname)
+            return hook
 
     def get_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
+        hook = self._table("type", fullname, self._type_table)
+        if hook is not None or "." not in fullname or fullname.startswith(("builtins.", "typing")):
+            return hook  # type: ignore[no-any-return]
+        try:  # `Fam = Varying`: an alias of a hint family
+            family = hints.family_of_alias(fullname, self.lookup_fully_qualified)
+        except Exception:  # noqa: BLE001 - no module table yet: not an alias we can read
+            family = None
+        return guarded(functools.partial(hints.analyze, family=family)) if family else None
+
+    def _type_table(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
         if fullname in hints.ANNOTATED:
             return guarded(hints.annotated)
         family = hints.FULLNAMES.get(fullname)
-        if family is None and "." in fullname and not fullname.startswith(("builtins.", "typing")):
-            try:  # `Fam = Varying`: an alias of a hint family
-                family = hints.family_of_alias(fullname, self.lookup_fully_qualified)
-            except Exception:  # noqa: BLE001 - no module table yet: not an alias we can read
-                family = None
         return guarded(functools.partial(hints.analyze, family=family)) if family else None
 
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
+        hook = self._table("function", fullname, self._function_table)
+        if hook is not None:
+            return hook  # type: ignore[no-any-return]
+        decl = self._custom_op(fullname)
+        if decl is not None:
+            return guarded(functools.partial(custom.analyze_decorated, decl=decl))
+        callee = self._refined_callee(fullname)
+        if callee is not None:  # a user function with Shard / Partial / Rep parameters
+            return guarded(functools.partial(refined.check_call, callee=callee))
+        return None
+
+    def _function_table(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         if fullname in collectives.FULLNAMES:
             return guarded(functools.partial(collectives.analyze, name=collectives.FULLNAMES[fullname]))
         if fullname in collectives.LAX_FULLNAMES:
@@ -98,12 +128,6 @@ class SpmdPlugin(Plugin):
             return guarded(functools.partial(boundary.analyze, feature="shard_map"))
         if fullname in custom.CUSTOM_OP:
             return guarded(custom.custom_op_instance)
-        decl = self._custom_op(fullname)
-        if decl is not None:
-            return guarded(functools.partial(custom.analyze_decorated, decl=decl))
-        callee = self._refined_callee(fullname)
-        if callee is not None:  # a user function with Shard / Partial / Rep parameters
-            return guarded(functools.partial(refined.check_call, callee=callee))
         return None
 
     def _refined_callee(self, fullname: str) -> CallableType | None:
@@ -140,6 +164,9 @@ class SpmdPlugin(Plugin):
         return None
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
+        return self._table("method", fullname, self._method_table)  # type: ignore[no-any-return]
+
+    def _method_table(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         if fullname in operators.METHODS:
             return guarded(functools.partial(operators.analyze, feature=operators.METHODS[fullname]))
         if fullname in boundary.METHODS:
@@ -151,6 +178,9 @@ class SpmdPlugin(Plugin):
         return None
 
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
+        return self._table("attribute", fullname, self._attribute_table)  # type: ignore[no-any-return]
+
+    def _attribute_table(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
         if fullname in operators.ATTRIBUTES:
             return guarded(functools.partial(operators.analyze, feature=operators.ATTRIBUTES[fullname]))
         return None
@@ -160,10 +190,16 @@ class SpmdPlugin(Plugin):
         # Installed third-party packages and the standard library do not use spmdtyped: keep
         # their cache entries (JAX's stubs take most of a cold run) across upgrades and settings.
         if not ctx.id.startswith("spmdtyped") and (
-                ctx.id.partition(".")[0] in sys.stdlib_module_names
-                or any(d in Path(ctx.path).parts for d in ("site-packages", "dist-packages", "typeshed"))):
+                ctx.id.partition(".")[0] in sys.stdlib_module_names or _installed(ctx.path)):
             return None
         return f"{_DIGEST}:{CONFIG.jax}"
+
+
+def _installed(path: str) -> bool:
+    """Whether a module path has a `site-packages`, `dist-packages` or `typeshed` component
+    (mypy asks for every module of a run, JAX's stubs included: string tests, no `Path`)."""
+    path = f"/{path.replace(os.sep, '/')}/"
+    return "/site-packages/" in path or "/dist-packages/" in path or "/typeshed/" in path
 
 
 def plugin(version: str) -> type[Plugin]:

@@ -150,18 +150,49 @@ def tuple_of(api: Any, items: list[Type]) -> TupleType:
     return TupleType(items, named(api, "builtins.tuple", [any_type()]))
 
 
+class _Built:
+    """The axis unions built in one run (the hooks build the same few over and over): valid
+    while `builtins.str` is the same TypeInfo (a new run, or a daemon's reload, starts afresh).
+    The unions are shared by the results (mypy does not mutate types)."""
+
+    str_info: TypeInfo | None = None
+    axes: dict[frozenset[str], Type] = {}
+    states: dict[SpmdType, tuple[Type, Type, Type]] = {}
+
+    @classmethod
+    def check(cls, s: Instance) -> None:
+        if cls.str_info is not s.type:
+            cls.str_info, cls.axes, cls.states = s.type, {}, {}
+
+
+def _axes(s: Instance, axes: frozenset[str]) -> Type:
+    if not axes:
+        return UninhabitedType()
+    t = _Built.axes.get(axes)
+    if t is None:
+        t = _Built.axes[axes] = make_simplified_union([LiteralType(a, s) for a in sorted(axes)])
+    return t
+
+
 def axes_type(api: Any, axes: frozenset[str]) -> Type:
     """The union of str Literals for an axis set (`Never` for the empty set)."""
     if not axes:
         return UninhabitedType()
     s = str_type(api)
-    return make_simplified_union([LiteralType(a, s) for a in sorted(axes)])
+    _Built.check(s)
+    return _axes(s, axes)
 
 
 def from_spmd(api: Any, t: SpmdType) -> Instance:
     """`SArray[V, U, R, Any]` for an SpmdType (no refinement: see `refined.encode`)."""
-    return named(api, SARRAY, [axes_type(api, t.varying), axes_type(api, t.unreduced),
-                               axes_type(api, t.reduced), any_type()])
+    s = str_type(api)
+    _Built.check(s)
+    args = _Built.states.get(t)
+    if args is None:
+        args = _Built.states[t] = (_axes(s, t.varying), _axes(s, t.unreduced), _axes(s, t.reduced))
+    # a fresh `Never` per empty slot, as mypy builds them
+    return named(api, SARRAY, [a if not isinstance(a, UninhabitedType) else UninhabitedType()
+                               for a in args] + [any_type()])
 
 
 def alternatives(api: Any, t: Type, expr: Expression | None) -> list[Known] | None:
@@ -218,10 +249,10 @@ def axis_value(expr: Expression, t: Type) -> object:
 
 def arg(ctx: FunctionContext, name: str) -> tuple[Expression, Type] | None:
     """The (expression, type) passed for the callee's parameter `name`, if any."""
-    try:
-        i = ctx.callee_arg_names.index(name)
-    except ValueError:
+    names = ctx.callee_arg_names
+    if name not in names:
         return None
+    i = names.index(name)
     if not ctx.args[i]:
         return None
     return ctx.args[i][0], ctx.arg_types[i][0]

@@ -33,7 +33,16 @@ from .._rules import refine as _refine
 from .._rules import refine_shape as _refine_shape
 from .._rules.refine import NONE, Kind, Refinement
 from .codes import report
-from .convert import SARRAY, Known, alternatives, any_type, from_spmd, literal_value, str_type
+from .convert import (
+    SARRAY,
+    Known,
+    alternatives,
+    any_type,
+    from_spmd,
+    literal_value,
+    state_of_args,
+    str_type,
+)
 
 _CODES: Final = {_refine.PARTIAL: "P", _refine.REP: "R", _refine.INDEX: "I", _refine.ONEHOT: "O"}
 _KINDS: Final = {v: k for k, v in _CODES.items()}
@@ -155,10 +164,15 @@ def _join(vals: list[Val]) -> list[Val]:
 
 def ralternatives(api: Any, t: Type, expr: Expression | None) -> list[Val] | None:
     """`convert.alternatives` with each alternative's refinement and rank."""
+    p = get_proper_type(t)
+    if isinstance(p, Instance) and p.type.fullname == SARRAY:  # the common case: one typed value
+        state = state_of_args(p.args)
+        if state is not None:
+            ref, rank = read(p)
+            return [Val(state, ref.restrict(state.varying) if ref else ref, rank)]
     alts = alternatives(api, t, expr)
     if alts is None:
         return None
-    p = get_proper_type(t)
     items = [get_proper_type(i) for i in (p.items if isinstance(p, UnionType) else [p])]
     vals: list[Val] = []
     for i, o in enumerate(alts):
