@@ -15,12 +15,13 @@ work), and reports a digest of the rule table and itself as its configuration da
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from mypy.nodes import Decorator
+from mypy.nodes import CallExpr, Decorator, RefExpr
 from mypy.options import Options
 from mypy.plugin import (
     AnalyzeTypeContext,
@@ -33,20 +34,14 @@ from mypy.plugin import (
 )
 from mypy.types import CallableType, FunctionLike, Type, get_proper_type
 
-from ._mypy import (
-    autodiff,
-    boundary,
-    collectives,
-    control,
-    custom,
-    functions,
-    hints,
-    operators,
-    refined,
-    wrappers,
-)
+# operators, collectives and hints serve every program; the other feature modules are imported
+# on the first name of theirs that mypy asks about (`_feature`, names from `_mypy.names`)
+from ._mypy import collectives, hints, names, operators, refined
 from ._mypy.codes import AXIS, CODES, SPMD, guarded, guarded_sig
 from ._mypy.config import CONFIG, FEATURE_SETS, read_config, rules_digest
+
+if TYPE_CHECKING:
+    from ._mypy import custom
 
 __all__ = ["AXIS", "CODES", "FEATURE_SETS", "SPMD", "SpmdPlugin", "plugin", "read_config"]
 
@@ -54,6 +49,11 @@ _DIGEST: Final = rules_digest()
 #: modules whose functions never take refined parameters (skip the look-up)
 _NOT_USER: Final = ("builtins.", "typing.", "jax.", "numpy.", "spmdtyped.", "functools.", "math.",
                     "collections.", "itertools.", "os.", "sys.")
+
+
+def _feature(name: str) -> Any:
+    """The feature module `spmdtyped._mypy.<name>`, imported on first use (`_mypy.names`)."""
+    return importlib.import_module(f"{__package__}._mypy.{name}")
 
 
 class SpmdPlugin(Plugin):
@@ -104,7 +104,7 @@ class SpmdPlugin(Plugin):
             return hook  # type: ignore[no-any-return]
         decl = self._custom_op(fullname)
         if decl is not None:
-            return guarded(functools.partial(custom.analyze_decorated, decl=decl))
+            return guarded(functools.partial(_feature("custom").analyze_decorated, decl=decl))
         callee = self._refined_callee(fullname)
         if callee is not None:  # a user function with Shard / Partial / Rep parameters
             return guarded(functools.partial(refined.check_call, callee=callee))
@@ -116,18 +116,19 @@ class SpmdPlugin(Plugin):
         if fullname in collectives.LAX_FULLNAMES:
             return guarded(functools.partial(collectives.analyze, raw=True,
                                              name=collectives.LAX_FULLNAMES[fullname]))
-        if fullname in functions.FULLNAMES:
-            return guarded(functools.partial(functions.analyze, entry=functions.FULLNAMES[fullname]))
+        if fullname in names.FUNCTIONS:
+            return guarded(functools.partial(_feature("functions").analyze,
+                                             entry=names.FUNCTIONS[fullname]))
         if fullname in operators.FUNCTIONS:
             return guarded(functools.partial(operators.analyze, feature=operators.FUNCTIONS[fullname]))
-        if fullname in control.FULLNAMES:
-            return guarded(functools.partial(control.analyze, name=control.FULLNAMES[fullname]))
-        if fullname in autodiff.FULLNAMES:
-            return guarded(functools.partial(autodiff.analyze, name=autodiff.FULLNAMES[fullname]))
-        if fullname in boundary.FUNCTIONS:
-            return guarded(functools.partial(boundary.analyze, feature="shard_map"))
-        if fullname in custom.CUSTOM_OP:
-            return guarded(custom.custom_op_instance)
+        if fullname in names.CONTROL:
+            return guarded(functools.partial(_feature("control").analyze, name=names.CONTROL[fullname]))
+        if fullname in names.AUTODIFF:
+            return guarded(functools.partial(_feature("autodiff").analyze, name=names.AUTODIFF[fullname]))
+        if fullname in names.SHARD_MAP:
+            return guarded(functools.partial(_feature("boundary").analyze, feature="shard_map"))
+        if fullname in names.CUSTOM_OP:
+            return guarded(_feature("custom").custom_op_instance)
         return None
 
     def _refined_callee(self, fullname: str) -> CallableType | None:
@@ -153,14 +154,22 @@ class SpmdPlugin(Plugin):
             sym = self.lookup_fully_qualified(fullname)
         except Exception:  # noqa: BLE001 - a name the module table does not have yet
             return None
-        return custom.decorated_declaration(sym.node) if sym is not None else None
+        node = sym.node if sym is not None else None
+        # `custom.decorated_declaration` reads only a decorator call of `st.custom_op`: look
+        # for one before importing the module
+        if not (isinstance(node, Decorator) and any(
+                isinstance(d, CallExpr) and isinstance(d.callee, RefExpr)
+                and d.callee.fullname in names.CUSTOM_OP for d in node.decorators)):
+            return None
+        return _feature("custom").decorated_declaration(node)  # type: ignore[no-any-return]
 
     def get_function_signature_hook(self, fullname: str
                                     ) -> Callable[[FunctionSigContext], FunctionLike] | None:
-        if fullname in control.FULLNAMES:
-            return guarded_sig(functools.partial(control.signature, name=control.FULLNAMES[fullname]))
+        if fullname in names.CONTROL:
+            return guarded_sig(functools.partial(_feature("control").signature,
+                                                 name=names.CONTROL[fullname]))
         if self._custom_op(fullname) is not None:
-            return guarded_sig(custom.signature)
+            return guarded_sig(_feature("custom").signature)
         return None
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
@@ -169,12 +178,13 @@ class SpmdPlugin(Plugin):
     def _method_table(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         if fullname in operators.METHODS:
             return guarded(functools.partial(operators.analyze, feature=operators.METHODS[fullname]))
-        if fullname in boundary.METHODS:
-            return guarded(functools.partial(boundary.analyze, feature=boundary.METHODS[fullname]))
-        if fullname == custom.CALL:
-            return guarded(custom.analyze_call)
-        if fullname in wrappers.METHODS:
-            return guarded(functools.partial(wrappers.analyze, hooks=self.get_function_hook))
+        if fullname in names.BOUNDARY_METHODS:
+            return guarded(functools.partial(_feature("boundary").analyze,
+                                             feature=names.BOUNDARY_METHODS[fullname]))
+        if fullname == names.CUSTOM_CALL:
+            return guarded(_feature("custom").analyze_call)
+        if fullname in names.WRAPPED_CALLS:
+            return guarded(functools.partial(_feature("wrappers").analyze, hooks=self.get_function_hook))
         return None
 
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:

@@ -31,7 +31,7 @@ from mypy.types import (
 from .. import _rules
 from .._errors import SpmdTypeError
 from .._rules import SpmdType
-from . import refined
+from . import names, refined
 from .codes import report
 from .convert import (
     SARRAY,
@@ -47,8 +47,7 @@ from .convert import (
 )
 
 #: full name -> function
-FULLNAMES: Final = {f"{m}.{n}": n for m in ("spmdtyped", "spmdtyped._autodiff")
-                    for n in ("grad", "value_and_grad", "vjp")}
+FULLNAMES: Final = names.AUTODIFF
 _CONTAINERS: Final = ("builtins.dict", "builtins.list", "builtins.tuple")
 
 
