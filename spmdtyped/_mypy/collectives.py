@@ -87,6 +87,15 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
         return _rules.axis_op(rule, x, axes, CONFIG.features, op=op)
 
     def refine(out: SpmdType, v: refined.Val) -> tuple[Refinement, int | None]:
+        key = (rule, op, axes, tuple(params.items()), out, v)
+        memo = _REFINED.get(key)
+        if memo is None:
+            if len(_REFINED) > 4096:
+                _REFINED.clear()
+            memo = _REFINED[key] = _refine(out, v)
+        return memo
+
+    def _refine(out: SpmdType, v: refined.Val) -> tuple[Refinement, int | None]:
         depth = max(refined.shard_depth([v]), *(-int(d) for d in params.values()
                                                  if isinstance(d, int) and d < 0), 1)
         ndim = v.rank if v.rank is not None else depth
@@ -103,6 +112,9 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
 
 
 _FROM_PLAIN: Final = frozenset({"pvary", "pcast_varying", "psum_scatter", "all_to_all"})
+#: the refinement of a collective's result, by its arguments (a pure function of them; a rule
+#: error is raised again, not memoised)
+_REFINED: Final[dict[tuple[object, ...], tuple[Refinement, int | None]]] = {}
 
 
 

@@ -118,12 +118,20 @@ def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None
     if not items:
         return any_type()
     s = str_type(api)
-    lits: list[Type] = [LiteralType(f"{a}={_kind_code(k)}", s) for a, k in sorted(items.items())]
-    if rank is not None:
-        lits.append(LiteralType(f"#{rank}", s))
-    if not lits:
-        return any_type()
+    key = (s.type, tuple(sorted(items.items())), rank)
+    lits = _K_LITERALS.get(key)
+    if lits is None:
+        if len(_K_LITERALS) > 1024:
+            _K_LITERALS.clear()
+        lits = [LiteralType(f"{a}={_kind_code(k)}", s) for a, k in key[1]]
+        if rank is not None:
+            lits.append(LiteralType(f"#{rank}", s))
+        _K_LITERALS[key] = lits
     return UnionType.make_union([*lits, any_type()])
+
+
+#: the literals of a refinement slot (built once; shared, as mypy does not mutate types)
+_K_LITERALS: Final[dict[tuple[object, ...], list[Type]]] = {}
 
 
 def encode(api: Any, out: SpmdType, ref: Refinement, rank: int | None) -> Instance:
