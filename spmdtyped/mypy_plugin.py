@@ -168,7 +168,9 @@ class SpmdPlugin(Plugin):
         if fullname in names.CONTROL:
             return guarded_sig(functools.partial(_feature("control").signature,
                                                  name=names.CONTROL[fullname]))
-        if self._custom_op(fullname) is not None:
+        # a name of the static tables is spmdtyped's own API, never a declared custom op
+        if self._table("function", fullname, self._function_table) is None \
+                and self._custom_op(fullname) is not None:
             return guarded_sig(_feature("custom").signature)
         return None
 
