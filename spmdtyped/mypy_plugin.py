@@ -15,12 +15,13 @@ work), and reports a digest of the rule table and itself as its configuration da
 from __future__ import annotations
 
 import functools
+import importlib
+import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
-from mypy.nodes import Decorator
+from mypy.nodes import CallExpr, Decorator, RefExpr
 from mypy.options import Options
 from mypy.plugin import (
     AnalyzeTypeContext,
@@ -33,21 +34,14 @@ from mypy.plugin import (
 )
 from mypy.types import CallableType, FunctionLike, Type, get_proper_type
 
-from ._mypy import (
-    autodiff,
-    boundary,
-    collectives,
-    control,
-    custom,
-    functions,
-    hints,
-    operators,
-    refined,
-    signature,
-    wrappers,
-)
+# operators, collectives and hints serve every program; the other feature modules are imported
+# on the first name of theirs that mypy asks about (`_feature`, names from `_mypy.names`)
+from ._mypy import collectives, hints, names, operators, refined
 from ._mypy.codes import AXIS, CODES, SPMD, guarded, guarded_sig
 from ._mypy.config import CONFIG, FEATURE_SETS, read_config, rules_digest
+
+if TYPE_CHECKING:
+    from ._mypy import custom
 
 __all__ = ["AXIS", "CODES", "FEATURE_SETS", "SPMD", "SpmdPlugin", "plugin", "read_config"]
 
@@ -55,6 +49,11 @@ _DIGEST: Final = rules_digest()
 #: modules whose functions never take refined parameters (skip the look-up)
 _NOT_USER: Final = ("builtins.", "typing.", "jax.", "numpy.", "spmdtyped.", "functools.", "math.",
                     "collections.", "itertools.", "os.", "sys.")
+
+
+def _feature(name: str) -> Any:
+    """The feature module `spmdtyped._mypy.<name>`, imported on first use (`_mypy.names`)."""
+    return importlib.import_module(f"{__package__}._mypy.{name}")
 
 
 class SpmdPlugin(Plugin):
@@ -69,42 +68,68 @@ class SpmdPlugin(Plugin):
     def __init__(self, options: Options) -> None:
         super().__init__(options)
         CONFIG.load(options.config_file)
+        # mypy asks for the hooks of every name at every use: the answers of the static name
+        # tables are memoised per name (`_table`); user-code look-ups are not (the symbol
+        # tables change, e.g. under dmypy)
+        self._tables: dict[str, dict[str, Any]] = {}
+
+    def _table(self, kind: str, fullname: str, build: Callable[[str], Any]) -> Any:
+        """`build(fullname)` (a hook from the static name tables, or None), once per name."""
+        memo = self._tables.setdefault(kind, {})
+        try:
+            return memo[fullname]
+        except KeyError:
+            hook = memo[fullname] = build(fullname)
+            return hook
 
     def get_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
+        hook = self._table("type", fullname, self._type_table)
+        if hook is not None or "." not in fullname or fullname.startswith(("builtins.", "typing")):
+            return hook  # type: ignore[no-any-return]
+        try:  # `Fam = Varying`: an alias of a hint family
+            family = hints.family_of_alias(fullname, self.lookup_fully_qualified)
+        except Exception:  # noqa: BLE001 - no module table yet: not an alias we can read
+            family = None
+        return guarded(functools.partial(hints.analyze, family=family)) if family else None
+
+    def _type_table(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
         if fullname in hints.ANNOTATED:
             return guarded(hints.annotated)
         family = hints.FULLNAMES.get(fullname)
-        if family is None and "." in fullname and not fullname.startswith(("builtins.", "typing")):
-            try:  # `Fam = Varying`: an alias of a hint family
-                family = hints.family_of_alias(fullname, self.lookup_fully_qualified)
-            except Exception:  # noqa: BLE001 - no module table yet: not an alias we can read
-                family = None
         return guarded(functools.partial(hints.analyze, family=family)) if family else None
 
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
+        hook = self._table("function", fullname, self._function_table)
+        if hook is not None:
+            return hook  # type: ignore[no-any-return]
+        decl = self._custom_op(fullname)
+        if decl is not None:
+            return guarded(functools.partial(_feature("custom").analyze_decorated, decl=decl))
+        callee = self._refined_callee(fullname)
+        if callee is not None:  # a user function with Shard / Partial / Rep parameters
+            return guarded(functools.partial(refined.check_call, callee=callee))
+        return None
+
+    def _function_table(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         if fullname in collectives.FULLNAMES:
             return guarded(functools.partial(collectives.analyze, name=collectives.FULLNAMES[fullname]))
         if fullname in collectives.LAX_FULLNAMES:
             return guarded(functools.partial(collectives.analyze, raw=True,
                                              name=collectives.LAX_FULLNAMES[fullname]))
-        if fullname in functions.FULLNAMES:
-            return guarded(functools.partial(functions.analyze, entry=functions.FULLNAMES[fullname]))
+        if fullname in names.FUNCTIONS:
+            return guarded(functools.partial(_feature("functions").analyze,
+                                             entry=names.FUNCTIONS[fullname]))
         if fullname in operators.FUNCTIONS:
             return guarded(functools.partial(operators.analyze, feature=operators.FUNCTIONS[fullname]))
-        if fullname in control.FULLNAMES:
-            return guarded(functools.partial(control.analyze, name=control.FULLNAMES[fullname]))
-        if fullname in autodiff.FULLNAMES:
-            return guarded(functools.partial(autodiff.analyze, name=autodiff.FULLNAMES[fullname]))
-        if fullname in boundary.FUNCTIONS:  # the function under it keeps its signature
-            return guarded(signature.keeping(functools.partial(boundary.analyze, feature="shard_map")))
-        if fullname in custom.CUSTOM_OP:
-            return guarded(custom.custom_op_instance)
-        decl = self._custom_op(fullname)
-        if decl is not None:
-            return guarded(functools.partial(custom.analyze_decorated, decl=decl))
-        callee = self._refined_callee(fullname)
-        if callee is not None:  # a user function with Shard / Partial / Rep parameters
-            return guarded(functools.partial(refined.check_call, callee=callee))
+        if fullname in names.CONTROL:
+            return guarded(functools.partial(_feature("control").analyze, name=names.CONTROL[fullname]))
+        if fullname in names.AUTODIFF:
+            return guarded(functools.partial(_feature("autodiff").analyze, name=names.AUTODIFF[fullname]))
+        if fullname in names.SHARD_MAP:  # the function under it keeps its signature
+            return guarded(_feature("signature").keeping(
+                functools.partial(_feature("boundary").analyze, feature="shard_map")))
+        if fullname in names.CUSTOM_OP:
+            return guarded(_feature("custom").custom_op_instance)
         return None
 
     def _refined_callee(self, fullname: str) -> CallableType | None:
@@ -130,31 +155,48 @@ class SpmdPlugin(Plugin):
             sym = self.lookup_fully_qualified(fullname)
         except Exception:  # noqa: BLE001 - a name the module table does not have yet
             return None
-        return custom.decorated_declaration(sym.node) if sym is not None else None
+        node = sym.node if sym is not None else None
+        # `custom.decorated_declaration` reads only a decorator call of `st.custom_op`: look
+        # for one before importing the module
+        if not (isinstance(node, Decorator) and any(
+                isinstance(d, CallExpr) and isinstance(d.callee, RefExpr)
+                and d.callee.fullname in names.CUSTOM_OP for d in node.decorators)):
+            return None
+        return _feature("custom").decorated_declaration(node)  # type: ignore[no-any-return]
 
     def get_function_signature_hook(self, fullname: str
                                     ) -> Callable[[FunctionSigContext], FunctionLike] | None:
-        if fullname in control.FULLNAMES:
-            return guarded_sig(functools.partial(control.signature, name=control.FULLNAMES[fullname]))
-        if self._custom_op(fullname) is not None:
-            return guarded_sig(custom.signature)
+        if fullname in names.CONTROL:
+            return guarded_sig(functools.partial(_feature("control").signature,
+                                                 name=names.CONTROL[fullname]))
+        # a name of the static tables is spmdtyped's own API, never a declared custom op
+        if self._table("function", fullname, self._function_table) is None \
+                and self._custom_op(fullname) is not None:
+            return guarded_sig(_feature("custom").signature)
         return None
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
+        return self._table("method", fullname, self._method_table)  # type: ignore[no-any-return]
+
+    def _method_table(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         if fullname in operators.METHODS:
             return guarded(functools.partial(operators.analyze, feature=operators.METHODS[fullname]))
-        if fullname in boundary.METHODS:
-            hook = functools.partial(boundary.analyze, feature=boundary.METHODS[fullname])
-            return guarded(signature.keeping(hook) if boundary.METHODS[fullname] == "decorate" else hook)
-        if fullname == custom.CALL:
-            return guarded(custom.analyze_call)
-        if fullname == autodiff.VMAP_CALL:
-            return guarded(autodiff.vmap_call)
-        if fullname in wrappers.METHODS:
-            return guarded(functools.partial(wrappers.analyze, hooks=self.get_function_hook))
+        if fullname in names.BOUNDARY_METHODS:
+            feature = names.BOUNDARY_METHODS[fullname]
+            hook = functools.partial(_feature("boundary").analyze, feature=feature)
+            return guarded(_feature("signature").keeping(hook) if feature == "decorate" else hook)
+        if fullname == names.CUSTOM_CALL:
+            return guarded(_feature("custom").analyze_call)
+        if fullname == names.VMAP_CALL:
+            return guarded(_feature("autodiff").vmap_call)
+        if fullname in names.WRAPPED_CALLS:
+            return guarded(functools.partial(_feature("wrappers").analyze, hooks=self.get_function_hook))
         return None
 
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
+        return self._table("attribute", fullname, self._attribute_table)  # type: ignore[no-any-return]
+
+    def _attribute_table(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
         if fullname in operators.ATTRIBUTES:
             return guarded(functools.partial(operators.analyze, feature=operators.ATTRIBUTES[fullname]))
         return None
@@ -164,10 +206,16 @@ class SpmdPlugin(Plugin):
         # Installed third-party packages and the standard library do not use spmdtyped: keep
         # their cache entries (JAX's stubs take most of a cold run) across upgrades and settings.
         if not ctx.id.startswith("spmdtyped") and (
-                ctx.id.partition(".")[0] in sys.stdlib_module_names
-                or any(d in Path(ctx.path).parts for d in ("site-packages", "dist-packages", "typeshed"))):
+                ctx.id.partition(".")[0] in sys.stdlib_module_names or _installed(ctx.path)):
             return None
         return f"{_DIGEST}:{CONFIG.jax}"
+
+
+def _installed(path: str) -> bool:
+    """Whether a module path has a `site-packages`, `dist-packages` or `typeshed` component
+    (mypy asks for every module of a run, JAX's stubs included: string tests, no `Path`)."""
+    path = f"/{path.replace(os.sep, '/')}/"
+    return "/site-packages/" in path or "/dist-packages/" in path or "/typeshed/" in path
 
 
 def plugin(version: str) -> type[Plugin]:

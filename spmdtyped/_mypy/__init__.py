@@ -3,6 +3,8 @@
 One module per job; each feature module has one `analyze(ctx, ...)` that `mypy_plugin` maps
 full names to. None imports JAX: the rules come from `spmdtyped._rules`.
 
+- `names`: the full names of the feature modules below that the entry point imports on first use
+  (control flow, autodiff, shard_map, custom ops, `st.numpy` / `st.nn`, wrappers).
 - `config`: the `[spmdtyped]` / `[tool.spmdtyped]` settings (the JAX rule set) and the cache digest.
 - `codes`: one mypy `ErrorCode` per registry entry; reporting an `SpmdTypeError`; hook guards.
 - `convert`: mypy types <-> `_rules.SpmdType` operands; literal axis and argument reading.

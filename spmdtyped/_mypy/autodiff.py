@@ -39,7 +39,7 @@ from mypy.types import (
 from .. import _rules
 from .._errors import SpmdTypeError
 from .._rules import SpmdType
-from . import refined
+from . import names, refined
 from .codes import report
 from .convert import (
     SARRAY,
@@ -56,11 +56,9 @@ from .convert import (
 )
 
 #: full name -> function
-FULLNAMES: Final = {f"{m}.{n}": n for m in ("spmdtyped", "spmdtyped._autodiff")
-                    for n in ("grad", "value_and_grad", "vjp")} | {
-    "jax.vmap": "vmap", "jax._src.api.vmap": "vmap"}
-VMAP_OF_GRAD: Final = f"{STATIC}.VmapOfGrad"
-VMAP_CALL: Final = f"{VMAP_OF_GRAD}.__call__"
+FULLNAMES: Final = names.AUTODIFF
+VMAP_OF_GRAD: Final = names.VMAP_OF_GRAD
+VMAP_CALL: Final = names.VMAP_CALL
 _CONTAINERS: Final = ("builtins.dict", "builtins.list", "builtins.tuple")
 
 

@@ -34,14 +34,15 @@ from mypy.types import CallableType, Instance, LiteralType, NoneType, TupleType,
 from .. import _rules
 from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
+from . import names
 from .codes import report
 from .convert import STATIC, any_type, arg, axes_of, axes_type, named, str_type, to_operand, tuple_of
 
-OUT_SPEC_MISMATCH: Final = f"{STATIC}.OutSpecMismatch"
-SHARD_MAP_DECORATOR: Final = f"{STATIC}.ShardMapDecorator"
+OUT_SPEC_MISMATCH: Final = names.OUT_SPEC_MISMATCH
+SHARD_MAP_DECORATOR: Final = names.SHARD_MAP_DECORATOR
 STATIC_SPEC: Final = f"{STATIC}.StaticSpec"
-FUNCTIONS: Final = frozenset({f"{m}.shard_map" for m in (STATIC, "spmdtyped", "spmdtyped._shard_map")})
-METHODS: Final = {f"{OUT_SPEC_MISMATCH}.__call__": "call", f"{SHARD_MAP_DECORATOR}.__call__": "decorate"}
+FUNCTIONS: Final = names.SHARD_MAP
+METHODS: Final = names.BOUNDARY_METHODS
 _PARTITION_SPEC: Final = frozenset({"jax.sharding.PartitionSpec", "jax._src.partition_spec.PartitionSpec"})
 
 Entry = str | tuple[str, ...] | None

@@ -8,7 +8,7 @@ from typing import Final
 
 from mypy.nodes import Expression, NameExpr
 from mypy.plugin import FunctionContext
-from mypy.types import TupleType, Type, get_proper_type
+from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 
 from .. import _rules, _surface
 from .._errors import SpmdTypeError
@@ -17,7 +17,17 @@ from .._rules.refine import Refinement
 from . import refined
 from .codes import AXIS, report
 from .config import CONFIG
-from .convert import STATIC, any_type, arg, axis_value, literal_value, to_operand
+from .convert import (
+    SARRAY,
+    STATIC,
+    any_type,
+    arg,
+    axis_value,
+    from_spmd,
+    literal_value,
+    state_of_args,
+    to_operand,
+)
 
 #: the collectives and casts with a typed result: the surface table's (`_surface.COLLECTIVES`;
 #: `st.axis_size` is a Python int)
@@ -78,6 +88,16 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
     if isinstance(p, TupleType):  # a pytree: each leaf separately
         return p.copy_modified(items=[_result(ctx, rule, op, axes, None, i, any_type())
                                       for i in p.items])
+    if rule not in _FROM_PLAIN and isinstance(p, Instance) and p.type.fullname == SARRAY \
+            and (len(p.args) == 3 or isinstance(p.args[3], AnyType)):
+        state = state_of_args(p.args)
+        if state is not None:  # no refinement: the four-state rule alone (`rapply`'s)
+            try:
+                out = _rules.axis_op(rule, state, axes, CONFIG.features, op=op)
+            except SpmdTypeError as err:
+                report(ctx.api, err, ctx.context)
+                return default
+            return from_spmd(ctx.api, out)
     alts = refined.ralternatives(ctx.api, t, expr)
     if alts is None:
         return default
@@ -87,6 +107,15 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
         return _rules.axis_op(rule, x, axes, CONFIG.features, op=op)
 
     def refine(out: SpmdType, v: refined.Val) -> tuple[Refinement, int | None]:
+        key = (rule, op, axes, tuple(params.items()), out, v)
+        memo = _REFINED.get(key)
+        if memo is None:
+            if len(_REFINED) > 4096:
+                _REFINED.clear()
+            memo = _REFINED[key] = _refine(out, v)
+        return memo
+
+    def _refine(out: SpmdType, v: refined.Val) -> tuple[Refinement, int | None]:
         depth = max(refined.shard_depth([v]), *(-int(d) for d in params.values()
                                                  if isinstance(d, int) and d < 0), 1)
         ndim = v.rank if v.rank is not None else depth
@@ -103,6 +132,9 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
 
 
 _FROM_PLAIN: Final = frozenset({"pvary", "pcast_varying", "psum_scatter", "all_to_all"})
+#: the refinement of a collective's result, by its arguments (a pure function of them; a rule
+#: error is raised again, not memoised)
+_REFINED: Final[dict[tuple[object, ...], tuple[Refinement, int | None]]] = {}
 
 
 

@@ -27,12 +27,12 @@ from mypy.types import CallableType, FunctionLike, TupleType, Type, get_proper_t
 from .. import _rules
 from .._errors import SpmdTypeError
 from .._rules import SpmdType
+from . import names
 from .codes import report
 from .convert import any_type, arg, arg_type, from_spmd, is_scalar, named, to_operand, tuple_items, tuple_of
 
 #: full name -> construct
-FULLNAMES: Final = {f"spmdtyped.{m}{n}": n for m in ("", "_control.")
-                    for n in ("fori_loop", "while_loop", "scan", "cond", "switch")}
+FULLNAMES: Final = names.CONTROL
 class _Join(Exception):
     """Two carry/output types the plugin cannot join statically (unknown leaves, structures)."""
 

@@ -91,21 +91,30 @@ def state_of_args(args: tuple[Type, ...] | list[Type]) -> SpmdType | None:
     refinement slot `K` is read by `refined`."""
     if len(args) not in (3, 4):
         return None
-    key = (args[0], args[1], args[2])
+    v, u, r = args[0], args[1], args[2]
+    # first by identity (hashing a mypy union is costly; a variable's declared type and the
+    # hooks' own results reuse the same argument objects), then by value
+    seen = _SEEN.get((id(v), id(u), id(r)))
+    if seen is not None and seen[0] is v and seen[1] is u and seen[2] is r:
+        return seen[3]
+    key = (v, u, r)
     try:
-        return _STATES[key]
+        state = _STATES[key]
     except KeyError:
-        pass
+        if len(_STATES) > 4096:
+            _STATES.clear()
+        state = _STATES[key] = _state_of(key)
     except TypeError:  # an unhashable type argument: read it every time
         return _state_of(key)
-    if len(_STATES) > 4096:
-        _STATES.clear()
-    state = _STATES[key] = _state_of(key)
+    if len(_SEEN) > 4096:
+        _SEEN.clear()
+    _SEEN[(id(v), id(u), id(r))] = (v, u, r, state)  # holds the objects: their ids stay theirs
     return state
 
 
 #: type arguments -> state (the hooks read the same few states over and over)
 _STATES: Final[dict[tuple[Type, Type, Type], SpmdType | None]] = {}
+_SEEN: Final[dict[tuple[int, int, int], tuple[Type, Type, Type, SpmdType | None]]] = {}
 
 
 def _state_of(args: tuple[Type, Type, Type]) -> SpmdType | None:
@@ -150,18 +159,45 @@ def tuple_of(api: Any, items: list[Type]) -> TupleType:
     return TupleType(items, named(api, "builtins.tuple", [any_type()]))
 
 
+class _Built:
+    """The axis unions built in one run (the hooks build the same few over and over): valid
+    while `builtins.str` is the same TypeInfo (a new run, or a daemon's reload, starts afresh).
+    The unions (and `Never`) are shared by the results: mypy does not mutate types, and the
+    shared objects let `state_of_args` read them back by identity."""
+
+    str_info: TypeInfo | None = None
+    axes: dict[frozenset[str], Type] = {}
+    states: dict[SpmdType, tuple[Type, Type, Type]] = {}
+
+    @classmethod
+    def check(cls, s: Instance) -> None:
+        if cls.str_info is not s.type:
+            cls.str_info, cls.axes, cls.states = s.type, {}, {}
+
+
+def _axes(s: Instance, axes: frozenset[str]) -> Type:
+    t = _Built.axes.get(axes)
+    if t is None:
+        t = _Built.axes[axes] = (make_simplified_union([LiteralType(a, s) for a in sorted(axes)])
+                                 if axes else UninhabitedType())
+    return t
+
+
 def axes_type(api: Any, axes: frozenset[str]) -> Type:
     """The union of str Literals for an axis set (`Never` for the empty set)."""
-    if not axes:
-        return UninhabitedType()
     s = str_type(api)
-    return make_simplified_union([LiteralType(a, s) for a in sorted(axes)])
+    _Built.check(s)
+    return _axes(s, axes)
 
 
 def from_spmd(api: Any, t: SpmdType) -> Instance:
     """`SArray[V, U, R, Any]` for an SpmdType (no refinement: see `refined.encode`)."""
-    return named(api, SARRAY, [axes_type(api, t.varying), axes_type(api, t.unreduced),
-                               axes_type(api, t.reduced), any_type()])
+    s = str_type(api)
+    _Built.check(s)
+    args = _Built.states.get(t)
+    if args is None:
+        args = _Built.states[t] = (_axes(s, t.varying), _axes(s, t.unreduced), _axes(s, t.reduced))
+    return named(api, SARRAY, [*args, any_type()])
 
 
 def alternatives(api: Any, t: Type, expr: Expression | None) -> list[Known] | None:
@@ -218,10 +254,10 @@ def axis_value(expr: Expression, t: Type) -> object:
 
 def arg(ctx: FunctionContext, name: str) -> tuple[Expression, Type] | None:
     """The (expression, type) passed for the callee's parameter `name`, if any."""
-    try:
-        i = ctx.callee_arg_names.index(name)
-    except ValueError:
+    names = ctx.callee_arg_names
+    if name not in names:
         return None
+    i = names.index(name)
     if not ctx.args[i]:
         return None
     return ctx.args[i][0], ctx.arg_types[i][0]

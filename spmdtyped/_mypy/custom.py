@@ -25,13 +25,14 @@ from mypy.types import AnyType, CallableType, FunctionLike, Type, TypeOfAny, Typ
 from .. import _rules
 from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType, State
+from . import names
 from .codes import report
 from .convert import from_spmd, named, to_operand
 
-CUSTOM_OP: Final = frozenset({"spmdtyped.custom_op", "spmdtyped._custom.custom_op"})
-OPAQUE: Final = frozenset({"spmdtyped.opaque", "spmdtyped._custom.opaque"})
-CUSTOM_OP_CLASS: Final = "spmdtyped._custom.CustomOp"
-CALL: Final = f"{CUSTOM_OP_CLASS}.__call__"
+CUSTOM_OP: Final = names.CUSTOM_OP
+OPAQUE: Final = names.OPAQUE
+CUSTOM_OP_CLASS: Final = names.CUSTOM_OP_CLASS
+CALL: Final = names.CUSTOM_CALL
 
 
 class _Unreadable(Exception):

@@ -12,11 +12,11 @@ from mypy.plugin import FunctionContext
 from mypy.typeops import make_simplified_union
 from mypy.types import Instance, TupleType, Type, get_proper_type
 
-from .. import _rules, _surface
+from .. import _rules
 from .._rules import LITERAL, SpmdType
 from .._rules import refine_shape as _refine_shape
 from .._rules.refine import Refinement
-from . import refined
+from . import names, refined
 from .arguments import call_arguments, passes_arguments, typed_call
 from .codes import apply
 from .config import CONFIG
@@ -34,8 +34,7 @@ from .convert import (
 )
 
 #: full name -> (module label, name, rule, binding)
-FULLNAMES: Final = {f"spmdtyped.{r.kind}.{r.name}": (r.kind, r.name, r.rule, r.binding)
-                     for r in (*_surface.NUMPY, *_surface.NN) if r.rule is not None}
+FULLNAMES: Final = names.FUNCTIONS
 _ARRAY_LIKE_STATIC: Final = frozenset({"builtins.list", "builtins.tuple", "builtins.int",
                                        "builtins.bool", "builtins.slice"})
 _Args = list[tuple[Expression, Type]]

@@ -32,7 +32,7 @@ from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
 from .._rules import refine as _refine
 from .._rules import refine_shape as _refine_shape
-from . import boundary, refined, returns
+from . import refined, returns
 from .codes import CODES, SPMD
 from .convert import SARRAY, STATIC, axes_of, from_spmd, to_operand
 
@@ -278,6 +278,8 @@ def in_spec_kinds(api: Any, t: Type, state: SpmdType, kinds: dict[str, Any], ran
         sym = api.api.lookup_current_scope(defn.name)
     except Exception:  # noqa: BLE001 - internal API: no refinement
         return kinds
+    from . import boundary  # noqa: PLC0415 - a feature module, loaded on first use (`_mypy.names`)
+
     found = boundary.param_in_spec(sym.node if sym is not None else None, index)
     if found is None:
         return kinds

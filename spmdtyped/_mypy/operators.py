@@ -12,6 +12,7 @@ from mypy.plugin import AttributeContext, FunctionContext, MethodContext
 from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 
 from .. import _rules, _surface
+from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType
 from .._rules.refine import Refinement
 from . import refined
@@ -23,8 +24,10 @@ from .convert import (
     STATIC,
     Known,
     alternatives,
+    from_spmd,
     is_python_int,
     is_sarray,
+    is_scalar,
     state_of_args,
     to_operand,
 )
@@ -84,18 +87,42 @@ def analyze(ctx: MethodContext | AttributeContext | FunctionContext, feature: st
     return _at(ctx, feature.partition(".")[2])
 
 
+def _plain(p: Any) -> Known | None:
+    """The state of an unrefined typed value (or LITERAL for a Python scalar), else None: the
+    operands whose result needs no `_refine` rule (the hooks' common case)."""
+    if isinstance(p, Instance) and p.type.fullname == SARRAY:
+        if len(p.args) == 4 and not isinstance(p.args[3], AnyType):
+            return None
+        return state_of_args(p.args)
+    return LITERAL if is_scalar(p) else None
+
+
 def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
     default = ctx.default_return_type
     if not ctx.args or not ctx.args[0]:
         return default
-    self_alts = refined.ralternatives(ctx.api, ctx.type, None)
     other_t = ctx.arg_types[0][0]
-    other_alts = refined.ralternatives(ctx.api, other_t, ctx.args[0][0])
-    if self_alts is None or other_alts is None:
-        return default
     p = get_proper_type(other_t)
     # as `_array.binary`: an int exponent is `integer_pow` (a bool is not an int there)
     int_literal = not reflected and is_python_int(p)
+    # `2.0 + u`, `2 < u`: mypy tried `float.__add__` / `int.__lt__` first and would report its
+    # generic `[operator]` error instead of the rule's; `u == 0.0`: mypy would fall back to
+    # `float.__eq__(object)` and type it `bool` silently. Report the rule's error past that.
+    past = (reflected or name in _SWAPPED) and not is_sarray(other_t)
+    on_error = report_past_operator_fallback if past else report
+    s, o = _plain(get_proper_type(ctx.type)), _plain(p)
+    if s is not None and o is not None:  # no refinement: the four-state rule alone (`rapply`'s)
+        try:
+            out = _rules.binary(name, *((o, s) if reflected else (s, o)), CONFIG.features, op=op,
+                                int_literal=int_literal).type
+        except SpmdTypeError as err:
+            on_error(ctx.api, err, ctx.context)
+            return default
+        return from_spmd(ctx.api, out)
+    self_alts = refined.ralternatives(ctx.api, ctx.type, None)
+    other_alts = refined.ralternatives(ctx.api, other_t, ctx.args[0][0])
+    if self_alts is None or other_alts is None:
+        return default
 
     def fn(s: Known, o: Known) -> SpmdType:
         a, b = (o, s) if reflected else (s, o)
@@ -106,11 +133,6 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
     def refine(out: SpmdType, s: refined.Val, o: refined.Val) -> tuple[Refinement, int | None]:
         return inner(out, *((o, s) if reflected else (s, o)))
 
-    # `2.0 + u`, `2 < u`: mypy tried `float.__add__` / `int.__lt__` first and would report its
-    # generic `[operator]` error instead of the rule's; `u == 0.0`: mypy would fall back to
-    # `float.__eq__(object)` and type it `bool` silently. Report the rule's error past that.
-    past = (reflected or name in _SWAPPED) and not is_sarray(other_t)
-    on_error = report_past_operator_fallback if past else report
     return refined.rapply(ctx.api, ctx.context, default, [self_alts, other_alts], fn, refine, on_error)
 
 
@@ -140,6 +162,15 @@ def _unary(ctx: MethodContext | AttributeContext, name: str, binding: str, op: s
     if isinstance(ctx, MethodContext) and passes_arguments(ctx, name):
         pos, kw = call_arguments(ctx)
         return typed_call(ctx, name, (None, ctx.type), pos, kw, op, default)
+    p = get_proper_type(ctx.type)
+    s = _plain(p) if isinstance(p, Instance) else None
+    if isinstance(s, SpmdType):  # no refinement: the four-state rule alone (`rapply`'s)
+        try:
+            out = _unary_rule(name, binding, op)(s)
+        except SpmdTypeError as err:
+            report(ctx.api, err, ctx.context)
+            return default
+        return from_spmd(ctx.api, out)
     alts = refined.ralternatives(ctx.api, ctx.type, None)
     if alts is None:
         return default

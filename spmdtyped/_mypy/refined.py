@@ -33,7 +33,16 @@ from .._rules import refine as _refine
 from .._rules import refine_shape as _refine_shape
 from .._rules.refine import NONE, Kind, Refinement
 from .codes import report
-from .convert import SARRAY, Known, alternatives, any_type, from_spmd, literal_value, str_type
+from .convert import (
+    SARRAY,
+    Known,
+    alternatives,
+    any_type,
+    from_spmd,
+    literal_value,
+    state_of_args,
+    str_type,
+)
 
 _CODES: Final = {_refine.PARTIAL: "P", _refine.REP: "R", _refine.INDEX: "I", _refine.ONEHOT: "O"}
 _KINDS: Final = {v: k for k, v in _CODES.items()}
@@ -109,12 +118,20 @@ def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None
     if not items:
         return any_type()
     s = str_type(api)
-    lits: list[Type] = [LiteralType(f"{a}={_kind_code(k)}", s) for a, k in sorted(items.items())]
-    if rank is not None:
-        lits.append(LiteralType(f"#{rank}", s))
-    if not lits:
-        return any_type()
+    key = (s.type, tuple(sorted(items.items())), rank)
+    lits = _K_LITERALS.get(key)
+    if lits is None:
+        if len(_K_LITERALS) > 1024:
+            _K_LITERALS.clear()
+        lits = [LiteralType(f"{a}={_kind_code(k)}", s) for a, k in key[1]]
+        if rank is not None:
+            lits.append(LiteralType(f"#{rank}", s))
+        _K_LITERALS[key] = lits
     return UnionType.make_union([*lits, any_type()])
+
+
+#: the literals of a refinement slot (built once; shared, as mypy does not mutate types)
+_K_LITERALS: Final[dict[tuple[object, ...], list[Type]]] = {}
 
 
 def encode(api: Any, out: SpmdType, ref: Refinement, rank: int | None) -> Instance:
@@ -155,10 +172,15 @@ def _join(vals: list[Val]) -> list[Val]:
 
 def ralternatives(api: Any, t: Type, expr: Expression | None) -> list[Val] | None:
     """`convert.alternatives` with each alternative's refinement and rank."""
+    p = get_proper_type(t)
+    if isinstance(p, Instance) and p.type.fullname == SARRAY:  # the common case: one typed value
+        state = state_of_args(p.args)
+        if state is not None:
+            ref, rank = read(p)
+            return [Val(state, ref.restrict(state.varying) if ref else ref, rank)]
     alts = alternatives(api, t, expr)
     if alts is None:
         return None
-    p = get_proper_type(t)
     items = [get_proper_type(i) for i in (p.items if isinstance(p, UnionType) else [p])]
     vals: list[Val] = []
     for i, o in enumerate(alts):

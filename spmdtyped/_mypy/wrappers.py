@@ -18,11 +18,12 @@ from mypy.plugin import FunctionContext, MethodContext
 from mypy.plugins.functools import partial_call_callback
 from mypy.types import CallableType, Instance, Overloaded, Type, get_proper_type
 
+from . import names
+
 JIT: Final = frozenset({"jax.jit", "jax._src.api.jit", "jax._src.pjit.jit"})
 PARTIAL: Final = frozenset({"functools.partial"})
 #: the methods a call of the wrapper's result goes through
-METHODS: Final = frozenset({"jax._src.pjit.JitWrapped.__call__", "jax._src.stages.Wrapped.__call__",
-                            "functools.partial.__call__"})
+METHODS: Final = names.WRAPPED_CALLS
 
 FunctionHook = Callable[[FunctionContext], Type]
 

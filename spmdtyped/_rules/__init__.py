@@ -22,7 +22,9 @@ This package re-exports every name the rest of spmdtyped reads as `_rules.X`.
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+import os
+from typing import TYPE_CHECKING, Any
 
 from .arguments import (
     DTYPE_KINDS,
@@ -48,17 +50,7 @@ from .axis_ops import (
     axis_op,
     pcast_op,
 )
-from .boundary import (
-    check_full_manual,
-    check_full_manual_value,
-    check_out_spec,
-    check_return,
-    hint_text,
-    in_spec_type,
-    spec_text,
-)
 from .combine import binary, combine, unary
-from .docs import LOOSER_THAN_JAX, STRICTER_THAN_JAX, TRANSPOSES
 from .elementwise import (
     ELEMENTWISE,
     JAX_DROPS,
@@ -91,34 +83,64 @@ from .functions import (
     take_type,
     where_type,
 )
-from .lattice import (
-    BODY_LABELS,
-    FREE_CASTS,
-    PREDICATE_WHERE,
-    REINTERPRETING_CASTS,
-    branch_labels,
-    check_cotangent,
-    check_vmap_grad,
-    custom_op_type,
-    flow_state,
-    free_casts,
-    grad_loss_type,
-    join_carry,
-    join_state,
-    parse_states,
-    predicate_labels,
-    predicate_type,
-    widen_under_predicate,
-)
-from .primitives import AXIS_PRIMITIVES, PRIMITIVE_OPERANDS, PRIMITIVES
 from .states import INVARIANT, UNREDUCED_KINDS, I, R, SpmdType, State, U, V, cotangent, fmt_axes
+
+# `boundary`, `docs`, `lattice` and `primitives` (shard_map boundaries, the docs' tables, joins
+# and casts of control flow / custom ops / cotangents, jaxpr primitives) load on first use: the
+# mypy plugin needs none of them for most programs, and compiles every module it imports where
+# Python writes no bytecode. Checkers see the names here; `__getattr__` finds them at run time.
+if TYPE_CHECKING:
+    from .boundary import (
+        check_full_manual,
+        check_full_manual_value,
+        check_out_spec,
+        check_return,
+        hint_text,
+        in_spec_type,
+        spec_text,
+    )
+    from .docs import LOOSER_THAN_JAX, STRICTER_THAN_JAX, TRANSPOSES
+    from .lattice import (
+        BODY_LABELS,
+        FREE_CASTS,
+        PREDICATE_WHERE,
+        REINTERPRETING_CASTS,
+        branch_labels,
+        check_cotangent,
+        check_vmap_grad,
+        custom_op_type,
+        flow_state,
+        free_casts,
+        grad_loss_type,
+        join_carry,
+        join_state,
+        parse_states,
+        predicate_labels,
+        predicate_type,
+        widen_under_predicate,
+    )
+    from .primitives import AXIS_PRIMITIVES, PRIMITIVE_OPERANDS, PRIMITIVES
+
+_LAZY_MODULES = ("boundary", "docs", "lattice", "primitives")
 
 #: views of the `st.numpy` / `st.nn` rows of `spmdtyped._surface` (the one table), kept for
 #: readers of `_rules`: name -> rule (how each applies it: the row's `binding`)
 _SURFACE_VIEWS = ("NUMPY_FUNCTIONS", "NN_FUNCTIONS")
+_MISSING = object()
+_HERE = os.path.dirname(__file__)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f".{name}", __name__)
+    # `from ._rules import refine_shape` asks for a submodule not imported yet: let the import
+    # system import it (searching the lazy modules would import them all)
+    if not name.startswith("__") and not os.path.exists(os.path.join(_HERE, f"{name}.py")):
+        for module in _LAZY_MODULES:
+            value = getattr(importlib.import_module(f".{module}", __name__), name, _MISSING)
+            if value is not _MISSING:
+                globals()[name] = value
+                return value
     if name in _SURFACE_VIEWS:
         from .. import _surface
 

@@ -1,0 +1,44 @@
+"""The full names `spmdtyped.mypy_plugin` dispatches on, for the feature modules that only some
+programs use (control flow, autodiff, `shard_map`, custom ops, `st.numpy` / `st.nn`, `jax.jit`
+and `functools.partial` wrappers): the entry point reads them here and imports such a module on
+the first name of its that mypy asks about (a mypy run pays for the plugin code it uses, which
+matters where Python compiles every module from source: `PYTHONDONTWRITEBYTECODE`).
+
+The feature modules re-export their tables from here (`control.FULLNAMES`, ...). Operators,
+collectives and hints are used by every program and dispatch on their own tables.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .. import _surface
+from .convert import STATIC
+
+#: `st.fori_loop`, `while_loop`, `scan`, `cond`, `switch` (`control`)
+CONTROL: Final = {f"spmdtyped.{m}{n}": n for m in ("", "_control.")
+                  for n in ("fori_loop", "while_loop", "scan", "cond", "switch")}
+#: `st.grad`, `st.value_and_grad`, `st.vjp` (`autodiff`)
+AUTODIFF: Final = {f"{m}.{n}": n for m in ("spmdtyped", "spmdtyped._autodiff")
+                   for n in ("grad", "value_and_grad", "vjp") | {
+    "jax.vmap": "vmap", "jax._src.api.vmap": "vmap"}
+#: `jax.vmap(st.grad(...))`'s call (`autodiff.vmap_call`: SPMD407)
+VMAP_OF_GRAD: Final = f"{STATIC}.VmapOfGrad"
+VMAP_CALL: Final = f"{VMAP_OF_GRAD}.__call__"
+#: `st.shard_map` and its results' `__call__` (`boundary`)
+OUT_SPEC_MISMATCH: Final = f"{STATIC}.OutSpecMismatch"
+SHARD_MAP_DECORATOR: Final = f"{STATIC}.ShardMapDecorator"
+SHARD_MAP: Final = frozenset({f"{m}.shard_map" for m in (STATIC, "spmdtyped", "spmdtyped._shard_map")})
+BOUNDARY_METHODS: Final = {f"{OUT_SPEC_MISMATCH}.__call__": "call",
+                           f"{SHARD_MAP_DECORATOR}.__call__": "decorate"}
+#: `st.custom_op` / `st.opaque` and a declared op's `__call__` (`custom`)
+CUSTOM_OP: Final = frozenset({"spmdtyped.custom_op", "spmdtyped._custom.custom_op"})
+OPAQUE: Final = frozenset({"spmdtyped.opaque", "spmdtyped._custom.opaque"})
+CUSTOM_OP_CLASS: Final = "spmdtyped._custom.CustomOp"
+CUSTOM_CALL: Final = f"{CUSTOM_OP_CLASS}.__call__"
+#: calls through `jax.jit(f)` and `functools.partial(f, ...)` (`wrappers`)
+WRAPPED_CALLS: Final = frozenset({"jax._src.pjit.JitWrapped.__call__", "jax._src.stages.Wrapped.__call__",
+                                  "functools.partial.__call__"})
+#: `st.numpy` / `st.nn` functions: full name -> (module label, name, rule, binding) (`functions`)
+FUNCTIONS: Final = {f"spmdtyped.{r.kind}.{r.name}": (r.kind, r.name, r.rule, r.binding)
+                    for r in (*_surface.NUMPY, *_surface.NN) if r.rule is not None}
