@@ -43,7 +43,6 @@ from . import names, refined
 from .codes import report
 from .convert import (
     SARRAY,
-    STATIC,
     any_type,
     arg,
     axes_type,

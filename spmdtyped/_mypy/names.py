@@ -20,7 +20,7 @@ CONTROL: Final = {f"spmdtyped.{m}{n}": n for m in ("", "_control.")
                   for n in ("fori_loop", "while_loop", "scan", "cond", "switch")}
 #: `st.grad`, `st.value_and_grad`, `st.vjp` (`autodiff`)
 AUTODIFF: Final = {f"{m}.{n}": n for m in ("spmdtyped", "spmdtyped._autodiff")
-                   for n in ("grad", "value_and_grad", "vjp") | {
+                   for n in ("grad", "value_and_grad", "vjp")} | {
     "jax.vmap": "vmap", "jax._src.api.vmap": "vmap"}
 #: `jax.vmap(st.grad(...))`'s call (`autodiff.vmap_call`: SPMD407)
 VMAP_OF_GRAD: Final = f"{STATIC}.VmapOfGrad"
