@@ -26,6 +26,7 @@ from ._rules import LITERAL, SpmdType
 from ._stubgen_model import (
     ANY,
     NEVER,
+    Alt,
     Arg,
     Arr,
     Overload,
@@ -209,7 +210,8 @@ def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
     vo, uo, ro = (_v(f"_{k}o_{a}", o) for k in "VUR")
     free = {"v": var(V1), "u": var(U), "r": var(R)}
     for s in (_rules.I, _rules.R, _rules.U, _rules.V):
-        deps: list[dict[str, Slot]] = []
+        deps: list[Alt] = []
+        dep: dict[str, Slot] | None
         if s is _rules.I:
             shapes = [{"v": var(vo), "u": var(uo), "r": var(ro)}]
             rest = [dict(shapes[0])]
@@ -227,11 +229,9 @@ def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
                         continue
                     shapes.append(pat)
                     rest.append(left)
-            dep = {j: ANY for j in _SLOTS}
-            dep[k] = lit(a)
-            deps.append(dep)
-            dep = dict(dep)
-            dep[k] = var({"v": vo, "u": uo, "r": ro}[k], a)
+            dep = None  # the state's catch: one union of literal sets (both checkers solve it)
+            deps.append(Alt(tuple(Arr(*(lit(*axs) if j == k else ANY for j in _SLOTS))
+                                  for axs in _holding(axes, a))))
         for pat, left in zip(shapes, rest, strict=True):
             for t in (_rules.I, _rules.V, _rules.U, _rules.R):
                 res = dict(left)
@@ -240,9 +240,16 @@ def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
                     res[k2] = Slot(res[k2].lits | {a}, res[k2].vars)
                 out.append(Overload((Arr(pat["v"], pat["u"], pat["r"]),),
                                     Arr(res["v"], res["u"], res["r"])))
-        for d in (*deps, dep):
-            out.append(Overload((Arr(d["v"], d["u"], d["r"]),), None, "?"))
+        for d in (*deps, *((dep,) if dep is not None else ())):
+            out.append(Overload((d if isinstance(d, Alt) else Arr(d["v"], d["u"], d["r"]),),
+                                None, "?"))
     return out
+
+
+def _holding(axes: Sequence[str], a: str) -> list[tuple[str, ...]]:
+    """Every set of axes that holds `a`, smallest first."""
+    o = _others(axes, a)
+    return [(a, *c) for n in range(len(o) + 1) for c in itertools.combinations(o, n)]
 
 
 def catch_all(arity_pattern: Sequence[Param]) -> Overload:
@@ -323,12 +330,13 @@ def select(pool: Sequence[Overload], combos: Sequence[Sequence[Arg]], rule: Rule
 
 
 def verify(chosen: Sequence[Overload], combos: Iterable[Sequence[Arg]], rule: Rule,
-           form: str, free: bool = False) -> Tally:
-    """Replay `chosen` on every combination, as a checker resolves overloads (first match)."""
+           form: str, free: bool = False, mypy: bool = False) -> Tally:
+    """Replay `chosen` on every combination, as a checker resolves overloads (first match;
+    `mypy`: as plain mypy solves them)."""
     t = Tally()
     for c in combos:
         want = rule(c)
-        k, got = first_match(chosen, c, free)
+        k, got = first_match(chosen, c, free, mypy)
         legal = not isinstance(want, SpmdTypeError)
         rejected = k < 0 or chosen[k].deprecated is not None
         if legal and not rejected:
