@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from types import EllipsisType
-from typing import Any, Generic, Literal, Never, TypeAlias, overload
+from typing import Any, Generic, Literal, Never, ParamSpec, TypeAlias, overload
 
 import jax
 import numpy as np
@@ -305,7 +305,28 @@ from typing import Annotated as Int, Annotated as Num, Annotated as Shaped  # no
 from . import adapters as adapters, lax as lax, nn as nn, numpy as numpy  # noqa: E402
 
 
-# control flow, autodiff, custom ops: untyped in this tier (the mypy plugin types them)
+# control flow and autodiff: the carry and the loss keep the types they come in with (a carry's
+# joined states are the mypy plugin's; here the body must return the carry's own type)
+_C = TypeVar("_C")
+_X = TypeVar("_X")
+_Y = TypeVar("_Y")
+_L = TypeVar("_L")
+_P = ParamSpec("_P")
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, _C], _C], init_val: _C, *,
+              unroll: int | bool | None = None) -> _C: ...
+def while_loop(cond_fun: Callable[[_C], Any], body_fun: Callable[[_C], _C], init_val: _C) -> _C: ...
+def scan(f: Callable[[_C, Any], tuple[_C, _Y]], init: _C, xs: Any = None,
+         length: int | None = None, reverse: bool = False, unroll: int | bool = 1,
+         _split_transpose: bool = False) -> tuple[_C, Any]: ...
+def value_and_grad(fun: Callable[_P, _L], argnums: int | Sequence[int] = 0,
+                   has_aux: bool = False, holomorphic: bool = False,
+                   allow_int: bool = False) -> Callable[_P, tuple[_L, Any]]: ...
+
+
+# custom ops, the rest of control flow and autodiff: untyped in this tier (the mypy plugin
+# types them)
 def __getattr__(name: str) -> Any: ...
 '''
 

@@ -131,13 +131,6 @@ def binary_pool(axes: Sequence[str], free: bool = False) -> list[Overload]:
     """Two arrays: set-union joins, Unreduced x Reduced, and the Reduced -> Varying auto-cast
     one axis at a time (linear in the number of axes)."""
     out: list[Overload] = []
-    for a in axes:  # Reduced next to Invariant on one axis: covariance would let it through
-        o = _others(axes, a)
-        i_pat = Arr(var(_v(f"_Vo_{a}", o)), var(_v(f"_Uo_{a}", o)), var(_v(f"_Ro_{a}", o)))
-        i_pat2 = Arr(var(_v(f"_Vp_{a}", o)), var(_v(f"_Up_{a}", o)), var(_v(f"_Rp_{a}", o)))
-        for r_a in (lit(a), var(_v(f"_Rq_{a}", o), a)):
-            out.append(Overload((Arr(ANY, ANY, r_a), i_pat2), None, "?"))
-            out.append(Overload((i_pat, Arr(ANY, ANY, r_a)), None, "?"))
     union = Slot(vars=(V1, V2))
     if free:  # plain functions: `_V1 | _V2` solved to Never is Unknown, so spell those apart
         for u, r in ((U, R), (None, R), (U, None), (None, None)):
@@ -152,6 +145,15 @@ def binary_pool(axes: Sequence[str], free: bool = False) -> list[Overload]:
         rs = NEVER if r is None else var(r)
         ro = NEVER if r_out is None else var(r_out)
         out.append(Overload((Arr(var(V1), us, rs), Arr(var(V2), us, rs)), Arr(union, us, ro)))
+    # the commonest shapes above come first (a checker stops at the first match); then Reduced
+    # next to Invariant on one axis, which covariance would let through the auto-casts below
+    for a in axes:
+        o = _others(axes, a)
+        i_pat = Arr(var(_v(f"_Vo_{a}", o)), var(_v(f"_Uo_{a}", o)), var(_v(f"_Ro_{a}", o)))
+        i_pat2 = Arr(var(_v(f"_Vp_{a}", o)), var(_v(f"_Up_{a}", o)), var(_v(f"_Rp_{a}", o)))
+        for r_a in (lit(a), var(_v(f"_Rq_{a}", o), a)):
+            out.append(Overload((Arr(ANY, ANY, r_a), i_pat2), None, "?"))
+            out.append(Overload((i_pat, Arr(ANY, ANY, r_a)), None, "?"))
     out.append(Overload((Arr(var(V1), var(U), NEVER), Arr(var(V2), NEVER, var(U))),
                         Arr(union, var(U), NEVER)))
     out.append(Overload((Arr(var(V1), NEVER, var(U)), Arr(var(V2), var(U), NEVER)),

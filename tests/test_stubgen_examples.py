@@ -20,10 +20,6 @@ REPO = Path(__file__).resolve().parent.parent
 AXES = re.compile(r'"(dp|tp|ep|pp|sp|fsdp)"')
 CANONICAL = ("dp", "tp", "fsdp")
 EXPECT = re.compile(r"#\s*expect:\s*(SPMD\d+)")
-#: the clean examples' remaining false errors (measured 2026-12-01, pyright 1.1.414): values
-#: pyright sees as plain `Any` (loop carries, `st.grad` results, unannotated helpers) reach a
-#: collective or non-linear op and match a deprecated overload (docs/pyright.md)
-KNOWN_FALSE = 15
 
 
 def _pyright() -> str:
@@ -86,18 +82,12 @@ def test_broken_examples_rejected_at_the_marked_line(
     assert checked >= 10
 
 
-def test_clean_examples_known_false_errors(diagnostics: dict[str, list[tuple[int, str]]]) -> None:
-    """Deprecations only (no other error class), and no more than the measured count."""
-    found = [(rel, ln, msg) for rel, ds in diagnostics.items() if "broken" not in rel
-             for ln, msg in ds if "deprecated" in msg]
-    assert len(found) <= KNOWN_FALSE, found
-
-
-@pytest.mark.xfail(strict=True, reason="values pyright sees as plain Any still match deprecated "
-                   "overloads (docs/pyright.md); the goal is 0")
 def test_clean_examples_have_no_false_deprecation(
         diagnostics: dict[str, list[tuple[int, str]]]) -> None:
-    found = [(rel, ln) for rel, ds in diagnostics.items() if "broken" not in rel
+    """No deprecation on a clean example: the loop carries, `st.value_and_grad`'s loss and the
+    helpers are typed (a value pyright sees as plain `Any` would match the deprecated overloads
+    too, docs/pyright.md)."""
+    found = [(rel, ln, msg) for rel, ds in diagnostics.items() if "broken" not in rel
              for ln, msg in ds if "deprecated" in msg]
     assert not found, found
 
