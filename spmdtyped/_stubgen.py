@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from types import EllipsisType
-from typing import Any, Generic, Literal, Never, ParamSpec, TypeAlias, overload
+from typing import Any, Concatenate, Generic, Literal, Never, ParamSpec, TypeAlias, overload
 
 import jax
 import numpy as np
@@ -151,7 +151,7 @@ def _function_lines(p: Planned) -> list[str]:
         to_any = [] if not p.form.rows[0][0] else (
             ([] if "*" in tail else ["*"]) + (['to: str = "varying"'] if f.name == "all_gather"
                                               else ["to: str"]))
-        out += _def(f.name, ["x: _Untyped", "axis_name: str | tuple[str, ...]", *tail, *to_any],
+        out += _def(f.name, ["x: _TU", "axis_name: str | tuple[str, ...]", *tail, *to_any],
                     ANY_ARRAY, None, "")
         for to, axis, ovs in p.groups:
             to_param = [] if to is None else [
@@ -173,10 +173,10 @@ def _function_lines(p: Planned) -> list[str]:
         return [f"def {f.name}(*args: Any, **kwargs: Any) -> SArray[Never, Never, Never]: ..."]
     rest = ["/", "*args: Any", "**kwargs: Any"]
     if f.binding == "binary":
-        out += _def(f.name, ["x1: _Untyped", "x2: _Operand", *rest], ANY_ARRAY, None, "")
-        out += _def(f.name, ["x1: _Operand", "x2: _Untyped", *rest], ANY_ARRAY, None, "")
+        out += _def(f.name, ["x1: _TU", "x2: _Operand", *rest], ANY_ARRAY, None, "")
+        out += _def(f.name, ["x1: _Operand", "x2: _TU", *rest], ANY_ARRAY, None, "")
     elif ovs:
-        out += _def(f.name, ["x1: _Untyped", *rest], ANY_ARRAY, None, "")
+        out += _def(f.name, ["x1: _TU", *rest], ANY_ARRAY, None, "")
     for ov in ovs:
         ps = [f"x{k + 1}: {param_text(q)}" for k, q in enumerate(ov.params)]
         out += _def(f.name, [*ps, *rest], result_text(ov.result), ov, "")
@@ -196,6 +196,10 @@ _UC = TypeVar("_UC", bound=str)
 _RC = TypeVar("_RC", bound=str)
 _A = TypeVar("_A", bound=str)
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: a function's first overload takes a `_Untyped` argument through a bare TypeVar: pyright
+#: evaluates a nested argument against a bare TypeVar without an expected type (cheap, and
+#: cached), where `x: _Untyped` re-evaluates it (with every operator overload inside) once more
+_TU = TypeVar("_TU", bound="_Untyped")
 _RawArray: TypeAlias = jax.Array | np.ndarray[Any, Any] | np.generic
 _Typed: TypeAlias = SArray[Any, Any, Any]
 _Operand: TypeAlias = SArray[Any, Any, Any] | jax.Array | np.ndarray[Any, Any] | np.generic | float
@@ -320,9 +324,24 @@ def while_loop(cond_fun: Callable[[_C], Any], body_fun: Callable[[_C], _C], init
 def scan(f: Callable[[_C, Any], tuple[_C, _Y]], init: _C, xs: Any = None,
          length: int | None = None, reverse: bool = False, unroll: int | bool = 1,
          _split_transpose: bool = False) -> tuple[_C, Any]: ...
+# the gradient of a first argument `SArray[V, U, R]` is its cotangent `SArray[V, R, U]`
+# (Unreduced and Reduced swap: `_rules.cotangent`, checked by `_check_cotangent`)
+@overload
+def value_and_grad(fun: Callable[Concatenate[SArray[_V1, _U, _R], _P], _L],
+                   argnums: Literal[0] = 0, has_aux: bool = False, holomorphic: bool = False,
+                   allow_int: bool = False
+                   ) -> Callable[Concatenate[SArray[_V1, _U, _R], _P], tuple[_L, SArray[_V1, _R, _U]]]: ...
+@overload
 def value_and_grad(fun: Callable[_P, _L], argnums: int | Sequence[int] = 0,
                    has_aux: bool = False, holomorphic: bool = False,
                    allow_int: bool = False) -> Callable[_P, tuple[_L, Any]]: ...
+@overload
+def grad(fun: Callable[Concatenate[SArray[_V1, _U, _R], _P], Any], argnums: Literal[0] = 0,
+         has_aux: Literal[False] = False, holomorphic: bool = False, allow_int: bool = False
+         ) -> Callable[Concatenate[SArray[_V1, _U, _R], _P], SArray[_V1, _R, _U]]: ...
+@overload
+def grad(fun: Callable[_P, Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
+         holomorphic: bool = False, allow_int: bool = False) -> Callable[_P, Any]: ...
 
 
 # custom ops, the rest of control flow and autodiff: untyped in this tier (the mypy plugin
@@ -356,6 +375,7 @@ def render(axes: Sequence[str], features: _rules.Features = _rules.CONSERVATIVE)
                                      f'SArray[Literal["{a}"], Never, Never]: ...')]
         + ["@overload", "def axis_index(axis_name: str | tuple[str, ...]) -> SArray[Any, Never, Never]: ..."])
     _check_axis_index(axes)
+    _check_cotangent(axes)
     hint_vars = "\n".join(f'_H{k} = TypeVar("_H{k}", bound=str' + (")" if k == 0 else ", default=Never)")
                           for k in range(len(axes)))
     hint_union = " | ".join(f"_H{k}" for k in range(len(axes)))
@@ -368,7 +388,7 @@ def render(axes: Sequence[str], features: _rules.Features = _rules.CONSERVATIVE)
                 for ln in (*_function_lines(p), "")]
         mod_ovs = [ov for p in plans if p.form.module == f"spmdtyped.{mod}"
                    for _, _, ovs in p.groups for ov in ovs]
-        head = ("from spmdtyped import SArray, _Operand, _RawArray, _Untyped\n"
+        head = ("from spmdtyped import SArray, _Operand, _RawArray, _TU, _Untyped\n"
                 + ("float32: Any\nfloat16: Any\nbfloat16: Any\nint32: Any\nbool_: Any\ninf: float\n"
                    "nan: float\npi: float\n" if mod == "numpy" else ""))
         files[f"spmdtyped/{mod}.pyi"] = _module_text(
@@ -380,6 +400,16 @@ def render(axes: Sequence[str], features: _rules.Features = _rules.CONSERVATIVE)
         "spmdtyped.lax takes and returns raw JAX values", "porting helpers, untyped in this tier")
     files["spmdtyped/py.typed"] = ""
     return files
+
+
+def _check_cotangent(axes: Sequence[str]) -> None:
+    """`grad` of `SArray[V, U, R]` is `SArray[V, R, U]` in the stub: the rule table's cotangent."""
+    from ._stubgen_model import states
+
+    for t in states(axes):
+        c = _rules.cotangent(t)
+        if (c.varying, c.unreduced, c.reduced) != (t.varying, t.reduced, t.unreduced):  # pragma: no cover
+            raise ValueError(f"stubgen: the cotangent of {t} is {c}, the stub says the swap")
 
 
 def _check_axis_index(axes: Sequence[str]) -> None:
