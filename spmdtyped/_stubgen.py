@@ -14,6 +14,7 @@ Imports neither JAX nor mypy.
 from __future__ import annotations
 
 import argparse
+import ast
 import keyword
 import sys
 from collections.abc import Iterable, Sequence
@@ -212,18 +213,7 @@ Axis: TypeAlias = {axis}
 class SArray(Generic[_V, _UC, _RC]):
     """A typed value: Varying on the axes `V`, Unreduced on `U`, Reduced on `R`."""
 
-    @property
-    def raw(self) -> jax.Array: ...
-    @property
-    def spmd_type(self) -> SpmdType: ...
-    @property
-    def shape(self) -> tuple[int, ...]: ...
-    @property
-    def dtype(self) -> np.dtype[Any]: ...
-    @property
-    def ndim(self) -> int: ...
-    @property
-    def size(self) -> int: ...
+{plain}
     @property
     def at(self) -> _At[_V, _UC, _RC]: ...
     def __init__(self, raw: Any) -> None: ...
@@ -350,6 +340,23 @@ def __getattr__(name: str) -> Any: ...
 '''
 
 
+def plain_properties() -> list[str]:
+    """`SArray`'s properties that carry no state (`raw`, `shape`, `dtype`, `weak_type`, ...),
+    read from the static view's class body (`_static.py`): written once, there."""
+    tree = ast.parse(Path(__file__).with_name("_static.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SArray")
+    out = []
+    for node in cls.body:
+        if not (isinstance(node, ast.FunctionDef)
+                and any(isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list)):
+            continue
+        ret = ast.unparse(node.returns) if node.returns is not None else "Any"
+        if "SArray" in ret or "_At" in ret:  # state-bearing: the stub's own overloads
+            continue
+        out += ["    @property", f"    def {node.name}(self) -> {ret}: ..."]
+    return out
+
+
 def _module_text(axes: Sequence[str], body: list[str], vs: Iterable[Var], head: str = "") -> str:
     from . import __version__
 
@@ -381,7 +388,8 @@ def render(axes: Sequence[str], features: _rules.Features = _rules.CONSERVATIVE)
     hint_union = " | ".join(f"_H{k}" for k in range(len(axes)))
     body = methods + _TAIL.format(at="\n".join(at), untyped="\n".join(untyped), axis_index=axis_index, hint_vars=hint_vars,
                                   hint_union=hint_union).splitlines() + colls
-    init = _module_text(axes, body, vs, head=_SARRAY_HEAD.format(axis=axis_type(axes)))
+    head = _SARRAY_HEAD.format(axis=axis_type(axes), plain="\n".join(plain_properties()))
+    init = _module_text(axes, body, vs, head=head)
     files = {"spmdtyped/__init__.pyi": init}
     for mod in ("numpy", "nn"):
         body = [ln for p in plans if p.form.module == f"spmdtyped.{mod}"

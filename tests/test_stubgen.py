@@ -158,6 +158,18 @@ def test_collectives_let_no_misuse_through_plain_mypy_at_three_axes() -> None:
             assert t.missed == 0, (p.form.name, a, t.missed_examples[:3])
 
 
+def test_plain_properties_come_from_the_static_view() -> None:
+    """`SArray`'s state-free properties are written once, in `_static.py`; the stub copies them
+    (`weak_type` included) and keeps its own state-bearing ones (`T`, `at`)."""
+    from spmdtyped import _static
+    from spmdtyped._stubgen import plain_properties
+    text = render(("dp",))["spmdtyped/__init__.pyi"]
+    names = {ln.split("def ")[1].split("(")[0] for ln in plain_properties() if "def " in ln}
+    assert {"raw", "shape", "dtype", "weak_type"} <= names and not {"T", "at"} & names
+    assert all(isinstance(getattr(_static.SArray, n), property) for n in names)
+    assert "    def weak_type(self) -> bool: ..." in text
+
+
 def test_forms_cover_the_surface_table() -> None:
     """Every typed operator `_hints` installs on SArray (a `_surface` row) is a form of the stub,
     and every st.numpy / st.nn function is one."""
