@@ -10,6 +10,7 @@ initial carry for you (raw JAX needs a hand-written `pcast`).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
@@ -20,7 +21,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped import Varying
+from spmdtyped import Invariant, Varying
 
 N = 8
 SPECS = (P("tp"), P(None, "tp"))
@@ -36,7 +37,7 @@ def matmul(x: Varying["tp"], w: Varying["tp"]) -> Varying["tp"]:
     me = st.axis_index("tp")
     out = st.numpy.zeros((N, x.shape[0], w.shape[1]), dtype=x.dtype)
 
-    def body(i, carry):  # type: ignore[no-untyped-def]
+    def body(i: Invariant, carry: tuple[Varying["tp"], Any]) -> tuple[Varying["tp"], Any]:
         block, out = carry
         src = (me + i) % N                       # whose rows `block` holds at step i
         out = out.at[src].set(block @ w)

@@ -99,7 +99,7 @@ def model_specs() -> Transformer:
     return Transformer(P(), block, rep, P())  # type: ignore[arg-type]
 
 
-def cross_entropy(logits: Any, labels: Any) -> Any:
+def cross_entropy(logits: Any, labels: Any) -> jax.Array:
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], axis=-1))
 

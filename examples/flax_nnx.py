@@ -84,7 +84,7 @@ def param_specs(params: nnx.State) -> Any:
     return jax.tree_util.tree_map_with_path(spec, params)
 
 
-def cross_entropy(logits: Any, labels: Any) -> Any:
+def cross_entropy(logits: Any, labels: Any) -> jax.Array:
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], axis=-1))
 

@@ -9,6 +9,7 @@ next stage. After `M + 3` ticks the last stage has produced all M microbatch out
 from __future__ import annotations
 
 import os
+from typing import Any
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
@@ -19,7 +20,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped import Varying
+from spmdtyped import Invariant, Varying
 
 STAGES = 4
 SPECS = (P(None, "dp"), P("pp"))
@@ -39,7 +40,7 @@ def pipeline(x: Varying["dp"], w: Varying["pp"]) -> Varying["dp"]:
     state = st.numpy.zeros_like(x[0])
     outputs = st.numpy.zeros_like(x)
 
-    def tick(t, carry):  # type: ignore[no-untyped-def]
+    def tick(t: Invariant, carry: tuple[Any, Any]) -> tuple[Any, Any]:
         state, outputs = carry
         fresh = x[st.numpy.minimum(t, micro - 1)]
         inp = st.numpy.where(stage == 0, fresh, state)

@@ -38,7 +38,7 @@ def ring_attention(q: Varying["dp", "sp"], k: Varying["dp", "sp"],
                    v: Varying["dp", "sp"]) -> Varying["dp", "sp"]:
     n = st.axis_size("sp")
     perm = [(j, (j + 1) % n) for j in range(n)]
-    scale = 1.0 / q.shape[-1] ** 0.5
+    scale: float = 1.0 / q.shape[-1] ** 0.5
 
     def step(i: Varying["dp", "sp"], carry: tuple[Varying["dp", "sp"], ...]) -> tuple[Varying["dp", "sp"], ...]:
         k_blk, v_blk, m, den, o = carry
@@ -62,7 +62,7 @@ def ring_attention(q: Varying["dp", "sp"], k: Varying["dp", "sp"],
 def ring_attention_raw(q, k, v):  # type: ignore[no-untyped-def]
     n = jax.lax.axis_size("sp")
     perm = [(j, (j + 1) % n) for j in range(n)]
-    scale = 1.0 / q.shape[-1] ** 0.5
+    scale: float = 1.0 / q.shape[-1] ** 0.5
 
     def step(i, carry):  # type: ignore[no-untyped-def]
         k_blk, v_blk, m, den, o = carry

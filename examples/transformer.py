@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
@@ -29,6 +29,8 @@ from jax.sharding import PartitionSpec as P
 import spmdtyped as st
 from spmdtyped import Invariant, Varying
 
+_T = TypeVar("_T", bound="st.SArray[Any, Any, Any]")
+
 D, HEADS, HEAD_DIM, FF = 32, 8, 8, 64
 LAYERS = 2
 LR = 0.3
@@ -39,7 +41,7 @@ LAYER_SPECS = {"wq": P(None, "tp"), "wk": P(None, "tp"), "wv": P(None, "tp"), "w
 TRACE: list[tuple[str, str, tuple[int, ...]]] | None = None
 
 
-def _show(name: str, v: Any) -> Any:
+def _show(name: str, v: _T) -> _T:
     if TRACE is not None and not any(n == name for n, _, _ in TRACE):
         TRACE.append((name, str(st.typeof(v)), tuple(v.shape)))
     return v

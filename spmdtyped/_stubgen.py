@@ -14,6 +14,7 @@ Imports neither JAX nor mypy.
 from __future__ import annotations
 
 import argparse
+import ast
 import keyword
 import sys
 from collections.abc import Iterable, Sequence
@@ -39,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from types import EllipsisType
-from typing import Any, Generic, Literal, Never, TypeAlias, overload
+from typing import Any, Concatenate, Generic, Literal, Never, ParamSpec, TypeAlias, overload
 
 import jax
 import numpy as np
@@ -151,7 +152,7 @@ def _function_lines(p: Planned) -> list[str]:
         to_any = [] if not p.form.rows[0][0] else (
             ([] if "*" in tail else ["*"]) + (['to: str = "varying"'] if f.name == "all_gather"
                                               else ["to: str"]))
-        out += _def(f.name, ["x: _Untyped", "axis_name: str | tuple[str, ...]", *tail, *to_any],
+        out += _def(f.name, ["x: _TU", "axis_name: str | tuple[str, ...]", *tail, *to_any],
                     ANY_ARRAY, None, "")
         for to, axis, ovs in p.groups:
             to_param = [] if to is None else [
@@ -173,10 +174,10 @@ def _function_lines(p: Planned) -> list[str]:
         return [f"def {f.name}(*args: Any, **kwargs: Any) -> SArray[Never, Never, Never]: ..."]
     rest = ["/", "*args: Any", "**kwargs: Any"]
     if f.binding == "binary":
-        out += _def(f.name, ["x1: _Untyped", "x2: _Operand", *rest], ANY_ARRAY, None, "")
-        out += _def(f.name, ["x1: _Operand", "x2: _Untyped", *rest], ANY_ARRAY, None, "")
+        out += _def(f.name, ["x1: _TU", "x2: _Operand", *rest], ANY_ARRAY, None, "")
+        out += _def(f.name, ["x1: _Operand", "x2: _TU", *rest], ANY_ARRAY, None, "")
     elif ovs:
-        out += _def(f.name, ["x1: _Untyped", *rest], ANY_ARRAY, None, "")
+        out += _def(f.name, ["x1: _TU", *rest], ANY_ARRAY, None, "")
     for ov in ovs:
         ps = [f"x{k + 1}: {param_text(q)}" for k, q in enumerate(ov.params)]
         out += _def(f.name, [*ps, *rest], result_text(ov.result), ov, "")
@@ -196,6 +197,10 @@ _UC = TypeVar("_UC", bound=str)
 _RC = TypeVar("_RC", bound=str)
 _A = TypeVar("_A", bound=str)
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: a function's first overload takes a `_Untyped` argument through a bare TypeVar: pyright
+#: evaluates a nested argument against a bare TypeVar without an expected type (cheap, and
+#: cached), where `x: _Untyped` re-evaluates it (with every operator overload inside) once more
+_TU = TypeVar("_TU", bound="_Untyped")
 _RawArray: TypeAlias = jax.Array | np.ndarray[Any, Any] | np.generic
 _Typed: TypeAlias = SArray[Any, Any, Any]
 _Operand: TypeAlias = SArray[Any, Any, Any] | jax.Array | np.ndarray[Any, Any] | np.generic | float
@@ -208,18 +213,7 @@ Axis: TypeAlias = {axis}
 class SArray(Generic[_V, _UC, _RC]):
     """A typed value: Varying on the axes `V`, Unreduced on `U`, Reduced on `R`."""
 
-    @property
-    def raw(self) -> jax.Array: ...
-    @property
-    def spmd_type(self) -> SpmdType: ...
-    @property
-    def shape(self) -> tuple[int, ...]: ...
-    @property
-    def dtype(self) -> np.dtype[Any]: ...
-    @property
-    def ndim(self) -> int: ...
-    @property
-    def size(self) -> int: ...
+{plain}
     @property
     def at(self) -> _At[_V, _UC, _RC]: ...
     def __init__(self, raw: Any) -> None: ...
@@ -305,9 +299,62 @@ from typing import Annotated as Int, Annotated as Num, Annotated as Shaped  # no
 from . import adapters as adapters, lax as lax, nn as nn, numpy as numpy  # noqa: E402
 
 
-# control flow, autodiff, custom ops: untyped in this tier (the mypy plugin types them)
+# control flow and autodiff: the carry and the loss keep the types they come in with (a carry's
+# joined states are the mypy plugin's; here the body must return the carry's own type)
+_C = TypeVar("_C")
+_X = TypeVar("_X")
+_Y = TypeVar("_Y")
+_L = TypeVar("_L")
+_P = ParamSpec("_P")
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, _C], _C], init_val: _C, *,
+              unroll: int | bool | None = None) -> _C: ...
+def while_loop(cond_fun: Callable[[_C], Any], body_fun: Callable[[_C], _C], init_val: _C) -> _C: ...
+def scan(f: Callable[[_C, Any], tuple[_C, _Y]], init: _C, xs: Any = None,
+         length: int | None = None, reverse: bool = False, unroll: int | bool = 1,
+         _split_transpose: bool = False) -> tuple[_C, Any]: ...
+# the gradient of a first argument `SArray[V, U, R]` is its cotangent `SArray[V, R, U]`
+# (Unreduced and Reduced swap: `_rules.cotangent`, checked by `_check_cotangent`)
+@overload
+def value_and_grad(fun: Callable[Concatenate[SArray[_V1, _U, _R], _P], _L],
+                   argnums: Literal[0] = 0, has_aux: bool = False, holomorphic: bool = False,
+                   allow_int: bool = False
+                   ) -> Callable[Concatenate[SArray[_V1, _U, _R], _P], tuple[_L, SArray[_V1, _R, _U]]]: ...
+@overload
+def value_and_grad(fun: Callable[_P, _L], argnums: int | Sequence[int] = 0,
+                   has_aux: bool = False, holomorphic: bool = False,
+                   allow_int: bool = False) -> Callable[_P, tuple[_L, Any]]: ...
+@overload
+def grad(fun: Callable[Concatenate[SArray[_V1, _U, _R], _P], Any], argnums: Literal[0] = 0,
+         has_aux: Literal[False] = False, holomorphic: bool = False, allow_int: bool = False
+         ) -> Callable[Concatenate[SArray[_V1, _U, _R], _P], SArray[_V1, _R, _U]]: ...
+@overload
+def grad(fun: Callable[_P, Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
+         holomorphic: bool = False, allow_int: bool = False) -> Callable[_P, Any]: ...
+
+
+# custom ops, the rest of control flow and autodiff: untyped in this tier (the mypy plugin
+# types them)
 def __getattr__(name: str) -> Any: ...
 '''
+
+
+def plain_properties() -> list[str]:
+    """`SArray`'s properties that carry no state (`raw`, `shape`, `dtype`, `weak_type`, ...),
+    read from the static view's class body (`_static.py`): written once, there."""
+    tree = ast.parse(Path(__file__).with_name("_static.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SArray")
+    out = []
+    for node in cls.body:
+        if not (isinstance(node, ast.FunctionDef)
+                and any(isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list)):
+            continue
+        ret = ast.unparse(node.returns) if node.returns is not None else "Any"
+        if "SArray" in ret or "_At" in ret:  # state-bearing: the stub's own overloads
+            continue
+        out += ["    @property", f"    def {node.name}(self) -> {ret}: ..."]
+    return out
 
 
 def _module_text(axes: Sequence[str], body: list[str], vs: Iterable[Var], head: str = "") -> str:
@@ -335,19 +382,21 @@ def render(axes: Sequence[str], features: _rules.Features = _rules.CONSERVATIVE)
                                      f'SArray[Literal["{a}"], Never, Never]: ...')]
         + ["@overload", "def axis_index(axis_name: str | tuple[str, ...]) -> SArray[Any, Never, Never]: ..."])
     _check_axis_index(axes)
+    _check_cotangent(axes)
     hint_vars = "\n".join(f'_H{k} = TypeVar("_H{k}", bound=str' + (")" if k == 0 else ", default=Never)")
                           for k in range(len(axes)))
     hint_union = " | ".join(f"_H{k}" for k in range(len(axes)))
     body = methods + _TAIL.format(at="\n".join(at), untyped="\n".join(untyped), axis_index=axis_index, hint_vars=hint_vars,
                                   hint_union=hint_union).splitlines() + colls
-    init = _module_text(axes, body, vs, head=_SARRAY_HEAD.format(axis=axis_type(axes)))
+    head = _SARRAY_HEAD.format(axis=axis_type(axes), plain="\n".join(plain_properties()))
+    init = _module_text(axes, body, vs, head=head)
     files = {"spmdtyped/__init__.pyi": init}
     for mod in ("numpy", "nn"):
         body = [ln for p in plans if p.form.module == f"spmdtyped.{mod}"
                 for ln in (*_function_lines(p), "")]
         mod_ovs = [ov for p in plans if p.form.module == f"spmdtyped.{mod}"
                    for _, _, ovs in p.groups for ov in ovs]
-        head = ("from spmdtyped import SArray, _Operand, _RawArray, _Untyped\n"
+        head = ("from spmdtyped import SArray, _Operand, _RawArray, _TU, _Untyped\n"
                 + ("float32: Any\nfloat16: Any\nbfloat16: Any\nint32: Any\nbool_: Any\ninf: float\n"
                    "nan: float\npi: float\n" if mod == "numpy" else ""))
         files[f"spmdtyped/{mod}.pyi"] = _module_text(
@@ -359,6 +408,16 @@ def render(axes: Sequence[str], features: _rules.Features = _rules.CONSERVATIVE)
         "spmdtyped.lax takes and returns raw JAX values", "porting helpers, untyped in this tier")
     files["spmdtyped/py.typed"] = ""
     return files
+
+
+def _check_cotangent(axes: Sequence[str]) -> None:
+    """`grad` of `SArray[V, U, R]` is `SArray[V, R, U]` in the stub: the rule table's cotangent."""
+    from ._stubgen_model import states
+
+    for t in states(axes):
+        c = _rules.cotangent(t)
+        if (c.varying, c.unreduced, c.reduced) != (t.varying, t.reduced, t.unreduced):  # pragma: no cover
+            raise ValueError(f"stubgen: the cotangent of {t} is {c}, the stub says the swap")
 
 
 def _check_axis_index(axes: Sequence[str]) -> None:

@@ -253,7 +253,14 @@ def plan_form(form: Form, axes: Sequence[str], features: _rules.Features) -> Pla
         for to, row in form.rows:
             for a in axes:
                 rule = axis_rule(row, a, features, f"st.{form.name}")
-                ch, t = _checked(axis_pool(axes, a), ["arr"], axes, rule, f"{form.name}[{a}]", None)
+                label = f"{form.name}[{a}]"
+                ch, t = _checked(axis_pool(axes, a), ["arr"], axes, rule, label, None)
+                # plain mypy solves some patterns differently (it joins the rest of a literal
+                # union): it may lose precision there, never let misuse through
+                m = verify(ch, _combos(["arr"], axes), rule, label, mypy=True)
+                if m.missed:
+                    raise StubError(f"stubgen: plain mypy would accept misuse: "
+                                    f"{m.missed_examples[0]}")
                 groups.append((to, a, ch))
                 tally.add(t)
         return Planned(form, groups, tally)

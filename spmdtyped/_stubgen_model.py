@@ -12,7 +12,12 @@ signatures (measured by the oracle tests in `tests/test_stubgen_oracle.py`):
 - `U` and `R` are invariant: the set must be equal;
 - a TypeVar next to literals takes what the literals leave; when they leave nothing it stays
   unsolved in a V slot (an unsolved TypeVar in a result makes the result `Unknown`, counted as
-  wrong), and the argument does not match at all in a U or R slot.
+  wrong), and the argument does not match at all in a U or R slot;
+- plain mypy (`mypy=True`) joins the literals a TypeVar next to literals must take: two or
+  more join to `str`, which violates the TypeVar's bound, and the overload does not match
+  (`Literal["dp"] | _Ro_dp` against `Literal["dp", "sp", "tp"]`); pyright subtracts.
+
+A parameter may be a union of patterns (`Alt`): it matches when one of them does.
 
 Imports neither JAX nor mypy. Read by `_stubgen_select` (which checks every overload against
 the rule table) and `_stubgen` (which writes the files).
@@ -88,7 +93,15 @@ class Raw:
     """A raw JAX value (state unknown): accepted everywhere, result `_Untyped`."""
 
 
-Param = Arr | Scalar | Raw
+@dataclasses.dataclass(frozen=True)
+class Alt:
+    """A union of patterns `SArray[...] | SArray[...]` (literal sets, no TypeVar: both
+    checkers match a union member by member)."""
+
+    options: tuple[Arr, ...]
+
+
+Param = Arr | Scalar | Raw | Alt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +132,7 @@ def states(axes: Sequence[str]) -> list[SpmdType]:
 
 def _match_slot(slot: Slot, have: frozenset[str], covariant: bool,
                 sol: dict[Var, frozenset[str] | None], free: bool = False,
-                pinned: set[Var] | None = None) -> bool:
+                pinned: set[Var] | None = None, mypy: bool = False) -> bool:
     if slot.any:
         return True
     if free and len(slot.vars) == 1 and sol.get(slot.vars[0], UNSOLVED) is not UNSOLVED:
@@ -157,6 +170,8 @@ def _match_slot(slot: Slot, have: frozenset[str], covariant: bool,
     rest = have - slot.lits
     if not covariant and slot.lits and not rest:
         return False  # pyright: `Literal['a']` is not the same as `Literal['a'] | T`
+    if mypy and slot.lits and len(rest) > 1:
+        return False  # mypy joins the rest to `str`: the bound is violated
     if not v.fits(rest):
         return False
     if rest or not slot.lits:
@@ -185,12 +200,20 @@ def _eval(slot: Slot, sol: Mapping[Var, frozenset[str] | None],
 Arg = SpmdType | str  # "int" | "float" | "raw"
 
 
-def match(ov: Overload, args: Sequence[Arg],
-          free: bool = False) -> tuple[bool, SpmdType | str | None]:
+def _match_arr(p: Arr, a: SpmdType, sol: dict[Var, frozenset[str] | None], free: bool,
+               pinned: set[Var], mypy: bool) -> bool:
+    return all(_match_slot(slot, have, cov, sol, free, pinned, mypy)
+               for slot, have, cov in ((p.v, a.varying, True), (p.u, a.unreduced, False),
+                                       (p.r, a.reduced, False)))
+
+
+def match(ov: Overload, args: Sequence[Arg], free: bool = False,
+          mypy: bool = False) -> tuple[bool, SpmdType | str | None]:
     """(matches, result): the result is a SpmdType, "any" (Any / raw), or None (Unknown).
 
     `free`: a plain function, not a method: pyright solves its TypeVars over all arguments
-    (a TypeVar seen only in V slots widens to the union), where a method binds `self` first."""
+    (a TypeVar seen only in V slots widens to the union), where a method binds `self` first.
+    `mypy`: as plain mypy solves a TypeVar next to literals (module doc)."""
     if len(args) != len(ov.params):
         return False, None
     sol: dict[Var, frozenset[str] | None] = {}
@@ -203,13 +226,21 @@ def match(ov: Overload, args: Sequence[Arg],
             # int is accepted where float is (numeric promotion), not the other way round
             if a not in (("int",) if p.kind == "int" else ("int", "float")):
                 return False, None
+        elif isinstance(p, Alt):
+            if not isinstance(a, SpmdType):
+                return False, None
+            for opt in p.options:
+                trial, trial_pinned = dict(sol), set(pinned)
+                if _match_arr(opt, a, trial, free, trial_pinned, mypy):
+                    sol, pinned = trial, trial_pinned
+                    break
+            else:
+                return False, None
         else:
             if not isinstance(a, SpmdType):
                 return False, None
-            for slot, have, cov in ((p.v, a.varying, True), (p.u, a.unreduced, False),
-                                    (p.r, a.reduced, False)):
-                if not _match_slot(slot, have, cov, sol, free, pinned):
-                    return False, None
+            if not _match_arr(p, a, sol, free, pinned, mypy):
+                return False, None
     if ov.result is None:
         return True, "any"
     v, u, r = (_eval(s, sol, free) for s in (ov.result.v, ov.result.u, ov.result.r))
@@ -218,11 +249,11 @@ def match(ov: Overload, args: Sequence[Arg],
     return True, SpmdType(v, u, r)
 
 
-def first_match(ovs: Sequence[Overload], args: Sequence[Arg],
-                free: bool = False) -> tuple[int, SpmdType | str | None]:
+def first_match(ovs: Sequence[Overload], args: Sequence[Arg], free: bool = False,
+                mypy: bool = False) -> tuple[int, SpmdType | str | None]:
     """(index of the first overload that matches, its result); (-1, None) when none does."""
     for k, ov in enumerate(ovs):
-        ok, res = match(ov, args, free)
+        ok, res = match(ov, args, free, mypy)
         if ok:
             return k, res
     return -1, None
@@ -246,6 +277,8 @@ def slot_text(slot: Slot) -> str:
 
 
 def param_text(p: Param) -> str:
+    if isinstance(p, Alt):
+        return " | ".join(param_text(o) for o in p.options)
     if isinstance(p, Arr):
         return f"{p.cls}[{slot_text(p.v)}, {slot_text(p.u)}, {slot_text(p.r)}]"
     if isinstance(p, Scalar):
@@ -260,7 +293,9 @@ def result_text(r: Arr | None) -> str:
 def typevars(ovs: Sequence[Overload]) -> Iterator[Var]:
     """Every TypeVar the overloads use (for the declarations at the top of the stub)."""
     for ov in ovs:
-        for p in (*ov.params, *((ov.result,) if ov.result else ())):
-            if isinstance(p, Arr):
+        for q in (*ov.params, *((ov.result,) if ov.result else ())):
+            for p in (q.options if isinstance(q, Alt) else (q,)):
+                if not isinstance(p, Arr):
+                    continue
                 for s in (p.v, p.u, p.r):
                     yield from s.vars

@@ -26,6 +26,7 @@ from ._rules import LITERAL, SpmdType
 from ._stubgen_model import (
     ANY,
     NEVER,
+    Alt,
     Arg,
     Arr,
     Overload,
@@ -130,13 +131,6 @@ def binary_pool(axes: Sequence[str], free: bool = False) -> list[Overload]:
     """Two arrays: set-union joins, Unreduced x Reduced, and the Reduced -> Varying auto-cast
     one axis at a time (linear in the number of axes)."""
     out: list[Overload] = []
-    for a in axes:  # Reduced next to Invariant on one axis: covariance would let it through
-        o = _others(axes, a)
-        i_pat = Arr(var(_v(f"_Vo_{a}", o)), var(_v(f"_Uo_{a}", o)), var(_v(f"_Ro_{a}", o)))
-        i_pat2 = Arr(var(_v(f"_Vp_{a}", o)), var(_v(f"_Up_{a}", o)), var(_v(f"_Rp_{a}", o)))
-        for r_a in (lit(a), var(_v(f"_Rq_{a}", o), a)):
-            out.append(Overload((Arr(ANY, ANY, r_a), i_pat2), None, "?"))
-            out.append(Overload((i_pat, Arr(ANY, ANY, r_a)), None, "?"))
     union = Slot(vars=(V1, V2))
     if free:  # plain functions: `_V1 | _V2` solved to Never is Unknown, so spell those apart
         for u, r in ((U, R), (None, R), (U, None), (None, None)):
@@ -151,6 +145,15 @@ def binary_pool(axes: Sequence[str], free: bool = False) -> list[Overload]:
         rs = NEVER if r is None else var(r)
         ro = NEVER if r_out is None else var(r_out)
         out.append(Overload((Arr(var(V1), us, rs), Arr(var(V2), us, rs)), Arr(union, us, ro)))
+    # the commonest shapes above come first (a checker stops at the first match); then Reduced
+    # next to Invariant on one axis, which covariance would let through the auto-casts below
+    for a in axes:
+        o = _others(axes, a)
+        i_pat = Arr(var(_v(f"_Vo_{a}", o)), var(_v(f"_Uo_{a}", o)), var(_v(f"_Ro_{a}", o)))
+        i_pat2 = Arr(var(_v(f"_Vp_{a}", o)), var(_v(f"_Up_{a}", o)), var(_v(f"_Rp_{a}", o)))
+        for r_a in (lit(a), var(_v(f"_Rq_{a}", o), a)):
+            out.append(Overload((Arr(ANY, ANY, r_a), i_pat2), None, "?"))
+            out.append(Overload((i_pat, Arr(ANY, ANY, r_a)), None, "?"))
     out.append(Overload((Arr(var(V1), var(U), NEVER), Arr(var(V2), NEVER, var(U))),
                         Arr(union, var(U), NEVER)))
     out.append(Overload((Arr(var(V1), NEVER, var(U)), Arr(var(V2), var(U), NEVER)),
@@ -209,7 +212,8 @@ def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
     vo, uo, ro = (_v(f"_{k}o_{a}", o) for k in "VUR")
     free = {"v": var(V1), "u": var(U), "r": var(R)}
     for s in (_rules.I, _rules.R, _rules.U, _rules.V):
-        deps: list[dict[str, Slot]] = []
+        deps: list[Alt] = []
+        dep: dict[str, Slot] | None
         if s is _rules.I:
             shapes = [{"v": var(vo), "u": var(uo), "r": var(ro)}]
             rest = [dict(shapes[0])]
@@ -227,11 +231,9 @@ def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
                         continue
                     shapes.append(pat)
                     rest.append(left)
-            dep = {j: ANY for j in _SLOTS}
-            dep[k] = lit(a)
-            deps.append(dep)
-            dep = dict(dep)
-            dep[k] = var({"v": vo, "u": uo, "r": ro}[k], a)
+            dep = None  # the state's catch: one union of literal sets (both checkers solve it)
+            deps.append(Alt(tuple(Arr(*(lit(*axs) if j == k else ANY for j in _SLOTS))
+                                  for axs in _holding(axes, a))))
         for pat, left in zip(shapes, rest, strict=True):
             for t in (_rules.I, _rules.V, _rules.U, _rules.R):
                 res = dict(left)
@@ -240,9 +242,16 @@ def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
                     res[k2] = Slot(res[k2].lits | {a}, res[k2].vars)
                 out.append(Overload((Arr(pat["v"], pat["u"], pat["r"]),),
                                     Arr(res["v"], res["u"], res["r"])))
-        for d in (*deps, dep):
-            out.append(Overload((Arr(d["v"], d["u"], d["r"]),), None, "?"))
+        for d in (*deps, *((dep,) if dep is not None else ())):
+            out.append(Overload((d if isinstance(d, Alt) else Arr(d["v"], d["u"], d["r"]),),
+                                None, "?"))
     return out
+
+
+def _holding(axes: Sequence[str], a: str) -> list[tuple[str, ...]]:
+    """Every set of axes that holds `a`, smallest first."""
+    o = _others(axes, a)
+    return [(a, *c) for n in range(len(o) + 1) for c in itertools.combinations(o, n)]
 
 
 def catch_all(arity_pattern: Sequence[Param]) -> Overload:
@@ -323,12 +332,13 @@ def select(pool: Sequence[Overload], combos: Sequence[Sequence[Arg]], rule: Rule
 
 
 def verify(chosen: Sequence[Overload], combos: Iterable[Sequence[Arg]], rule: Rule,
-           form: str, free: bool = False) -> Tally:
-    """Replay `chosen` on every combination, as a checker resolves overloads (first match)."""
+           form: str, free: bool = False, mypy: bool = False) -> Tally:
+    """Replay `chosen` on every combination, as a checker resolves overloads (first match;
+    `mypy`: as plain mypy solves them)."""
     t = Tally()
     for c in combos:
         want = rule(c)
-        k, got = first_match(chosen, c, free)
+        k, got = first_match(chosen, c, free, mypy)
         legal = not isinstance(want, SpmdTypeError)
         rejected = k < 0 or chosen[k].deprecated is not None
         if legal and not rejected:

@@ -12,8 +12,8 @@ import pytest
 from spmdtyped import SpmdTypeError, _hints, _rules, _surface
 from spmdtyped._stubgen import main, messages, parse_axes, render
 from spmdtyped._stubgen_forms import _forms, plan
-from spmdtyped._stubgen_model import Arr, Overload, Var, lit, match, var
-from spmdtyped._stubgen_select import StubError, select, unary_rule, verify
+from spmdtyped._stubgen_model import ANY, Alt, Arr, Overload, Var, lit, match, var
+from spmdtyped._stubgen_select import StubError, axis_rule, select, unary_rule, verify
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -127,6 +127,47 @@ def test_model_matches_pyright_on_the_known_cases() -> None:
     assert match(ov, [_rules.SpmdType(varying=("dp", "tp"))])[1] == _rules.SpmdType(varying="tp")
     inv = Overload((Arr(var(Var("_V1")), var(Var("_U")), var(Var("_Rq"), "dp")),), None, "x")
     assert not match(inv, [_rules.SpmdType(reduced="dp")])[0]  # Literal['dp'] vs 'dp' | T
+
+
+def test_model_knows_how_plain_mypy_solves_a_literal_next_to_a_typevar() -> None:
+    """mypy joins the two or more literals `_Ro_dp` must take to `str` (bound violated: no
+    match) where pyright subtracts; a union of literal sets matches in both."""
+    ro = Var("_Ro_dp", frozenset({"tp", "sp"}))
+    ov = Overload((Arr(ANY, ANY, var(ro, "dp")),), None, "x")
+    full = _rules.SpmdType(reduced=("dp", "tp", "sp"))
+    two = _rules.SpmdType(reduced=("dp", "tp"))
+    assert match(ov, [full])[0] and not match(ov, [full], mypy=True)[0]
+    assert match(ov, [two], mypy=True)[0]
+    alt = Overload((Alt(tuple(Arr(ANY, ANY, lit(*s)) for s in (("dp",), ("dp", "sp", "tp")))),),
+                   None, "x")
+    assert match(alt, [full], mypy=True)[0] and not match(alt, [two], mypy=True)[0]
+
+
+def test_collectives_let_no_misuse_through_plain_mypy_at_three_axes() -> None:
+    """`plan` refuses a collective overload list through which mypy would let misuse pass (the
+    catches are unions of literal sets); replayed here as mypy solves them."""
+    axes = ("dp", "tp", "fsdp")
+    from spmdtyped._stubgen_model import states
+    for p in plan(axes):
+        if p.form.kind != "collective":
+            continue
+        for to, a, ovs in p.groups:
+            row = dict(p.form.rows)[to]
+            rule = axis_rule(row, a or "", _rules.CONSERVATIVE, p.form.name)
+            t = verify(ovs, [(s,) for s in states(axes)], rule, p.form.name, mypy=True)
+            assert t.missed == 0, (p.form.name, a, t.missed_examples[:3])
+
+
+def test_plain_properties_come_from_the_static_view() -> None:
+    """`SArray`'s state-free properties are written once, in `_static.py`; the stub copies them
+    (`weak_type` included) and keeps its own state-bearing ones (`T`, `at`)."""
+    from spmdtyped import _static
+    from spmdtyped._stubgen import plain_properties
+    text = render(("dp",))["spmdtyped/__init__.pyi"]
+    names = {ln.split("def ")[1].split("(")[0] for ln in plain_properties() if "def " in ln}
+    assert {"raw", "shape", "dtype", "weak_type"} <= names and not {"T", "at"} & names
+    assert all(isinstance(getattr(_static.SArray, n), property) for n in names)
+    assert "    def weak_type(self) -> bool: ..." in text
 
 
 def test_forms_cover_the_surface_table() -> None:
