@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Generic, Never, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, Never, TypeAlias, TypeVar, overload
 from typing import Annotated as Bool  # noqa: F401  (jaxtyping interop, see _jaxtyping)
 from typing import Annotated as Float  # noqa: F401
 from typing import Annotated as Inexact  # noqa: F401
@@ -347,8 +347,24 @@ def axis_index(axis_name: AxisName) -> SArray[Any, Never, Never]:
     ...
 
 
-def axis_size(axis_name: AxisName) -> int:
-    """The number of devices along the named axes."""
+class AxisSize(int, Generic[_A]):
+    """What `st.axis_size` returns: an int that remembers its axes `A` (a union of str
+    Literals, written by the mypy plugin; `Any` without it). `b / n` of a replicated `b` is its
+    share of a partial sum over `A` (`_rules.axis_size`), and so is `b * (1 / n)`."""
+
+    @overload  # type: ignore[override]
+    def __rtruediv__(self, other: Literal[1]) -> AxisShare[_A]: ...
+    @overload
+    def __rtruediv__(self, other: int) -> float: ...
+    def __rtruediv__(self, other: int) -> float: ...
+
+
+class AxisShare(float, Generic[_A]):
+    """`1 / st.axis_size(axes)`: a float that remembers the axes `A`."""
+
+
+def axis_size(axis_name: AxisName) -> AxisSize[Any]:
+    """The number of devices along the named axes (an int; see `AxisSize`)."""
     ...
 
 

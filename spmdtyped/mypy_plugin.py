@@ -116,6 +116,8 @@ class SpmdPlugin(Plugin):
         if fullname in collectives.LAX_FULLNAMES:
             return guarded(functools.partial(collectives.analyze, raw=True,
                                              name=collectives.LAX_FULLNAMES[fullname]))
+        if fullname in collectives.AXIS_SIZE:
+            return guarded(collectives.axis_size)
         if fullname in names.FUNCTIONS:
             return guarded(functools.partial(_feature("functions").analyze,
                                              entry=names.FUNCTIONS[fullname]))

@@ -22,6 +22,7 @@ from .convert import (
     STATIC,
     any_type,
     arg,
+    axes_type,
     axis_value,
     from_spmd,
     literal_value,
@@ -35,6 +36,8 @@ NAMES: Final = tuple(c.name for c in _surface.COLLECTIVES if c.ops or c.name == 
 #: full name -> collective
 FULLNAMES: Final = {f"{m}.{n}": n for m in (STATIC, "spmdtyped", "spmdtyped._collectives")
                     for n in NAMES}
+#: `st.axis_size`: an int that remembers its literal axes (`axis_size`)
+AXIS_SIZE: Final = frozenset(f"{m}.axis_size" for m in (STATIC, "spmdtyped", "spmdtyped._collectives"))
 #: `spmdtyped.lax`: jax.lax's drop-ins return raw values, but check typed operands as st.<name>
 LAX_FULLNAMES: Final = {f"spmdtyped.lax.{n}": n for n in NAMES}
 
@@ -80,6 +83,23 @@ def analyze(ctx: FunctionContext, name: str, raw: bool = False) -> Type:
     if x is None:
         return default
     return _result(ctx, rule, op, axes, x[0], x[1], default)
+
+
+def axis_size(ctx: FunctionContext) -> Type:
+    """`st.axis_size(axes)`: `AxisSize[A]` with `A` the literal axes (`b / n` of a replicated
+    `b` is then its share of a partial sum over them: `refined.scale`); the declared
+    `AxisSize[Any]` (a plain int to the rules) when they are not literal."""
+    default = get_proper_type(ctx.default_return_type)
+    axis = arg(ctx, "axis_name")
+    value = axis_value(*axis) if axis is not None else None
+    if not isinstance(default, Instance) or value is None \
+            or (isinstance(value, tuple) and None in value):
+        return ctx.default_return_type
+    try:
+        axes = _rules.normalize_axes(value, "st.axis_size")
+    except SpmdTypeError:
+        return ctx.default_return_type
+    return default.copy_modified(args=[axes_type(ctx.api, frozenset(axes))])
 
 
 def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],

@@ -103,15 +103,21 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
         return default
     other_t = ctx.arg_types[0][0]
     p = get_proper_type(other_t)
+    # `st.axis_size(a)` (`AxisSize[A]`) and `1 / st.axis_size(a)` (`AxisShare[A]`): Python
+    # numbers to the four-state rule; `b / n` of a replicated `b` is a share (`refined.scale`)
+    scale_type = isinstance(p, Instance) and p.type.fullname in refined.SCALES
     # as `_array.binary`: an int exponent is `integer_pow` (a bool is not an int there)
-    int_literal = not reflected and is_python_int(p)
+    int_literal = not reflected and (is_python_int(p) or (
+        scale_type and p.type.fullname.endswith(".AxisSize")))  # type: ignore[union-attr]
     # `2.0 + u`, `2 < u`: mypy tried `float.__add__` / `int.__lt__` first and would report its
     # generic `[operator]` error instead of the rule's; `u == 0.0`: mypy would fall back to
     # `float.__eq__(object)` and type it `bool` silently. Report the rule's error past that.
     past = (reflected or name in _SWAPPED) and not is_sarray(other_t)
     on_error = report_past_operator_fallback if past else report
-    s, o = _plain(get_proper_type(ctx.type)), _plain(p)
-    if s is not None and o is not None:  # no refinement: the four-state rule alone (`rapply`'s)
+    s, o = _plain(get_proper_type(ctx.type)), LITERAL if scale_type else _plain(p)
+    scale = refined.scale(p) if scale_type else None  # type: ignore[arg-type]
+    if s is not None and o is not None and scale is None:
+        # no refinement: the four-state rule alone (`rapply`'s)
         try:
             out = _rules.binary(name, *((o, s) if reflected else (s, o)), CONFIG.features, op=op,
                                 int_literal=int_literal).type
@@ -120,7 +126,8 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
             return default
         return from_spmd(ctx.api, out)
     self_alts = refined.ralternatives(ctx.api, ctx.type, None)
-    other_alts = refined.ralternatives(ctx.api, other_t, ctx.args[0][0])
+    other_alts = [refined.Val(LITERAL, rank=0)] if scale_type \
+        else refined.ralternatives(ctx.api, other_t, ctx.args[0][0])
     if self_alts is None or other_alts is None:
         return default
 
@@ -130,8 +137,12 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
 
     inner = refined.matmul(op) if name == "matmul" else refined.elementwise(name, op)
 
+    if scale is not None:  # the runtime's operands, in the rule's order, for `share_of`
+        inner = refined.with_scale(name, inner, (scale, None) if reflected else (None, scale))
+
     def refine(out: SpmdType, s: refined.Val, o: refined.Val) -> tuple[Refinement, int | None]:
         return inner(out, *((o, s) if reflected else (s, o)))
+    refine.from_plain = getattr(inner, "from_plain", False)  # type: ignore[attr-defined]
 
     return refined.rapply(ctx.api, ctx.context, default, [self_alts, other_alts], fn, refine, on_error)
 

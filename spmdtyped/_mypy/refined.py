@@ -2,8 +2,9 @@
 
 A refinement travels in the fourth argument `K` of `SArray[V, U, R, K]` (default `Any`): a
 union of str Literals, one per refined axis (`"tp=S-1"` Shard of dim -1, `"tp=P"` Partial,
-`"tp=R"` Rep, `"tp=I"` an axis_index, `"tp=O"` an owner predicate) and `"#2"` for a known
-rank, always with `Any` in the union. `Any` makes refinements gradual for mypy's own checks
+`"tp=R"` Rep, `"tp=I"` an axis_index, `"tp=O"` an owner predicate), `"#2"` for a known
+rank and `"/dp,tp"` for a share (`Refinement.share`: a replicated value divided by
+`st.axis_size(("dp", "tp"))`), always with `Any` in the union. `Any` makes refinements gradual for mypy's own checks
 (a plain value fits a `Shard` parameter, a reassigned variable may change its refinement);
 where mypy merges two refinements of one variable (an assignment narrows by a meet, a ternary
 joins), an axis with two kinds reads as plain Varying and two ranks as an unknown rank: the
@@ -12,6 +13,7 @@ fallback is always plain, never a new error. Standard types only: the cache and 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
@@ -29,14 +31,17 @@ from mypy.types import (
 
 from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType
+from .._rules import axis_size as _axis_size
 from .._rules import refine as _refine
 from .._rules import refine_shape as _refine_shape
 from .._rules.refine import NONE, Kind, Refinement
 from .codes import report
 from .convert import (
     SARRAY,
+    STATIC,
     Known,
     alternatives,
+    axes_of,
     any_type,
     from_spmd,
     literal_value,
@@ -102,23 +107,34 @@ def read_k(k: Type) -> tuple[dict[str, Kind | int], int | None]:
 
 
 def read(t: Type) -> tuple[Refinement, int | None]:
-    """The refinement (Varying axes only) and rank of a typed value's type."""
+    """The refinement (Varying axes only, and the share) and rank of a typed value's type."""
     p = get_proper_type(t)
     if not (isinstance(p, Instance) and p.type.fullname == SARRAY and len(p.args) == 4) \
             or isinstance(p.args[3], AnyType):
         return NONE, None
     kinds, rank = read_k(p.args[3])
-    return Refinement.of({a: k for a, k in kinds.items() if not isinstance(k, int)}), rank
+    ref = Refinement.of({a: k for a, k in kinds.items() if not isinstance(k, int)})
+    share = _read_share(p.args[3])
+    return (dataclasses.replace(ref, share=share) if share else ref), rank
+
+
+def _read_share(k: Type) -> tuple[str, ...]:
+    """The share of a refinement slot (`"/dp,tp"`); none when mypy merged two different ones."""
+    p = get_proper_type(k)
+    shares = {item.value for item in (get_proper_type(i) for i in (p.items if isinstance(p, UnionType) else [p]))
+              if isinstance(item, LiteralType) and isinstance(item.value, str) and item.value.startswith("/")}
+    return tuple(next(iter(shares))[1:].split(",")) if len(shares) == 1 else ()
 
 
 def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None) -> Type:
     """The refinement slot for `kinds` and `rank`: `Any` when no axis is refined (a rank alone
     is not kept: plain values keep the plain type `SArray[V, U, R]`)."""
     items = kinds.as_dict() if isinstance(kinds, Refinement) else kinds
-    if not items:
+    share = kinds.share if isinstance(kinds, Refinement) else ()
+    if not items and not share:
         return any_type()
     s = str_type(api)
-    key = (s.type, tuple(sorted(items.items())), rank)
+    key = (s.type, tuple(sorted(items.items())), rank, share)
     lits = _K_LITERALS.get(key)
     if lits is None:
         if len(_K_LITERALS) > 1024:
@@ -126,6 +142,8 @@ def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None
         lits = [LiteralType(f"{a}={_kind_code(k)}", s) for a, k in key[1]]
         if rank is not None:
             lits.append(LiteralType(f"#{rank}", s))
+        if share:
+            lits.append(LiteralType(f"/{','.join(share)}", s))
         _K_LITERALS[key] = lits
     return UnionType.make_union([*lits, any_type()])
 
@@ -137,10 +155,10 @@ _K_LITERALS: Final[dict[tuple[object, ...], list[Type]]] = {}
 def encode(api: Any, out: SpmdType, ref: Refinement, rank: int | None) -> Instance:
     """`SArray[V, U, R, K]` for a state with a refinement (restricted to its Varying axes)."""
     inst = from_spmd(api, out)
-    if not ref:
+    if not ref and not ref.share:
         return inst
     ref = ref.restrict(out.varying)
-    if not ref:
+    if not ref and not ref.share:
         return inst
     return inst.copy_modified(args=[*inst.args[:3], k_type(api, ref, rank)])
 
@@ -202,6 +220,33 @@ def arrays(vals: list[Val]) -> list[Val]:
 
 
 Refine = Callable[..., tuple[Refinement, int | None]]
+
+#: the static view's `st.axis_size(axes)` and `1 / st.axis_size(axes)` (`AxisSize[A]`,
+#: `AxisShare[A]`): the runtime's classes, whose values `_axis_size.share_of` reads
+SCALES: Final = {f"{STATIC}.AxisSize": _axis_size.AxisSize, f"{STATIC}.AxisShare": _axis_size.AxisShare}
+
+
+def scale(p: Instance) -> object | None:
+    """The runtime value standing for an `AxisSize[A]` / `AxisShare[A]` operand (its axes `A`;
+    the number does not matter to `share_of`), None when `A` is not literal."""
+    axes = axes_of(p.args[0]) if p.args else None
+    return SCALES[p.type.fullname](1, sorted(axes)) if axes else None
+
+
+def with_scale(name: str, refine: Refine, operands: Sequence[object]) -> Refine:
+    """`refine`, then the runtime's `b / st.axis_size(a)` rule (`_refining.refine`): the
+    result of `share_of`'s operand divided by the size of axes is `with_share`'s refinement.
+    `operands`: the rule's operands in order, the scale's runtime value among them."""
+    share = _axis_size.share_of(name, operands)
+
+    def refine_scaled(out: SpmdType, *vals: Val) -> tuple[Refinement, int | None]:
+        ref, rank = refine(out, *vals)
+        if share is not None:
+            i, axes = share
+            ref = _refine.with_share(ref, vals[i].op, axes)
+        return ref, rank
+    refine_scaled.from_plain = True  # type: ignore[attr-defined]  # a plain operand's share
+    return refine_scaled
 
 
 def rapply(api: Any, context: Context, default: Type, alts: Sequence[Sequence[Val]],
