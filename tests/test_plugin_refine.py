@@ -1,14 +1,17 @@
-"""The static tier of Shard / Partial / Rep (the mypy plugin's `_mypy.refined`), without mypy runs.
+"""The static tier of Shard / Partial / Rep (the mypy plugin's `_mypy.refined`).
 
 The checker runs are in tests/typing/pass_refine.py, fail_refine.py and pass_refine_plain.py
-(`tests/test_typing.py`); here: the encoding of refinements in `SArray`'s fourth argument, and
-the property the plugin's fast path relies on (a `_refine` rule refines a result only from
-refined operands, except the collectives it lists).
+(`tests/test_typing.py`); here: the encoding of refinements in `SArray`'s fourth argument, the
+property the plugin's fast path relies on (a `_refine` rule refines a result only from refined
+operands, except the collectives it lists), and one mypy run checking that the plugin and the
+runtime agree on the pre-divided row-parallel bias (`b / st.axis_size("tp")`).
 """
 
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,3 +76,95 @@ def test_refinement_slot_round_trip() -> None:
     merged = UnionType.make_union([*k.items, LiteralType("tp=S-1", k.items[0].fallback)])  # type: ignore[attr-defined]
     got, _ = refined.read_k(merged)
     assert "tp" not in got and got["dp"] == _refine.Shard(-2)
+
+
+def test_refinement_slot_keeps_a_share() -> None:
+    """A share (`b / st.axis_size(("dp", "tp"))`) survives `k_type` -> `read`, also on a value
+    with no refined axis; two different shares merged by mypy read as none."""
+    from mypy.nodes import Block, ClassDef, SymbolTable, TypeInfo
+    from mypy.types import Instance, UnionType
+
+    from spmdtyped._mypy.convert import SARRAY
+
+    class _Api:
+        def named_type(self, name: str, args: list[object]) -> object:
+            info = TypeInfo(SymbolTable(), ClassDef(name.rpartition(".")[2], Block([])),
+                            name.rpartition(".")[0])
+            info._fullname = name
+            return Instance(info, [])
+
+    api = _Api()
+    share = _refine.Refinement(share=("dp", "tp"))
+    k = refined.k_type(api, share, None)
+    sarray = api.named_type(SARRAY, [])
+    assert isinstance(sarray, Instance)
+    ref, _ = refined.read(sarray.copy_modified(args=[k, k, k, k]))
+    assert ref.share == ("dp", "tp") and not ref.items
+    other = refined.k_type(api, _refine.Refinement(share=("tp",)), None)
+    assert isinstance(k, UnionType) and isinstance(other, UnionType)
+    merged = UnionType.make_union([*k.items, *other.items])
+    assert refined.read(sarray.copy_modified(args=[k, k, k, merged]))[0].share == ()
+
+
+#: (expression, the error code of both tiers or None): `h @ w2` is Partial over tp, `q` over dp
+#: and tp, `b` Invariant, `r` Rep over tp, `n = st.axis_size("tp")`, `nn` of ("dp", "tp")
+SHARE_FORMS = [
+    ("h @ w2 + b / n", None),
+    ("h @ w2 + b * (1 / n)", None),
+    ("(1 / n) * b + h @ w2", None),
+    ("h @ w2 - r / n", None),
+    ("q + b / nn", None),
+    ("h @ w2 + b", "SPMD210"),
+    ("h @ w2 + b / 4", "SPMD210"),                      # a literal is not the axis size
+    ('h @ w2 + b / st.axis_size("dp")', "SPMD210"),     # the size of another axis
+    ("h @ w2 + (b / n) * 2", "SPMD210"),                # scaled again: a bias again
+    ("h @ w2 + b * (2 / n)", "SPMD210"),
+    ("q + b / n", "SPMD210"),                           # a share over tp, a partial sum over dp too
+]
+
+
+def _runtime_outcome(form: str) -> str | None:
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    import spmdtyped as st
+
+    def body(h: Any, w2: Any, b: Any, hh: Any, ww: Any) -> Any:
+        env = {"st": st, "h": h, "w2": w2, "b": b, "r": st.pvary(b, "tp"), "q": hh @ ww,
+               "n": st.axis_size("tp"), "nn": st.axis_size(("dp", "tp"))}
+        return st.psum(eval(form, env), ("dp", "tp") if "q" in form else "tp")  # noqa: S307
+
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    f = st.shard_map(body, mesh=mesh, in_specs=(P(None, "tp"), P("tp", None), P(),
+                                                P(None, ("dp", "tp")), P(("dp", "tp"), None)),
+                     out_specs=P())
+    x = jax.ShapeDtypeStruct((4, 16), jnp.float32)
+    w = jax.ShapeDtypeStruct((16, 8), jnp.float32)
+    try:
+        jax.eval_shape(f, x, w, jax.ShapeDtypeStruct((8,), jnp.float32), x, w)
+    except st.SpmdTypeError as e:
+        return e.code
+    return None
+
+
+def test_plugin_and_runtime_agree_on_the_pre_divided_bias(tmp_path: Path) -> None:
+    from test_typing import CACHE, mypy_config, mypy_errors, run_mypy
+
+    from spmdtyped._mypy.codes import CODES
+
+    lines = ["import spmdtyped as st", "from spmdtyped import Invariant", "",
+             'def f(h: st.Shard["tp", -1], w2: st.Shard["tp", -2], b: Invariant, r: st.Rep["tp"],',
+             '      q: st.Partial["dp", "tp"]) -> None:',
+             '    n = st.axis_size("tp")', '    nn = st.axis_size(("dp", "tp"))']
+    first = len(lines) + 1
+    lines += [f"    {form}" for form, _ in SHARE_FORMS]
+    module = tmp_path / "share_forms.py"
+    module.write_text("\n".join(lines) + "\n")
+    _, out = run_mypy([module], mypy_config(tmp_path, plugin=True), CACHE, cwd=tmp_path)
+    got = mypy_errors(out)
+    slugs = {CODES[code].code: code for code in CODES}
+    for i, (form, want) in enumerate(SHARE_FORMS):
+        codes = [slugs.get(c, c) for (_, line, c), n in got.items() if line == first + i for _ in range(n)]
+        static = codes[0] if len(codes) == 1 else (None if not codes else tuple(codes))
+        assert (static, _runtime_outcome(form)) == (want, want), (form, out)

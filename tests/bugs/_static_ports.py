@@ -32,6 +32,16 @@ def row_parallel_bias_fixed(x: st.Float[Varying["dp"], "b/dp d"], w1: st.Float[V
     h = st.nn.gelu(x @ w1 + b1)
     return st.psum(h @ w2, "tp") + b2
 
+
+def row_parallel_bias_fixed_prescaled(x: st.Float[Varying["dp"], "b/dp d"],
+                                      w1: st.Float[Varying["tp"], "d f/tp"],
+                                      b1: st.Float[Varying["tp"], "f/tp"],
+                                      w2: st.Float[Varying["tp"], "f/tp d"],
+                                      b2: Invariant) -> Varying["dp"]:
+    # FastDeploy's form: the bias divided by the tp size is this device's share of the sum
+    h = st.nn.gelu(x @ w1 + b1)
+    return st.psum(h @ w2 + b2 / st.axis_size("tp"), "tp")
+
 # ---------------------------------------------------------------------- 2. token_count_normaliser
 
 

@@ -114,3 +114,14 @@ def per_example_grads(params: Invariant, xs: Varying["dp"]) -> None:
     jax.vmap(st.grad(_per_example_loss, argnums=1), in_axes=(None, 0))(params, xs)  # xs varies: no sum
     jax.vmap(st.grad(_per_example_loss), in_axes=(None, 0))(st.pcast(params, "dp", to="varying"), xs)
     jax.vmap(st.grad(_per_example_loss), in_axes=(None, 0))(params, params)  # nothing varies
+
+
+def bias_not_pre_divided(h: st.Shard["tp", -1], w2: st.Shard["tp", -2], b: Invariant,
+                         p: st.Partial["dp", "tp"]) -> None:
+    n = st.axis_size("tp")
+    h @ w2 + b  # E: spmd-partial-plus-replicated
+    h @ w2 + b / 4  # E: spmd-partial-plus-replicated
+    h @ w2 + b / st.axis_size("dp")  # E: spmd-partial-plus-replicated
+    h @ w2 + (b / n) * 2  # E: spmd-partial-plus-replicated
+    h @ w2 + b * (2 / n)  # E: spmd-partial-plus-replicated
+    p + b / n  # E: spmd-partial-plus-replicated

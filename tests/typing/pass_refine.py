@@ -3,12 +3,13 @@
 """Shard / Partial / Rep refinements (DESIGN.md §1b) that the plugin follows and accepts: the
 correct tensor-parallel programs whose buggy versions are in fail_refine.py."""
 
-from typing import assert_type, reveal_type
+from typing import Literal, assert_type, reveal_type
 
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
 from spmdtyped import Invariant, Varying
+from spmdtyped._static import AxisSize  # the static type of st.axis_size
 
 
 def column_row_mlp(x: st.Float[Varying["dp"], "b d"], w1: st.Float[Varying["tp"], "d f/tp"],
@@ -149,3 +150,19 @@ def mlp_from_specs(x: st.Float[Varying["dp"], "b d"], w1: st.Float[Varying["tp"]
 def rank_unknown(x: Varying["dp"]) -> Varying["dp"]:
     reveal_type(x.sum(axis=-1))  # reveals: plain
     return st.nn.softmax(x, axis=-1)  # P("dp") on a rank-2 x shards dim -2: nothing is known
+
+
+def row_parallel_bias_pre_divided(h: st.Shard["tp", -1], w2: st.Shard["tp", -2], b: Invariant,
+                                  r: st.Rep["tp"], q: st.Partial["dp", "tp"]) -> None:
+    n = st.axis_size("tp")                 # an int that remembers its axes
+    assert_type(n, AxisSize[Literal["tp"]])
+    reveal_type(b / n)  # reveals: /tp
+    y = h @ w2 + b / n                     # this device's share of the bias: a Partial term
+    reveal_type(y)  # reveals: tp=P
+    assert_type(h @ w2 + b * (1 / n), st.Partial["tp"])
+    assert_type((1 / n) * b + h @ w2, st.Partial["tp"])
+    assert_type(h @ w2 - r / st.axis_size("tp"), st.Partial["tp"])
+    both = st.axis_size(("dp", "tp"))
+    assert_type(q + b / both, st.Partial["dp", "tp"])
+    width: int = n * 2                     # still an int everywhere else
+    st.psum(y, "tp") / width
