@@ -352,8 +352,8 @@ class AxisSize(int, Generic[_A]):
     Literals, written by the mypy plugin; `Any` without it). `b / n` of a replicated `b` is its
     share of a partial sum over `A` (`_rules.axis_size`), and so is `b * (1 / n)`."""
 
-    @overload  # type: ignore[override]
-    def __rtruediv__(self, other: Literal[1]) -> AxisShare[_A]: ...
+    @overload  # `1 / n`: a float subclass, as `int.__truediv__(1, n)` would give
+    def __rtruediv__(self, other: Literal[1]) -> AxisShare[_A]: ...  # type: ignore[misc]
     @overload
     def __rtruediv__(self, other: int) -> float: ...
     def __rtruediv__(self, other: int) -> float: ...

@@ -91,12 +91,12 @@ def axis_size(ctx: FunctionContext) -> Type:
     `AxisSize[Any]` (a plain int to the rules) when they are not literal."""
     default = get_proper_type(ctx.default_return_type)
     axis = arg(ctx, "axis_name")
-    value = axis_value(*axis) if axis is not None else None
-    if not isinstance(default, Instance) or value is None \
-            or (isinstance(value, tuple) and None in value):
+    names = axis_value(*axis) if axis is not None else None
+    if not isinstance(default, Instance) or names is None \
+            or (isinstance(names, tuple) and None in names):
         return ctx.default_return_type
     try:
-        axes = _rules.normalize_axes(value, "st.axis_size")
+        axes = _rules.normalize_axes(names, "st.axis_size")
     except SpmdTypeError:
         return ctx.default_return_type
     return default.copy_modified(args=[axes_type(ctx.api, frozenset(axes))])

@@ -105,17 +105,17 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
     p = get_proper_type(other_t)
     # `st.axis_size(a)` (`AxisSize[A]`) and `1 / st.axis_size(a)` (`AxisShare[A]`): Python
     # numbers to the four-state rule; `b / n` of a replicated `b` is a share (`refined.scale`)
-    scale_type = isinstance(p, Instance) and p.type.fullname in refined.SCALES
+    scale_name = p.type.fullname if isinstance(p, Instance) and p.type.fullname in refined.SCALES else None
+    scale_type = scale_name is not None
     # as `_array.binary`: an int exponent is `integer_pow` (a bool is not an int there)
-    int_literal = not reflected and (is_python_int(p) or (
-        scale_type and p.type.fullname.endswith(".AxisSize")))  # type: ignore[union-attr]
+    int_literal = not reflected and (is_python_int(p) or scale_name == refined.AXIS_SIZE)
     # `2.0 + u`, `2 < u`: mypy tried `float.__add__` / `int.__lt__` first and would report its
     # generic `[operator]` error instead of the rule's; `u == 0.0`: mypy would fall back to
     # `float.__eq__(object)` and type it `bool` silently. Report the rule's error past that.
     past = (reflected or name in _SWAPPED) and not is_sarray(other_t)
     on_error = report_past_operator_fallback if past else report
     s, o = _plain(get_proper_type(ctx.type)), LITERAL if scale_type else _plain(p)
-    scale = refined.scale(p) if scale_type else None  # type: ignore[arg-type]
+    scale = refined.scale(p) if isinstance(p, Instance) and scale_type else None
     if s is not None and o is not None and scale is None:
         # no refinement: the four-state rule alone (`rapply`'s)
         try:

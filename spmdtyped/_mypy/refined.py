@@ -41,8 +41,8 @@ from .convert import (
     STATIC,
     Known,
     alternatives,
-    axes_of,
     any_type,
+    axes_of,
     from_spmd,
     literal_value,
     state_of_args,
@@ -223,7 +223,8 @@ Refine = Callable[..., tuple[Refinement, int | None]]
 
 #: the static view's `st.axis_size(axes)` and `1 / st.axis_size(axes)` (`AxisSize[A]`,
 #: `AxisShare[A]`): the runtime's classes, whose values `_axis_size.share_of` reads
-SCALES: Final = {f"{STATIC}.AxisSize": _axis_size.AxisSize, f"{STATIC}.AxisShare": _axis_size.AxisShare}
+AXIS_SIZE: Final = f"{STATIC}.AxisSize"
+SCALES: Final = {AXIS_SIZE: _axis_size.AxisSize, f"{STATIC}.AxisShare": _axis_size.AxisShare}
 
 
 def scale(p: Instance) -> object | None:
