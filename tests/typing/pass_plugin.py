@@ -54,7 +54,8 @@ def collectives(x: Varying["dp", "tp"], u: Unreduced["tp"], w: Varying["dp"],
     assert_type(st.psum(m, "tp"), Varying["dp"])
     assert_type(states(st.axis_index("dp")), Varying["dp"])  # refined: an axis_index
     assert_type(st.axis_index(("dp", "tp")), Varying["dp", "tp"])
-    assert_type(st.axis_size("dp"), int)
+    size: int = st.axis_size("dp")         # an int that remembers its axes (AxisSize)
+    assert_type(size * 2, int)
 
 
 def casts(c: Invariant, r: Reduced["tp"], x: Varying["tp"]) -> None:
