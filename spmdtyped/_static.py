@@ -348,9 +348,10 @@ def axis_index(axis_name: AxisName) -> SArray[Any, Never, Never]:
 
 
 class AxisSize(int, Generic[_A]):
-    """What `st.axis_size` returns: an int that remembers its axes `A` (a union of str
-    Literals, written by the mypy plugin; `Any` without it). `b / n` of a replicated `b` is its
-    share of a partial sum over `A` (`_rules.axis_size`), and so is `b * (1 / n)`."""
+    """What `st.axis_size` returns with the mypy plugin: an int that remembers its axes `A` (a
+    union of str Literals). `b / n` of a replicated `b` is its share of a partial sum over `A`
+    (`_rules.axis_size`), and so is `b * (1 / n)`. Without the plugin `st.axis_size` is an
+    `int` (a variable holding it may then be reassigned any int)."""
 
     @overload  # `1 / n`: a float subclass, as `int.__truediv__(1, n)` would give
     def __rtruediv__(self, other: Literal[1]) -> AxisShare[_A]: ...  # type: ignore[misc]
@@ -363,8 +364,8 @@ class AxisShare(float, Generic[_A]):
     """`1 / st.axis_size(axes)`: a float that remembers the axes `A`."""
 
 
-def axis_size(axis_name: AxisName) -> AxisSize[Any]:
-    """The number of devices along the named axes (an int; see `AxisSize`)."""
+def axis_size(axis_name: AxisName) -> int:
+    """The number of devices along the named axes (`AxisSize` with the mypy plugin)."""
     ...
 
 

@@ -26,6 +26,7 @@ from .convert import (
     axis_value,
     from_spmd,
     literal_value,
+    named,
     state_of_args,
     to_operand,
 )
@@ -86,20 +87,18 @@ def analyze(ctx: FunctionContext, name: str, raw: bool = False) -> Type:
 
 
 def axis_size(ctx: FunctionContext) -> Type:
-    """`st.axis_size(axes)`: `AxisSize[A]` with `A` the literal axes (`b / n` of a replicated
-    `b` is then its share of a partial sum over them: `refined.scale`); the declared
-    `AxisSize[Any]` (a plain int to the rules) when they are not literal."""
-    default = get_proper_type(ctx.default_return_type)
+    """`st.axis_size(axes)`: `AxisSize[A]` (an int) with `A` the literal axes (`b / n` of a
+    replicated `b` is then its share of a partial sum over them: `refined.scale`); the declared
+    `int` when they are not literal."""
     axis = arg(ctx, "axis_name")
     names = axis_value(*axis) if axis is not None else None
-    if not isinstance(default, Instance) or names is None \
-            or (isinstance(names, tuple) and None in names):
+    if names is None or (isinstance(names, tuple) and None in names):
         return ctx.default_return_type
     try:
         axes = _rules.normalize_axes(names, "st.axis_size")
     except SpmdTypeError:
         return ctx.default_return_type
-    return default.copy_modified(args=[axes_type(ctx.api, frozenset(axes))])
+    return named(ctx.api, refined.AXIS_SIZE, [axes_type(ctx.api, frozenset(axes))])
 
 
 def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
