@@ -40,6 +40,18 @@ def _config(tmp: Path, plugin: bool) -> Path:
     return cfg
 
 
+def _import_only_config(tmp: Path) -> Path:
+    """A configuration whose plugin imports `spmdtyped.mypy_plugin` and registers no hook: its
+    difference to plain mypy is the plugin's import (compiling its source without `.pyc`)."""
+    (tmp / "import_only.py").write_text(
+        "import spmdtyped.mypy_plugin  # noqa: F401\nfrom mypy.plugin import Plugin\n\n\n"
+        "def plugin(version):\n    return Plugin\n")
+    cfg = tmp / "import_only.ini"
+    cfg.write_text(f"[mypy]\nplugins = {tmp / 'import_only.py'}\nmypy_path = {REPO}\n"
+                   "[mypy-spmdtyped.*]\nignore_errors = True\n")
+    return cfg
+
+
 def _generated(n: int, spelling: str) -> str:
     """A module of `n` functions in one hint spelling."""
     if spelling == "literal":
@@ -98,6 +110,8 @@ def bench_mypy(rounds: int, n_functions: int) -> None:
         f.write_text(_generated(n_functions, spelling))
         variants[f"generated, {spelling}, no plugin"] = ([f], plain, gen)
         variants[f"generated, {spelling}, plugin"] = ([f], plugin, gen)
+        if spelling == "literal":  # the plugin's import alone (the rest is its hooks)
+            variants["generated, literal, plugin import only"] = ([f], _import_only_config(tmp), gen)
     variants["examples/, no plugin"] = (ex_files, plain, ex)
     variants["examples/, plugin"] = (ex_files, plugin, ex)
     # one cache per configuration (module names do not collide); warm it first, so that JAX's
@@ -116,7 +130,7 @@ def bench_mypy(rounds: int, n_functions: int) -> None:
           f"{lines} lines\n")
     print(f"  {'variant':42s} {'CPU s':>7s} {'vs no plugin':>13s}")
     for name, t in best.items():
-        base_name = name.replace(", plugin", ", no plugin")
+        base_name = name.replace(", plugin", ", no plugin").removesuffix(" import only")
         ratio = f"{t / best[base_name]:.2f}x" if name != base_name else "1.00x"
         print(f"  {name:42s} {t:7.2f} {ratio:>13s}")
     ref = best["generated, literal, no plugin"]
