@@ -6,10 +6,14 @@ dimension over `tp`: `P(None, "tp")` for a matrix). An `Invariant` hint is `P()`
 `Reduced`/`Unreduced` axes go to `P(reduced=...)` / `P(unreduced=...)`. A parameter whose
 hint is a class (an `eqx.Module`, a dataclass, a NamedTuple) gets one spec per leaf, read from
 the annotation of each field on the path to the leaf, so a whole parameter pytree is derived
-from its class. Out specs come from the return hint the same way; a class in the return hint
-that is also a parameter's class reuses that parameter's spec tree (a training step returning
-the updated model). Where a spec cannot be derived (a Varying hint without dimensions, a field
-without a hint), SPMD402 names the parameter and the path.
+from its class. Where a hint names no dimensions (`Any`, an optax state, a field hinted
+`jax.Array`, a bare `Varying["dp"]`), the leaves' specs are read from the argument itself, as
+JAX's `Infer` does: a global array's `NamedSharding` on the mesh, or a traced one's sharding
+type (Explicit axes). Out specs come from the return hint the same way; a return hint that is
+exactly one parameter's hint (the updated model, the new optimiser state) reuses that
+parameter's spec tree. Where a spec cannot be derived (an argument on one device or on an Auto
+mesh under jit, a layout the hint leaves ambiguous, a return hint no parameter has, or two
+parameters with different specs have), SPMD402 names the parameter and the path.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ _DERIVED_FIX = ('name the partitioned dimensions in the hint, e.g. '
 
 class _NotDerivable(Exception):
     pass
+
+
+class _NoInference(_NotDerivable):
+    """A spec the argument's sharding cannot stand in for (not retried from the argument, nor
+    higher up the tree): neither the hint nor the argument says it, or the hint says a layout
+    that is ambiguous or impossible."""
 
 
 def _hint_spec(hint: Any, ndim: int | None, where: str) -> PartitionSpec:
@@ -80,16 +90,16 @@ def _shard_dims(ref: Any, ndim: int | None, name: str, where: str) -> tuple[tupl
         d = kind.dim
         if d < 0:
             if ndim is None:
-                raise _NotDerivable(f"{where}: the hint {name} counts its dim from the right, "
+                raise _NoInference(f"{where}: the hint {name} counts its dim from the right, "
                                     f"which needs the value's rank (write the dim from the left)")
             d += ndim
         if not 0 <= d < (ndim if ndim is not None else d + 1):
-            raise _NotDerivable(f"{where}: the hint {name} shards dim {kind.dim} of a value of "
+            raise _NoInference(f"{where}: the hint {name} shards dim {kind.dim} of a value of "
                                 f"rank {ndim}")
         by_dim.setdefault(d, []).append(axis)
     for d, names in by_dim.items():
         if len(names) > 1:  # their order (the layout) is not in the hint
-            raise _NotDerivable(f"{where}: the hint {name} shards dim {d} over {sorted(names)}, "
+            raise _NoInference(f"{where}: the hint {name} shards dim {d} over {sorted(names)}, "
                                 f"in an order the hint does not say")
     n = max(by_dim, default=-1) + 1
     return tuple(tuple(by_dim.get(d, ())) for d in range(n))
@@ -143,10 +153,6 @@ def _strip(hint: Any) -> Any:
     if typing.get_origin(hint) is typing.Annotated:
         return typing.get_args(hint)[0]
     return hint
-
-
-class _NoInference(_NotDerivable):
-    """Neither the hint nor the argument says the spec (not retried higher up the tree)."""
 
 
 def _tree_specs(hint: Any, value: Any, where: str, mesh: Any = None) -> Any:
