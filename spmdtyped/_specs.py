@@ -374,11 +374,14 @@ def deferred(make: Callable[..., Any], f: Callable[..., Any], *, in_specs: Any, 
 
     @functools.wraps(f)
     def wrapped(*args: Any) -> Any:
-        key = jax.tree_util.tree_structure(args)
+        mesh = kw["mesh"] if kw.get("mesh") is not None else _compat.context_mesh()
+        # the specs read from the arguments are part of the key: an argument placed otherwise
+        # at a later call derives its own specs
+        key = (jax.tree_util.tree_structure(args), repr(_compat.inferred_specs(args)),
+               None if mesh is None else _mesh_key(mesh))
         fn = cache.get(key)
         if fn is None:
-            i, o = derive(f, args, in_specs, out_specs, f"st.shard_map({name})",
-                          kw["mesh"] if kw.get("mesh") is not None else _compat.context_mesh())
+            i, o = derive(f, args, in_specs, out_specs, f"st.shard_map({name})", mesh)
             fn = cache[key] = make(f, in_specs=i, out_specs=o, **kw)
         return fn(*args)
 

@@ -191,3 +191,14 @@ def test_training_step_with_an_optimiser_state_runs_and_matches_reference(mesh_d
     assert state[0].mu.w1.sharding.spec == P(None, "tp")
     for a, b in zip(jax.tree.leaves((model, state)), jax.tree.leaves((ref, ref_state)), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_specs_read_from_the_arguments_follow_their_placement(mesh_dp_tp):
+    @st.shard_map(mesh=mesh_dp_tp)
+    def double(x: Any) -> Any:
+        return 2 * x
+
+    for spec in (P("dp"), P(None, "tp"), P()):
+        out = double(put(mesh_dp_tp, jnp.arange(32.0).reshape(8, 4), spec))
+        assert out.sharding.is_equivalent_to(NamedSharding(mesh_dp_tp, spec), 2)
+        np.testing.assert_array_equal(np.asarray(out), 2 * np.arange(32.0).reshape(8, 4))
