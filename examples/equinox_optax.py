@@ -93,7 +93,8 @@ def init_model(key: jax.Array) -> Transformer:
 
 
 def model_specs() -> Transformer:
-    """The PartitionSpec of every parameter, as a tree of the model's structure."""
+    """The PartitionSpec of every parameter, as a tree of the model's structure: where the
+    model is placed; `st.shard_map` reads the specs back from the arrays."""
     rep = LayerNorm(P(), P())  # type: ignore[arg-type]
     block = Block(rep, P(None, None, "tp"), P("tp"), rep, P(None, "tp"), P("tp"))  # type: ignore[arg-type]
     return Transformer(P(), block, rep, P())  # type: ignore[arg-type]
@@ -109,14 +110,11 @@ REF_OPT = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(3e-3, weight_d
 
 
 def make_step(mesh: jax.sharding.Mesh) -> Any:
-    specs = model_specs()
-    state_specs = optax.tree_utils.tree_map_params(
-        OPT, lambda _p, s: s, OPT.init(init_model(jax.random.PRNGKey(0))), specs,
-        transform_non_params=lambda _: P())
-
+    # no spec trees: each argument's in_spec is its own sharding (the model is placed by
+    # `model_specs`, the optimiser state is created from it), the tokens' are `P("dp")`, and
+    # the outputs hinted as a parameter (`Transformer`, `Any`) take that parameter's specs
     @jax.jit
-    @st.shard_map(mesh=mesh, in_specs=(specs, state_specs, P("dp"), P("dp")),
-                  out_specs=(specs, state_specs, P()))
+    @st.shard_map(mesh=mesh)
     def step(model: Transformer, opt_state: Any, tokens: Varying["dp"],
              labels: Varying["dp"]) -> tuple[Transformer, Any, Invariant]:
         def loss_fn(m: Transformer) -> Invariant:
@@ -126,7 +124,7 @@ def make_step(mesh: jax.sharding.Mesh) -> Any:
         updates, opt_state = OPT.update(grads, opt_state, model)
         return eqx.apply_updates(model, updates), opt_state, loss
 
-    return step, specs, state_specs
+    return step
 
 
 @jax.jit
@@ -150,13 +148,12 @@ def data(step: int) -> tuple[np.ndarray, np.ndarray]:
 
 def run(verbose: bool = False, steps: int = 12) -> dict[str, Any]:
     mesh = jax.make_mesh((2, 4), ("dp", "tp"))
-    step, specs, state_specs = make_step(mesh)
-
-    def shard(tree: Any, tree_specs: Any) -> Any:
-        return jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), tree, tree_specs)
-
+    step = make_step(mesh)
     model0 = init_model(jax.random.PRNGKey(0))
-    model, opt_state = shard(model0, specs), shard(OPT.init(model0), state_specs)
+    model = jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), model0,
+                         model_specs())
+    with jax.set_mesh(mesh):  # under the mesh, jit gives every moment its parameter's sharding
+        opt_state = jax.jit(OPT.init)(model)
     ref_model, ref_state = model0, REF_OPT.init(model0)
     losses, ref_losses = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -166,7 +163,9 @@ def run(verbose: bool = False, steps: int = 12) -> dict[str, Any]:
                 eqx.tree_serialise_leaves(ckpt, (model, opt_state))
                 like = (init_model(jax.random.PRNGKey(1)), OPT.init(model0))
                 restored = eqx.tree_deserialise_leaves(ckpt, like)
-                model, opt_state = shard(restored[0], specs), shard(restored[1], state_specs)
+                # placed as the arrays they replace (after a step every leaf is on the mesh)
+                model, opt_state = jax.tree.map(lambda r, a: jax.device_put(r, a.sharding),
+                                                restored, (model, opt_state))
             tokens, labels = data(i)
             xs = jax.device_put(tokens, NamedSharding(mesh, P("dp")))
             ys = jax.device_put(labels, NamedSharding(mesh, P("dp")))
@@ -176,6 +175,9 @@ def run(verbose: bool = False, steps: int = 12) -> dict[str, Any]:
             ref_losses.append(float(ref_loss))
             if verbose:
                 print(f"step {i:2d}  loss {losses[-1]:.5f}  single-device {ref_losses[-1]:.5f}")
+    # the specs read from the arguments kept the Megatron layout through every step
+    for leaf, spec in ((model.block.wqkv, P(None, None, "tp")), (opt_state[1][0].mu.block.w2, P("tp"))):
+        assert leaf.sharding.is_equivalent_to(NamedSharding(mesh, spec), leaf.ndim)
     np.testing.assert_allclose(losses, ref_losses, rtol=2e-4)
     for a, b in zip(jax.tree.leaves(model), jax.tree.leaves(ref_model), strict=True):
         assert isinstance(a, jax.Array)

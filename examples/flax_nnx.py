@@ -2,8 +2,9 @@
 
 The same Megatron layout as `equinox_optax.py`, written with `nnx.Module`s (`nnx.Embed`,
 `nnx.LayerNorm`, `nnx.Linear`, `nnx.Param`). The model is split into a graph definition and its
-parameter state (an `nnx.State`, a pytree); the state goes through `st.shard_map` with one
-PartitionSpec per parameter, and `nnx.merge` rebuilds the module inside. Halfway through, the
+parameter state (an `nnx.State`, a pytree); the state goes through `st.shard_map`, which reads
+each parameter's spec from its sharding (no spec tree is written for the step), and
+`nnx.merge` rebuilds the module inside. Halfway through, the
 parameters and the optimiser state are saved with orbax and restored, sharded, from disk. The
 loss curve and the final parameters equal a single-device run to rtol 2e-4.
 """
@@ -93,14 +94,12 @@ OPT = optax.chain(st.clip_by_global_norm(1.0), optax.adamw(3e-3, weight_decay=0.
 REF_OPT = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(3e-3, weight_decay=0.01))
 
 
-def make_step(mesh: jax.sharding.Mesh, graphdef: Any, params: nnx.State) -> Any:
-    specs = param_specs(params)
-    state_specs = optax.tree_utils.tree_map_params(OPT, lambda _p, s: s, OPT.init(params), specs,
-                                                   transform_non_params=lambda _: P())
-
+def make_step(mesh: jax.sharding.Mesh, graphdef: Any) -> Any:
+    # no spec trees: each argument's in_spec is its own sharding (the parameters are placed by
+    # `param_specs`, the optimiser state is created from them), the tokens' are `P("dp")`, and
+    # the outputs hinted as a parameter (`nnx.State`, `Any`) take that parameter's specs
     @jax.jit
-    @st.shard_map(mesh=mesh, in_specs=(specs, state_specs, P("dp"), P("dp")),
-                  out_specs=(specs, state_specs, P()))
+    @st.shard_map(mesh=mesh)
     def step(params: nnx.State, opt_state: Any, tokens: Varying["dp"],
              labels: Varying["dp"]) -> tuple[nnx.State, Any, Invariant]:
         def loss_fn(p: nnx.State) -> Invariant:
@@ -111,7 +110,7 @@ def make_step(mesh: jax.sharding.Mesh, graphdef: Any, params: nnx.State) -> Any:
         updates, opt_state = OPT.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    return step, specs, state_specs
+    return step
 
 
 def make_reference_step(graphdef: Any) -> Any:
@@ -141,13 +140,12 @@ def data(step: int) -> tuple[np.ndarray, np.ndarray]:
 def run(verbose: bool = False, steps: int = 12) -> dict[str, Any]:
     mesh = jax.make_mesh((2, 4), ("dp", "tp"))
     graphdef, params0 = nnx.split(Transformer(nnx.Rngs(0)), nnx.Param)
-    step, specs, state_specs = make_step(mesh, graphdef, params0)
+    step = make_step(mesh, graphdef)
     reference_step = make_reference_step(graphdef)
-
-    def shard(tree: Any, tree_specs: Any) -> Any:
-        return jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), tree, tree_specs)
-
-    params, opt_state = shard(params0, specs), shard(OPT.init(params0), state_specs)
+    params = jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), params0,
+                          param_specs(params0))
+    with jax.set_mesh(mesh):  # under the mesh, jit gives every moment its parameter's sharding
+        opt_state = jax.jit(OPT.init)(params)
     ref_params, ref_state = params0, REF_OPT.init(params0)
     losses, ref_losses = [], []
     with tempfile.TemporaryDirectory() as tmp, ocp.StandardCheckpointer() as ckptr:

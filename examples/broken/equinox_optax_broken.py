@@ -36,16 +36,12 @@ def step(model: ok.Transformer, opt_state: Any, tokens: Varying["dp"],
 
 def run_broken() -> None:
     mesh = jax.make_mesh((2, 4), ("dp", "tp"))
-    _, specs, state_specs = ok.make_step(mesh)
-    model = ok.init_model(jax.random.PRNGKey(0))
-    tokens, labels = ok.data(0)
-
-    def put(a: Any, b: Any, x: Any, y: Any) -> Any:
-        trees = (a, b, x, y)
-        all_specs = (specs, state_specs, ok.P("dp"), ok.P("dp"))
-        return jax.tree.map(lambda v, s: jax.device_put(v, ok.NamedSharding(mesh, s)), trees, all_specs)
-    jax.jit(st.shard_map(step, mesh=mesh, in_specs=(specs, state_specs, ok.P("dp"), ok.P("dp")),
-                 out_specs=(specs, state_specs, ok.P())))(*put(model, ok.OPT.init(model), tokens, labels))
+    model = jax.tree.map(lambda a, s: jax.device_put(a, ok.NamedSharding(mesh, s)),
+                         ok.init_model(jax.random.PRNGKey(0)), ok.model_specs())
+    with jax.set_mesh(mesh):
+        opt_state = jax.jit(ok.OPT.init)(model)
+    tokens, labels = (jax.device_put(t, ok.NamedSharding(mesh, ok.P("dp"))) for t in ok.data(0))
+    jax.jit(st.shard_map(step, mesh=mesh))(model, opt_state, tokens, labels)
 
 
 if __name__ == "__main__":

@@ -39,16 +39,13 @@ def make_step(graphdef: Any) -> Any:
 
 def run_broken() -> None:
     mesh = jax.make_mesh((2, 4), ("dp", "tp"))
-    graphdef, params = nnx.split(ok.Transformer(nnx.Rngs(0)), nnx.Param)
-    _, specs, state_specs = ok.make_step(mesh, graphdef, params)
-    tokens, labels = ok.data(0)
-
-    def put(a: Any, b: Any, x: Any, y: Any) -> Any:
-        trees = (a, b, x, y)
-        all_specs = (specs, state_specs, ok.P("dp"), ok.P("dp"))
-        return jax.tree.map(lambda v, s: jax.device_put(v, ok.NamedSharding(mesh, s)), trees, all_specs)
-    jax.jit(st.shard_map(make_step(graphdef), mesh=mesh, in_specs=(specs, state_specs, ok.P("dp"), ok.P("dp")),
-                 out_specs=(specs, state_specs, ok.P())))(*put(params, ok.OPT.init(params), tokens, labels))
+    graphdef, params0 = nnx.split(ok.Transformer(nnx.Rngs(0)), nnx.Param)
+    params = jax.tree.map(lambda a, s: jax.device_put(a, ok.NamedSharding(mesh, s)), params0,
+                          ok.param_specs(params0))
+    with jax.set_mesh(mesh):
+        opt_state = jax.jit(ok.OPT.init)(params)
+    tokens, labels = (jax.device_put(t, ok.NamedSharding(mesh, ok.P("dp"))) for t in ok.data(0))
+    jax.jit(st.shard_map(make_step(graphdef), mesh=mesh))(params, opt_state, tokens, labels)
 
 
 if __name__ == "__main__":
