@@ -59,8 +59,11 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
     Same signature, defaults and semantics as `jax.shard_map` (decorator form too): `mesh`
     defaults to the mesh of `jax.set_mesh(...)`, `in_specs` to `jax.sharding.Infer` (the
     arguments' own shardings). Without `out_specs` (or without `in_specs`, when hints name
-    dimensions: `st.Float[Varying["dp"], "batch/dp d"]`) the specs are derived from f's hints,
-    pytrees of parameters included. Inputs are typed
+    dimensions: `st.Float[Varying["dp"], "batch/dp d"]`) the specs are derived per leaf: from
+    f's hints where they name dimensions, else from the argument's own sharding on the mesh
+    (an optax state, an nnx `State`, an `Any` parameter); an output whose return hint is one
+    parameter's hint takes that parameter's specs (`_specs.derive`, SPMD402 where neither
+    says). Inputs are typed
     from `in_specs`: `P("dp")` gives `Varying["dp"]`, `P(reduced={"tp"})` gives
     `Reduced["tp"]`, `P(unreduced={"tp"})` gives `Unreduced["tp"]`. Outputs are checked
     against `out_specs` with an SPMD error (SPMD401) before JAX's own check. The result is raw
