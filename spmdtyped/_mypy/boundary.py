@@ -89,14 +89,16 @@ def analyze(ctx: FunctionContext | MethodContext, feature: str) -> Type:
 # ----------------------------------------------------------------------------- reading specs
 
 
-def _str_set(expr: Expression) -> frozenset[str] | None:
+def str_set(expr: Expression) -> frozenset[str] | None:
+    """The axis names of a literal `"dp"`, `{"dp", "tp"}`, `("dp",)`, `frozenset({...})`,
+    `set()` (empty); None when not literal."""
     if isinstance(expr, StrExpr):
         return frozenset((expr.value,))
     if isinstance(expr, (SetExpr, TupleExpr, ListExpr)) and all(isinstance(i, StrExpr) for i in expr.items):
         return frozenset(i.value for i in expr.items if isinstance(i, StrExpr))
     if isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr) and \
-            expr.callee.fullname in ("builtins.frozenset", "builtins.set") and len(expr.args) == 1:
-        return _str_set(expr.args[0])
+            expr.callee.fullname in ("builtins.frozenset", "builtins.set") and len(expr.args) <= 1:
+        return str_set(expr.args[0]) if expr.args else frozenset()
     return None
 
 
@@ -126,7 +128,7 @@ def read_spec(expr: Expression) -> Specs | None:
             else:
                 return None
         elif kind == ARG_NAMED and name in ("unreduced", "reduced"):
-            axes = _str_set(a)
+            axes = str_set(a)
             if axes is None:
                 return None
             extra[name] = axes
@@ -278,7 +280,7 @@ def param_in_spec(node: Any, index: int) -> tuple[Spec, frozenset[str] | None] |
     manual: frozenset[str] | None = None
     names = decorator_arg(node, "axis_names")
     if names is not None:
-        manual = _str_set(names)
+        manual = str_set(names)
         if manual is None:
             return None
     spec = read_spec(expr)
@@ -316,7 +318,7 @@ def _shard_map(ctx: FunctionContext) -> Type:
     manual: frozenset[str] = frozenset()
     names = arg(ctx, "axis_names")
     if names is not None:
-        m = _str_set(names[0])
+        m = str_set(names[0])
         if m is None:
             return default
         manual = m

@@ -24,13 +24,6 @@ from mypy.nodes import (
     ARG_POS,
     ARG_STAR,
     COVARIANT,
-    CallExpr,
-    Expression,
-    ListExpr,
-    RefExpr,
-    SetExpr,
-    StrExpr,
-    TupleExpr,
     TypeAlias,
     TypeInfo,
 )
@@ -47,7 +40,7 @@ from mypy.types import (
     get_proper_type,
 )
 
-from .boundary import OUT_SPEC_MISMATCH, SHARD_MAP_DECORATOR
+from .boundary import OUT_SPEC_MISMATCH, SHARD_MAP_DECORATOR, str_set
 from .convert import any_type, arg, axes_type, is_sarray, named
 
 _Ctx = FunctionContext | MethodContext
@@ -88,18 +81,7 @@ def keeping(hook: Callable[[Any], Type]) -> Callable[[Any], Type]:
 def _manual(ctx: FunctionContext) -> frozenset[str] | None:
     """The literal `axis_names` (empty when not given; None when not literal)."""
     a = arg(ctx, "axis_names")
-    return frozenset() if a is None else _str_set(a[0])
-
-
-def _str_set(expr: Expression) -> frozenset[str] | None:
-    if isinstance(expr, StrExpr):
-        return frozenset((expr.value,))
-    if isinstance(expr, (SetExpr, TupleExpr, ListExpr)) and all(isinstance(i, StrExpr) for i in expr.items):
-        return frozenset(i.value for i in expr.items if isinstance(i, StrExpr))
-    if isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr) and \
-            expr.callee.fullname in ("builtins.frozenset", "builtins.set") and len(expr.args) <= 1:
-        return _str_set(expr.args[0]) if expr.args else frozenset()
-    return None
+    return frozenset() if a is None else str_set(a[0])
 
 
 def _jax_type(api: Any, where: tuple[str, str]) -> Type | None:
