@@ -134,6 +134,16 @@ def _seed_rep(raw: Any, t: SpmdType, ref: Refinement) -> Any:
     return raw / _compat.axis_size(rep if len(rep) > 1 else rep[0])
 
 
+def _check_loss(loss: Any, diff: list[tuple[str, SpmdType]], op: str) -> tuple[SpmdType, Refinement]:
+    """The state and refinement of a loss to differentiate, after the loss checks of `st.grad`
+    (SPMD405 for an Unreduced loss, SPMD407 for per-example gradients under `vmap`); shared by
+    `st.value_and_grad` and the `jax.grad` route (`_grad_vjp`)."""
+    t = typeof(loss)
+    _rules.grad_loss_type(t, op=op)
+    _check_vmap(loss, t, diff, op)
+    return t, refinement_of(loss)
+
+
 def _check_vmap(loss: Any, loss_t: SpmdType, diff: list[tuple[str, SpmdType]], op: str) -> None:
     """SPMD407: a per-example (vmap-batched) loss Varying where a differentiated parameter is
     Invariant: JAX would sum each per-example gradient over the devices (jax#36886)."""
@@ -262,10 +272,7 @@ def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_a
             raw = unwrap(loss)
             seeded = raw
             if is_typed(loss) or isinstance(loss, (jax.Array, jax.core.Tracer)):
-                info["type"] = typeof(loss)
-                info["ref"] = refinement_of(loss)
-                _rules.grad_loss_type(info["type"], op=op)
-                _check_vmap(loss, info["type"], diff, op)
+                info["type"], info["ref"] = _check_loss(loss, diff, op)
                 seeded = _seed_rep(raw, info["type"], info["ref"])
             # the seeded loss is differentiated; the loss itself is returned as it is
             return seeded, (raw, aux)
@@ -360,9 +367,7 @@ def _grad_vjp(jax_vjp: Callable[..., Any], fun: Callable[..., Any], primals: tup
         if args is None and not any(mask):
             return res  # nothing typed: JAX's own
         if len(leaves) == 1 and (mask[0] or isinstance(leaves[0], (jax.Array, jax.core.Tracer))):
-            loss_t = typeof(leaves[0])
-            _rules.grad_loss_type(loss_t, op=op)
-            _check_vmap(leaves[0], loss_t, differentiated(), op)
+            info["loss"] = _check_loss(leaves[0], differentiated(), op)
         info.update(treedef=treedef, mask=mask, refs=[refinement_of(x) for x in leaves],
                     types=[typeof(x) if m else None for x, m in zip(leaves, mask, strict=True)])
         raw_out = _unflatten(treedef, [unwrap(x) for x in leaves])
@@ -378,8 +383,11 @@ def _grad_vjp(jax_vjp: Callable[..., Any], fun: Callable[..., Any], primals: tup
     raw_pull = res[1]
 
     def pullback(ct: Any) -> Any:
+        raw_ct = jax.tree_util.tree_map(unwrap, ct, is_leaf=is_typed)
+        if "loss" in info:  # the seed of a Rep loss, as `st.value_and_grad` seeds it (linear)
+            raw_ct = jax.tree_util.tree_map(lambda c: _seed_rep(c, *info["loss"]), raw_ct)
         with _loop_transpose_errors(op):
-            raw_cts = raw_pull(jax.tree_util.tree_map(unwrap, ct, is_leaf=is_typed))
+            raw_cts = raw_pull(raw_ct)
         return raw_cts if args is None else args.cotangents(raw_cts, op, typed_only=True)
 
     return (out, pullback, *res[2:])

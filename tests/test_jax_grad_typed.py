@@ -306,3 +306,37 @@ def test_second_order_jax_grad_of_a_typed_loss(mesh_dp_tp):
                                **TOL)
     np.testing.assert_allclose(np.asarray(h), np.asarray(jax.hessian(lambda w: jnp.sum(jnp.sin(w * x)))(w)),
                                **TOL)
+
+
+@pytest.mark.parametrize("how", ["jax.grad", "jax.value_and_grad", "eqx.filter_grad"])
+def test_gradient_of_a_rep_loss_is_st_grad_s(mesh_dp_tp, how):
+    """A Rep loss (one value held by the 8 devices) is seeded with 1/n by `st.grad`; `jax.grad`
+    of a typed Rep loss is `st.grad`'s, not JAX's n-fold sum of the copies: equal to `st.grad`
+    and to the single-device gradient, and the loss value itself unscaled."""
+    w = jax.random.normal(jax.random.key(2), (4, 3))
+    x = jax.random.normal(jax.random.key(3), (5, 4))
+
+    def ref_loss(w):
+        return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+    def body(w, x):
+        def loss(w):
+            return st.numpy.sum(st.numpy.tanh(x @ st.pcast(w, ("dp", "tp"), to="varying")) ** 2)
+
+        assert _array.refinement_of(loss(w)).get("tp") is not None  # Rep on both axes
+        if how == "jax.grad":
+            value, g = None, jax.grad(loss)(w)
+        elif how == "jax.value_and_grad":
+            value, g = jax.value_and_grad(loss)(w)
+        else:
+            value, g = None, eqx.filter_grad(loss)(w)
+        s = st.grad(loss)(w)
+        value = loss(w) if value is None else value
+        return g, s, value[None]
+
+    f = jax.jit(st.shard_map(body, mesh=mesh_dp_tp, in_specs=(P(), P()),
+                             out_specs=(P(), P(), P(("dp", "tp")))))
+    g, s, value = f(w, x)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(s), rtol=0, atol=0)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(ref_loss)(w)), **TOL)
+    np.testing.assert_allclose(np.asarray(value), np.full((8,), float(ref_loss(w))), rtol=1e-5)
