@@ -134,15 +134,20 @@ class SpmdPlugin(Plugin):
             return guarded(_feature("custom").custom_op_instance)
         return None
 
-    def _refined_callee(self, fullname: str) -> CallableType | None:
-        """The signature of a function whose parameters declare refinements, else None."""
-        if fullname.startswith(_NOT_USER):
-            return None
+    def _node(self, fullname: str) -> Any:
+        """The symbol-table node of a user name, or None (a name the module table does not
+        have yet)."""
         try:
             sym = self.lookup_fully_qualified(fullname)
         except Exception:  # noqa: BLE001 - a name the module table does not have yet
             return None
-        node = sym.node if sym is not None else None
+        return sym.node if sym is not None else None
+
+    def _refined_callee(self, fullname: str) -> CallableType | None:
+        """The signature of a function whose parameters declare refinements, else None."""
+        if fullname.startswith(_NOT_USER):
+            return None
+        node = self._node(fullname)
         t = node.var.type if isinstance(node, Decorator) else getattr(node, "type", None)
         p = get_proper_type(t) if t is not None else None
         if isinstance(p, CallableType) and any(refined.has_refinement(a) for a in p.arg_types):
@@ -153,11 +158,7 @@ class SpmdPlugin(Plugin):
         """The declaration of a function decorated with `@st.custom_op(...)`."""
         if "." not in fullname or fullname.startswith(("builtins.", "typing", "jax", "numpy.")):
             return None
-        try:
-            sym = self.lookup_fully_qualified(fullname)
-        except Exception:  # noqa: BLE001 - a name the module table does not have yet
-            return None
-        node = sym.node if sym is not None else None
+        node = self._node(fullname)
         # `custom.decorated_declaration` reads only a decorator call of `st.custom_op`: look
         # for one before importing the module
         if not (isinstance(node, Decorator) and any(

@@ -85,43 +85,38 @@ def _has_vocabulary(api: Any) -> bool:
     return any(_is_axis_alias(sym.node) for sym in table.values())
 
 
-def _drop_name_defined(api: Any, t: UnboundType) -> None:
-    """Remove mypy's spurious `Name "dp" is not defined` for a bare-string axis.
-
-    mypy's semantic analyser looks up every name inside `X[...]` (to find TypeVars) before this
-    hook runs and reports string forward references it cannot resolve. Internal API (mypy
-    1.15-2.x), hence the try/except: without it the only consequence is a visible spurious error.
-    """
+def _drop_errors(api: Any, spurious: Callable[[Any], bool]) -> None:
+    """Remove the errors of the current file that `spurious` matches: mypy's own errors about
+    hint syntax that the type-analyze hook reads as intended (`_drop_name_defined`,
+    `_drop_literal_dim`). Internal API (mypy 1.15-2.x), hence the try/except: without it the
+    only consequence is a visible spurious error."""
     try:
         errors = api.api.errors
         infos = errors.error_info_map.get(errors.file)
-        if not infos:
-            return
-        needle = f'"{t.name}"'
-        infos[:] = [i for i in infos if not (i.code is errorcodes.NAME_DEFINED and i.line == t.line
-                                             and needle in i.message)]
+        if infos:
+            infos[:] = [i for i in infos if not spurious(i)]
     except Exception:  # noqa: BLE001 - internal API; never break type checking over it
         pass
+
+
+def _drop_name_defined(api: Any, t: UnboundType) -> None:
+    """Remove mypy's spurious `Name "dp" is not defined` for a bare-string axis: mypy's semantic
+    analyser looks up every name inside `X[...]` (to find TypeVars) before this hook runs and
+    reports string forward references it cannot resolve."""
+    needle = f'"{t.name}"'
+    _drop_errors(api, lambda i: i.code is errorcodes.NAME_DEFINED and i.line == t.line
+                 and needle in i.message)
 
 
 def _drop_literal_dim(api: Any, t: RawExpressionType) -> None:
     """Remove mypy's spurious `Invalid type: try using Literal[0] instead?` for the dim of a
-    `Shard["tp", 0]` written in a type alias (`QKV = Typed[Shard["dp", 0], Shard["tp", 1]]`).
-
+    `Shard["tp", 0]` written in a type alias (`QKV = Typed[Shard["dp", 0], Shard["tp", 1]]`):
     mypy's semantic analyser first analyses an alias's right-hand side as an expression, where
     `Shard[...]` is a type application whose arguments it types one by one, without this hook;
-    the hook then reads the same argument as the dim. Internal API, as `_drop_name_defined`.
-    """
-    try:
-        errors = api.api.errors
-        infos = errors.error_info_map.get(errors.file)
-        if not infos:
-            return
-        message = f"Invalid type: try using Literal[{t.literal_value!r}] instead?"
-        infos[:] = [i for i in infos if not (i.code is errorcodes.VALID_TYPE and i.line == t.line
-                                             and i.column == t.column and i.message == message)]
-    except Exception:  # noqa: BLE001 - internal API; never break type checking over it
-        pass
+    the hook then reads the same argument as the dim."""
+    message = f"Invalid type: try using Literal[{t.literal_value!r}] instead?"
+    _drop_errors(api, lambda i: i.code is errorcodes.VALID_TYPE and i.line == t.line
+                 and i.column == t.column and i.message == message)
 
 
 class HintArgs:
