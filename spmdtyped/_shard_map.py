@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import inspect
 import typing
@@ -258,10 +257,8 @@ def check_fields(args: Any, names: list[str], spec_of: dict[int, Any], where: st
 def _check_node(v: Any, pname: str, path: str, spec_of: dict[int, Any], where: str) -> None:
     if v is None or is_typed(v) or isinstance(v, (jax.Array, str, bytes, int, float)):
         return
-    if isinstance(v, tuple) and hasattr(v, "_fields") or \
-            dataclasses.is_dataclass(v) and not isinstance(v, type):
-        fields = (list(v._fields) if hasattr(v, "_fields")
-                  else [fl.name for fl in dataclasses.fields(v)])
+    fields = _specs.field_names(v)
+    if fields is not None:
         hints = _specs.field_hints(type(v))
         for n in fields:
             sub = getattr(v, n, None)

@@ -140,6 +140,16 @@ def _resolve_field_hints(cls: type) -> dict[str, Any]:
     return out
 
 
+def field_names(value: Any) -> list[str] | None:
+    """The field names of a dataclass / `eqx.Module` / NamedTuple instance; None for any other
+    value (a class, a plain tuple)."""
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return list(value._fields)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [f.name for f in dataclasses.fields(value)]
+    return None
+
+
 def state_hint(hint: Any) -> type | None:
     """The state hint class a field hint stands for (`Varying["tp"]`, `Shard["tp", -1]`, the
     state of `st.Float[Varying["dp"], "b/dp d"]`), or None for any other hint."""
@@ -231,11 +241,9 @@ def _hinted_specs(hint: Any, value: Any, where: str, mesh: Any) -> Any:
     if origin is dict and isinstance(value, dict):
         (_k, vh) = typing.get_args(hint)
         return {k: _tree_specs(vh, v, f"{where}[{k!r}]", mesh) for k, v in value.items()}
-    if isinstance(hint, type) and hint is not Any and isinstance(value, hint) and (
-            dataclasses.is_dataclass(value) or hasattr(value, "_fields")):
+    names = field_names(value)
+    if isinstance(hint, type) and hint is not Any and isinstance(value, hint) and names is not None:
         fields = field_hints(type(value))
-        names = ([f.name for f in dataclasses.fields(value)] if dataclasses.is_dataclass(value)
-                 else list(value._fields))
         specs = {}
         for n in names:
             specs[n] = _tree_specs(fields.get(n, _NO_HINT), getattr(value, n), f"{where}.{n}", mesh)
