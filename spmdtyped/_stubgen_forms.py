@@ -30,10 +30,12 @@ from ._stubgen_select import (
     combos_of,
     constructor_pool,
     constructor_rule,
+    resolve,
     scalar_pool,
     select,
     unary_pool,
     unary_rule,
+    unreduced_catches,
     verify,
 )
 
@@ -190,14 +192,13 @@ def _binary_groups(rule_name: str, axes: Sequence[str], features: _rules.Feature
                    arrays: bool = True, reflected: bool = False, scalar_first: bool = False,
                    free: bool = False) -> tuple[list[Overload], Tally]:
     """Array-array, then array-scalar overloads (scalar-array when `scalar_first`)."""
-    rule = binary_rule(rule_name, features, op)
     out: list[Overload] = []
     tally = Tally()
     if arrays:
-        ch, t = _checked(binary_pool(axes, free), ["arr", "arr"], axes, rule, op,
-                         (Arr(ANY, ANY, ANY),) * 2, free)
+        ch, t = _array_pairs(rule_name, axes, features, op, free)
         out += ch
         tally.add(t)
+    rule = binary_rule(rule_name, features, op)
     kinds = ("int", "float") if _int_matters(rule_name, features, axes) else ("float",)
     for kind in kinds:
         if reflected or scalar_first:
@@ -212,6 +213,81 @@ def _binary_groups(rule_name: str, axes: Sequence[str], features: _rules.Feature
         out += ch
         tally.add(t)
     return out, tally
+
+
+def _array_pairs(rule_name: str, axes: Sequence[str], features: _rules.Features, op: str,
+                 free: bool = False) -> tuple[list[Overload], Tally]:
+    """The array-array overloads of a binary form, checked against the rule table."""
+    return _checked(binary_pool(axes, free), ["arr", "arr"], axes,
+                    binary_rule(rule_name, features, op), op, (Arr(ANY, ANY, ANY),) * 2, free)
+
+
+def _swapped(ov: Overload) -> Overload:
+    return dataclasses.replace(ov, params=(ov.params[1], ov.params[0]))
+
+
+def _solvable(ov: Overload, combos: Sequence[Sequence[Arg]]) -> bool:
+    """Whether the overload model resolves `ov` on every combination (a slot with two TypeVars
+    that no earlier slot fixes has no single solution to predict)."""
+    try:
+        for c in combos:
+            for mypy in (False, True):
+                first_match([ov], c, mypy=mypy)
+    except ValueError:
+        return False
+    return True
+
+
+def _verdict(want: SpmdType | Exception, picked: tuple[Overload | None, object]) -> str:
+    ov, res = picked
+    if ov is None or ov.deprecated is not None:
+        return "caught"
+    return "exact" if isinstance(want, SpmdType) and res == want else "other"
+
+
+def split_reflected(chosen: Sequence[Overload], axes: Sequence[str],
+                    rule: Rule) -> tuple[list[Overload], list[Overload]] | None:
+    """An operator's array-array overloads as (forward, reflected): the prefix of `chosen` before
+    its first `@deprecated` catch stays in `__op__`; the combinations it does not match are typed
+    by overloads for `__rop__` (operands swapped), chosen from the same pool against the same
+    rule; both checkers try `__rop__` when no `__op__` overload matches. None when the two-step
+    lookup would let through misuse that `chosen` catches, or type a combination wrongly.
+
+    Why: a checker binds every overload of a dunder to its receiver each time it evaluates the
+    operator, and evaluates a nested operand once per overload of the enclosing call
+    (`st.psum(x @ w, "tp")`), so the forward dunder's length multiplies into every nested
+    operator. Legal code mostly stops in the short prefix; misuse and the rarer auto-casts take
+    the reflected path.
+
+    Checked on every combination (sampled beyond two axes) as pyright and plain mypy resolve
+    overloads (`resolve`): no combination that `chosen` types exactly or catches gets another
+    result (a legal one may become a false error: the rarer Reduced/Varying mixes whose
+    auto-cast pattern has no self-first form; the caller's tally counts them). Plain mypy never
+    tries `__rop__` for two operands of the same type; an illegal pair of identical states is
+    then mypy's own "unsupported operand" error."""
+    k = next((i for i, ov in enumerate(chosen) if ov.deprecated is not None), len(chosen))
+    fwd = list(chosen[:k])
+    if not fwd or k == len(chosen):
+        return None
+    combos = _combos(["arr", "arr"], axes)
+    rest = [(c[1], c[0]) for c in combos if first_match(fwd, c)[0] < 0]
+    # the moved overloads themselves first (their order keeps each catch before the casts it
+    # guards), where swapping them leaves a pattern the model can solve self-first; then the pool
+    pool = [*(ov for ov in map(_swapped, chosen[k:]) if _solvable(ov, rest)),
+            *binary_pool(axes), *unreduced_catches(axes)]
+    # no catch-all: mypy also tries `__rop__` while it infers a nested operand against a
+    # wrong overload of the enclosing call (the forward prefix fails under that type context),
+    # and reports a deprecated overload matched there; a catch-all would match the legal
+    # operand. Misuse no catch covers matches nothing: an "operator not supported" error.
+    rev = select(pool, rest, _swap(rule), mypy_safe=True)
+    for c in combos:
+        want = rule(c)
+        for mypy in (False, True):
+            before = _verdict(want, resolve(chosen, c, mypy=mypy))
+            after = _verdict(want, resolve(fwd, c, mypy=mypy, reflected=rev))
+            if before != "other" and after == "other":
+                return None
+    return fwd, rev
 
 
 def _unary_groups(rule_name: str, axes: Sequence[str], features: _rules.Features, op: str,
@@ -231,13 +307,20 @@ def plan_form(form: Form, axes: Sequence[str], features: _rules.Features) -> Pla
     else:
         op = "indexing" if form.kind == "getitem" else f".{form.name}()"
     if form.kind == "binop":
-        ch, t = _binary_groups(form.rule or "", axes, features, op)
-        groups: list[tuple[str | None, str | None, list[Overload]]] = [(None, None, ch)]
+        pairs, t = _array_pairs(form.rule or "", axes, features, op)
+        rule = binary_rule(form.rule or "", features, op)
+        split = split_reflected(pairs, axes, rule) if form.reflected else None
+        fwd, rev = split or (pairs, [])
+        if split:  # the tally of the two-step lookup, as checkers will resolve it
+            t = verify(fwd, _combos(["arr", "arr"], axes), rule, op, reflected=rev)
+        sch, st_ = _binary_groups(form.rule or "", axes, features, op, arrays=False)
+        t.add(st_)
+        groups: list[tuple[str | None, str | None, list[Overload]]] = [(None, None, fwd + sch)]
         if form.reflected:
             rch, rt = _binary_groups(form.rule or "", axes, features, op,
                                      arrays=False, reflected=True)
             t.add(rt)
-            groups.append(("reflected", None, rch))
+            groups.append(("reflected", None, rch + rev))
         return Planned(form, groups, t)
     if form.kind in ("unop", "method", "property", "getitem"):
         ch, t = _unary_groups(form.rule or "", axes, features, op,

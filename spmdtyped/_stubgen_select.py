@@ -198,6 +198,20 @@ def binary_pool(axes: Sequence[str], free: bool = False) -> list[Overload]:
     return out
 
 
+def unreduced_catches(axes: Sequence[str]) -> list[Overload]:
+    """Unreduced on an axis on one side only (both orders), or on both sides (a product of
+    partial sums), one axis at a time."""
+    out = []
+    for a in axes:
+        o = _others(axes, a)
+        lacks = Arr(ANY, var(_v(f"_Up_{a}", o)), ANY)
+        # exactly `a`, or `a` and others
+        has = [Arr(ANY, u_a, ANY) for u_a in (lit(a), var(_v(f"_Uq_{a}", o), a))]
+        out += [Overload(ps, None, "?") for h in has for ps in ((h, lacks), (lacks, h))]
+        out += [Overload((h1, h2), None, "?") for h1 in has for h2 in has]
+    return out
+
+
 _SLOTS = ("v", "u", "r")
 _STATE_SLOT = {_rules.V: "v", _rules.U: "u", _rules.R: "r"}
 
@@ -303,10 +317,17 @@ def deprecation_text(errors: Sequence[SpmdTypeError], weights: Sequence[int] | N
 
 
 def select(pool: Sequence[Overload], combos: Sequence[Sequence[Arg]], rule: Rule,
-           *, catch_rest: Sequence[Param] | None = None, free: bool = False) -> list[Overload]:
-    """The candidates of `pool` that the rule table confirms, in order (see the module doc)."""
+           *, catch_rest: Sequence[Param] | None = None, free: bool = False,
+           mypy_safe: bool = False) -> list[Overload]:
+    """The candidates of `pool` that the rule table confirms, in order (see the module doc).
+
+    `mypy_safe`: an exact candidate must also be the first match, as plain mypy solves the
+    overloads, of no illegal combination."""
     expected = {tuple(c): rule(c) for c in combos}
     left = list(expected)
+    #: the illegal combinations no chosen overload matches yet as mypy solves them
+    unmatched_mypy = [c for c in left if isinstance(expected[c], SpmdTypeError)] if mypy_safe \
+        else []
     chosen: list[Overload] = []
     for cand in (*pool, *((catch_all(catch_rest),) if catch_rest is not None else ())):
         hits = []
@@ -316,6 +337,7 @@ def select(pool: Sequence[Overload], combos: Sequence[Sequence[Arg]], rule: Rule
                 hits.append((c, res))
         if not hits:
             continue
+        mypy_hits = {c for c in unmatched_mypy if first_match([cand], c, free, mypy=True)[0] == 0}
         if cand.deprecated is not None:
             errs = [expected[c] for c, _ in hits]
             weights = [sum(len(a.axes) for a in c if isinstance(a, SpmdType)) for c, _ in hits]
@@ -323,6 +345,9 @@ def select(pool: Sequence[Overload], combos: Sequence[Sequence[Arg]], rule: Rule
                 chosen.append(dataclasses.replace(cand, deprecated=deprecation_text(errs, weights),  # type: ignore[arg-type]
                                                   covers=len(hits)))
                 left = [c for c in left if c not in dict(hits)]
+                unmatched_mypy = [c for c in unmatched_mypy if c not in mypy_hits]
+            continue
+        if mypy_hits:
             continue
         if all(not isinstance(expected[c], SpmdTypeError) and res == expected[c] for c, res in hits):
             chosen.append(dataclasses.replace(cand, covers=len(hits)))
@@ -331,21 +356,39 @@ def select(pool: Sequence[Overload], combos: Sequence[Sequence[Arg]], rule: Rule
     return chosen
 
 
+def resolve(chosen: Sequence[Overload], args: Sequence[Arg], free: bool = False,
+            mypy: bool = False, reflected: Sequence[Overload] | None = None
+            ) -> tuple[Overload | None, SpmdType | str | None]:
+    """The overload a checker picks for `args` and its result (None: no overload matches).
+
+    `reflected`: an operator's `__rop__` overloads (operands swapped), tried when no `chosen`
+    (`__op__`) overload matches; plain mypy, like Python, skips them for two operands of the
+    same type."""
+    k, got = first_match(chosen, args, free, mypy)
+    if k >= 0:
+        return chosen[k], got
+    if reflected is None or (mypy and args[0] == args[1]):
+        return None, None
+    k, got = first_match(reflected, (args[1], args[0]), free, mypy)
+    return (reflected[k], got) if k >= 0 else (None, None)
+
+
 def verify(chosen: Sequence[Overload], combos: Iterable[Sequence[Arg]], rule: Rule,
-           form: str, free: bool = False, mypy: bool = False) -> Tally:
+           form: str, free: bool = False, mypy: bool = False,
+           reflected: Sequence[Overload] | None = None) -> Tally:
     """Replay `chosen` on every combination, as a checker resolves overloads (first match;
-    `mypy`: as plain mypy solves them)."""
+    `mypy`: as plain mypy solves them; `reflected`: see `resolve`)."""
     t = Tally()
     for c in combos:
         want = rule(c)
-        k, got = first_match(chosen, c, free, mypy)
+        ov, got = resolve(chosen, c, free, mypy, reflected)
         legal = not isinstance(want, SpmdTypeError)
-        rejected = k < 0 or chosen[k].deprecated is not None
+        rejected = ov is None or ov.deprecated is not None
         if legal and not rejected:
             if got == want:
                 t.exact += 1
             else:
-                t.wrong.append(f"{form}{_show(c)}: overload {k} gives {got}, the rule {want}")
+                t.wrong.append(f"{form}{_show(c)}: overload {ov} gives {got}, the rule {want}")
         elif legal:
             t.false_errors += 1
             t.false_examples.append(f"{form}{_show(c)} -> {want}")
