@@ -313,6 +313,9 @@ def plan_form(form: Form, axes: Sequence[str], features: _rules.Features) -> Pla
         fwd, rev = split or (pairs, [])
         if split:  # the tally of the two-step lookup, as checkers will resolve it
             t = verify(fwd, _combos(["arr", "arr"], axes), rule, op, reflected=rev)
+            if t.wrong:  # pragma: no cover - split_reflected refuses such a split
+                raise StubError(f"stubgen: an overload disagrees with the rule table: "
+                                f"{t.wrong[0]}")
         sch, st_ = _binary_groups(form.rule or "", axes, features, op, arrays=False)
         t.add(st_)
         groups: list[tuple[str | None, str | None, list[Overload]]] = [(None, None, fwd + sch)]
