@@ -123,6 +123,20 @@ def field_hints(cls: type) -> dict[str, Any]:
     return hints
 
 
+def _evaluated(annotations: dict[str, Any], globalns: dict[str, Any],
+               localns: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Each annotation on its own (a string evaluated in `globalns` / `localns`): the ones
+    that resolve, and the names of those that do not (a forward reference out of scope)."""
+    out: dict[str, Any] = {}
+    missing: list[str] = []
+    for name, ann in annotations.items():
+        try:
+            out[name] = eval(ann, globalns, localns) if isinstance(ann, str) else ann  # noqa: S307
+        except Exception:  # noqa: BLE001
+            missing.append(name)
+    return out, missing
+
+
 def _resolve_field_hints(cls: type) -> dict[str, Any]:
     try:
         return typing.get_type_hints(cls, include_extras=True)
@@ -131,12 +145,12 @@ def _resolve_field_hints(cls: type) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
         module = sys.modules.get(klass.__module__)
-        ns = dict(vars(module)) if module is not None else {}
-        for name, ann in vars(klass).get("__annotations__", {}).items():
-            try:
-                out[name] = eval(ann, ns, dict(vars(klass))) if isinstance(ann, str) else ann  # noqa: S307
-            except Exception:  # noqa: BLE001 - a name not in scope: no hint for this field
-                out.pop(name, None)
+        resolved, missing = _evaluated(vars(klass).get("__annotations__", {}),
+                                       dict(vars(module)) if module is not None else {},
+                                       dict(vars(klass)))
+        out.update(resolved)
+        for name in missing:  # a name not in scope: no hint for this field
+            out.pop(name, None)
     return out
 
 
@@ -306,14 +320,11 @@ def _function_hints(f: Callable[..., Any], where: str) -> dict[str, Any]:
         return typing.get_type_hints(f, include_extras=True)
     except Exception as e:  # noqa: BLE001 - evaluate hint by hint, without the inner references
         first = e
-    out: dict[str, Any] = {}
-    ns = dict(getattr(inspect.unwrap(f), "__globals__", {}))
-    for name, ann in getattr(f, "__annotations__", {}).items():
-        try:
-            out[name] = eval(ann, ns) if isinstance(ann, str) else ann  # noqa: S307
-        except Exception:  # noqa: BLE001
-            raise error("SPMD402", f"{where}: cannot read the hints to derive specs ({first})",
-                        op="st.shard_map", fix=_DERIVED_FIX) from None
+    out, missing = _evaluated(getattr(f, "__annotations__", {}),
+                              dict(getattr(inspect.unwrap(f), "__globals__", {})))
+    if missing:
+        raise error("SPMD402", f"{where}: cannot read the hints to derive specs ({first})",
+                    op="st.shard_map", fix=_DERIVED_FIX) from None
     return out
 
 
