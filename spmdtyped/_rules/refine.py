@@ -19,111 +19,31 @@ Pure data and functions: no JAX, no mypy. Every function takes the four-state re
 rule table already computed (`out`), so the refinement only ever *adds* knowledge on the
 axes `out` is Varying on, and raises only for the bug classes it is built to catch.
 Shapes are local (per-device) shapes; `None` means unknown (the static checker without dims),
-in which case every dim-dependent rule falls back to plain.
+in which case every dim-dependent rule falls back to plain. The data (the kinds, `Refinement`)
+is defined in `kinds` and re-exported here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Union
+from collections.abc import Callable, Iterable, Sequence
 
 from .._errors import allowed, error
 from .elementwise import LITERAL, Operand
+from .kinds import DATA as DATA
+from .kinds import FIXED as FIXED
+from .kinds import INDEX as INDEX
+from .kinds import NONE as NONE
+from .kinds import ONEHOT as ONEHOT
+from .kinds import PARTIAL as PARTIAL
+from .kinds import PLAIN as PLAIN
+from .kinds import REP as REP
+from .kinds import Extent as Extent
+from .kinds import Kind as Kind
+from .kinds import LocalExtent as LocalExtent
+from .kinds import Refinement as Refinement
+from .kinds import Shard as Shard
 from .states import SpmdType
-
-# ---------------------------------------------------------------------------------------------
-# Kinds
-
-
-@dataclasses.dataclass(frozen=True, order=True)
-class Shard:
-    """The device's slice of a global array along local dim `dim` (negative: from the right)."""
-
-    dim: int
-
-    def __str__(self) -> str:
-        return f"Shard({self.dim})"
-
-
-class _Tag(str):
-    __slots__ = ()
-
-
-PARTIAL = _Tag("Partial")
-REP = _Tag("Rep")
-INDEX = _Tag("Index")
-ONEHOT = _Tag("OneHot")
-
-Kind = Union[Shard, _Tag]
-#: the per-axis kind of an operand, as the rules see it: a Kind, "plain" Varying, or "fixed"
-#: (not Varying on the axis: Invariant, Reduced -- equal on every device -- or Unreduced)
-PLAIN = "plain"
-FIXED = "fixed"
-
-
-@dataclasses.dataclass(frozen=True)
-class Refinement:
-    """Per axis, what a Varying value is. Hashable (a pytree aux datum); empty = all plain."""
-
-    items: tuple[tuple[str, Kind], ...] = ()
-    #: the value carries array data (a shard_map input, a collective's result, or computed from
-    #: one), as opposed to a constant built by `zeros`/`ones`/`full`/a literal: only such a
-    #: replicated value laid along a Shard dim is SPMD215
-    data: bool = False
-    #: dims (negative) along which the value is known to be constant: made by `broadcast_to`
-    #: from a missing or size-1 dim (a per-head parameter broadcast over the batch): laid along
-    #: a Shard dim there it is not SPMD215. Only the broadcast's own result carries them.
-    uniform: tuple[int, ...] = ()
-    #: axes `S` such that the value is a replicated term divided by the number of devices of
-    #: `S` (`b / st.axis_size("tp")`): added to a value that is Partial over every axis of `S`
-    #: it is counted exactly once when the partial sums are reduced (the pre-divided
-    #: row-parallel bias), so `+`/`-` take it as a Partial term. Only the division's own
-    #: result carries it (any other op forgets it: a plain mean `total / n` stays replicated).
-    share: tuple[str, ...] = ()
-    #: the value is (computed from) a gradient: `st.grad`'s cotangents and what ops make of
-    #: them. A psum of a Shard over its own axis is SPMD108 only for such values (expert
-    #: gradients summed over the expert axis): an input sharded by its in_spec may as well be a
-    #: stack of per-device terms, whose psum is right.
-    grad: bool = False
-    #: axes over which the value is a reduction across the devices (a psum/pmean/pmax/pmin
-    #: over them of a value varying there, and elementwise ops of only such values): laid
-    #: along a dim sharded over one of them it is not SPMD215 (`x - st.pmax(x, a)` combines
-    #: each position with the reduction of the same position over the devices)
-    across: tuple[str, ...] = ()
-
-    @staticmethod
-    def of(mapping: Mapping[str, Kind | None], data: bool = False) -> Refinement:
-        return Refinement(tuple(sorted((a, k) for a, k in mapping.items() if k is not None)), data)
-
-    def get(self, axis: str) -> Kind | None:
-        for a, k in self.items:
-            if a == axis:
-                return k
-        return None
-
-    def as_dict(self) -> dict[str, Kind]:
-        return dict(self.items)
-
-    def restrict(self, varying: Iterable[str]) -> Refinement:
-        keep = frozenset(varying)
-        return dataclasses.replace(self, items=tuple((a, k) for a, k in self.items if a in keep))
-
-    def with_data(self, data: bool) -> Refinement:
-        return self if data == self.data else dataclasses.replace(self, data=data)
-
-    def with_grad(self, grad: bool) -> Refinement:
-        return self if grad == self.grad else dataclasses.replace(self, grad=grad)
-
-    def __bool__(self) -> bool:
-        return bool(self.items)
-
-    def __str__(self) -> str:
-        return ", ".join(f"{k}[{a!r}]" for a, k in self.items) or "plain"
-
-
-NONE = Refinement()
-DATA = Refinement(data=True)
 
 
 def with_share(ref: Refinement, t: Operand, axes: Sequence[str]) -> Refinement:
@@ -234,15 +154,21 @@ class Arg:
 
     type: Operand
     ref: Refinement = NONE
-    shape: tuple[int, ...] | None = None
+    shape: tuple[Extent, ...] | None = None
 
 
-def _extent(x: Arg, d: int) -> int | None:
+def _extent(x: Arg, d: int) -> Extent:
     """The extent of operand `x` at dim `d` (from the right) after broadcasting: 1 where it has
     no such dim, None where its shape is unknown."""
     if x.shape is None:
         return None
     return x.shape[d] if -d <= len(x.shape) else 1
+
+
+def _laid_along(ext: Extent, axis: str) -> bool:
+    """Whether a replicated operand of extent `ext` lays different values along a dim sharded
+    over `axis`: more than one element, or a local extent of a dim sharded over `axis`."""
+    return ext > 1 if isinstance(ext, int) else isinstance(ext, LocalExtent) and axis in ext.axes
 
 
 def aligned_shard(args: Sequence[Arg], axis: str, out_ndim: int | None, op: str) -> Kind | str:
@@ -271,7 +197,7 @@ def aligned_shard(args: Sequence[Arg], axis: str, out_ndim: int | None, op: str)
             continue
         ext = _extent(x, d)
         if k in (FIXED, REP):
-            if ext is not None and ext > 1 and x.ref.data and x.type is not LITERAL \
+            if _laid_along(ext, axis) and x.ref.data and x.type is not LITERAL \
                     and d not in x.ref.uniform and axis not in x.ref.across:
                 raise fail("SPMD215", op, f"a replicated value is laid along dim {d}, which another "
                             f"operand has sharded over {axis!r}: every device applies the same "
