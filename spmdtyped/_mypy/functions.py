@@ -16,7 +16,7 @@ from .. import _rules
 from .._rules import LITERAL, SpmdType
 from .._rules import refine_shape as _refine_shape
 from .._rules.refine import Refinement
-from . import names, refined
+from . import extents, names, refined
 from .arguments import call_arguments, passes_arguments, typed_call
 from .codes import apply
 from .config import CONFIG
@@ -58,8 +58,10 @@ def analyze(ctx: FunctionContext, entry: tuple[str, str, str, str]) -> Type:
         if a is None:
             return default
         alts.append(a)
-    if not alts or all(all(v.op is LITERAL for v in a) for a in alts):
+    if not alts:
         return default
+    if all(all(v.op is LITERAL for v in a) for a in alts):  # `snp.sqrt(2.0)`: an Invariant array
+        alts = [refined.arrays(a) for a in alts]
     if binding == "mean":
         return refined.rapply(ctx.api, ctx.context, default, [refined.arrays(alts[0])],
                               lambda t: _rules.mean_type(t, CONFIG.features, op=op),
@@ -119,6 +121,9 @@ def _unary_refine(ctx: FunctionContext, args: _Args, rule: str, binding: str, op
             if all(p is not None for p in perm):
                 return refined.unary("transpose", op, perm=[p for p in perm if p is not None])
         return refined.unary("reshape", op)
+    if rule == "broadcast_to":
+        shape = keyword(ctx, "shape")
+        return extents.broadcast_to(args[1][0] if len(args) > 1 else shape[0] if shape else None, op)
     return refined.unary(rule, op)
 
 

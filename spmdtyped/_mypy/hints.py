@@ -354,4 +354,6 @@ def annotated(ctx: AnalyzeTypeContext) -> Type:
                 kinds[a] = _refine.Shard(k - rank)
             else:
                 del kinds[a]
-    return inner.copy_modified(args=[*inner.args[:3], refined.k_type(api, kinds, rank)])
+    # the rank is kept even with no refined axis: an index or `broadcast_to` of the value can
+    # then place its dims (`sinks[:h, None, None]`, `Refinement.extents`)
+    return inner.copy_modified(args=[*inner.args[:3], refined.k_type(api, kinds, rank, keep_rank=True)])

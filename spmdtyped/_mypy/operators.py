@@ -15,7 +15,7 @@ from .. import _rules, _surface
 from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType
 from .._rules.refine import Refinement
-from . import refined
+from . import extents, refined
 from .arguments import call_arguments, passes_arguments, typed_call
 from .codes import apply, report, report_past_operator_fallback
 from .config import CONFIG
@@ -261,9 +261,12 @@ def _getitem(ctx: MethodContext) -> Type:
         ralts = refined.ralternatives(ctx.api, ctx.type, None)
         if ralts is None:
             return default
+        follow = None  # the dims, where the value's rank is known (`extents.index`)
+        if isinstance(ctx.context, IndexExpr) and any(v.rank is not None for v in ralts):
+            follow = extents.index(ctx.api, ctx.context.index)
         return refined.rapply(ctx.api, ctx.context, default, [ralts],
                               lambda t: _rules.unary(_STATIC_INDEX, t, CONFIG.features, op="indexing"),
-                              refined.unary("getitem", "indexing"))
+                              follow or refined.unary("getitem", "indexing"))
     if any(isinstance(a, SpmdType) and a.reduced for a in alts) \
             and not CONFIG.features.gather_keeps_reduced and not _scalar_indices(ctx):
         # a scalar index slices (Reduced kept), an index array gathers (jax 0.10 drops

@@ -4,8 +4,10 @@ A refinement travels in the fourth argument `K` of `SArray[V, U, R, K]` (default
 union of str Literals, one per refined axis (`"tp=S-1"` Shard of dim -1, `"tp=P"` Partial,
 `"tp=R"` Rep, `"tp=I"` an axis_index, `"tp=O"` an owner predicate), `"#2"` for a known
 rank and `"/dp,tp"` for a share (`Refinement.share`: a replicated value divided by
-`st.axis_size(("dp", "tp"))`), always with `Any` in the union. `Any` makes refinements gradual for mypy's own checks
-(a plain value fits a `Shard` parameter, a reassigned variable may change its refinement);
+`st.axis_size(("dp", "tp"))`), `"@-3=tp"` for a dim whose extent is the local extent of a
+dim sharded over `"tp"` (`Refinement.extents`), always with `Any` in the union. `Any` makes
+refinements gradual for mypy's own checks (a plain value fits a `Shard` parameter, a
+reassigned variable may change its refinement);
 where mypy merges two refinements of one variable (an assignment narrows by a meet, a ternary
 joins), an axis with two kinds reads as plain Varying and two ranks as an unknown rank: the
 fallback is always plain, never a new error. Standard types only: the cache and dmypy work.
@@ -69,7 +71,15 @@ class Val(NamedTuple):
 
     @property
     def arg(self) -> _refine.Arg:
-        return _refine.Arg(self.op, self.ref)
+        """The rules' operand. Its shape is known only where `ref.extents` names dims of a
+        known rank (their `LocalExtent`s; every other dim unknown); a local extent is only
+        recorded on a slice of a value, so such an operand carries data."""
+        if not self.ref.extents or self.rank is None:
+            return _refine.Arg(self.op, self.ref)
+        ext = dict(self.ref.extents)
+        shape = tuple(_refine.LocalExtent(ext[d - self.rank]) if d - self.rank in ext else None
+                      for d in range(self.rank))
+        return _refine.Arg(self.op, self.ref.with_data(True), shape)
 
     @property
     def state(self) -> SpmdType:
@@ -87,6 +97,8 @@ def read_k(k: Type) -> tuple[dict[str, Kind | int], int | None]:
         if not (isinstance(item, LiteralType) and isinstance(item.value, str)):
             continue
         v = item.value
+        if v.startswith("@"):
+            continue  # an extent (`_read_extents`)
         if v.startswith("#"):
             ranks.add(int(v[1:]))
             continue
@@ -115,7 +127,10 @@ def read(t: Type) -> tuple[Refinement, int | None]:
     kinds, rank = read_k(p.args[3])
     ref = Refinement.of({a: k for a, k in kinds.items() if not isinstance(k, int)})
     share = _read_share(p.args[3])
-    return (dataclasses.replace(ref, share=share) if share else ref), rank
+    extents = _read_extents(p.args[3])
+    if share or extents:
+        ref = dataclasses.replace(ref, share=share, extents=extents)
+    return ref, rank
 
 
 def _read_share(k: Type) -> tuple[str, ...]:
@@ -126,15 +141,29 @@ def _read_share(k: Type) -> tuple[str, ...]:
     return tuple(next(iter(shares))[1:].split(",")) if len(shares) == 1 else ()
 
 
-def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None) -> Type:
-    """The refinement slot for `kinds` and `rank`: `Any` when no axis is refined (a rank alone
-    is not kept: plain values keep the plain type `SArray[V, U, R]`)."""
+def _read_extents(k: Type) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """The extents of a refinement slot (`"@-3=tp"`); a dim with two readings is dropped."""
+    p = get_proper_type(k)
+    found: dict[int, set[tuple[str, ...]]] = {}
+    for item in (get_proper_type(i) for i in (p.items if isinstance(p, UnionType) else [p])):
+        if isinstance(item, LiteralType) and isinstance(item.value, str) and item.value.startswith("@"):
+            dim, _, axes = item.value[1:].partition("=")
+            found.setdefault(int(dim), set()).add(tuple(axes.split(",")))
+    return tuple((d, next(iter(a))) for d, a in sorted(found.items()) if len(a) == 1)
+
+
+def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None,
+           *, keep_rank: bool = False) -> Type:
+    """The refinement slot for `kinds` and `rank`: `Any` when no axis is refined and no extent
+    known (a rank alone is kept only with `keep_rank`: a hint that names dims; elsewhere plain
+    values keep the plain type `SArray[V, U, R]`)."""
     items = kinds.as_dict() if isinstance(kinds, Refinement) else kinds
     share = kinds.share if isinstance(kinds, Refinement) else ()
-    if not items and not share:
+    extents = kinds.extents if isinstance(kinds, Refinement) else ()
+    if not items and not share and not extents and not (keep_rank and rank is not None):
         return any_type()
     s = str_type(api)
-    key = (s.type, tuple(sorted(items.items())), rank, share)
+    key = (s.type, tuple(sorted(items.items())), rank, share, extents)
     lits = _K_LITERALS.get(key)
     if lits is None:
         if len(_K_LITERALS) > 1024:
@@ -144,6 +173,7 @@ def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None
             lits.append(LiteralType(f"#{rank}", s))
         if share:
             lits.append(LiteralType(f"/{','.join(share)}", s))
+        lits.extend(LiteralType(f"@{d}={','.join(axes)}", s) for d, axes in extents)
         _K_LITERALS[key] = lits
     return UnionType.make_union([*lits, any_type()])
 
@@ -155,10 +185,10 @@ _K_LITERALS: Final[dict[tuple[object, ...], list[Type]]] = {}
 def encode(api: Any, out: SpmdType, ref: Refinement, rank: int | None) -> Instance:
     """`SArray[V, U, R, K]` for a state with a refinement (restricted to its Varying axes)."""
     inst = from_spmd(api, out)
-    if not ref and not ref.share:
+    if not ref and not ref.share and not ref.extents:
         return inst
     ref = ref.restrict(out.varying)
-    if not ref and not ref.share:
+    if not ref and not ref.share and not ref.extents:
         return inst
     return inst.copy_modified(args=[*inst.args[:3], k_type(api, ref, rank)])
 
@@ -263,7 +293,7 @@ def rapply(api: Any, context: Context, default: Type, alts: Sequence[Sequence[Va
             out = rule(*[v.op for v in combo])
             # `_refine`'s rules refine a result only from refined operands (a collective can
             # also refine a plain one: `from_plain`); skip them for plain operands
-            if from_plain or any(v.ref for v in combo):
+            if from_plain or any(v.ref or v.ref.extents for v in combo):
                 ref, rank = refine(out, *combo)
             else:
                 ref, rank = NONE, None

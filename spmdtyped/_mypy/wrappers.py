@@ -13,12 +13,13 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from mypy.argmap import map_actuals_to_formals
-from mypy.nodes import ARG_POS, AssignmentStmt, CallExpr, Expression, NameExpr, RefExpr
+from mypy.nodes import ARG_POS, CallExpr, Expression, NameExpr, RefExpr
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.plugins.functools import partial_call_callback
 from mypy.types import CallableType, Instance, Overloaded, Type, get_proper_type
 
 from . import names
+from .extents import assignments
 
 JIT: Final = frozenset({"jax.jit", "jax._src.api.jit", "jax._src.pjit.jit"})
 PARTIAL: Final = frozenset({"functools.partial"})
@@ -30,15 +31,11 @@ FunctionHook = Callable[[FunctionContext], Type]
 
 def _assigned(api: Any, name: NameExpr) -> CallExpr | None:
     """The call assigned to `name`, when it is assigned exactly once in the enclosing scope."""
-    fn = api.scope.current_function()
-    body = fn.body.body if fn is not None else getattr(api.tree, "defs", [])
-    found: list[Expression] = []
-    for stmt in body:
-        if isinstance(stmt, AssignmentStmt):
-            for lv in stmt.lvalues:
-                if isinstance(lv, NameExpr) and lv.name == name.name:
-                    found.append(stmt.rvalue)
-    return found[0] if len(found) == 1 and isinstance(found[0], CallExpr) else None
+    found = assignments(api, name)
+    if len(found) != 1 or found[0][1] is not None:
+        return None
+    value = found[0][0]
+    return value if isinstance(value, CallExpr) else None
 
 
 def _wrapper(api: Any, callee: Expression) -> CallExpr | None:

@@ -139,6 +139,41 @@ def dims_unknown(t: SpmdType, ref: Refinement, out: SpmdType) -> Refinement:
 IndexItem = str
 
 
+def index_dims(ndim: int, items: Sequence[IndexItem]) -> tuple[dict[int, int | None], list[int | None]]:
+    """Where `x[...]` with static items (no "array") puts each dim: input dim -> output dim
+    (None when a constant index or a partial slice cuts it), and each item's output dim (None
+    for a constant index). Dims counted from the left."""
+    consumed = sum(1 for i in items if i in ("int", "slice:full", "slice:part"))
+    mapping: dict[int, int | None] = {}
+    at: list[int | None] = []
+    src = dst = 0
+    for i in items:
+        if i == "ellipsis":
+            for _ in range(ndim - consumed):
+                mapping[src] = dst
+                src += 1
+                dst += 1
+            at.append(None)
+        elif i == "none":
+            at.append(dst)
+            dst += 1
+        elif i == "int":
+            mapping[src] = None
+            at.append(None)
+            src += 1
+        else:
+            mapping[src] = dst if i == "slice:full" else None
+            at.append(dst)
+            src += 1
+            dst += 1
+    if "ellipsis" not in items:
+        for _ in range(ndim - consumed):
+            mapping[src] = dst
+            src += 1
+            dst += 1
+    return mapping, at
+
+
 def index(t: SpmdType, ref: Refinement, out: SpmdType, ndim: int, items: Sequence[IndexItem],
           out_ndim: int, index_varying: Iterable[str] = ()) -> Refinement:
     """`x[...]` with static items: a constant index or partial slice on a Shard dim drops the
@@ -149,30 +184,7 @@ def index(t: SpmdType, ref: Refinement, out: SpmdType, ndim: int, items: Sequenc
         iv = frozenset(index_varying)
         return Refinement.of({a: (k if k in (REP, PARTIAL) and a not in iv else None)
                               for a, k in ref.items}, ref.data).restrict(out.varying)
-    n_ell = items.count("ellipsis")
-    consumed = sum(1 for i in items if i in ("int", "slice:full", "slice:part"))
-    expanded: list[IndexItem] = []
-    for i in items:
-        if i == "ellipsis":
-            expanded.extend(["slice:full"] * (ndim - consumed))
-        else:
-            expanded.append(i)
-    if not n_ell:
-        expanded.extend(["slice:full"] * (ndim - consumed))
-    # map each input dim to its output dim (or None when dropped/cut)
-    mapping: dict[int, int | None] = {}
-    src = dst = 0
-    for i in expanded:
-        if i == "none":
-            dst += 1
-            continue
-        if i == "int":
-            mapping[src] = None
-            src += 1
-        else:
-            mapping[src] = dst if i == "slice:full" else None
-            src += 1
-            dst += 1
+    mapping, _ = index_dims(ndim, items)
     result: dict[str, Kind | None] = {}
     for a, k in ref.items:
         if isinstance(k, Shard):

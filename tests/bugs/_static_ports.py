@@ -4,8 +4,7 @@
 right), buggy and fixed. `tests/test_bug_suite_static.py` runs mypy with the plugin over this
 module: every `*_fixed` function must check clean, and the line ending in `# BUG(<class>)` must
 carry the `spmd-*` code that `STATIC[<class>]` names. The classes out of static reach are
-listed, with the reason, in that test (attention_sink_heads is kept, unmarked: its fixed port must
-check clean too). Never executed: mypy reads it, pytest does not collect it.
+listed, with the reason, in that test. Never executed: mypy reads it, pytest does not collect it.
 """
 
 import jax
@@ -74,10 +73,10 @@ def mean_of_means_fixed(tok_loss: st.Float[Varying["dp"], "t/dp"],
 def attention_sink_heads_buggy(q: st.Float[Varying["dp", "tp"], "b/dp h/tp t d"],
                                k: st.Float[Varying["dp", "tp"], "b/dp h/tp t d"],
                                v: st.Float[Varying["dp", "tp"], "b/dp h/tp t d"],
-                               sinks: Invariant) -> Varying["dp", "tp"]:
+                               sinks: st.Float[Invariant, "h"]) -> Varying["dp", "tp"]:
     b, h, t, d = q.shape
     s = snp.einsum("bhqd,bhkd->bhqk", q, k) / snp.sqrt(float(d))
-    logits = snp.concatenate([s, snp.broadcast_to(sinks[:h, None, None], (b, h, t, 1))], -1)  # the bug, out of static reach
+    logits = snp.concatenate([s, snp.broadcast_to(sinks[:h, None, None], (b, h, t, 1))], -1)  # BUG(attention_sink_heads)
     p = st.nn.softmax(logits, axis=-1)[..., :-1]
     return snp.einsum("bhqk,bhkd->bhqd", p, v)
 
@@ -85,7 +84,7 @@ def attention_sink_heads_buggy(q: st.Float[Varying["dp", "tp"], "b/dp h/tp t d"]
 def attention_sink_heads_fixed(q: st.Float[Varying["dp", "tp"], "b/dp h/tp t d"],
                                k: st.Float[Varying["dp", "tp"], "b/dp h/tp t d"],
                                v: st.Float[Varying["dp", "tp"], "b/dp h/tp t d"],
-                               sinks: Invariant) -> Varying["dp", "tp"]:
+                               sinks: st.Float[Invariant, "h"]) -> Varying["dp", "tp"]:
     b, h, t, d = q.shape
     s = snp.einsum("bhqd,bhkd->bhqk", q, k) / snp.sqrt(float(d))
     local = snp.take(sinks, st.axis_index("tp") * h + snp.arange(h))

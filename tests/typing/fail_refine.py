@@ -125,3 +125,23 @@ def bias_not_pre_divided(h: st.Shard["tp", -1], w2: st.Shard["tp", -2], b: Invar
     h @ w2 + (b / n) * 2  # E: spmd-partial-plus-replicated
     h @ w2 + b * (2 / n)  # E: spmd-partial-plus-replicated
     p + b / n  # E: spmd-partial-plus-replicated
+
+
+# a replicated value sliced to the local extent of a sharded dim and laid along that dim
+# (SPMD215): the attention sinks of the local heads taken as the first heads of the table
+def sinks_of_the_first_heads(q: st.Float[Varying["dp", "tp"], "b/dp h/tp t d"],
+                             sinks: st.Float[Invariant, "h"], pos: st.Float[Invariant, "t d"]) -> None:
+    b, h, t, d = q.shape
+    s = st.numpy.einsum("bhqd,bhkd->bhqk", q, q) / st.numpy.sqrt(float(d))
+    st.numpy.concatenate([s, st.numpy.broadcast_to(sinks[:h, None, None], (b, h, t, 1))], -1)  # E: spmd-replicated-along-shard
+    s + sinks[:h, None, None]  # E: spmd-replicated-along-shard
+    heads = q.shape[1]
+    s * sinks[0:heads][:, None, None]  # E: spmd-replicated-along-shard
+    q + st.numpy.broadcast_to(sinks[None, :h, None, None], (b, h, t, d))  # E: spmd-replicated-along-shard
+
+
+def positions_of_the_first_shard(x: st.Float[Varying["sp"], "b s/sp d"], pos: st.Float[Invariant, "n d"]
+                                 ) -> None:
+    s = x.shape[-2]
+    x + pos[:s]  # E: spmd-replicated-along-shard
+    x + pos[:s, :]  # E: spmd-replicated-along-shard

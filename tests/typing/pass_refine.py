@@ -166,3 +166,22 @@ def row_parallel_bias_pre_divided(h: st.Shard["tp", -1], w2: st.Shard["tp", -2],
     assert_type(q + b / both, st.Partial["dp", "tp"])
     width: int = n * 2                     # still an int everywhere else
     st.psum(y, "tp") / width
+
+
+def sinks_of_the_local_heads(q: st.Float[Varying["dp", "tp"], "b/dp h/tp t d"],
+                             sinks: st.Float[Invariant, "h"]) -> None:
+    b, h, t, d = q.shape
+    s = st.numpy.einsum("bhqd,bhkd->bhqk", q, q) / st.numpy.sqrt(float(d))
+    # the local heads' sinks: sliced by the device's offset (the fixed attention-sink program)
+    local = st.numpy.take(sinks, st.axis_index("tp") * h + st.numpy.arange(h))
+    st.numpy.concatenate([s, st.numpy.broadcast_to(local[:, None, None], (b, h, t, 1))], -1)
+    # an extent of an unsharded dim, or laid along another dim: nothing built for the shard
+    s + sinks[:t, None, None]
+    s + sinks[:h]
+    s + sinks[:4, None, None]      # a literal extent: unknown to the plugin (the runtime checks it)
+    s + sinks[None, None, None, :h]
+    k = h
+    k = 2 * k
+    s + sinks[:k, None, None]      # assigned twice: not followed
+    # the whole table, broadcast over the heads: every head gets the same row (not along them)
+    s + st.numpy.broadcast_to(sinks[None, None, None, :1], (b, h, t, 1))
