@@ -6,6 +6,8 @@
    alone (plugin only). CPU time (user + sys) of a mypy run that re-checks the target files
    while JAX's and numpy's stubs come from a warm cache (what a user's edit-check loop costs);
    runs are interleaved round-robin and the minimum of the rounds is kept (2-core VM noise).
+   Every run is timed twice: with Python's bytecode cache (an installed package, which pip
+   byte-compiles) and without (`PYTHONDONTWRITEBYTECODE=1`: the plugin compiled on every run).
 2. **beartype per argument**: a function with k state-annotated arguments, `@beartype` vs
    undecorated, on typed values (the exact state class: one class test), an Invariant value
    where `Varying` is expected (the covariant `__instancecheck__`), and raw JAX arrays (state
@@ -83,12 +85,26 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _mypy_cpu(files: list[Path], cfg: Path, cache: Path, cwd: Path, salt: int) -> float:
+def _env(src: Path, bytecode: bool) -> dict[str, str]:
+    """The environment of a mypy run whose plugin is imported from a copy of the package in
+    `src` (never the checkout, whose `__pycache__` may hold anything): with Python's bytecode
+    cache written and read there (`bytecode`: an installed package, which pip byte-compiles),
+    or with `PYTHONDONTWRITEBYTECODE=1` (the plugin compiled from source on every run)."""
+    shutil.copytree(REPO / "spmdtyped", src / "spmdtyped",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, PYTHONPATH=str(src))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if not bytecode:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def _mypy_cpu(files: list[Path], cfg: Path, cache: Path, cwd: Path, salt: int,
+              env: dict[str, str]) -> float:
     # a changed comment forces mypy to re-check the targets; dependencies stay cached
     for f in files:
         text = f.read_text().split("\n# bench salt")[0]
         f.write_text(text + f"\n# bench salt {salt}\n")
-    env = dict(os.environ, PYTHONPATH=str(REPO))
     before = _cpu()
     subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(cfg), "--cache-dir",
                     str(cache), "--explicit-package-bases", *map(str, files)], cwd=cwd, env=env,
@@ -117,27 +133,36 @@ def bench_mypy(rounds: int, n_functions: int) -> None:
     # one cache per configuration (module names do not collide); warm it first, so that JAX's
     # and numpy's stubs are loaded from it in the timed runs
     caches = {name: tmp / f"cache-{cfg.stem}" for name, (_, cfg, _) in variants.items()}
+    envs = {True: _env(tmp / "src-pyc", True), False: _env(tmp / "src-no-pyc", False)}
     for name, (files, cfg, cwd) in variants.items():
-        _mypy_cpu(files, cfg, caches[name], cwd, -1)
-    best: dict[str, float] = {}
+        _mypy_cpu(files, cfg, caches[name], cwd, -1, envs[True])
+    best: dict[tuple[str, bool], float] = {}
     for r in range(rounds):
         for name, (files, cfg, cwd) in variants.items():
-            t = _mypy_cpu(files, cfg, caches[name], cwd, r)
-            best[name] = min(best.get(name, t), t)
+            for bytecode, env in envs.items():
+                t = _mypy_cpu(files, cfg, caches[name], cwd, r, env)
+                best[name, bytecode] = min(best.get((name, bytecode), t), t)
     lines = sum(len(f.read_text().splitlines()) for f in ex_files)
     print(f"\nmypy CPU time, re-checking the targets (dependencies cached), best of {rounds}")
     print(f"  generated module: {n_functions} functions; examples/: {len(ex_files)} files, "
-          f"{lines} lines\n")
-    print(f"  {'variant':42s} {'CPU s':>7s} {'vs no plugin':>13s}")
-    for name, t in best.items():
+          f"{lines} lines")
+    print("  .pyc: the plugin's bytecode cached (an installed package); no .pyc:")
+    print("  PYTHONDONTWRITEBYTECODE=1 (the plugin compiled from source on every run)\n")
+    print(f"  {'variant':42s} {'.pyc CPU s':>10s} {'vs no plugin':>13s} {'no .pyc CPU s':>14s} "
+          f"{'vs no plugin':>13s}")
+    for name in variants:
         base_name = name.replace(", plugin", ", no plugin").removesuffix(" import only")
-        ratio = f"{t / best[base_name]:.2f}x" if name != base_name else "1.00x"
-        print(f"  {name:42s} {t:7.2f} {ratio:>13s}")
-    ref = best["generated, literal, no plugin"]
-    print(f"\n  generated, bare strings + plugin vs Literal spelling without plugin: "
-          f"{best['generated, bare, plugin'] / ref:.2f}x")
-    print(f"  generated, vocabulary + plugin vs Literal spelling without plugin:   "
-          f"{best['generated, vocab, plugin'] / ref:.2f}x")
+        cells = []
+        for bytecode in (True, False):
+            t = best[name, bytecode]
+            cells.append(f"{t:{10 if bytecode else 14}.2f} {t / best[base_name, bytecode]:12.2f}x")
+        print(f"  {name:42s} {' '.join(cells)}")
+    for bytecode in (True, False):
+        ref = best["generated, literal, no plugin", bytecode]
+        label = ".pyc" if bytecode else "no .pyc"
+        print(f"\n  {label}: generated, bare strings + plugin vs Literal spelling without plugin: "
+              f"{best['generated, bare, plugin', bytecode] / ref:.2f}x; vocabulary + plugin: "
+              f"{best['generated, vocab, plugin', bytecode] / ref:.2f}x")
     shutil.rmtree(tmp, ignore_errors=True)
 
 
