@@ -17,6 +17,7 @@ from mypy.nodes import (
     EllipsisExpr,
     Expression,
     IndexExpr,
+    ListExpr,
     MemberExpr,
     NameExpr,
     SliceExpr,
@@ -124,7 +125,7 @@ def index(api: Any, index_expr: Expression) -> refined.Refine | None:
 def broadcast_to(shape: Expression | None, op: str) -> refined.Refine:
     """`broadcast_to(x, shape)`: dims are right-aligned, so an extent keeps its dim (counted
     from the right); the rank is the shape's length when it is a literal tuple or list."""
-    new_rank = len(shape.items) if isinstance(shape, TupleExpr) else None
+    new_rank = len(shape.items) if isinstance(shape, TupleExpr | ListExpr) else None
     structural = refined.unary("broadcast_to", op, new_rank=new_rank)
 
     def refine(out: SpmdType, v: refined.Val) -> tuple[Refinement, int | None]:

@@ -182,13 +182,18 @@ def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None
 _K_LITERALS: Final[dict[tuple[object, ...], list[Type]]] = {}
 
 
+def _plain(ref: Refinement) -> bool:
+    """Nothing to keep in the slot: no refined axis, share or extent."""
+    return not ref and not ref.share and not ref.extents
+
+
 def encode(api: Any, out: SpmdType, ref: Refinement, rank: int | None) -> Instance:
     """`SArray[V, U, R, K]` for a state with a refinement (restricted to its Varying axes)."""
     inst = from_spmd(api, out)
-    if not ref and not ref.share and not ref.extents:
+    if _plain(ref):
         return inst
     ref = ref.restrict(out.varying)
-    if not ref and not ref.share and not ref.extents:
+    if _plain(ref):
         return inst
     return inst.copy_modified(args=[*inst.args[:3], k_type(api, ref, rank)])
 

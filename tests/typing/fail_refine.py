@@ -137,7 +137,7 @@ def sinks_of_the_first_heads(q: st.Float[Varying["dp", "tp"], "b/dp h/tp t d"],
     s + sinks[:h, None, None]  # E: spmd-replicated-along-shard
     heads = q.shape[1]
     s * sinks[0:heads][:, None, None]  # E: spmd-replicated-along-shard
-    q + st.numpy.broadcast_to(sinks[None, :h, None, None], (b, h, t, d))  # E: spmd-replicated-along-shard
+    q + st.numpy.broadcast_to(sinks[None, :h, None, None], [b, h, t, d])  # E: spmd-replicated-along-shard
 
 
 def positions_of_the_first_shard(x: st.Float[Varying["sp"], "b s/sp d"], pos: st.Float[Invariant, "n d"]
