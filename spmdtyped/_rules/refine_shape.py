@@ -142,35 +142,29 @@ IndexItem = str
 def index_dims(ndim: int, items: Sequence[IndexItem]) -> tuple[dict[int, int | None], list[int | None]]:
     """Where `x[...]` with static items (no "array") puts each dim: input dim -> output dim
     (None when a constant index or a partial slice cuts it), and each item's output dim (None
-    for a constant index). Dims counted from the left."""
+    for a constant index and the ellipsis). Dims counted from the left."""
     consumed = sum(1 for i in items if i in ("int", "slice:full", "slice:part"))
-    mapping: dict[int, int | None] = {}
-    at: list[int | None] = []
-    src = dst = 0
-    for i in items:
-        if i == "ellipsis":
-            for _ in range(ndim - consumed):
-                mapping[src] = dst
-                src += 1
-                dst += 1
-            at.append(None)
-        elif i == "none":
-            at.append(dst)
-            dst += 1
-        elif i == "int":
-            mapping[src] = None
-            at.append(None)
-            src += 1
-        else:
-            mapping[src] = dst if i == "slice:full" else None
-            at.append(dst)
-            src += 1
-            dst += 1
+    fill: list[tuple[int | None, IndexItem]] = [(None, "slice:full")] * (ndim - consumed)
+    # the items with the ellipsis (or the end) expanded to full slices, each with its position
+    expanded: list[tuple[int | None, IndexItem]] = []
+    for n, i in enumerate(items):
+        expanded += fill if i == "ellipsis" else [(n, i)]
     if "ellipsis" not in items:
-        for _ in range(ndim - consumed):
-            mapping[src] = dst
+        expanded += fill
+    mapping: dict[int, int | None] = {}
+    at: list[int | None] = [None] * len(items)
+    src = dst = 0
+    for pos, item in expanded:
+        if item == "int":
+            mapping[src] = None
             src += 1
-            dst += 1
+            continue
+        if pos is not None:
+            at[pos] = dst
+        if item != "none":
+            mapping[src] = dst if item == "slice:full" else None
+            src += 1
+        dst += 1
     return mapping, at
 
 
