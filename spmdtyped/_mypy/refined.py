@@ -86,21 +86,36 @@ class Val(NamedTuple):
         return self.op if isinstance(self.op, SpmdType) else SpmdType()
 
 
-def read_k(k: Type) -> tuple[dict[str, Kind | int], int | None]:
-    """The refinement slot's kinds per axis (a dim from the left as an int) and rank."""
+class _Slot(NamedTuple):
+    """What a refinement slot holds: the kinds per axis (a dim from the left as an int), the
+    rank, the share and the extents; a part that mypy merged from two readings is left out."""
+
+    kinds: dict[str, Kind | int]
+    rank: int | None
+    share: tuple[str, ...]
+    extents: tuple[tuple[int, tuple[str, ...]], ...]
+
+
+def _read_slot(k: Type) -> _Slot:
+    """One pass over the slot's literals (see the module doc for their spelling)."""
     p = get_proper_type(k)
-    items = p.items if isinstance(p, UnionType) else [p]
     kinds: dict[str, set[Kind | int]] = {}
     ranks: set[int] = set()
-    for item in items:
-        item = get_proper_type(item)
+    shares: set[str] = set()
+    extents: dict[int, set[tuple[str, ...]]] = {}
+    for item in (get_proper_type(i) for i in (p.items if isinstance(p, UnionType) else [p])):
         if not (isinstance(item, LiteralType) and isinstance(item.value, str)):
             continue
         v = item.value
-        if v.startswith("@"):
-            continue  # an extent (`_read_extents`)
         if v.startswith("#"):
             ranks.add(int(v[1:]))
+            continue
+        if v.startswith("/"):
+            shares.add(v[1:])
+            continue
+        if v.startswith("@"):
+            dim, _, axes = v[1:].partition("=")
+            extents.setdefault(int(dim), set()).add(tuple(axes.split(",")))
             continue
         axis, _, code = v.rpartition("=")
         kind: Kind | int
@@ -114,42 +129,30 @@ def read_k(k: Type) -> tuple[dict[str, Kind | int], int | None]:
             continue
         kinds.setdefault(axis, set()).add(kind)
     # two kinds for one axis: mypy merged two refinements of one variable -> plain
-    out = {a: next(iter(ks)) for a, ks in kinds.items() if len(ks) == 1}
-    return out, (next(iter(ranks)) if len(ranks) == 1 else None)
+    return _Slot({a: next(iter(ks)) for a, ks in kinds.items() if len(ks) == 1},
+                 next(iter(ranks)) if len(ranks) == 1 else None,
+                 tuple(next(iter(shares)).split(",")) if len(shares) == 1 else (),
+                 tuple((d, next(iter(a))) for d, a in sorted(extents.items()) if len(a) == 1))
+
+
+def read_k(k: Type) -> tuple[dict[str, Kind | int], int | None]:
+    """The refinement slot's kinds per axis (a dim from the left as an int) and rank."""
+    slot = _read_slot(k)
+    return slot.kinds, slot.rank
 
 
 def read(t: Type) -> tuple[Refinement, int | None]:
-    """The refinement (Varying axes only, and the share) and rank of a typed value's type."""
+    """The refinement (Varying axes only, the share and the extents) and rank of a typed
+    value's type."""
     p = get_proper_type(t)
     if not (isinstance(p, Instance) and p.type.fullname == SARRAY and len(p.args) == 4) \
             or isinstance(p.args[3], AnyType):
         return NONE, None
-    kinds, rank = read_k(p.args[3])
-    ref = Refinement.of({a: k for a, k in kinds.items() if not isinstance(k, int)})
-    share = _read_share(p.args[3])
-    extents = _read_extents(p.args[3])
-    if share or extents:
-        ref = dataclasses.replace(ref, share=share, extents=extents)
-    return ref, rank
-
-
-def _read_share(k: Type) -> tuple[str, ...]:
-    """The share of a refinement slot (`"/dp,tp"`); none when mypy merged two different ones."""
-    p = get_proper_type(k)
-    shares = {item.value for item in (get_proper_type(i) for i in (p.items if isinstance(p, UnionType) else [p]))
-              if isinstance(item, LiteralType) and isinstance(item.value, str) and item.value.startswith("/")}
-    return tuple(next(iter(shares))[1:].split(",")) if len(shares) == 1 else ()
-
-
-def _read_extents(k: Type) -> tuple[tuple[int, tuple[str, ...]], ...]:
-    """The extents of a refinement slot (`"@-3=tp"`); a dim with two readings is dropped."""
-    p = get_proper_type(k)
-    found: dict[int, set[tuple[str, ...]]] = {}
-    for item in (get_proper_type(i) for i in (p.items if isinstance(p, UnionType) else [p])):
-        if isinstance(item, LiteralType) and isinstance(item.value, str) and item.value.startswith("@"):
-            dim, _, axes = item.value[1:].partition("=")
-            found.setdefault(int(dim), set()).add(tuple(axes.split(",")))
-    return tuple((d, next(iter(a))) for d, a in sorted(found.items()) if len(a) == 1)
+    slot = _read_slot(p.args[3])
+    ref = Refinement.of({a: k for a, k in slot.kinds.items() if not isinstance(k, int)})
+    if slot.share or slot.extents:
+        ref = dataclasses.replace(ref, share=slot.share, extents=slot.extents)
+    return ref, slot.rank
 
 
 def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None,
