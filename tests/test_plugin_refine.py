@@ -168,3 +168,71 @@ def test_plugin_and_runtime_agree_on_the_pre_divided_bias(tmp_path: Path) -> Non
         codes = [slugs.get(c, c) for (_, line, c), n in got.items() if line == first + i for _ in range(n)]
         static = codes[0] if len(codes) == 1 else (None if not codes else tuple(codes))
         assert (static, _runtime_outcome(form)) == (want, want), (form, out)
+
+
+#: (expression, the plugin's code, the runtime's code, the single-device reference of an
+#: accepted form): `q` is `st.Float[Varying["dp", "tp"], "b/dp h/tp t d"]`, `sinks` an Invariant
+#: vector, `b, h, t, d = q.shape` (local). The plugin reads the extent `h` of the tp-sharded
+#: heads (`Refinement.extents`); it knows no sizes, so a replicated value of another extent
+#: laid along the heads (`sinks[:t]`, t = 2 here) is left to the runtime, which reads it.
+EXTENT_FORMS: list[tuple[str, str | None, str | None, Any]] = [
+    ("st.numpy.concatenate([q, st.numpy.broadcast_to(sinks[:h, None, None], (b, h, t, 1))], -1)",
+     "SPMD215", "SPMD215", None),
+    ("q + sinks[:h, None, None]", "SPMD215", "SPMD215", None),
+    ("q * sinks[0:h][:, None, None]", "SPMD215", "SPMD215", None),
+    ("q + sinks[None, None, None, :d]", None, None, lambda q, s: q + s[:2]),
+    ("q + st.numpy.broadcast_to(sinks[None, None, None, :1], (b, h, t, 1))", None, None,
+     lambda q, s: q + s[0]),
+    ("q + sinks[:t, None, None]", None, "SPMD215", None),   # out of static reach: t's size
+]
+
+
+def _extent_outcome(form: str, reference: Any) -> str | None:
+    """The runtime's code for `form`, or None after running it on 8 devices and comparing it
+    with `reference` on the global arrays."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+
+    import spmdtyped as st
+
+    def body(q: Any, sinks: Any) -> Any:
+        b, h, t, d = q.shape
+        env = {"st": st, "q": q, "sinks": sinks, "b": b, "h": h, "t": t, "d": d}
+        return eval(form, env)  # noqa: S307
+
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    spec = P("dp", "tp")
+    f = jax.jit(st.shard_map(body, mesh=mesh, in_specs=(spec, P()), out_specs=spec))
+    q = jnp.arange(4 * 8 * 2 * 2, dtype=jnp.float32).reshape(4, 8, 2, 2) / 10
+    sinks = jnp.linspace(-1.0, 1.0, 8, dtype=jnp.float32)
+    try:
+        got = f(q, sinks)
+    except st.SpmdTypeError as e:
+        return e.code
+    np.testing.assert_allclose(np.asarray(got), np.asarray(reference(q, sinks)), rtol=1e-6)
+    return None
+
+
+def test_plugin_and_runtime_on_static_extents(tmp_path: Path) -> None:
+    """The plugin's SPMD215 from static extents is the runtime's; every form both accept
+    lowers, runs and equals its single-device reference (this JAX leg)."""
+    from test_typing import CACHE, mypy_config, mypy_errors, run_mypy
+
+    from spmdtyped._mypy.codes import CODES
+
+    lines = ["# ruff: noqa: F722, F821", "import spmdtyped as st", "from spmdtyped import Invariant, Varying",
+             "", 'def f(q: st.Float[Varying["dp", "tp"], "b/dp h/tp t d"], sinks: st.Float[Invariant, "n"]'
+             ") -> None:", "    b, h, t, d = q.shape"]
+    first = len(lines) + 1
+    lines += [f"    {form}" for form, *_ in EXTENT_FORMS]
+    module = tmp_path / "extent_forms.py"
+    module.write_text("\n".join(lines) + "\n")
+    _, out = run_mypy([module], mypy_config(tmp_path, plugin=True), CACHE, cwd=tmp_path)
+    got = mypy_errors(out)
+    slugs = {CODES[code].code: code for code in CODES}
+    for i, (form, static_want, runtime_want, reference) in enumerate(EXTENT_FORMS):
+        codes = [slugs.get(c, c) for (_, line, c), n in got.items() if line == first + i for _ in range(n)]
+        static = codes[0] if len(codes) == 1 else (None if not codes else tuple(codes))
+        assert (static, _extent_outcome(form, reference)) == (static_want, runtime_want), (form, out)

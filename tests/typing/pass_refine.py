@@ -175,13 +175,16 @@ def sinks_of_the_local_heads(q: st.Float[Varying["dp", "tp"], "b/dp h/tp t d"],
     # the local heads' sinks: sliced by the device's offset (the fixed attention-sink program)
     local = st.numpy.take(sinks, st.axis_index("tp") * h + st.numpy.arange(h))
     st.numpy.concatenate([s, st.numpy.broadcast_to(local[:, None, None], (b, h, t, 1))], -1)
-    # an extent of an unsharded dim, or laid along another dim: nothing built for the shard
-    s + sinks[:t, None, None]
+    # the local extent laid along an unsharded dim: nothing built for the shard
     s + sinks[:h]
-    s + sinks[:4, None, None]      # a literal extent: unknown to the plugin (the runtime checks it)
     s + sinks[None, None, None, :h]
+    # out of static reach (no error here), rejected by the runtime where the extent is > 1
+    # (`test_plugin_refine.test_plugin_and_runtime_on_static_extents`): an unsharded dim's
+    # extent, a literal extent, a name assigned twice, each laid along the heads
+    s + sinks[:t, None, None]
+    s + sinks[:4, None, None]
     k = h
     k = 2 * k
-    s + sinks[:k, None, None]      # assigned twice: not followed
+    s + sinks[:k, None, None]
     # the whole table, broadcast over the heads: every head gets the same row (not along them)
     s + st.numpy.broadcast_to(sinks[None, None, None, :1], (b, h, t, 1))
