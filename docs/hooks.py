@@ -630,7 +630,7 @@ AUTODOC = re.compile(r"^::: (spmdtyped(?:\.\w+)+)[ \t]*$", re.M)
 
 
 def public_spelling(path: str) -> str | None:
-    """`spmdtyped._collectives.psum` -> `st.psum`; `spmdtyped.adapters._infer.infer` ->
+    """`spmdtyped._ops.collectives.psum` -> `st.psum`; `spmdtyped.adapters._infer.infer` ->
     `st.adapters.infer`; None for a path with no private part (already public)."""
     parts = path.split(".")
     if not any(p.startswith("_") for p in parts[1:-1]):

@@ -34,45 +34,45 @@ if TYPE_CHECKING:
     from . import lax as lax
     from . import nn as nn
     from . import numpy as numpy
-    from ._autodiff import cotangent_type as cotangent_type
-    from ._autodiff import grad as grad
-    from ._autodiff import value_and_grad as value_and_grad
-    from ._autodiff import vjp as vjp
-    from ._control import cond as cond
-    from ._control import fori_loop as fori_loop
-    from ._control import scan as scan
-    from ._control import switch as switch
-    from ._control import while_loop as while_loop
-    from ._custom import CustomOp as CustomOp
-    from ._custom import custom_op as custom_op
-    from ._custom import opaque as opaque
-    from ._optim import clip_by_global_norm as clip_by_global_norm
-    from ._optim import global_norm as global_norm
+    from ._ops.autodiff import cotangent_type as cotangent_type
+    from ._ops.autodiff import grad as grad
+    from ._ops.autodiff import value_and_grad as value_and_grad
+    from ._ops.autodiff import vjp as vjp
+    from ._ops.control import cond as cond
+    from ._ops.control import fori_loop as fori_loop
+    from ._ops.control import scan as scan
+    from ._ops.control import switch as switch
+    from ._ops.control import while_loop as while_loop
+    from ._ops.custom import CustomOp as CustomOp
+    from ._ops.custom import custom_op as custom_op
+    from ._ops.custom import opaque as opaque
+    from ._ops.optim import clip_by_global_norm as clip_by_global_norm
+    from ._ops.optim import global_norm as global_norm
     from ._static import *  # noqa: F403
 else:
-    from ._hints import Invariant as Invariant
-    from ._hints import Partial as Partial
-    from ._hints import Reduced as Reduced
-    from ._hints import Rep as Rep
-    from ._hints import SArray as SArray
-    from ._hints import Shard as Shard
-    from ._hints import Typed as Typed
-    from ._hints import Unreduced as Unreduced
-    from ._hints import Varying as Varying
+    from ._typed.hints import Invariant as Invariant
+    from ._typed.hints import Partial as Partial
+    from ._typed.hints import Reduced as Reduced
+    from ._typed.hints import Rep as Rep
+    from ._typed.hints import SArray as SArray
+    from ._typed.hints import Shard as Shard
+    from ._typed.hints import Typed as Typed
+    from ._typed.hints import Unreduced as Unreduced
+    from ._typed.hints import Varying as Varying
 
     # name -> module that defines it; loaded (with JAX) on first attribute access
     _LAZY = {
         # the collectives and casts of the surface table (`_surface.COLLECTIVES`)
-        **dict.fromkeys(_COLLECTIVE_NAMES, "._collectives"),
-        **{n: "._array" for n in ("typeof", "wrap", "unwrap", "set_check_mode", "check_mode",
+        **dict.fromkeys(_COLLECTIVE_NAMES, "._ops.collectives"),
+        **{n: "._typed.array" for n in ("typeof", "wrap", "unwrap", "set_check_mode", "check_mode",
                                    "local")},
-        "shard_map": "._shard_map",
-        **{n: "._optim" for n in ("clip_by_global_norm", "global_norm")},
-        **{n: "._autodiff" for n in ("cotangent_type", "grad", "value_and_grad", "vjp")},
-        **{n: "._control" for n in ("cond", "fori_loop", "scan", "switch", "while_loop")},
-        **{n: "._custom" for n in ("CustomOp", "custom_op", "opaque")},
+        "shard_map": "._boundary.shard_map",
+        **{n: "._ops.optim" for n in ("clip_by_global_norm", "global_norm")},
+        **{n: "._ops.autodiff" for n in ("cotangent_type", "grad", "value_and_grad", "vjp")},
+        **{n: "._ops.control" for n in ("cond", "fori_loop", "scan", "switch", "while_loop")},
+        **{n: "._ops.custom" for n in ("CustomOp", "custom_op", "opaque")},
         # jaxtyping interop (imports jax and jaxtyping): st.Float[Varying["dp"], "batch/dp d"]
-        **{n: "._jaxtyping" for n in ("Bool", "Float", "Inexact", "Int", "Num", "Shaped")},
+        **{n: "._typed.jaxtyping" for n in ("Bool", "Float", "Inexact", "Int", "Num", "Shaped")},
     }
     _SUBMODULES = ("numpy", "lax", "adapters", "nn", "debug")
 

@@ -17,9 +17,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec
 
-from . import _hints
-from ._hints import state_class
 from ._rules import INVARIANT, JAX_0_10, JAX_0_12, Features, SpmdType
+from ._typed import hints as _hints
+from ._typed.hints import state_class
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -37,7 +37,7 @@ FEATURES: Features = JAX_0_12 if JAX_VERSION >= (0, 11) else JAX_0_10
 # jax.extend.source_info_util.register_exclusion (0.10 and 0.12): spmdtyped's frames are not
 # the user's, as jax's own are not. The source locations JAX records for every equation (HLO
 # metadata, debug info, JAX's messages) then name the user's line, as in the raw program,
-# not spmdtyped/_array.py; and lowering turns fewer frames into locations.
+# not spmdtyped/_typed/array.py; and lowering turns fewer frames into locations.
 try:
     from jax.extend import source_info_util as _source_info_util
 

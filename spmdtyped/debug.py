@@ -16,7 +16,7 @@ from typing import Any
 import jax
 
 from . import _compat
-from ._array import is_typed, typeof, unwrap
+from ._typed.array import is_typed, typeof, unwrap
 
 #: one line at a time from the device threads that run the callbacks
 _PRINT_LOCK = threading.Lock()

@@ -31,10 +31,11 @@ from typing import Any
 import jax
 import jax.lax as _jlax
 
-from . import _collectives, _compat, _rules, _surface
-from ._array import is_typed, operand
+from . import _compat, _rules, _surface
 from ._errors import error
-from ._jax_errors import jax_errors
+from ._errors.jax_messages import jax_errors
+from ._ops import collectives as _collectives
+from ._typed.array import is_typed, operand
 
 #: the collectives of the surface table that `spmdtyped.lax` checks (`_surface.LAX_NAMES`)
 __all__ = sorted(_surface.LAX_NAMES)  # noqa: PLE0605

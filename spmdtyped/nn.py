@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from . import _surface
-from ._array import call_function
 from ._rules import ELEMENTWISE, REJECT
+from ._typed.array import call_function
 
 #: st.nn function -> its `_rules.ELEMENTWISE` rule, from the surface table's `st.nn` rows
 #: (`_surface.NN`, read by the mypy plugin and the docs too)

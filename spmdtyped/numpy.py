@@ -26,10 +26,21 @@ from typing import TYPE_CHECKING, Any
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat, _refining, _rules, _surface
-from ._array import array_operand, binary, call_function, checked, is_typed, nary, operand, typeof, unwrap
-from ._array import mean as array_mean
+from . import _compat, _rules, _surface
 from ._rules import LITERAL, SpmdType
+from ._typed import refining as _refining
+from ._typed.array import (
+    array_operand,
+    binary,
+    call_function,
+    checked,
+    is_typed,
+    nary,
+    operand,
+    typeof,
+    unwrap,
+)
+from ._typed.array import mean as array_mean
 
 #: st.numpy function -> its rule (an `_rules.ELEMENTWISE` key, or a `_rules` constructor), from
 #: the surface table's `st.numpy` rows (`_surface.NUMPY`), the one table

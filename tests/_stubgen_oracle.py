@@ -24,7 +24,7 @@ from spmdtyped import _rules
 from spmdtyped._errors import SpmdTypeError
 from spmdtyped._rules import LITERAL, SpmdType
 from spmdtyped._stubgen import write
-from spmdtyped._stubgen_model import states
+from spmdtyped._stubgen.model import states
 
 REPO = Path(__file__).resolve().parent.parent
 F = _rules.CONSERVATIVE

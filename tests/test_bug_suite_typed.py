@@ -22,7 +22,7 @@ from bugs import _typed
 
 import spmdtyped as st
 from spmdtyped import _errors
-from spmdtyped.adapters._walk import exception_source
+from spmdtyped._engine.walk import exception_source
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.lowering import normalize  # noqa: E402

@@ -46,7 +46,7 @@ def test_spmdtype_basics():
 def test_isinstance_covariance():
     x = st.SpmdType()
     assert _rules.INVARIANT == x
-    from spmdtyped._hints import _accepts
+    from spmdtyped._typed.hints import _accepts
 
     assert _accepts(st.SpmdType(varying={"i"}), st.SpmdType())          # Invariant <: Varying
     assert _accepts(st.SpmdType(varying={"i", "j"}), st.SpmdType(varying={"i"}))

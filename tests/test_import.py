@@ -18,7 +18,7 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("module", ["spmdtyped", "spmdtyped._rules", "spmdtyped._errors",
-                                    "spmdtyped._hints"])
+                                    "spmdtyped._typed.hints"])
 def test_import_does_not_import_jax(module: str) -> None:
     code = (
         "import sys\n"

@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
 import spmdtyped.lax as slax
-from spmdtyped._array import is_typed
+from spmdtyped._typed.array import is_typed
 
 
 @pytest.mark.parametrize("name", slax.CHECKED)

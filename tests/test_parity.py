@@ -43,7 +43,7 @@ from test_typing import CACHE, mypy_config, run_mypy
 import spmdtyped as st
 from spmdtyped import SpmdType, _rules, _surface
 from spmdtyped._errors import REGISTRY, SpmdTypeError
-from spmdtyped._hints import SArray
+from spmdtyped._typed.hints import SArray
 
 AXES = ("dp", "tp")
 SIZES = {"dp": 2, "tp": 4}

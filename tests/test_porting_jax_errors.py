@@ -1,6 +1,6 @@
 """Every JAX manual-axis error, explained: each message JAX raises (on the JAX version this leg
 runs) is triggered by a raw program (`tests/_jax_error_cases.py`), translated by
-`spmdtyped._jax_errors` into its SPMD code, and reported by `infer` (as a violation, never an
+`spmdtyped._errors.jax_messages` into its SPMD code, and reported by `infer` (as a violation, never an
 exception), `typed_shard_map` (an SpmdTypeError at the user's line, JAX's error chained when
 JAX's check fired first) and `st.shard_map`."""
 

@@ -12,7 +12,7 @@ from _helpers import put
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped._array import is_typed
+from spmdtyped._typed.array import is_typed
 
 eqx = pytest.importorskip("equinox")
 nnx = pytest.importorskip("flax.nnx")

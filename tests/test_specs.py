@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
 from spmdtyped import Invariant, Varying
-from spmdtyped._specs import derive
+from spmdtyped._boundary.specs import derive
 
 eqx = pytest.importorskip("equinox")
 optax = pytest.importorskip("optax")

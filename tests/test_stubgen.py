@@ -11,9 +11,9 @@ import pytest
 
 from spmdtyped import SpmdTypeError, _hints, _rules, _surface
 from spmdtyped._stubgen import main, messages, parse_axes, render
-from spmdtyped._stubgen_forms import _forms, plan
-from spmdtyped._stubgen_model import ANY, Alt, Arr, Overload, Var, lit, match, var
-from spmdtyped._stubgen_select import StubError, axis_rule, select, unary_rule, verify
+from spmdtyped._stubgen.forms import _forms, plan
+from spmdtyped._stubgen.model import ANY, Alt, Arr, Overload, Var, lit, match, var
+from spmdtyped._stubgen.select import StubError, axis_rule, select, unary_rule, verify
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -108,8 +108,8 @@ def test_select_refuses_what_the_rules_reject() -> None:
 
 
 def test_plan_raises_on_a_disagreement(monkeypatch: pytest.MonkeyPatch) -> None:
-    import spmdtyped._stubgen_forms as forms
-    import spmdtyped._stubgen_select as sel
+    import spmdtyped._stubgen.forms as forms
+    import spmdtyped._stubgen.select as sel
 
     # plan_form is not memoised (plan is): the patched selection reaches no other test
     monkeypatch.setattr(forms, "select", lambda pool, *a, **k: [
@@ -147,7 +147,7 @@ def test_collectives_let_no_misuse_through_plain_mypy_at_three_axes() -> None:
     """`plan` refuses a collective overload list through which mypy would let misuse pass (the
     catches are unions of literal sets); replayed here as mypy solves them."""
     axes = ("dp", "tp", "fsdp")
-    from spmdtyped._stubgen_model import states
+    from spmdtyped._stubgen.model import states
     for p in plan(axes):
         if p.form.kind != "collective":
             continue

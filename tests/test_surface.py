@@ -27,7 +27,7 @@ import spmdtyped.lax as slax
 import spmdtyped.nn as snn
 import spmdtyped.numpy as snp
 from spmdtyped import SpmdType, _compat, _rules, _surface
-from spmdtyped._hints import SArray
+from spmdtyped._typed.hints import SArray
 
 AXES = ("dp", "tp")
 F = _compat.FEATURES

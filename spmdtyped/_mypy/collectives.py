@@ -12,8 +12,9 @@ from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 
 from .. import _rules, _surface
 from .._errors import SpmdTypeError
-from .._rules import LITERAL, SpmdType, refine_shape
+from .._rules import LITERAL, SpmdType
 from .._rules.refine import Refinement
+from .._rules.refine import shape as refine_shape
 from . import refined
 from .codes import AXIS, report
 from .config import CONFIG
@@ -35,10 +36,10 @@ from .convert import (
 #: `st.axis_size` is a Python int)
 NAMES: Final = tuple(c.name for c in _surface.COLLECTIVES if c.ops or c.name == "axis_index")
 #: full name -> collective
-FULLNAMES: Final = {f"{m}.{n}": n for m in (STATIC, "spmdtyped", "spmdtyped._collectives")
+FULLNAMES: Final = {f"{m}.{n}": n for m in (STATIC, "spmdtyped", "spmdtyped._ops.collectives")
                     for n in NAMES}
 #: `st.axis_size`: an int that remembers its literal axes (`axis_size`)
-AXIS_SIZE: Final = frozenset(f"{m}.axis_size" for m in (STATIC, "spmdtyped", "spmdtyped._collectives"))
+AXIS_SIZE: Final = frozenset(f"{m}.axis_size" for m in (STATIC, "spmdtyped", "spmdtyped._ops.collectives"))
 #: `spmdtyped.lax`: jax.lax's drop-ins return raw values, but check typed operands as st.<name>
 LAX_FULLNAMES: Final = {f"spmdtyped.lax.{n}": n for n in NAMES}
 

@@ -184,6 +184,6 @@ def custom_op_instance(ctx: FunctionContext) -> Type:
     if ctx.args and ctx.args[0]:
         try:
             return named(ctx.api, CUSTOM_OP_CLASS, [])
-        except (KeyError, AssertionError):  # spmdtyped._custom not analysed: keep Any
+        except (KeyError, AssertionError):  # spmdtyped._ops.custom not analysed: keep Any
             return ctx.default_return_type
     return analyze_factory(ctx)

@@ -26,8 +26,8 @@ from mypy.nodes import (
 
 from .._rules import SpmdType
 from .._rules import refine as _refine
-from .._rules import refine_shape as _refine_shape
 from .._rules.refine import Refinement
+from .._rules.refine import shape as _refine_shape
 from . import refined
 
 

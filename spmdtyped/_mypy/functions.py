@@ -14,8 +14,8 @@ from mypy.types import Instance, TupleType, Type, get_proper_type
 
 from .. import _rules
 from .._rules import LITERAL, SpmdType
-from .._rules import refine_shape as _refine_shape
 from .._rules.refine import Refinement
+from .._rules.refine import shape as _refine_shape
 from . import extents, names, refined
 from .arguments import call_arguments, passes_arguments, typed_call
 from .codes import apply

@@ -27,11 +27,11 @@ from mypy.types import (
     get_proper_type,
 )
 
-from .. import _hints
 from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
 from .._rules import refine as _refine
-from .._rules import refine_shape as _refine_shape
+from .._rules.refine import shape as _refine_shape
+from .._typed import hints as _hints
 from . import refined, returns
 from .codes import CODES, SPMD
 from .convert import SARRAY, STATIC, axes_of, from_spmd, to_operand

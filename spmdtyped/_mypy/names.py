@@ -19,7 +19,7 @@ from .convert import STATIC
 CONTROL: Final = {f"spmdtyped.{m}{n}": n for m in ("", "_control.")
                   for n in ("fori_loop", "while_loop", "scan", "cond", "switch")}
 #: `st.grad`, `st.value_and_grad`, `st.vjp` (`autodiff`)
-AUTODIFF: Final = {f"{m}.{n}": n for m in ("spmdtyped", "spmdtyped._autodiff")
+AUTODIFF: Final = {f"{m}.{n}": n for m in ("spmdtyped", "spmdtyped._ops.autodiff")
                    for n in ("grad", "value_and_grad", "vjp")} | {
     "jax.vmap": "vmap", "jax._src.api.vmap": "vmap"}
 #: `jax.vmap(st.grad(...))`'s call (`autodiff.vmap_call`: SPMD407)
@@ -28,13 +28,13 @@ VMAP_CALL: Final = f"{VMAP_OF_GRAD}.__call__"
 #: `st.shard_map` and its results' `__call__` (`boundary`)
 OUT_SPEC_MISMATCH: Final = f"{STATIC}.OutSpecMismatch"
 SHARD_MAP_DECORATOR: Final = f"{STATIC}.ShardMapDecorator"
-SHARD_MAP: Final = frozenset({f"{m}.shard_map" for m in (STATIC, "spmdtyped", "spmdtyped._shard_map")})
+SHARD_MAP: Final = frozenset({f"{m}.shard_map" for m in (STATIC, "spmdtyped", "spmdtyped._boundary.shard_map")})
 BOUNDARY_METHODS: Final = {f"{OUT_SPEC_MISMATCH}.__call__": "call",
                            f"{SHARD_MAP_DECORATOR}.__call__": "decorate"}
 #: `st.custom_op` / `st.opaque` and a declared op's `__call__` (`custom`)
-CUSTOM_OP: Final = frozenset({"spmdtyped.custom_op", "spmdtyped._custom.custom_op"})
-OPAQUE: Final = frozenset({"spmdtyped.opaque", "spmdtyped._custom.opaque"})
-CUSTOM_OP_CLASS: Final = "spmdtyped._custom.CustomOp"
+CUSTOM_OP: Final = frozenset({"spmdtyped.custom_op", "spmdtyped._ops.custom.custom_op"})
+OPAQUE: Final = frozenset({"spmdtyped.opaque", "spmdtyped._ops.custom.opaque"})
+CUSTOM_OP_CLASS: Final = "spmdtyped._ops.custom.CustomOp"
 CUSTOM_CALL: Final = f"{CUSTOM_OP_CLASS}.__call__"
 #: calls through `jax.jit(f)` and `functools.partial(f, ...)` (`wrappers`)
 WRAPPED_CALLS: Final = frozenset({"jax._src.pjit.JitWrapped.__call__", "jax._src.stages.Wrapped.__call__",

@@ -35,8 +35,8 @@ from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType
 from .._rules import axis_size as _axis_size
 from .._rules import refine as _refine
-from .._rules import refine_shape as _refine_shape
 from .._rules.refine import NONE, Kind, Refinement
+from .._rules.refine import shape as _refine_shape
 from .codes import report
 from .convert import (
     SARRAY,

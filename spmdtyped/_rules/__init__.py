@@ -135,7 +135,8 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module(f".{name}", __name__)
     # `from ._rules import refine_shape` asks for a submodule not imported yet: let the import
     # system import it (searching the lazy modules would import them all)
-    if not name.startswith("__") and not os.path.exists(os.path.join(_HERE, f"{name}.py")):
+    if not name.startswith("__") and not (os.path.exists(os.path.join(_HERE, f"{name}.py"))
+                                            or os.path.isdir(os.path.join(_HERE, name))):
         for module in _LAZY_MODULES:
             value = getattr(importlib.import_module(f".{module}", __name__), name, _MISSING)
             if value is not _MISSING:

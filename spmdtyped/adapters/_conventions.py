@@ -13,8 +13,8 @@ import jax
 
 from .. import _compat
 from .. import lax as _slax
+from .._engine.patching import Patch
 from .._errors import error
-from ._patching import Patch
 
 #: `jax.lax.<name>` -> `spmdtyped.lax.<name>` for every collective `spmdtyped.lax` checks
 _LAX_ROUTE = Patch(tuple((jax.lax, name) for name in _slax.CHECKED),

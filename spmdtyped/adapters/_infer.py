@@ -12,14 +12,14 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from .. import _compat, _rules
+from .._boundary.shard_map import check_outputs, is_spec_leaf
+from .._engine.refine_route import routed_autodiff, trace_discarding_outputs
+from .._engine.refine_walk import body_jaxpr, check_program
+from .._engine.walk import Step, Walk, boundary_source, exception_source, function_source, located
 from .._errors import SpmdTypeError
-from .._jax_errors import translate
+from .._errors.jax_messages import translate
 from .._rules import SpmdType
-from .._shard_map import check_outputs, is_spec_leaf
 from ._conventions import checked_lax, fn_name, manual_axes, resolve_in_specs, resolve_mesh
-from ._refine_route import routed_autodiff, trace_discarding_outputs
-from ._refine_walk import body_jaxpr, check_program
-from ._walk import Step, Walk, boundary_source, exception_source, function_source, located
 
 
 @dataclasses.dataclass

@@ -27,9 +27,9 @@ from typing import Any
 import jax
 
 from .. import _compat
+from .._boundary.shard_map import check_in_structure, check_spec_axes, in_spec_errors
 from .._errors import SpmdTypeError, error_context
-from .._jax_errors import jax_errors
-from .._shard_map import check_in_structure, check_spec_axes, in_spec_errors
+from .._errors.jax_messages import jax_errors
 from ._conventions import checked_lax as checked_lax
 from ._conventions import checking as checking
 from ._conventions import (

@@ -1,0 +1,359 @@
+"""Typed `shard_map`: specs -> input states; outputs checked against out_specs before JAX's check."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+from jax.sharding import PartitionSpec
+
+from .. import _compat, _rules  # noqa: F401
+from .._errors import SpmdTypeError, error, error_context
+from .._errors.jax_messages import jax_errors
+
+# _autodiff: importing it lets jax.grad / eqx.filter_grad differentiate typed losses in the
+# bodies (`_autodiff._jax_grad_vjp`, installed once at its import)
+from .._ops import autodiff as _autodiff  # noqa: F401
+from .._rules.refine import shape as refine_shape
+from .._typed import hints as _hints  # noqa: F401
+from .._typed.array import is_typed, typeof, unwrap, vma_off, with_refinement, wrap
+from . import specs as _specs  # noqa: F401
+
+
+def spec_state(spec: Any, manual: tuple[str, ...]) -> _rules.SpmdType:
+    """The state an in_spec gives its argument in a shard_map manual over `manual`."""
+    part, un, red, kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
+    return _rules.in_spec_type(part, un, red, manual, kind)
+
+
+def is_spec_leaf(s: Any) -> bool:
+    """A leaf of an in_specs/out_specs pytree: a PartitionSpec or None."""
+    return s is None or isinstance(s, PartitionSpec)
+
+
+def _broadcast_prefix(specs: Any, tree: Any, what: str, where: str) -> list[tuple[Any, Any]]:
+    """Pair each spec with each leaf of `tree` under it (specs is a pytree prefix of tree)."""
+    pairs: list[tuple[Any, Any]] = []
+    try:
+        jax.tree_util.tree_map(
+            lambda spec, sub: pairs.extend(
+                (spec, leaf) for leaf in jax.tree_util.tree_leaves(sub, is_leaf=is_typed)),
+            specs, tree, is_leaf=is_spec_leaf)
+    except (ValueError, TypeError) as e:
+        s_def = jax.tree_util.tree_structure(specs, is_leaf=is_spec_leaf)
+        t_def = jax.tree_util.tree_structure(tree, is_leaf=is_typed)
+        raise error("SPMD402", f"{where}: {what} do not match the structure of the "
+                    f"{'arguments' if what == 'in_specs' else 'outputs'}", op="st.shard_map",
+                    details=(f"{what}: {s_def}", f"values: {t_def}", f"jax: {str(e).splitlines()[0]}"),
+                    fix=f"give one PartitionSpec per {'argument' if what == 'in_specs' else 'output'}") from None
+    return pairs
+
+
+def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
+              in_specs: Any = _compat.INFER, mesh: Any = None, axis_names: Any = frozenset(),
+              check_vma: bool = True) -> Any:
+    """Typed `jax.shard_map`: `f` receives typed values, returns typed (or raw) values.
+
+    Same signature, defaults and semantics as `jax.shard_map` (decorator form too): `mesh`
+    defaults to the mesh of `jax.set_mesh(...)`, `in_specs` to `jax.sharding.Infer` (the
+    arguments' own shardings). Without `out_specs` (or without `in_specs`, when hints name
+    dimensions: `st.Float[Varying["dp"], "batch/dp d"]`) the specs are derived per leaf: from
+    f's hints where they name dimensions, else from the argument's own sharding on the mesh
+    (an optax state, an nnx `State`, an `Any` parameter); an output whose return hint is one
+    parameter's hint takes that parameter's specs (`_specs.derive`, SPMD402 where neither
+    says). Inputs are typed
+    from `in_specs`: `P("dp")` gives `Varying["dp"]`, `P(reduced={"tp"})` gives
+    `Reduced["tp"]`, `P(unreduced={"tp"})` gives `Unreduced["tp"]`. Outputs are checked
+    against `out_specs` with an SPMD error (SPMD401) before JAX's own check. The result is raw
+    JAX arrays; the compiled program is the one `jax.shard_map` builds. JAX's own manual-axis
+    errors are raised as SpmdTypeErrors (`_jax_errors.TABLE`).
+
+    **Raises:** `BoundaryError` (SPMD401/402/403), `UsageError` (SPMD501 unknown axis in a spec).
+
+    !!! Example
+        ```python
+        @st.shard_map(mesh=mesh, in_specs=(P("dp"), P(None, "tp")), out_specs=P("dp"))
+        def layer(x: st.Varying["dp"], w: st.Varying["tp"]) -> st.Varying["dp"]:
+            return st.psum(x @ w, "tp")
+        ```
+    """
+    if f is None:
+        return functools.partial(shard_map, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
+                                 axis_names=axis_names, check_vma=check_vma)
+    if out_specs is None or (in_specs is _compat.INFER and _specs.names_dimensions(f)):
+        # derived from the hints at the first call (`_specs.derive`); an omitted in_specs too
+        # (JAX's Infer cannot type the pytree classes the out_specs are derived from)
+        derive_in = None if in_specs is _compat.INFER else in_specs
+        return _specs.deferred(shard_map, f, in_specs=derive_in, out_specs=out_specs, mesh=mesh,
+                               axis_names=axis_names, check_vma=check_vma)
+    if isinstance(axis_names, (str, tuple, list)) and not isinstance(axis_names, (set, frozenset)):
+        axis_names = {axis_names} if isinstance(axis_names, str) else set(axis_names)
+    name = getattr(f, "__name__", None) or getattr(getattr(f, "func", None), "__name__", repr(f))
+    where = f"st.shard_map({name})"
+    if mesh is not None:
+        _check_mesh_specs(mesh, in_specs, out_specs, axis_names, where)
+    built: dict[Any, Callable[..., Any]] = {}
+
+    def build(m: Any, specs: Any) -> Callable[..., Any]:
+        _, ret_hint = _hints_of(f)
+        mesh_axes = _compat.mesh_axis_names(m)
+        manual = tuple(a for a in mesh_axes if not axis_names or a in axis_names)
+
+        def spec_type(spec: Any) -> _rules.SpmdType:
+            return spec_state(spec, manual)
+
+        def typed_input(spec: Any, raw: Any, t: _rules.SpmdType | None,
+                        spec_of: dict[int, Any]) -> Any:
+            # the state JAX gives the argument (or the spec's, check_vma=False), refined by the
+            # spec: a dim named in it is a Shard of the global array; every input carries data
+            x = wrap(raw, t)
+            ndim = getattr(raw, "ndim", None)
+            if ndim is not None:
+                entries = _compat.spec_entries(spec if spec is not None else PartitionSpec())
+                x = with_refinement(x, refine_shape.from_spec(entries, ndim, manual))
+            spec_of[id(x)] = spec  # x lives in the arguments: its id stays unique meanwhile
+            return x
+
+        def typed_inputs(raw_args: tuple[Any, ...], typed: bool) -> Any:
+            sp = specs if specs is not None else PartitionSpec()
+            if is_spec_leaf(sp):
+                sp = tuple(sp for _ in raw_args)
+            spec_of: dict[int, Any] = {}
+            args = jax.tree_util.tree_map(
+                lambda spec, sub: jax.tree_util.tree_map(
+                    lambda r: typed_input(spec, r, spec_type(spec) if typed else None, spec_of),
+                    sub),
+                sp, tuple(raw_args), is_leaf=is_spec_leaf)
+            # the fields of dataclass / eqx.Module / NamedTuple arguments against their hints
+            check_fields(args, [p for p, _ in _hints_of(f)[0]], spec_of, where)
+            return args
+
+        def body(*raw_args: Any) -> Any:
+            with jax_errors(where):
+                if check_vma:
+                    # the state JAX gives each argument (equal to spec_type(spec): JAX is the truth)
+                    out = f(*typed_inputs(raw_args, typed=False))
+                else:
+                    # check_vma=False: JAX types everything Invariant; spmdtyped tracks the states
+                    # from the specs itself, and still checks collectives and outputs.
+                    with vma_off():
+                        out = f(*typed_inputs(raw_args, typed=True))
+            check_return(out, ret_hint, where)
+            check_outputs(out, out_specs, manual, where)
+            # every typed leaf, in any pytree (registered dataclasses too): typed values are
+            # pytree nodes, and JAX would rebuild them around the global outputs
+            return jax.tree_util.tree_map(unwrap, out, is_leaf=is_typed)
+
+        return _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                 axis_names=axis_names, check_vma=check_vma)
+
+    @functools.wraps(f)
+    def wrapped(*args: Any) -> Any:
+        m = mesh if mesh is not None else _compat.context_mesh()
+        if m is None:
+            # TODO(lead): a code of its own (proposed SPMD508 "no-mesh")
+            raise error("SPMD506", f"{where}: no mesh: mesh= was not given and no mesh is set",
+                        op="st.shard_map",
+                        fix="pass mesh=..., or call inside `with jax.set_mesh(mesh):`")
+        raw_args = unwrap(list(args))
+        specs = _compat.inferred_specs(tuple(raw_args)) if in_specs is _compat.INFER else in_specs
+        if mesh is None:
+            _check_mesh_specs(m, specs, out_specs, axis_names, where)
+        check_in_structure(specs, args, where, "st.shard_map")
+        key = (id(m), str(m), repr(specs) if in_specs is _compat.INFER else None)
+        manual = tuple(a for a in _compat.mesh_axis_names(m) if not axis_names or a in axis_names)
+        if key not in built:
+            # the hints against the specs when the function is first called with this mesh
+            # and these specs (as JAX checks its specs); they do not change between calls
+            check_hints(f, specs, out_specs, lambda spec: spec_state(spec, manual), manual, where)
+            built[key] = build(m, specs)
+        with error_context(function=name, mesh=m, manual=manual), \
+                in_spec_errors(where, "st.shard_map"), jax_errors(where):
+            return built[key](*raw_args)
+
+    if mesh is not None and in_specs is not _compat.INFER:
+        wrapped.__wrapped_shard_map__ = build(mesh, in_specs)  # type: ignore[attr-defined]
+    return wrapped
+
+
+def _check_mesh_specs(mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
+                      where: str) -> None:
+    """Unknown axes in the specs or axis_names (SPMD501); Unreduced/Reduced in_specs of a
+    partial-manual shard_map (SPMD403)."""
+    mesh_axes = _compat.mesh_axis_names(mesh)
+    manual = tuple(a for a in mesh_axes if not axis_names or a in axis_names)
+    _rules.check_axes_known(tuple(axis_names), "st.shard_map(axis_names=...)", mesh_axes)
+    if in_specs is not _compat.INFER:
+        check_spec_axes(in_specs, mesh_axes, where, "in_specs")
+        for spec in jax.tree_util.tree_leaves(in_specs, is_leaf=is_spec_leaf):
+            if isinstance(spec, PartitionSpec):
+                _, un, red, _ = _compat.spec_parts(spec)
+                _rules.check_full_manual(un, red, manual, mesh_axes, where=where,
+                                         spec=_rules.spec_text(spec))
+    check_spec_axes(out_specs, mesh_axes, where, "out_specs")
+
+
+@contextlib.contextmanager
+def in_spec_errors(where: str, op: str) -> Iterator[None]:
+    """JAX's own rejection of an in_spec (e.g. an argument not sharded as its spec says) as
+    SPMD403, with the original chained; every other error passes through."""
+    try:
+        yield
+    except SpmdTypeError:
+        raise
+    except ValueError as e:
+        first = str(e).split("\n")[0]
+        if "in_specs" in first:
+            raise error("SPMD403", f"{where}: JAX rejected in_specs: {first}", op=op,
+                        fix="shard the argument to match its spec (jax.device_put with "
+                            "NamedSharding(mesh, spec)), or use an Explicit mesh for "
+                            "reduced/unreduced specs") from e
+        raise
+
+
+def check_in_structure(in_specs: Any, args: tuple[Any, ...], where: str, op: str) -> None:
+    """SPMD402 unless `in_specs` is a pytree prefix of the positional arguments."""
+    if in_specs is None or is_spec_leaf(in_specs):
+        return
+    if isinstance(in_specs, tuple) and len(in_specs) != len(args):
+        raise error("SPMD402", f"{where}: in_specs has {len(in_specs)} entries for {len(args)} "
+                    f"arguments", op=op, fix="give one PartitionSpec per positional argument")
+    _broadcast_prefix(in_specs, tuple(args), "in_specs", where)
+
+
+def check_outputs(out: Any, out_specs: Any, manual: tuple[str, ...], where: str,
+                  types: list[_rules.SpmdType] | None = None) -> None:
+    """SPMD401 unless each output leaf's state fits its out_spec (`types`: given, or read from
+    the values: typed values carry theirs, raw ones are read from JAX)."""
+    for i, (spec, leaf) in enumerate(_broadcast_prefix(out_specs, out, "out_specs", where)):
+        part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
+        t = types[i] if types is not None else typeof(leaf)
+        _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_rules.spec_text(spec))
+
+
+def check_return(out: Any, hint: Any, where: str) -> None:
+    """SPMD401 unless the value the function returns fits its return hint (`_rules.check_return`,
+    the rule the mypy plugin applies at a `return`): a single typed output under a state hint;
+    raw arrays (JAX types them Invariant under check_vma=False), pytrees and other hints are
+    left to the out_specs check and to beartype."""
+    want = _hints.hint_type(hint)
+    if want is None or not is_typed(out):
+        return
+    _rules.check_return(typeof(out), want, where=f"{where} (its return hint)",
+                        refinement=_hints.refinement_mismatch(hint, out), hint=getattr(hint, "__name__", str(want)))
+
+
+def check_fields(args: Any, names: list[str], spec_of: dict[int, Any], where: str) -> None:
+    """SPMD403 when a typed value in a field of a dataclass / `eqx.Module` / NamedTuple
+    argument does not fit the field's state hint (`w: Varying["tp"]`, `Shard["tp", -1]`),
+    naming the class, the field and the parameter (top-level parameters: `check_hints`).
+    `spec_of`: the in_spec each typed value came from, by `id`."""
+    for i, arg in enumerate(args):
+        pname = names[i] if i < len(names) else f"argument {i}"
+        _check_node(arg, pname, pname, spec_of, where)
+
+
+def _check_node(v: Any, pname: str, path: str, spec_of: dict[int, Any], where: str) -> None:
+    if v is None or is_typed(v) or isinstance(v, (jax.Array, str, bytes, int, float)):
+        return
+    fields = _specs.field_names(v)
+    if fields is not None:
+        hints = _specs.field_hints(type(v))
+        for n in fields:
+            sub = getattr(v, n, None)
+            want = _specs.state_hint(hints.get(n))
+            if want is not None and is_typed(sub):
+                if not isinstance(sub, want):
+                    _field_error(type(v), n, sub, want, pname, f"{path}.{n}",
+                                 spec_of.get(id(sub)), where)
+            else:
+                _check_node(sub, pname, f"{path}.{n}", spec_of, where)
+    elif isinstance(v, (list, tuple)):
+        for k, sub in enumerate(v):
+            _check_node(sub, pname, f"{path}[{k}]", spec_of, where)
+    elif isinstance(v, dict):
+        for k, sub in v.items():
+            _check_node(sub, pname, f"{path}[{k!r}]", spec_of, where)
+
+
+def _field_error(cls: type, field: str, value: Any, want: Any, pname: str, path: str,
+                 spec: Any, where: str) -> typing.NoReturn:
+    have = typeof(value)
+    want_t = _hints.hint_type(want)
+    assert want_t is not None
+    bad = sorted(a for a in have.axes | want_t.axes if have.state(a) is not want_t.state(a))
+    spec_text = _rules.spec_text(spec) if isinstance(spec, PartitionSpec) else None
+    got = repr(value).split("(local")[0]  # the state and refinement: Varying['tp'], Shard['tp', -1]
+    raise error("SPMD403", f"{where}: field {cls.__qualname__}.{field} of parameter {pname!r} "
+                f"({path}) enters the body as {got}, but its hint is {want.__qualname__} "
+                f"({type(want).__instancecheck_str__(want, value)})", op="st.shard_map",
+                axes=tuple(bad), states=have.states(bad),
+                details=(*((f"in_spec: {spec_text} -> {have}",) if spec_text else ()),
+                         f"hint: {cls.__qualname__}.{field}: {want.__qualname__}"),
+                fix=f"make the spec and the field hint agree: annotate {cls.__qualname__}."
+                    f"{field} as {got}, or give {path} the in_spec that gives "
+                    f"{want.__qualname__}")
+
+
+def check_spec_axes(specs: Any, mesh_axes: tuple[str, ...], where: str, what: str) -> None:
+    for spec in jax.tree_util.tree_leaves(specs, is_leaf=is_spec_leaf):
+        if isinstance(spec, PartitionSpec):
+            part, un, red, _ = _compat.spec_parts(spec)
+            _rules.check_axes_known(tuple(part) + tuple(sorted(un)) + tuple(sorted(red)),
+                                    f"{where} {what}", mesh_axes)
+
+
+def _hints_of(f: Callable[..., Any]) -> tuple[list[tuple[str, Any]], Any]:
+    """(positional parameters with their hints, return hint); hints that cannot be resolved
+    (forward references to names not in scope) are left out."""
+    try:
+        sig = inspect.signature(f)
+    except (TypeError, ValueError):
+        return [], None
+    try:
+        hints = typing.get_type_hints(f)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: nothing to compare
+        hints = {}
+    params = [(p.name, hints.get(p.name)) for p in sig.parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return params, hints.get("return")
+
+
+def check_hints(f: Callable[..., Any], in_specs: Any, out_specs: Any,
+                spec_type: Callable[[Any], _rules.SpmdType], manual: tuple[str, ...],
+                where: str) -> None:
+    """SPMD403 when an in_spec gives a parameter a state its hint rejects; SPMD401 when the
+    return hint allows a state the out_spec cannot take (`Varying['dp']` through `P()`).
+
+    Only state hints (`Varying[...]`, `Reduced[...]`, ...) next to a single PartitionSpec are
+    compared; pytree specs and other hints are checked on the values, when they flow."""
+    params, ret = _hints_of(f)
+    if in_specs is not None:
+        specs = ([in_specs] * len(params) if is_spec_leaf(in_specs)
+                 else list(in_specs) if isinstance(in_specs, tuple) else [])
+        for (pname, hint), spec in zip(params, specs, strict=False):
+            want = _hints.hint_type(hint)
+            if want is None or not is_spec_leaf(spec):
+                continue
+            have = spec_type(spec)
+            if not issubclass(_hints.state_class(have), hint):
+                bad = sorted(a for a in have.axes | want.axes if have.state(a) is not want.state(a))
+                raise error("SPMD403", f"{where}: in_specs entry {_rules.spec_text(spec)} gives parameter "
+                            f"{pname!r} the state {have}, but its hint is {want} "
+                            f"({_hints.describe_mismatch(want, have)})", op="st.shard_map",
+                            axes=tuple(bad), states=have.states(bad),
+                            details=(f"in_spec: {_rules.spec_text(spec)} -> {have}", f"hint: {want}"),
+                            fix=f"make the spec and the hint agree: the hint {have} for "
+                                f"{_rules.spec_text(spec)}, or the spec that gives {want}")
+    want_out = _hints.hint_type(ret)
+    if want_out is not None and is_spec_leaf(out_specs):
+        part, un, red, _kind = _compat.spec_parts(out_specs if out_specs is not None
+                                                  else PartitionSpec())
+        _rules.check_out_spec(want_out, part, un, red, manual,
+                              where=f"{where} (its return hint {want_out})",
+                              spec=_rules.spec_text(out_specs))

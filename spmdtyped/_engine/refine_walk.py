@@ -1,0 +1,571 @@
+"""The refinement walk of `infer`: Shard / Partial / Rep over a traced jaxpr (issue 15, item 7).
+
+JAX's avals carry the four states only, so `infer` keeps its own environment: a `Refinement`
+per jaxpr variable, seeded from the in_specs (`refine_shape.from_spec`) and propagated
+equation by equation with the pure rules of `_rules.refine` / `_rules.refine_shape`. Nested
+jaxprs (jit, custom_jvp/vjp, remat, cond, while, scan) are walked with their arguments'
+refinements mapped in; loops iterate to a fixed point (refinements only shrink). Unknown
+primitives give plain Varying: never a new false error.
+
+Besides the refinement rules' own errors (SPMD108, SPMD21x) at the equation's user line, the
+walk reports what only a jaxpr shows:
+
+- SPMD303 `varying-predicate`: a raw `cond`/`while_loop` whose predicate varies over an axis
+  while JAX types a result Invariant there (jax#40823: the gradient reduces inside the
+  divergent branches);
+- SPMD408 `opaque-drops-axis`: an opaque computation (a callback, an FFI call, or a call of
+  one) whose output is less varying than its inputs: JAX types a per-device result replicated
+  (jax-finufft#226), reported at the outermost call the user wrote;
+- SPMD407 `vmap-grad-invariant` and the cotangents' refinements: `jax.grad` / `jax.vjp` are
+  routed while infer traces (`routed_autodiff`) so that each gradient is marked with its primal,
+  and typed by the cotangent rule (Rep <-> Partial, Shard kept) instead of by walking the
+  transposed equations (which lose the Shard at any constant index).
+
+A few correct idioms that the strict runtime rules reject need the typed program's opt-outs;
+the walk of a raw program cannot see those, so it accepts them where the jaxpr says which one
+is meant (docs/design/shard_partial.md, F1-F6): a non-linear op on a partial sum whose only
+use is `pmax`/`pmin` (a per-shard statistic), a partial sum plus a constant built in the
+program (a regulariser such as `eps * eye`), a replicated term divided by the axis size
+(the pre-divided bias), and per-example gradients summed over the batch right away.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import _compat, _rules
+from .._errors import SpmdTypeError
+from .._rules import LITERAL, SpmdType
+from .._rules import refine as _r
+from .._rules.refine import FIXED, INDEX, NONE, PARTIAL, REP, Arg, Refinement, Shard
+from .._rules.refine import shape as _rs
+from .refine_facts import (
+    Side,
+    api_name,
+    broadcast_ref,
+    diverged,
+    dot_spec,
+    drop_leading,
+    eqn_axes,
+    from_autodiff,
+    is_literal,
+    opaque_error,
+    pad_ref,
+    per_example_error,
+    shape_of,
+    slice_items,
+    track_side,
+    varying_predicate_error,
+)
+from .refine_route import CT_MARK, PER_EXAMPLE_MARK
+
+Where = "tuple[str, int] | None"
+Report = Callable[[SpmdTypeError, Any, str], None]
+
+
+#: elementwise primitives (rule names of `_rules.PRIMITIVES`, which refine understands for the
+#: linear ones: add/sub/mul/div/neg/astype/copy/...; every other name is non-linear)
+_ELEMENTWISE = frozenset({
+    "add", "add_any", "sub", "mul", "div", "neg", "max", "min", "pow", "atan2", "rem", "clamp",
+    "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor", "not", "exp", "exp2", "log", "tanh",
+    "sin", "cos", "tan", "sqrt", "rsqrt", "abs", "square", "sign", "log1p", "expm1", "logistic",
+    "erf", "erfc", "erf_inv", "floor", "ceil", "round", "is_finite", "integer_pow",
+    "convert_element_type", "reduce_precision", "copy", "copy_p", "conj", "real", "imag",
+    "stop_gradient", "cbrt", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+    "lgamma", "digamma", "nextafter", "shift_left", "shift_right_logical",
+    "shift_right_arithmetic", "population_count", "select_n",
+})
+_REDUCTIONS = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
+               "reduce_prod": "prod", "reduce_and": "all", "reduce_or": "any",
+               "argmax": "argmax", "argmin": "argmin"}
+_ALONG = {"cumsum": "cumsum", "cumprod": "cumprod", "cummax": "cummax", "cummin": "cummin",
+          "cumlogsumexp": "cumprod"}
+#: primitives with a rule here (structural) or elsewhere: never "opaque"
+_STRUCTURAL = frozenset({"dot_general", "transpose", "reshape", "broadcast_in_dim", "squeeze",
+                         "expand_dims", "slice", "dynamic_slice", "gather", "concatenate", "pad",
+                         "iota", "sort", "rev", "axis_index", "split", "dynamic_update_slice",
+                         "scatter", "scatter-add", "scatter_add", "full", "empty"})
+#: primitives that compute on their operands without a rule here, whose output states JAX
+#: derives from the inputs (so they never drop an axis): not opaque either
+_KNOWN_PLAIN = frozenset({"eigh", "svd", "qr", "cholesky", "triangular_solve", "lu",
+                          "custom_linear_solve", "while", "cond", "scan", "random_bits",
+                          "random_seed", "random_wrap", "random_unwrap", "threefry2x32",
+                          "erf_inv", "clz", "top_k", "reduce_xor", "reduce_and", "reduce_or",
+                          "conv_general_dilated", "fft", "cumlogsumexp", "select_and_scatter_add",
+                          "reduce_window_sum", "reduce_window_max", "reduce_window_min",
+                          "optimization_barrier", "name", "with_sharding_constraint",
+                          "sharding_constraint", "device_put", "mesh_cast", "reshard",
+                          "pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
+                          "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
+                          "shard_map"})
+
+
+@dataclasses.dataclass
+class _Pending:
+    """A violation that the uses of a value may excuse (see the module docstring)."""
+
+    error: SpmdTypeError
+    where: Any
+    extra: str
+    #: "nonlinear" (excused by pmax/pmin uses), "per_example" (by a sum over dim 0),
+    #: "opaque" (by a cast back to Varying on the dropped axes)
+    kind: str
+    axes: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass
+class RefineWalk:
+    """Walks a jaxpr with refinements; `report(e, where, extra)` receives each violation."""
+
+    report: Report
+    axis_sizes: dict[str, int]
+    steps: list[tuple[Any, str, str]] = dataclasses.field(default_factory=list)
+
+    # ------------------------------------------------------------------ entry points
+
+    def top(self, jaxpr: Any, in_refs: Sequence[Refinement]) -> list[Refinement]:
+        """Walk the shard_map body `jaxpr` whose inputs have `in_refs`; the outputs' refs."""
+        outs, pending = self.jaxpr(jaxpr, list(in_refs), parent=None, quiet=False)
+        for p in pending:   # reaching the body's outputs: nothing will excuse them
+            self.report(p.error, p.where, p.extra)
+        return outs
+
+    # ------------------------------------------------------------------ jaxprs
+
+    def jaxpr(self, jaxpr: Any, in_refs: list[Refinement], *, parent: Any, quiet: bool,
+              facts: Sequence[tuple[Any, ...]] | None = None
+              ) -> tuple[list[Refinement], list[_Pending]]:
+        """Walk one (open) jaxpr. Returns the outputs' refinements and the pending violations
+        that reach its outputs (the caller decides about them); `self.out_facts` are the
+        outputs' side facts (`Side.export`), `facts` the inputs'."""
+        env: dict[Any, Refinement] = {}
+        side = Side()
+        for v in jaxpr.constvars:
+            env[v] = NONE
+            side.const.add(v)
+        for v, r in zip(jaxpr.invars, in_refs, strict=False):
+            env[v] = r
+        for v, f in zip(jaxpr.invars, facts or (), strict=False):
+            side.seed(v, f)
+        uses: dict[Any, list[Any]] = {}
+        for eqn in jaxpr.eqns:
+            for v in eqn.invars:
+                if not is_literal(v):
+                    uses.setdefault(v, []).append(eqn)
+        pending: dict[Any, _Pending] = {}
+        for eqn in jaxpr.eqns:
+            self.eqn(eqn, env, side, pending, parent=parent, quiet=quiet)
+        outvars = [v for v in jaxpr.outvars if not is_literal(v)]
+        left: list[_Pending] = []
+        for v, p in pending.items():
+            if quiet:
+                continue
+            if any(o is v for o in outvars):
+                left.append(p)
+                continue
+            if _excused(p, uses.get(v, [])):
+                continue
+            self.report(p.error, p.where, p.extra)
+        outs = [NONE if is_literal(v) else env.get(v, NONE) for v in jaxpr.outvars]
+        self.out_facts = [side.export(v) for v in jaxpr.outvars]
+        return outs, left
+
+    # ------------------------------------------------------------------ one equation
+
+    def eqn(self, eqn: Any, env: dict[Any, Refinement], side: Side,
+            pending: dict[Any, _Pending], *, parent: Any, quiet: bool) -> None:
+        from .walk import user_frame
+
+        name = _compat.primitive_name(eqn)
+        frames = _compat.eqn_frames(eqn)
+        where = user_frame(frames) or parent
+        if from_autodiff(frames, where):
+            # a tangent or transposed equation: typed by the cotangent rule at the grad
+            # (routed_autodiff's markers), not by walking what JAX generated (class 7, G5)
+            quiet = True
+        ins = [LITERAL if is_literal(v) else _compat.aval_type(v.aval) for v in eqn.invars]
+        outs = [_compat.aval_type(v.aval) for v in eqn.outvars]
+        refs = [NONE if is_literal(v) else env.get(v, NONE) for v in eqn.invars]
+        op = name
+        results: list[Refinement] | None = None
+        try:
+            results = self._rule(eqn, name, ins, outs, refs, env, side, pending, where, quiet)
+        except SpmdTypeError as e:
+            excused = self._excuse_now(e, eqn, name, ins, refs, side)
+            if excused is not None:
+                results = [excused.restrict(outs[0].varying)] if outs else []
+            elif not quiet:
+                if e.code == "SPMD211" and eqn.outvars:   # a per-shard statistic if only pmax'd
+                    pending[eqn.outvars[0]] = _Pending(e, where, f"primitive: {op}", "nonlinear")
+                else:
+                    self.report(e, where, f"primitive: {op}")
+        if results is None:
+            results = [NONE] * len(outs)
+        data = any(r.data for r in refs)
+        track_side(side, eqn, name, self.axis_sizes)
+        for v, t, r in zip(eqn.outvars, outs, results, strict=False):
+            env[v] = r.restrict(t.varying).with_data(r.data or data)
+        # opaque values cast back to Varying on the axes they dropped
+        if name in ("pvary", "reduced_vary_cast") or _rules.AXIS_PRIMITIVES.get(name) == "pvary":
+            for v in eqn.invars:
+                p = None if is_literal(v) else pending.get(v)
+                if p is not None and p.kind == "opaque" and p.axes <= outs[0].varying:
+                    del pending[v]
+        self.steps.append((where, name, ", ".join(str(r) for r in results)))
+
+    def _rule(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
+              refs: list[Refinement], env: dict[Any, Refinement], side: Side,
+              pending: dict[Any, _Pending], where: Any, quiet: bool) -> list[Refinement] | None:
+        out = outs[0] if outs else SpmdType()
+        shapes = [shape_of(v) for v in eqn.invars]
+        out_shape = shape_of(eqn.outvars[0]) if eqn.outvars else ()
+        op = name
+        p = eqn.params
+        subs = _compat.sub_jaxprs(eqn)
+
+        mark = str(p.get("name", "")) if name == "jit" else ""
+        if mark == CT_MARK or mark.startswith(PER_EXAMPLE_MARK):
+            ct = _rs.cotangent(refs[0]).restrict(out.varying)
+            side.grad.update(eqn.outvars)
+            if mark.startswith(PER_EXAMPLE_MARK) and not quiet:
+                loss_axes = [a for a in mark[len(PER_EXAMPLE_MARK):].split("__") if a]
+                e = per_example_error(ins[0], loss_axes)
+                if e is not None:
+                    pending[eqn.outvars[0]] = _Pending(e, where, "jax.grad under jax.vmap",
+                                                       "per_example")
+            return [ct.with_data(True)]
+        if name in _rules.AXIS_PRIMITIVES:
+            if _rules.AXIS_PRIMITIVES[name] == "psum":
+                # a psum of a Shard over its axis (SPMD108) is reported for gradients only:
+                # for a value the in_specs shard, a spec cannot tell a slice of a global array
+                # from a stack of per-device terms (F5), and raw programs sum such values
+                axes = set(eqn_axes(eqn))
+                refs = [r.with_grad(True) if (not is_literal(v) and v in side.grad) else
+                        Refinement.of({a: k for a, k in r.items
+                                       if not (a in axes and isinstance(k, Shard))}, r.data)
+                        for v, r in zip(eqn.invars, refs, strict=True)]
+            return self._collective(eqn, name, ins, outs, refs, shapes)
+        if name == "axis_index":
+            return [_rs.axis_index(eqn_axes(eqn))]
+        if name in _ELEMENTWISE:
+            return [self._elementwise(eqn, name, ins, out, refs, shapes, out_shape, side, op)]
+        if name in _REDUCTIONS:
+            return [_r.reduction(_REDUCTIONS[name], ins[0], refs[0], out, ndim=len(shapes[0]),
+                                 axis=tuple(p.get("axes", ())), op=op)]
+        if name in _ALONG:
+            return [_r.along_dim(_ALONG[name], ins[0], refs[0], out, ndim=len(shapes[0]),
+                                 axis=int(p.get("axis", 0)), op=op)]
+        if name == "sort":
+            dim = int(p.get("dimension", -1))
+            return [_r.along_dim("sort", t, r, o, ndim=len(s), axis=dim, op=op)
+                    for t, r, o, s in zip(ins, refs, outs, shapes, strict=False)]
+        if name == "rev":
+            dims = tuple(p.get("dimensions", ()))
+            return [_r.along_dim("flip", ins[0], refs[0], out, ndim=len(shapes[0]),
+                                 axis=dims[0] if len(dims) == 1 else None, op=op)]
+        if name == "dot_general":
+            spec = dot_spec(p["dimension_numbers"], len(shapes[0]), len(shapes[1]))
+            args = [Arg(ins[0], refs[0], shapes[0]), Arg(ins[1], refs[1], shapes[1])]
+            return [_r.einsum(spec, args, out, op="dot_general")]
+        if name == "transpose":
+            return [_rs.transpose(out, refs[0], tuple(p["permutation"]), len(shapes[0]))]
+        if name == "reshape":
+            return [_rs.reshape(out, refs[0], shapes[0], out_shape)]
+        if name == "squeeze":
+            return [_rs.squeeze(out, refs[0], len(shapes[0]), tuple(p["dimensions"]))]
+        if name == "expand_dims":
+            return [_rs.expand(out, refs[0], len(shapes[0]), tuple(p["dimensions"]))]
+        if name == "broadcast_in_dim":
+            return [broadcast_ref(out, refs[0], shapes[0], out_shape,
+                               tuple(p["broadcast_dimensions"]))]
+        if name == "slice":
+            items = slice_items(shapes[0], p["start_indices"], p["limit_indices"],
+                                 p.get("strides"))
+            return [_rs.index(ins[0], refs[0], out, len(shapes[0]), items, len(out_shape))]
+        if name == "dynamic_slice":
+            return [self._dynamic_slice(ins, refs, out, shapes, tuple(p["slice_sizes"]))]
+        if name == "gather":
+            return [_rs.index(ins[0], refs[0], out, len(shapes[0]), ["array"], len(out_shape))]
+        if name == "concatenate":
+            args = [Arg(t, r, s) for t, r, s in zip(ins, refs, shapes, strict=True)]
+            return [_rs.concatenate(args, out, axis=int(p["dimension"]), out_ndim=len(out_shape),
+                                    op="concatenate")]
+        if name == "pad":
+            return [pad_ref(ins[0], refs[0], out, shapes[0], p.get("padding_config", ()))]
+        if name == "iota":
+            return [NONE]
+        if name == "cond":
+            return self._cond(eqn, ins, outs, refs, where, quiet, pending)
+        if name == "while":
+            return self._while(eqn, ins, outs, refs, where, quiet, pending)
+        if name == "scan":
+            return self._scan(eqn, outs, refs, shapes, where, quiet, pending)
+        if name == "shard_map":
+            return None
+        if subs:
+            return self._call(eqn, subs, ins, outs, refs, where, quiet, pending, side)
+        if name not in _STRUCTURAL and name not in _KNOWN_PLAIN and not quiet:
+            self._opaque(eqn, name, ins, outs, where, pending)
+        return None
+
+    # ------------------------------------------------------------------ families
+
+    def _collective(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
+                    refs: list[Refinement], shapes: list[tuple[int, ...]]) -> list[Refinement]:
+        rule = _rules.AXIS_PRIMITIVES[name]
+        kind = {"pcast_varying": "pcast_varying"}.get(rule, rule)
+        p = eqn.params
+        params = {"axis": p.get("all_gather_dimension", p.get("axis", 0)),
+                  "tiled": p.get("tiled", False),
+                  "scatter_dimension": p.get("scatter_dimension", 0),
+                  "split_axis": p.get("split_axis", 0)}
+        axes = eqn_axes(eqn)
+        res = []
+        for t, r, o, s in zip(ins, refs, outs, shapes, strict=False):
+            if t is LITERAL:
+                t = SpmdType()
+            got = _rs.collective(kind, t, r, o, axes, shape=s, op=api_name(name), params=params)
+            # a cast keeps what the value is made of (a constant stays a constant)
+            res.append(got.with_data(r.data) if rule in ("pvary", "pcast_varying") else got)
+        return res or [NONE]
+
+    def _elementwise(self, eqn: Any, name: str, ins: list[Any], out: SpmdType,
+                     refs: list[Refinement], shapes: list[tuple[int, ...]],
+                     out_shape: tuple[int, ...], side: Side, op: str) -> Refinement:
+        rule = _rules.PRIMITIVES.get(name, name)
+        if name == "stop_gradient":
+            rule = "stop_gradient"
+        # the extent each operand really has along each dim: 1 where it was broadcast there;
+        # a scalar constant JAX cast itself (the auto-pvary of a literal) is that literal
+        eff = [side.effective(v, s) for v, s in zip(eqn.invars, shapes, strict=True)]
+        ins = [LITERAL if (not is_literal(v) and side.is_constant(v) and not s) else t
+               for v, t, s in zip(eqn.invars, ins, shapes, strict=True)]
+        args = [Arg(t, r, e) for t, r, e in zip(ins, refs, eff, strict=True)]
+        onehot_fill = False
+        if name == "select_n":
+            if len(args) != 3:
+                return NONE
+            args = [args[0], args[2], args[1]]     # where(pred, on_true, on_false)
+            onehot_fill = side.is_zero(eqn.invars[1])
+            rule = "where"
+        side.after_elementwise(eqn, name)
+        res = _r.elementwise(rule, args, out, op=api_name(name), out_ndim=len(out_shape),
+                             onehot_fill=onehot_fill)
+        if rule == "where":
+            # a choice between offsets derived from axis_index(a) (JAX's clamp of a dynamic
+            # index) is still derived from it
+            idx = {a for a in out.varying
+                   if {_r.kind(x.type, x.ref, a) for x in args[1:]} - {FIXED} == {INDEX}}
+            if idx:
+                res = Refinement.of({**res.as_dict(), **{a: INDEX for a in idx}}, res.data)
+        return res
+
+    def _dynamic_slice(self, ins: list[Any], refs: list[Refinement], out: SpmdType,
+                       shapes: list[tuple[int, ...]], sizes: tuple[int, ...]) -> Refinement:
+        """A full dim keeps a Shard, a partial slice drops it; slicing a replicated value at
+        an offset made from `axis_index(a)` gives Shard(a) on that dim (rule 1)."""
+        shape = shapes[0]
+        items = ["slice:full" if sz == n else "slice:part" for sz, n in zip(sizes, shape, strict=True)]
+        res = _rs.index(ins[0], refs[0], out, len(shape), items, len(shape)).as_dict()
+        for d, (idx_t, idx_r) in enumerate(zip(ins[1:], refs[1:], strict=False)):
+            if sizes[d] == shape[d] or idx_t is LITERAL:
+                continue
+            for a in out.varying:
+                if _r.kind(idx_t, idx_r, a) is INDEX and _r.kind(ins[0], refs[0], a) in (FIXED, REP):
+                    res[a] = Shard(d - len(shape))
+        return Refinement.of(res, refs[0].data)
+
+    def _call(self, eqn: Any, subs: list[Any], ins: list[Any], outs: list[SpmdType],
+              refs: list[Refinement], where: Any, quiet: bool,
+              pending: dict[Any, _Pending], side: Side) -> list[Refinement] | None:
+        sub = next((s for s in subs if len(s.invars) == len(eqn.invars)
+                    and len(s.outvars) == len(eqn.outvars)), None)
+        if sub is None:
+            return None
+        res, left = self.jaxpr(sub, refs, parent=where, quiet=quiet,
+                               facts=[side.export(v) for v in eqn.invars])
+        for v, f in zip(eqn.outvars, self.out_facts, strict=False):
+            side.seed(v, f)
+        for p in left:
+            if p.kind == "opaque":
+                self._opaque_call(eqn, ins, outs, where, pending, p)
+            else:
+                for v in eqn.outvars[:1]:
+                    pending.setdefault(v, dataclasses.replace(p))
+        return res
+
+    def _cond(self, eqn: Any, ins: list[Any], outs: list[SpmdType], refs: list[Refinement],
+              where: Any, quiet: bool, pending: dict[Any, _Pending]) -> list[Refinement]:
+        pred_t = ins[0] if ins[0] is not LITERAL else SpmdType()
+        diverge = pred_t.varying
+        if diverge and not quiet:
+            bad = sorted(a for a in diverge for o in outs if a not in o.varying)
+            if bad:
+                self.report(varying_predicate_error("jax.lax.cond", sorted(set(bad)), outs), where,
+                            "primitive: cond")
+        joined: list[Refinement] | None = None
+        for br in eqn.params["branches"]:
+            jp = br.jaxpr if hasattr(br, "jaxpr") else br
+            res, _left = self.jaxpr(jp, refs[1:], parent=where, quiet=quiet)
+            joined = res if joined is None else [_rs.join(a, b, o.varying)
+                                                 for a, b, o in zip(joined, res, outs, strict=True)]
+        return [diverged(r, diverge) for r in (joined or [NONE] * len(outs))]
+
+    def _while(self, eqn: Any, ins: list[Any], outs: list[SpmdType], refs: list[Refinement],
+               where: Any, quiet: bool, pending: dict[Any, _Pending]) -> list[Refinement]:
+        p = eqn.params
+        nc, nb = int(p["cond_nconsts"]), int(p["body_nconsts"])
+        cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
+        cj, bj = (cj.jaxpr if hasattr(cj, "jaxpr") else cj), (bj.jaxpr if hasattr(bj, "jaxpr") else bj)
+        cconsts, bconsts, carry = refs[:nc], refs[nc:nc + nb], refs[nc + nb:]
+        pred_t = _compat.aval_type(cj.outvars[0].aval) if cj.outvars else SpmdType()
+        diverge = pred_t.varying
+        if diverge and not quiet:
+            bad = sorted(a for a in diverge for o in outs if a not in o.varying)
+            if bad:
+                self.report(varying_predicate_error("jax.lax.while_loop", sorted(set(bad)), outs),
+                            where, "primitive: while")
+        carry = [diverged(r, diverge) for r in carry]
+        carry = self._fixed_point(bj, list(bconsts), carry, outs, nb, where)
+        self.jaxpr(cj, list(cconsts) + carry, parent=where, quiet=quiet)
+        res, _ = self.jaxpr(bj, list(bconsts) + carry, parent=where, quiet=quiet)
+        return [diverged(_rs.join(c, r, o.varying), diverge)
+                for c, r, o in zip(carry, res, outs, strict=True)]
+
+    def _scan(self, eqn: Any, outs: list[SpmdType], refs: list[Refinement],
+              shapes: list[tuple[int, ...]], where: Any, quiet: bool,
+              pending: dict[Any, _Pending]) -> list[Refinement]:
+        p = eqn.params
+        nconsts, ncarry = _compat.scan_counts(eqn)
+        body = p["jaxpr"].jaxpr if hasattr(p["jaxpr"], "jaxpr") else p["jaxpr"]
+        consts, carry = refs[:nconsts], refs[nconsts:nconsts + ncarry]
+        xs = [drop_leading(r, len(s)) for r, s in
+              zip(refs[nconsts + ncarry:], shapes[nconsts + ncarry:], strict=True)]
+        carry = self._fixed_point(body, list(consts), list(carry), outs[:ncarry], 0, where,
+                                  extra=xs)
+        res, _ = self.jaxpr(body, list(consts) + carry + xs, parent=where, quiet=quiet)
+        return [_rs.join(c, r, o.varying) for c, r, o in zip(carry, res[:ncarry], outs[:ncarry], strict=True)] \
+            + res[ncarry:]
+
+    def _fixed_point(self, body: Any, consts: list[Refinement], carry: list[Refinement],
+                     outs: Sequence[SpmdType], _nb: int, where: Any,
+                     extra: Sequence[Refinement] = ()) -> list[Refinement]:
+        for _ in range(16):
+            res, _ = self.jaxpr(body, consts + carry + list(extra), parent=where, quiet=True)
+            new = [_rs.join(c, r, o.varying) for c, r, o in zip(carry, res, outs, strict=False)]
+            if new == carry:
+                return carry
+            carry = new
+        return [NONE] * len(carry)
+
+    # ------------------------------------------------------------------ opaque computations
+
+    def _opaque(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], where: Any,
+                pending: dict[Any, _Pending]) -> None:
+        varying = frozenset().union(*(t.varying for t in ins if t is not LITERAL)) if ins else frozenset()
+        for v, o in zip(eqn.outvars, outs, strict=True):
+            dropped = varying - o.varying
+            if dropped:
+                pending[v] = _Pending(opaque_error(name, sorted(dropped), ins, o), where,
+                                      f"primitive: {name}", "opaque", frozenset(dropped))
+
+    def _opaque_call(self, eqn: Any, ins: list[Any], outs: list[SpmdType], where: Any,
+                     pending: dict[Any, _Pending], inner: _Pending) -> None:
+        """An opaque result reached the outputs of a call: report it at the call when the
+        call's own outputs drop the axes (the line the user wrote), else it was cast back."""
+        name = _compat.primitive_name(eqn)
+        varying = frozenset().union(*(t.varying for t in ins if t is not LITERAL)) if ins else frozenset()
+        for v, o in zip(eqn.outvars, outs, strict=True):
+            dropped = (varying - o.varying) & inner.axes
+            if dropped:
+                inner_name = inner.extra.removeprefix("primitive: ")
+                pending[v] = _Pending(opaque_error(f"{name} of {inner_name}", sorted(dropped),
+                                                    ins, o), where, f"primitive: {name}",
+                                      "opaque", frozenset(dropped))
+                return
+
+    # ------------------------------------------------------------------ excuses
+
+    def _excuse_now(self, e: SpmdTypeError, eqn: Any, name: str, ins: list[Any],
+                    refs: list[Refinement], side: Side) -> Refinement | None:
+        """SPMD210 (a partial sum plus a replicated term) when that term is a zero (an
+        accumulator's start: the sum stays Partial), was divided by the axis size (the
+        pre-divided bias, F1: Partial), or is another constant built in the program (a
+        regulariser such as `eps * eye`: plain). The typed program says which with an opt-out;
+        the raw walk accepts them. Returns the result's refinement, or None (not excused)."""
+        if e.code != "SPMD210" or name not in ("add", "add_any", "sub") or not e.axes:
+            return None
+        axis = e.axes[0]
+        partial = True
+        for v, t, r in zip(eqn.invars, ins, refs, strict=True):
+            k = _r.kind(t, r, axis)
+            if k is PARTIAL:
+                continue
+            if k not in (FIXED, REP):
+                return None
+            if side.is_zero(v) or axis in side.prescaled(v):
+                continue
+            if side.is_constant(v):
+                partial = False
+                continue
+            return None
+        kept = {a: k for a, k in (refs[0].items if refs else ()) if a != axis and isinstance(k, Shard)}
+        if partial:
+            kept[axis] = PARTIAL
+        return Refinement.of(kept, any(r.data for r in refs))
+
+
+def _excused(p: _Pending, uses: list[Any]) -> bool:
+    if not uses:
+        return False
+    names = [_compat.primitive_name(e) for e in uses]
+    if p.kind == "nonlinear":
+        return all(n in ("pmax", "pmin") for n in names)
+    if p.kind == "per_example":
+        return all(n == "reduce_sum" and 0 in tuple(e.params.get("axes", ()))
+                   for n, e in zip(names, uses, strict=True))
+    return False
+
+
+# ------------------------------------------------------------------------------ entry
+
+
+def in_refinements(specs: Sequence[Any], avals: Sequence[Any], manual: Sequence[str]) -> list[Refinement]:
+    """The refinement of each shard_map input from its in_spec (`refine_shape.from_spec`)."""
+    out = []
+    for spec, aval in zip(specs, avals, strict=True):
+        ndim = len(getattr(aval, "shape", ()) or ())
+        entries = getattr(spec, "partitions", None)
+        entries = tuple(entries) if entries is not None else tuple(spec or ())
+        out.append(_rs.from_spec(entries, ndim, manual))
+    return out
+
+
+def walk_refinements(body: Any, in_refs: Sequence[Refinement], axis_sizes: dict[str, int],
+                     report: Report) -> RefineWalk:
+    """Walk the shard_map body jaxpr `body`; every violation goes to `report`."""
+    w = RefineWalk(report, axis_sizes)
+    w.top(body, in_refs)
+    return w
+
+
+def body_jaxpr(closed: Any) -> Any | None:
+    """The shard_map equation of a traced program (its body is `eqn.params["jaxpr"]`)."""
+    for e in closed.jaxpr.eqns:
+        if _compat.primitive_name(e) == "shard_map":
+            return e
+    return None
+
+
+
+
+def check_program(eqn: Any, manual: Sequence[str], mesh: Any, report: Report) -> RefineWalk:
+    """Walk the body of the shard_map equation `eqn` (traced under `routed_autodiff` for the
+    cotangent markers) with refinements seeded from its in_specs (one per flat input); each
+    violation goes to `report(e, where, extra)`."""
+    inner = eqn.params["jaxpr"]
+    inner = inner.jaxpr if hasattr(inner, "jaxpr") else inner
+    refs = in_refinements(list(eqn.params["in_specs"]), [v.aval for v in inner.invars], manual)
+    return walk_refinements(inner, refs, _compat.mesh_axis_sizes(mesh), report)

@@ -1,0 +1,242 @@
+"""JAX's manual-axis errors, translated: each message JAX raises about manual-axis types (jax
+0.10 and 0.12) maps to an SPMD code, with the user's line, the operand states JAX printed and
+the fix; JAX's exception is chained (`raise ... from jax_error`).
+
+`TABLE` is the map (one row per JAX message; docs/porting.md prints it); `translate(e)` returns
+the SpmdTypeError for a JAX exception, or None when the message is not a manual-axis error;
+`jax_errors(where, op)` is the context manager `st.shard_map`, `typed_shard_map`, `infer` and
+`spmdtyped.lax` wrap their tracing in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import linecache
+import os
+import re
+import sysconfig
+import traceback
+from collections.abc import Iterator
+
+import jax
+
+from . import SpmdTypeError, error
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxMessage:
+    """One message JAX raises about manual-axis types, and its SPMD code."""
+
+    #: a regular expression matched against the first lines of JAX's message
+    pattern: str
+    code: str
+    #: a message JAX raises, as the docs show it
+    example: str
+    #: what went wrong, in spmdtyped's words ({op}: the primitive JAX named, when it names one)
+    headline: str
+    fix: str
+    #: where JAX raises it (file in jax/_src); "0.12" when only jax 0.12 has it
+    versions: str = "0.10, 0.12"
+
+
+TABLE: tuple[JaxMessage, ...] = (
+    JaxMessage(r"(?P<op>\w+) cannot accept args which are reduced",
+               "SPMD101", "psum cannot accept args which are reduced. Got f32[4]{R:dp} and axes={'dp'}",
+               "{op} over an axis on which its input is Reduced (already reduced: replicated)",
+               'cast it back first: jax.lax.pcast(x, axis, to="varying"), or use the value from '
+               "before the reduction"),
+    JaxMessage(r"(?P<op>pvary) cannot accept args which are unreduced",
+               "SPMD201", "pvary cannot accept args which are unreduced. Got f32[4,2]{V:dp, U:tp} "
+               "and axes={'tp'}",
+               "an Unreduced value combined with a value that varies over its unreduced axes "
+               "(JAX would have to pvary the partial sums)",
+               "finish the reduction first: jax.lax.psum(x, axis), then combine"),
+    JaxMessage(r"(?P<op>\w+) cannot accept args which are unreduced",
+               "SPMD102", "ppermute cannot accept args which are unreduced. Got f32[4]{U:tp} and axes={'tp'}",
+               "{op} over an axis on which its input is Unreduced (partial sums)",
+               "finish the reduction first: jax.lax.psum(x, axis) (or psum_scatter)"),
+    JaxMessage(r"(?P<op>\w+) cannot accept args with unreduced_kind",
+               "SPMD106", "psum cannot accept args with unreduced_kind=... Expected unreduced_kind=...",
+               "{op} was given an Unreduced value of another unreduced kind (sum vs max/min)",
+               "reduce with the collective of the value's kind (psum for sum, pmax for max, ...)"),
+    JaxMessage(r"can only accept axis_name which corresponds to one of",
+               "SPMD104", "psum can only accept axis_name which corresponds to one of varying, "
+               "unreduced, reduced or invariant ...",
+               "a collective over several axes got a value whose state differs between them",
+               "call the collective once per group of axes with the same state"),
+    JaxMessage(r"unreduced rule for (?P<op>\w+) is not implemented",
+               "SPMD202", "unreduced rule for tanh is not implemented. Please file an issue ...",
+               "{op} is not linear, and its input is Unreduced (a partial sum)",
+               "psum the input first: {op}(jax.lax.psum(x, axis)); or declare a linear custom op"),
+    JaxMessage(r"(?P<op>\w+) is a non-linear operation and cannot accept input that is unreduced",
+               "SPMD202", "tanh is a non-linear operation and cannot accept input that is "
+               "unreduced. Got float32[4,2]...",
+               "{op} is not linear, and its input is Unreduced (a partial sum)",
+               "psum the input first: {op}(jax.lax.psum(x, axis)); or declare a linear custom op",
+               "0.12"),
+    JaxMessage(r"lhs and rhs to `mul` cannot be unreduced",
+               "SPMD202", "lhs and rhs to `mul` cannot be unreduced since mul is bilinear. ...",
+               "a product of two Unreduced values (Σa · Σb is not Σ(a·b))",
+               "psum one of the factors first: x * jax.lax.psum(y, axis)"),
+    JaxMessage(r"lhs or rhs passed to dot_general cannot be unreduced",
+               "SPMD202", "lhs or rhs passed to dot_general cannot be unreduced. Got lhs=... and rhs=...",
+               "a matmul of an Unreduced value with a value that is not Reduced on its axes",
+               "psum the Unreduced operand first, or make the other operand Reduced "
+               "(jax.lax.pcast(w, axis, to='reduced'))"),
+    JaxMessage(r"denominator cannot be unreduced",
+               "SPMD202", "The denominator cannot be unreduced passed to `div`. Got y=...",
+               "division by an Unreduced value (1/Σb is not Σ(1/b))",
+               "psum the denominator first: x / jax.lax.psum(y, axis)", "0.12"),
+    JaxMessage(r"scatter indices cannot be unreduced",
+               "SPMD202", "scatter indices cannot be unreduced. Got indices sharding ...",
+               "scatter indices that are Unreduced (partial sums of indices)",
+               "psum the indices first", "0.12"),
+    JaxMessage(r"Inputs cannot be replicated on the same axes that another input",
+               "SPMD203", "Inputs cannot be replicated on the same axes that another input is "
+               "reduced on. Got ...",
+               "a Reduced value combined with a value that is Invariant on its reduced axes",
+               "make the other operand Reduced too (jax.lax.pcast(y, axis, to='reduced')) or "
+               "Varying (jax.lax.pcast(y, axis, to='varying'))"),
+    JaxMessage(r"All inputs should be reduced across the same mesh axes",
+               "SPMD204", "All inputs should be reduced across the same mesh axes. Got specs: ...",
+               "operands Reduced on different axes",
+               "cast the operands to the same Reduced axes first"),
+    JaxMessage(r"(?P<op>\w+) input cannot be unreduced across the axis_name",
+               "SPMD301", "vary_unreduced_cast input cannot be unreduced across the axis_name ...",
+               "pcast of a value that is already Unreduced on the axis",
+               "drop the cast: the value is already Unreduced"),
+    JaxMessage(r"Unsupported pcast from=(?P<op>\w+), to=",
+               "SPMD301", "Unsupported pcast from=unreduced, to='unreduced'",
+               "pcast cannot make this state change (the value is {op})",
+               "the free casts are Invariant -> Varying/Reduced, Reduced -> Varying and "
+               "Varying -> Unreduced; out of Unreduced only jax.lax.psum leads"),
+    JaxMessage(r"Primitive (?P<op>\w+) requires varying manual axes to match",
+               "SPMD205", "Primitive foo requires varying manual axes to match, but got "
+               "[{'dp'}, set()] ...",
+               "{op} has no rule for operands that vary over different manual axes",
+               "make the operands agree: jax.lax.pcast(x, axes, to='varying') on the one that "
+               "varies over fewer axes"),
+    JaxMessage(r"Scan carry input and output got mismatched varying manual axes",
+               "SPMD302", "Scan carry input and output got mismatched varying manual axes for "
+               "carry ...",
+               "a loop carry enters in one state and leaves the body in another",
+               "give the initial carry the state of the body's result: "
+               "jax.lax.pcast(init, axes, to='varying')"),
+    JaxMessage(r"scan body function carry input and carry output must have equal types"
+               r".*(?:\{[VUR]:|varying|vma)",
+               "SPMD302", "scan body function carry input and carry output must have equal types, "
+               "but they differ: ... f32[4]{V:dp} ... f32[4]",
+               "a loop carry enters in one state and leaves the body in another",
+               "give the initial carry the state of the body's result: "
+               "jax.lax.pcast(init, axes, to='varying')"),
+    JaxMessage(r"cond branches must have equal output types.*(?:\{[VUR]:|varying|vma)",
+               "SPMD302", "cond branches must have equal output types but they differ. ... "
+               "f32[4]{V:dp} ... f32[4]",
+               "the branches of cond/switch return values in different states",
+               "cast the branch outputs to the same state: jax.lax.pcast(y, axes, to='varying')"),
+    JaxMessage(r"branches of cond produced mismatched varying manual",
+               "SPMD302", "The branches of cond produced mismatched varying manual axes ...",
+               "the branches of cond/switch return values in different states",
+               "cast the branch outputs to the same state: jax.lax.pcast(y, axes, to='varying')",
+               "0.12"),
+    JaxMessage(r"Primitive (?P<op>\w+) requires the value's varying manual axes to match",
+               "SPMD302", "Primitive swap requires the value's varying manual axes to match "
+               "the Ref's ...",
+               "a Ref was written with a value in another state than the Ref's",
+               "cast the value to the Ref's state before writing it", "0.12"),
+    JaxMessage(r"out_specs passed to shard_map should be equal to the (?:unreduced|reduced)",
+               "SPMD401", "out_specs passed to shard_map should be equal to the unreduced present "
+               "on the out_aval. Got out_specs=... and out_aval=...",
+               "an output's Unreduced/Reduced state differs from its out_spec's",
+               "psum the output, or declare P(unreduced={...}) / P(reduced={...}) as it is"),
+    JaxMessage(r"out_specs which require replication which can't be statically",
+               "SPMD401", "shard_map applied to the function 'f' was given out_specs which "
+               "require replication which can't be statically inferred given the mesh ...",
+               "an output varies over an axis its out_spec says it is replicated on",
+               "psum/pmean/all_gather it over that axis, or name the axis in out_specs"),
+    JaxMessage(r"in_specs containing (?:unreduced|reduced|unreduced_kind) .* passed to shard_map",
+               "SPMD403", "in_specs containing unreduced P(unreduced={'tp'}) passed to shard_map "
+               "should be equal to the unreduced present on the in_aval ...",
+               "an argument's Unreduced/Reduced sharding differs from its in_spec",
+               "shard the argument as its spec says (jax.device_put with NamedSharding(mesh, spec))"),
+    JaxMessage(r"(?:unreduced|reduced) in (?:in|out)_specs .* can only be used when the mesh",
+               "SPMD403", "unreduced in in_specs P(unreduced={'tp'}) can only be used when the "
+               "mesh passed to shard_map contains axis names of type `Manual`",
+               "an Unreduced/Reduced spec on an axis that is not manual in this shard_map",
+               "make the axis manual (drop axis_names) or drop the unreduced/reduced spec"),
+    JaxMessage(r"unbound axis name: (?P<op>\S+)",
+               "SPMD501", "unbound axis name: dq",
+               "a collective names an axis that is not a manual axis of the enclosing shard_map",
+               "use one of the mesh's axis names (or add it to axis_names)"),
+)
+
+_COLLECTIVE_CALL = (r"\b(psum|pmean|pmax|pmin|ppermute|pshuffle|pbroadcast|all_gather|"
+                    r"psum_scatter|all_to_all)\s*\(")
+_UNREDUCED_COLLECTIVE = next(r for r in TABLE if r.code == "SPMD102")
+
+_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
+
+
+def _user_frame(e: BaseException) -> tuple[str, int] | None:
+    """The innermost frame of the traceback outside JAX, spmdtyped and the standard library."""
+    for fs in reversed(traceback.extract_tb(e.__traceback__)):
+        f = os.path.abspath(fs.filename)
+        if not (f.startswith((_JAX_DIR, _PKG_DIR, _STDLIB)) or fs.filename.startswith("<")
+                or "jaxlib" in f):
+            return fs.filename, fs.lineno or 0
+    return None
+
+
+def translate(e: BaseException, where: str | None = None) -> SpmdTypeError | None:
+    """The SpmdTypeError for JAX's manual-axis exception `e` (None for any other exception).
+
+    The error has `.jax_message` (JAX's own text), `.file`/`.line`/`.source` (the user's frame
+    in `e`'s traceback, when there is one) and the states JAX printed in `details`."""
+    if isinstance(e, SpmdTypeError):
+        return None
+    text = str(e)
+    head = "\n".join(text.splitlines()[:40])
+    for row in TABLE:
+        m = re.search(row.pattern, head, re.DOTALL)
+        if m is None:
+            continue
+        op = m.groupdict().get("op") or "the operation"
+        frame = _user_frame(e)
+        if row.code == "SPMD201" and frame is not None:
+            # JAX's implicit pvary of an Unreduced value: a collective needing a Varying input
+            # (SPMD102) or an op combining it with a Varying value (SPMD201); the user's line
+            # tells which
+            call = re.search(_COLLECTIVE_CALL, linecache.getline(*frame))
+            if call is not None:
+                row, op = _UNREDUCED_COLLECTIVE, call.group(1)
+        states = re.findall(r"\w+\[[^\]]*\]\{[^}]*\}", head)
+        details = [f"JAX: {text.splitlines()[0][:300]}"]
+        if states:
+            details.append("operand states (JAX): " + ", ".join(dict.fromkeys(states)))
+        if frame is not None:
+            details.append(f"at {frame[0]}:{frame[1]}")
+        prefix = f"{where}: " if where else ""
+        err = error(row.code, prefix + row.headline.format(op=op), op=op,
+                    fix=row.fix.format(op=op), details=tuple(details))
+        err.jax_message = text  # type: ignore[attr-defined]
+        err.file, err.line = frame if frame is not None else (None, None)  # type: ignore[attr-defined]
+        err.source = f"{frame[0]}:{frame[1]}" if frame is not None else None  # type: ignore[attr-defined]
+        return err
+    return None
+
+
+@contextlib.contextmanager
+def jax_errors(where: str | None = None) -> Iterator[None]:
+    """Raise JAX's manual-axis errors inside the block as SpmdTypeErrors (JAX's chained)."""
+    try:
+        yield
+    except SpmdTypeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - JAX raises ValueError, TypeError, NameError, Exception
+        err = translate(e, where)
+        if err is None:
+            raise
+        raise err from e

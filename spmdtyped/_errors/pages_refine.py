@@ -1,0 +1,135 @@
+"""The error catalogue, part 3: the codes of the Shard / Partial refinement (DESIGN.md §1b).
+
+JAX types all of these programs Varying and computes wrong numbers; spmdtyped's refinement of
+Varying (`_refine`) sees that a value is a *partial sum* (Partial) or a *shard of a global
+array* (Shard) and rejects the op that mixes them up. Pure data, like `_error_pages`.
+"""
+
+from __future__ import annotations
+
+from .pages import ErrorPage
+
+PAGES: tuple[ErrorPage, ...] = (
+    ErrorPage(
+        code="SPMD210", slug="partial-plus-replicated", title="Replicated term added to a partial sum",
+        headline="a partial sum was combined with a replicated term before its reduction",
+        rule="A partial sum over an axis is added only to partial sums over the same axis; a replicated "
+             "term is added after the reduction.",
+        meaning="A Partial value holds one device's term of a sum over the axis, for example `h @ w2` with "
+                "the contracted dim sharded on both sides. Adding a replicated value (a bias, a literal, an "
+                "Invariant or Rep value) to each term adds it once per device: after the reduction it is "
+                "counted n times. This is the row-parallel bias bug of Megatron-LM and TGI. JAX types the "
+                "partial sum Varying and accepts the program.",
+        fix='st.psum(partial, axis) + b',
+        solutions=(
+            "Reduce first, then add: `st.psum(h @ w2, 'tp') + b`.",
+            "Or add the term on one device only: `b * (st.axis_index('tp') == 0)` (rarely what is meant).",
+        ),
+        before='y = h @ w2 + b          # h: Shard["tp", -1], w2: Shard["tp", 0], b: Invariant',
+        after='y = st.psum(h @ w2, "tp") + b',
+        when="`+`, `-`, concatenate or stack of a Partial value with an Invariant, Reduced, Rep or literal "
+             "value: a bias added inside a row-parallel layer, a replicated regulariser added to a local "
+             "loss term.",
+        related=("SPMD211", "SPMD212", "SPMD201"),
+        opt_out=True,
+    ),
+    ErrorPage(
+        code="SPMD211", slug="partial-nonlinear", title="Non-linear op on a partial sum",
+        headline="a non-linear op was applied to a partial sum",
+        rule="Only linear ops (sums, scaling by a replicated factor, reshapes) apply to a partial sum before "
+             "its reduction.",
+        meaning="f(Σ_d x_d) ≠ Σ_d f(x_d) unless f is linear. JAX types a partial sum Varying and lets every "
+                "op through; the result is not the op of the true value. The product of two partial sums "
+                "and max/min/sort of one are not linear either.",
+        fix="f(st.psum(partial, axis))",
+        solutions=("Reduce first: `f(st.psum(p, axis))`.",
+                   "If the contraction is local on purpose (a block-wise preconditioner, a per-shard "
+                   "norm), say so: `st.local(p, axis)` forgets the refinement and binds nothing.",),
+        before='y = st.numpy.tanh(h @ w2)     # a partial sum over "tp"',
+        after='y = st.numpy.tanh(st.psum(h @ w2, "tp"))',
+        when="An activation, softmax, max, sort, or a product of two partial sums, applied before the "
+             "all-reduce of a row-parallel layer or of a vocab-parallel logit sum.",
+        related=("SPMD202", "SPMD210"),
+        opt_out=True,
+    ),
+    ErrorPage(
+        code="SPMD212", slug="partial-divisor", title="Division by a partial sum",
+        headline="a value was divided by a partial sum",
+        rule="A divisor is never a partial sum: reduce it first.",
+        meaning="Each device divides by its local term instead of the total: a normaliser or a token count "
+                "computed over a shard (the Megatron-LM loss-normalisation bugs, the attention-sink "
+                "normaliser over TP-sharded heads).",
+        fix="x / st.psum(d, axis)",
+        solutions=("Reduce the divisor first: `x / st.psum(count, axis)`.",),
+        before='loss = (l * mask).sum() / mask.sum()      # mask: Shard["dp", 0]',
+        after='loss = st.psum((l * mask).sum(), "dp") / st.psum(mask.sum(), "dp")',
+        when="`/` whose divisor is Partial over an axis: the sum of a sharded mask, of sharded exp-logits, "
+             "of a sharded head dimension.",
+        related=("SPMD211",),
+        opt_out=True,
+    ),
+    ErrorPage(
+        code="SPMD213", slug="partial-select", title="Partial sum selected per device",
+        headline="a partial sum was selected by a predicate that varies over its axis",
+        rule="A `where` selects between partial sums only with a predicate that is the same on every "
+             "device of their axis.",
+        meaning="Selecting per device between terms of a sum, with a different choice on each device, is "
+                "not the selection of the total.",
+        fix="st.numpy.where(pred, st.psum(p, axis), q)",
+        solutions=("Reduce the branches first, or make the predicate uniform over the axis.",),
+        before='y = st.numpy.where(x > 0, p, 0.0)    # x varies over "tp", p partial over "tp"',
+        after='y = st.numpy.where(x > 0, st.psum(p, "tp"), 0.0)',
+        when="`where` with a Partial branch and a predicate Varying on the same axis.",
+        related=("SPMD211", "SPMD202"),
+        opt_out=True,
+    ),
+    ErrorPage(
+        code="SPMD108", slug="shard-reduce", title="Gradient of a shard summed over its own axis",
+        headline="the gradient of a shard of a global array was summed over its own axis",
+        rule="A `psum`/`pmean` over an axis takes per-device terms or partial sums, never the gradients "
+             "of different slices of one parameter sharded over that axis.",
+        meaning="The gradient of a Shard parameter is a Shard too: each device holds the gradient of its "
+                "own slice (its own experts, its own rows). `psum`/`pmean` over the axis it is sharded on "
+                "adds the gradients of different parameters elementwise: expert gradients reduced over "
+                "the expert axis instead of the expert-data-parallel group. Only gradients (the results "
+                "of `st.grad`/`st.value_and_grad`/`st.vjp` and what ops make of them) are checked at "
+                "run time: a value that an in_spec shards may as well be a stack of per-device terms, "
+                "whose psum is right. The mypy plugin, which does not follow gradients, reports it for "
+                "every value a hint declares a Shard (`st.Shard[\"ep\", 0]`, an `\"e/ep\"` dim): a "
+                "hint that names a sharded dim declares a slice of a global array.",
+        fix="st.psum(g, axes_the_parameter_is_replicated_on)",
+        solutions=(
+            "Reduce over the axes the parameter is replicated on only: `st.psum(g, 'dp')`.",
+            "Gather it if the whole gradient is meant: `st.all_gather(g, axis, axis=d, tiled=True)`.",
+        ),
+        before='g = st.psum(st.grad(lambda w: (w * w).sum())(w_experts), "tp")   # Shard["tp", 0]',
+        after='g = st.grad(lambda w: (w * w).sum())(w_experts)   # each device owns its experts',
+        when="`psum`/`pmean` over an axis on which a gradient is Shard(dim): the parameter was sharded "
+             "over that axis by an in_spec, a hint or a `psum_scatter`.",
+        related=("SPMD103",),
+        opt_out=True,
+    ),
+    ErrorPage(
+        code="SPMD215", slug="replicated-along-shard", title="Replicated values laid along a shard",
+        headline="a replicated array was combined elementwise along a dim another operand has sharded",
+        rule="Along a dim sharded over an axis, every operand is sharded the same way or constant: a "
+             "replicated array there gives every device the same values for a different slice.",
+        meaning="If `q` holds this device's heads (Shard over 'tp' on the heads dim), an Invariant per-head "
+                "parameter sliced to the local count (`sinks[:h_local]`) or positions built with "
+                "`arange(local_len)` on a sequence-sharded dim give each device the values of the first "
+                "slice. JAX accepts it; the result is wrong on every device but the first. Constants "
+                "(`zeros`, `ones`, `full`, literals) are fine.",
+        fix="x + p[st.axis_index(axis) * n : ...]   # or in_specs sharding p like x",
+        solutions=(
+            "Shard the parameter like the value: `in_specs=P('tp')` for per-head parameters.",
+            "Slice it by the device's index: `lax.dynamic_slice_in_dim(p, st.axis_index('tp') * h, h)`.",
+            "Opt out where it is meant: `with st.allow(\"SPMD215\"): ...`.",
+        ),
+        before='s = q_heads + sinks[:h]          # q_heads: Shard["tp", -2], sinks: Invariant',
+        after='s = q_heads + sinks_local        # sinks_local: in_specs P("tp")',
+        when="Per-head parameters (attention sinks, ALiBi slopes) or positions (RoPE) laid along a dim "
+             "sharded over tp, sp or cp.",
+        related=("SPMD210",),
+        opt_out=True,
+    ),
+)
