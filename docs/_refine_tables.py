@@ -12,7 +12,7 @@ from typing import Any
 from spmdtyped import _errors, _surface
 from spmdtyped._rules import LITERAL, SpmdType
 from spmdtyped._rules import refine as rf
-from spmdtyped._rules import refine_shape as rs
+from spmdtyped._rules.refine import shape as rs
 
 AXIS = "tp"
 TP = SpmdType(varying=AXIS)

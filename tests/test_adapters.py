@@ -17,7 +17,10 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped.adapters import _cli, _codemod
+from spmdtyped._cli import args as _cli_args
+from spmdtyped._cli import infer as _cli
+from spmdtyped._cli import port as _port_cli
+from spmdtyped.adapters._port import codemod as _codemod
 
 PORTING = pathlib.Path(__file__).parent / "porting"
 
@@ -261,11 +264,11 @@ def test_cli_infer_violation_and_usage(capsys):
     assert rc == 1 and f"megatron_mlp.py:{bug}: SPMD401" in out
     assert _cli.main([f"{PORTING / 'megatron_mlp.py'}:mlp", *MLP[:-1], "f32[4,8]"]) == 2
     assert _cli.main(["no_colon", *MLP]) == 2
-    assert _cli.parse_mesh("dp=2, tp=4") == (("dp", "tp"), (2, 4))
-    assert _cli.parse_shapes("bf16[2,3];[] 4x5") == [("bfloat16", (2, 3)), ("float32", ()),
+    assert _cli_args.parse_mesh("dp=2, tp=4") == (("dp", "tp"), (2, 4))
+    assert _cli_args.parse_shapes("bf16[2,3];[] 4x5") == [("bfloat16", (2, 3)), ("float32", ()),
                                                      ("float32", (4, 5))]
     with pytest.raises(ValueError):
-        _cli.parse_mesh("dp:2")
+        _cli_args.parse_mesh("dp:2")
 
 
 def test_main_dispatches_infer(capsys):
@@ -375,12 +378,12 @@ def test_port_cli(tmp_path, capsys):
     diff = capsys.readouterr().out
     assert diff.startswith(f"--- a/{path}") and "+from spmdtyped import lax" in diff
     assert path.read_text() == original  # a diff only
-    assert _codemod.main([str(path), "--check"]) == 1
+    assert _port_cli.main([str(path), "--check"]) == 1
     capsys.readouterr()
-    assert _codemod.main([str(path), "--write"]) == 0
+    assert _port_cli.main([str(path), "--write"]) == 0
     assert path.read_text() == _codemod.port_source(original)[0]
-    assert _codemod.main([str(path), "--check"]) == 0
-    assert _codemod.main([str(tmp_path / "missing.py")]) == 2
+    assert _port_cli.main([str(path), "--check"]) == 0
+    assert _port_cli.main([str(tmp_path / "missing.py")]) == 2
 
 
 def test_primitive_tables_name_rules():

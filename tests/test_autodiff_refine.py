@@ -14,8 +14,8 @@ from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped import _array
 from spmdtyped._rules.refine import PARTIAL, REP, Refinement, Shard
+from spmdtyped._typed import array as _array
 
 DP = 8
 

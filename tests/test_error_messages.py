@@ -21,7 +21,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped import _error_pages, _errors
+from spmdtyped import _errors
+from spmdtyped._errors import pages as _error_pages
 
 ROOT = Path(__file__).resolve().parent.parent
 CODES = sorted(_errors.REGISTRY)
@@ -299,8 +300,8 @@ def _in_state(v: Any, spec: str) -> Any:
     """`v` (Invariant) brought to `spec`: "I", "V:dp,tp", "R:dp", "U:tp", or several; the
     refinements of Varying: "S:tp:-1" (a Shard over tp along dim -1; dims from the left are
     resolved against the rank), "P:tp" (partial sums over tp)."""
-    from spmdtyped import _array
     from spmdtyped._rules import refine
+    from spmdtyped._typed import array as _array
 
     for part in spec.split():
         if part == "I":

@@ -17,7 +17,7 @@ from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped.adapters import _refine_route
+from spmdtyped._engine import refine_route as _refine_route
 
 
 @pytest.fixture(scope="module")

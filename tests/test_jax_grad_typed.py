@@ -17,7 +17,7 @@ from _helpers import put
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped import _array
+from spmdtyped._typed import array as _array
 
 SPECS = (P(None, "tp"), P("tp", None), P())      # w1 column-, w2 row-parallel, b replicated
 TOL = {"rtol": 2e-5, "atol": 2e-6}

@@ -33,7 +33,7 @@ def test_other_names_are_jax_lax():
         slax.no_such_function  # noqa: B018
     assert not hasattr(slax, "__path__")
     assert st.lax is slax
-    from spmdtyped.adapters import _codemod_scan
+    from spmdtyped.adapters._port import scan as _codemod_scan
     assert tuple(sorted(_codemod_scan.CHECKED)) == tuple(sorted(slax.CHECKED))
 
 

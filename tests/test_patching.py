@@ -7,7 +7,8 @@ import jax
 import pytest
 
 import spmdtyped as st
-from spmdtyped.adapters import _patching, _refine_route
+from spmdtyped._engine import patching as _patching
+from spmdtyped._engine import refine_route as _refine_route
 
 
 def _module():

@@ -18,7 +18,7 @@ import pytest
 from spmdtyped._mypy import collectives, operators, refined
 from spmdtyped._rules import LITERAL, SpmdType
 from spmdtyped._rules import refine as _refine
-from spmdtyped._rules import refine_shape as _refine_shape
+from spmdtyped._rules.refine import shape as _refine_shape
 
 TP = SpmdType(varying={"tp"})
 DP_TP = SpmdType(varying={"dp", "tp"})

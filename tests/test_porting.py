@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import spmdtyped as st
-from spmdtyped.adapters import _codemod
+from spmdtyped.adapters._port import codemod as _codemod
 
 HERE = pathlib.Path(__file__).parent / "porting"
 PROGRAMS = sorted(p.stem for p in HERE.glob("*.py") if not p.stem.startswith("_"))

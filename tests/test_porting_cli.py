@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from spmdtyped import _cli_check
-from spmdtyped.adapters import _cli
+from spmdtyped._cli import check as _cli_check
+from spmdtyped._cli import infer as _cli
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

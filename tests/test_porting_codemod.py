@@ -30,7 +30,8 @@ import numpy as np
 import pytest
 
 import spmdtyped as st
-from spmdtyped.adapters import _codemod, _observe
+from spmdtyped.adapters._port import codemod as _codemod
+from spmdtyped.adapters._port import observe as _observe
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SUITES = {"porting": ROOT / "tests" / "porting", "porting_styles": ROOT / "tests" / "porting_styles"}

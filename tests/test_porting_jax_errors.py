@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped import _jax_errors
+from spmdtyped._errors import jax_messages as _jax_errors
 
 CASES = cases.CASES
 IN = P("dp", "tp")

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import spmdtyped as st
-from spmdtyped.adapters import _codemod
+from spmdtyped.adapters._port import codemod as _codemod
 
 HERE = pathlib.Path(__file__).parent / "porting_styles"
 PROGRAMS = sorted(p.stem for p in HERE.glob("*.py") if not p.stem.startswith("_"))

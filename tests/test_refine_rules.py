@@ -8,8 +8,8 @@ import pytest
 from spmdtyped import SpmdTypeError
 from spmdtyped._rules import LITERAL, SpmdType
 from spmdtyped._rules import refine as _refine
-from spmdtyped._rules import refine_shape as _refine_shape
 from spmdtyped._rules.axis_size import AxisSize, share_of
+from spmdtyped._rules.refine import shape as _refine_shape
 
 #: both rule modules as one namespace
 rf = types.SimpleNamespace(**{**vars(_refine), **vars(_refine_shape)})

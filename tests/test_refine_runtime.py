@@ -19,8 +19,10 @@ from beartype.roar import BeartypeCallHintParamViolation
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped import _array, _refining, _surface
+from spmdtyped import _surface
 from spmdtyped._rules import refine as rf
+from spmdtyped._typed import array as _array
+from spmdtyped._typed import refining as _refining
 
 snp = st.numpy
 PARTIAL, REP, INDEX, ONEHOT = rf.PARTIAL, rf.REP, rf.INDEX, rf.ONEHOT

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from spmdtyped import SpmdTypeError, _hints, _rules, _surface
+from spmdtyped import SpmdTypeError, _rules, _surface
 from spmdtyped._stubgen import main, messages, parse_axes, render
 from spmdtyped._stubgen.forms import _forms, plan
 from spmdtyped._stubgen.model import ANY, Alt, Arr, Overload, Var, lit, match, var
 from spmdtyped._stubgen.select import StubError, axis_rule, select, unary_rule, verify
+from spmdtyped._typed import hints as _hints
 
 REPO = Path(__file__).resolve().parent.parent
 

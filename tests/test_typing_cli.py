@@ -10,7 +10,7 @@ from pathlib import Path
 
 from test_typing import CACHE, REPO
 
-from spmdtyped import _cli_check
+from spmdtyped._cli import check as _cli_check
 
 # jax and numpy are not needed to exercise the CLI: keep the runs fast
 FAST = ("--no-site-packages", "--ignore-missing-imports")
