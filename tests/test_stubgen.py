@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from spmdtyped import SpmdTypeError, _rules, _surface
-from spmdtyped._stubgen import main, messages, parse_axes, render
+from spmdtyped._cli.stubgen import main
+from spmdtyped._stubgen import messages, parse_axes, render
 from spmdtyped._stubgen.forms import _forms, plan
 from spmdtyped._stubgen.model import ANY, Alt, Arr, Overload, Var, lit, match, var
 from spmdtyped._stubgen.select import StubError, axis_rule, select, unary_rule, verify
