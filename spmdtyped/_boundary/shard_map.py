@@ -14,6 +14,9 @@ from jax.sharding import PartitionSpec
 
 from .. import _compat, _rules  # noqa: F401
 from .._errors import SpmdTypeError, error, error_context
+from .._engine.check import check_shard_map, run_checked, shard_map_eqn, signature_key
+from .._engine.refine_route import routed_autodiff
+from .._engine.walk import exception_source, function_source, locate
 from .._errors.jax_messages import jax_errors
 
 # _autodiff: importing it lets jax.grad / eqx.filter_grad differentiate typed losses in the
@@ -98,8 +101,10 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
     if mesh is not None:
         _check_mesh_specs(mesh, in_specs, out_specs, axis_names, where)
     built: dict[Any, Callable[..., Any]] = {}
+    #: (mesh and specs, input signature) -> the checked program (`_engine.check.run_checked`)
+    checked: dict[Any, Callable[..., Any]] = {}
 
-    def build(m: Any, specs: Any) -> Callable[..., Any]:
+    def build(m: Any, specs: Any, outputs: bool = True) -> Callable[..., Any]:
         _, ret_hint = _hints_of(f)
         mesh_axes = _compat.mesh_axis_names(m)
         manual = tuple(a for a in mesh_axes if not axis_names or a in axis_names)
@@ -143,13 +148,16 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
                     # from the specs itself, and still checks collectives and outputs.
                     with vma_off():
                         out = f(*typed_inputs(raw_args, typed=True))
+            if not outputs:  # the engine's view of a body whose outputs JAX rejects
+                return jax.numpy.zeros((), "float32")
             check_return(out, ret_hint, where)
             check_outputs(out, out_specs, manual, where)
             # every typed leaf, in any pytree (registered dataclasses too): typed values are
             # pytree nodes, and JAX would rebuild them around the global outputs
             return jax.tree_util.tree_map(unwrap, out, is_leaf=is_typed)
 
-        return _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+        return _compat.shard_map(body, mesh=mesh, in_specs=in_specs,
+                                 out_specs=out_specs if outputs else PartitionSpec(),
                                  axis_names=axis_names, check_vma=check_vma)
 
     @functools.wraps(f)
@@ -174,7 +182,48 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
             built[key] = build(m, specs)
         with error_context(function=name, mesh=m, manual=manual), \
                 in_spec_errors(where, "st.shard_map"), jax_errors(where):
-            return built[key](*raw_args)
+            if not check_vma:  # JAX's states are all Invariant: the typed values' checks only
+                return built[key](*raw_args)
+            # the engine on the program JAX staged (the function `infer` calls): whatever the
+            # body is written with (jnp, jax.nn, equinox modules, ...); typed values have been
+            # checked before each bind while it traced
+            return run_checked(built[key], tuple(raw_args), check=lambda eqn: check(eqn, m, manual),
+                               cache=checked, key=lambda: (key, signature_key(raw_args)),
+                               trace=lambda thunk: located_trace(thunk, m, specs, raw_args,
+                                                                 manual))
+
+    def check(eqn: Any, m: Any, manual: tuple[str, ...]) -> None:
+        got = check_shard_map(eqn, manual=manual, mesh=m, source=function_source(f), where=where)
+        if got.violations:
+            raise got.violations[0]
+
+    def located_trace(thunk: Callable[[], Any], m: Any, specs: Any, raw_args: list[Any],
+                      manual: tuple[str, ...]) -> Any:
+        # an error of a typed value's eager check (raised while the body traced) names the
+        # user's line; an output that fails its out_spec is reported at its cause when the
+        # engine finds one in the body (`infer` does the same), the boundary error chained
+        try:
+            return thunk()
+        except SpmdTypeError as e:
+            if e.code in ("SPMD401", "SPMD404") and getattr(e, "source", None) is None:
+                cause = engine_cause(m, specs, raw_args, manual)
+                if cause is not None:
+                    raise cause from e
+                locate(e, function_source(f))
+            elif getattr(e, "source", None) is None:
+                locate(e, exception_source(e))
+            raise
+
+    def engine_cause(m: Any, specs: Any, raw_args: list[Any],
+                     manual: tuple[str, ...]) -> SpmdTypeError | None:
+        try:
+            with routed_autodiff():
+                closed = jax.make_jaxpr(build(m, specs, outputs=False))(*raw_args)
+        except Exception:  # noqa: BLE001 - the body fails for another reason: the error stands
+            return None
+        eqn = shard_map_eqn(closed)
+        got = check_shard_map(eqn, manual=manual, mesh=m, source=function_source(f), where=where)
+        return got.violations[0] if got.violations else None
 
     if mesh is not None and in_specs is not _compat.INFER:
         wrapped.__wrapped_shard_map__ = build(mesh, in_specs)  # type: ignore[attr-defined]

@@ -17,24 +17,51 @@ import jax
 from .. import _compat
 from .patching import Patch
 
-#: markers left in the jaxpr: a `jit` of `(primal, cotangent) -> cotangent`
+#: markers left in the jaxpr: `spmdtyped_mark(primal, cotangent, name=...) -> cotangent`
 CT_MARK = "spmdtyped_cotangent"
 PER_EXAMPLE_MARK = "spmdtyped_per_example_cotangent"
 
+def _make_mark_primitive() -> Any:
+    """`spmdtyped_mark(primal, ct, name=...) -> ct`: an identity that lowers to nothing (the
+    compiled program is the one without it), linear in `ct`, batched and transposed as an
+    identity. Only the refinement walk reads it."""
+    from jax.extend.core import Primitive
+    from jax.interpreters import ad, batching, mlir
+
+    prim = Primitive(MARK_PRIMITIVE)
+    prim.def_impl(lambda primal, ct, *, name: ct)
+    prim.def_abstract_eval(lambda primal, ct, *, name: ct)
+    mlir.register_lowering(prim, lambda ctx, primal, ct, *, name: [ct])
+
+    def jvp(primals: Any, tangents: Any, *, name: str) -> Any:
+        return primals[1], ad.instantiate_zeros(tangents[1])
+
+    def transpose(t: Any, primal: Any, ct: Any, *, name: str) -> Any:
+        return None, t
+
+    def batch(args: Any, dims: Any, *, name: str) -> Any:
+        return prim.bind(args[0], args[1], name=name), dims[1]
+
+    ad.primitive_jvps[prim] = jvp
+    ad.primitive_transposes[prim] = transpose
+    batching.primitive_batchers[prim] = batch
+    return prim
+
+
+#: the marker's primitive name (the walks recognise it by this name)
+MARK_PRIMITIVE = "spmdtyped_mark"
+_MARK = _make_mark_primitive()
+
+
 def _mark(primal: Any, ct: Any, name: str) -> Any:
-    """`ct`, returned through a `jit` named `name` that also takes `primal`: the walk types
-    the result by the cotangent rule of `primal`'s refinement."""
+    """`ct`, returned through the marker primitive named `name` that also takes `primal`:
+    the walk types the result by the cotangent rule of `primal`'s refinement."""
     if ct is None or not isinstance(ct, (jax.Array, jax.core.Tracer)) \
             or getattr(ct, "dtype", None) == jax.dtypes.float0:
         return ct
     if not isinstance(primal, (jax.Array, jax.core.Tracer)):
         return ct
-
-    def ident(p: Any, c: Any) -> Any:
-        return c
-
-    ident.__name__ = name
-    return jax.jit(ident)(primal, ct)
+    return _MARK.bind(primal, ct, name=name)
 
 
 def _marked_tree(primals: Any, cts: Any, name: str) -> Any:

@@ -59,7 +59,7 @@ from .refine_facts import (
     track_side,
     varying_predicate_error,
 )
-from .refine_route import CT_MARK, PER_EXAMPLE_MARK
+from .refine_route import CT_MARK, MARK_PRIMITIVE, PER_EXAMPLE_MARK
 
 Where = "tuple[str, int] | None"
 Report = Callable[[SpmdTypeError, Any, str], None]
@@ -225,7 +225,7 @@ class RefineWalk:
         p = eqn.params
         subs = _compat.sub_jaxprs(eqn)
 
-        mark = str(p.get("name", "")) if name == "jit" else ""
+        mark = str(p.get("name", "")) if name == MARK_PRIMITIVE else ""
         if mark == CT_MARK or mark.startswith(PER_EXAMPLE_MARK):
             ct = _rs.cotangent(refs[0]).restrict(out.varying)
             side.grad.update(eqn.outvars)
@@ -287,7 +287,7 @@ class RefineWalk:
         if name == "dynamic_slice":
             return [self._dynamic_slice(ins, refs, out, shapes, tuple(p["slice_sizes"]))]
         if name == "gather":
-            return [_rs.index(ins[0], refs[0], out, len(shapes[0]), ["array"], len(out_shape))]
+            return [self._gather(ins, refs, out, shapes, out_shape, p)]
         if name == "concatenate":
             args = [Arg(t, r, s) for t, r, s in zip(ins, refs, shapes, strict=True)]
             return [_rs.concatenate(args, out, axis=int(p["dimension"]), out_ndim=len(out_shape),
@@ -360,6 +360,19 @@ class RefineWalk:
                    if {_r.kind(x.type, x.ref, a) for x in args[1:]} - {FIXED} == {INDEX}}
             if idx:
                 res = Refinement.of({**res.as_dict(), **{a: INDEX for a in idx}}, res.data)
+        elif name in ("add", "sub") and len(args) == 2:
+            # an offset derived from axis_index(a) plus a constant built in the program
+            # (`axis_index * n + arange(n)`: this device's indices) is still derived from it
+            idx = set()
+            for a in out.varying:
+                kinds = [_r.kind(x.type, x.ref, a) for x in args]
+                consts = [x.type is LITERAL or (not is_literal(v) and side.is_constant(v))
+                          for x, v in zip(args, eqn.invars, strict=True)]
+                if any(k is INDEX and not c for k, c in zip(kinds, consts, strict=True)) \
+                        and all(k is INDEX or c for k, c in zip(kinds, consts, strict=True)):
+                    idx.add(a)
+            if idx:
+                res = Refinement.of({**res.as_dict(), **{a: INDEX for a in idx}}, res.data)
         return res
 
     def _dynamic_slice(self, ins: list[Any], refs: list[Refinement], out: SpmdType,
@@ -375,6 +388,22 @@ class RefineWalk:
             for a in out.varying:
                 if _r.kind(idx_t, idx_r, a) is INDEX and _r.kind(ins[0], refs[0], a) in (FIXED, REP):
                     res[a] = Shard(d - len(shape))
+        return Refinement.of(res, refs[0].data)
+
+    def _gather(self, ins: list[Any], refs: list[Refinement], out: SpmdType,
+                shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], p: Any) -> Refinement:
+        """An array index drops the operand's Shards; gathering a replicated value at indices
+        made from `axis_index(a)` (`jnp.take(table, axis_index * n + arange(n))`: this
+        device's rows) gives Shard(a) on the output's one batch dim, as `dynamic_slice`."""
+        res = _rs.index(ins[0], refs[0], out, len(shapes[0]), ["array"], len(out_shape)).as_dict()
+        dnums = p.get("dimension_numbers")
+        offset = tuple(getattr(dnums, "offset_dims", ()) or ())
+        batch = [d for d in range(len(out_shape)) if d not in offset]
+        if len(batch) == 1 and len(ins) > 1 and ins[1] is not LITERAL:
+            for a in out.varying:
+                if _r.kind(ins[1], refs[1], a) is INDEX \
+                        and _r.kind(ins[0], refs[0], a) in (FIXED, REP):
+                    res[a] = Shard(batch[0] - len(out_shape))
         return Refinement.of(res, refs[0].data)
 
     def _call(self, eqn: Any, subs: list[Any], ins: list[Any], outs: list[SpmdType],

@@ -30,6 +30,7 @@ import jax
 from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
+from .refine_facts import from_autodiff
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: frames in these directories are library code: JAX, jaxlib, spmdtyped, the standard library
@@ -142,6 +143,16 @@ def located(e: SpmdTypeError, where: tuple[str, int] | None, extra: str | None =
     new.file, new.line = where if where is not None else (None, None)  # type: ignore[attr-defined]
     new.source = f"{where[0]}:{where[1]}" if where is not None else None  # type: ignore[attr-defined]
     return new
+
+
+def locate(e: SpmdTypeError, where: tuple[str, int] | None) -> None:
+    """Name the user's source line on `e` itself (`.file`, `.line`, `.source`), as `located`
+    does on a copy: for an error raised while the body traced (a typed value's eager check),
+    whose traceback and chain stay as they are."""
+    if where is None or getattr(e, "source", None) is not None:
+        return
+    e.file, e.line = where  # type: ignore[attr-defined]
+    e.source = f"{where[0]}:{where[1]}"  # type: ignore[attr-defined]
 
 
 class _Where:
@@ -259,7 +270,9 @@ class Walk:
             src = producers.get(id(v))
             if (not is_cast and src is not None and _compat.primitive_name(src) == "pvary"
                     and set(src.params.get("axes", ())) & set(axes)
-                    and _is_auto_pvary(_compat.eqn_frames(src))):
+                    and _is_auto_pvary(frames := _compat.eqn_frames(src))
+                    and not from_autodiff(frames, user_frame(frames))):
+                # (a pvary JAX's transposition made, e.g. of a psum, is the gradient's own)
                 # JAX pvary'd an Invariant input to make the collective type-check: check the
                 # collective on the value the user passed (strict: SPMD103)
                 t = _compat.aval_type(src.invars[0].aval)

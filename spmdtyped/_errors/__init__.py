@@ -373,11 +373,21 @@ def allow(*codes: str | int) -> Iterator[None]:
             raise error("SPMD508", f"st.allow: {c!r} is not a strict rule that can be opted out of; "
                         f"strict codes: {', '.join(strict)}", op="st.allow",
                         fix=f"with st.allow({strict[0]!r}): ...")
-    token = _ALLOWED.set(_ALLOWED.get() | frozenset(e.code for e in entries))
+    allowed_now = frozenset(e.code for e in entries)
+    token = _ALLOWED.set(_ALLOWED.get() | allowed_now)
     try:
-        yield
+        with contextlib.ExitStack() as scopes:
+            for hook in ALLOW_SCOPES:   # the engine marks the equations traced in the block
+                scopes.enter_context(hook(allowed_now))
+            yield
     finally:
         _ALLOWED.reset(token)
+
+
+#: context managers entered by `allow(...)` with its codes: the JAX layer registers one that
+#: names the equations traced inside the block (`_engine.check`), so that the jaxpr walk,
+#: which runs after the trace, honours an opt-out written in the body
+ALLOW_SCOPES: list[Callable[[frozenset[str]], contextlib.AbstractContextManager[None]]] = []
 
 
 def allowed(code: str) -> bool:

@@ -14,8 +14,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 from .. import _compat, _rules
 from .._boundary.shard_map import check_outputs, is_spec_leaf
 from .._engine.refine_route import routed_autodiff, trace_discarding_outputs
-from .._engine.refine_walk import body_jaxpr, check_program
-from .._engine.walk import Step, Walk, boundary_source, exception_source, function_source, located
+from .._engine.check import check_shard_map, in_program_order, refine_into, shard_map_eqn
+from .._engine.refine_walk import body_jaxpr
+from .._engine.walk import Step, Walk, exception_source, function_source, located
 from .._errors import SpmdTypeError
 from .._errors.jax_messages import translate
 from .._rules import SpmdType
@@ -217,9 +218,12 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
             eqn = body_jaxpr(refined) if refined is not None else None
             if eqn is not None:
                 extra = Walk(record_steps=False)
-                _refine(extra, eqn, manual, mesh)
+                refine_into(extra, eqn, manual, mesh)
                 rep.violations.extend(extra.violations)
                 rep.mismatches.extend(extra.mismatches)
+                inner = eqn.params["jaxpr"]
+                rep.violations[:] = in_program_order(getattr(inner, "jaxpr", inner),
+                                                     rep.violations, function_source(f))
             return rep
 
         def body(*a: Any) -> Any:
@@ -242,55 +246,25 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
             raise
         translated.__cause__ = jax_error
         return rejected(_failed(f, args, spec_types, translated, order))
-    return walk_traced(closed, out_shape, f, args, mesh=mesh, axis_names=axis_names, where=where,
-                       refine=True)
+    return walk_traced(closed, out_shape, f, args, mesh=mesh, axis_names=axis_names, where=where)
 
 
 def walk_traced(closed: Any, out_shape: Any, f: Callable[..., Any], args: Sequence[Any], *,
-                mesh: Any, axis_names: Any, where: str, steps: bool = True,
-                refine: bool = False) -> InferReport:
-    """Check the traced `jax.shard_map(f)` program: `closed`, a ClosedJaxpr with one shard_map
-    equation, or that equation itself (as staged in the caller's trace). `refine`: also walk
-    Shard / Partial / Rep (`_refine_walk`; infer)."""
+                mesh: Any, axis_names: Any, where: str, steps: bool = True) -> InferReport:
+    """Check the traced `jax.shard_map(f)` program (`closed`: a ClosedJaxpr with one shard_map
+    equation, or that equation itself, as staged in the caller's trace) with the engine
+    (`_engine.check.check_shard_map`, the function every runtime face calls)."""
     order = _compat.mesh_axis_names(mesh)
     manual = manual_axes(mesh, axis_names)
-    walk = Walk(record_steps=steps)
-    if hasattr(closed, "jaxpr"):
-        (eqn,) = [e for e in closed.jaxpr.eqns
-                  if _compat.primitive_name(e) == "shard_map"][:1] or [None]
-    else:
-        eqn, closed = closed, None
+    eqn = shard_map_eqn(closed)
     if eqn is None:  # pragma: no cover - jax.shard_map always leaves one equation
         raise RuntimeError("infer: no shard_map equation in the traced program")
-    inner = eqn.params["jaxpr"]
-    producers = walk.jaxpr(inner)
-    in_types = [_compat.aval_type(v.aval) for v in inner.invars]
-    returned = [boundary_source(v, producers) for v in inner.outvars]
-    out_types = [_compat.aval_type(v.aval) for v in returned]
-    for t, spec in zip(out_types, eqn.params["out_specs"], strict=True):
-        part, un, red, _kind = _compat.spec_parts(spec)
-        try:
-            _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_rules.spec_text(spec))
-        except SpmdTypeError as e:
-            walk.violation(e, function_source(f), "at the shard_map boundary")
-    if refine:
-        # Shard / Partial / Rep: JAX's avals do not carry them; the walk keeps its own
-        _refine(walk, eqn, manual, mesh)
-    sig = signature_line(f, args, in_types, out_shape, out_types, order)
-    return InferReport(not walk.violations, walk.violations, in_types, out_types, sig,
-                       walk.steps, walk.mismatches, closed, order)
-
-
-def _refine(walk: Walk, eqn: Any, manual: Sequence[str], mesh: Any) -> None:
-    """The refinement walk (`_refine_walk`) of a shard_map equation, its violations added to
-    `walk`. A failure of the walk itself is a gap, listed in `walk.mismatches` (as the rule
-    table's are), never a crash of infer."""
-    try:
-        check_program(eqn, manual, mesh, walk.violation)
-    except SpmdTypeError:
-        raise
-    except Exception as e:  # noqa: BLE001 - see the docstring
-        walk.mismatches.append(f"refinement walk: {type(e).__name__}: {e}")
+    got = check_shard_map(eqn, manual=manual, mesh=mesh, source=function_source(f), where=where,
+                          steps=steps)
+    walk = got.walk
+    sig = signature_line(f, args, got.in_types, out_shape, got.out_types, order)
+    return InferReport(not walk.violations, walk.violations, got.in_types, got.out_types, sig,
+                       walk.steps, walk.mismatches, closed if closed is not eqn else None, order)
 
 
 def functools_wraps(body: Callable[..., Any], f: Callable[..., Any]) -> None:

@@ -28,19 +28,20 @@ import jax
 
 from .. import _compat
 from .._boundary.shard_map import check_in_structure, check_spec_axes, in_spec_errors
+from .._engine.check import check_shard_map, run_checked
+from .._engine.walk import function_source
 from .._errors import SpmdTypeError, error_context
 from .._errors.jax_messages import jax_errors
 from ._conventions import checked_lax as checked_lax
 from ._conventions import checking as checking
 from ._conventions import (
     fn_name,
-    is_tracer,
     manual_axes,
     resolve_in_specs,
     resolve_mesh,
     signature_key,
 )
-from ._infer import run_infer, walk_traced
+from ._infer import run_infer
 
 
 def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
@@ -93,8 +94,8 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
     smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 axis_names=axis_names, check_vma=check_vma)
     plain = smapped
-    #: signature -> (the checked ClosedJaxpr, its output shapes, the checked function)
-    traced: dict[Any, tuple[Any, Any, Callable[..., Any]]] = {}
+    #: input signature -> the checked program (a `jax.jit` of it, its trace cached)
+    traced: dict[Any, Callable[..., Any]] = {}
 
     def first_violation(m: Any, specs: Any, args: tuple[Any, ...],
                         fallback: SpmdTypeError | None) -> SpmdTypeError | None:
@@ -102,11 +103,11 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                         axis_names=axis_names, where=where)
         return rep.violations[0] if rep.violations else fallback
 
-    def trace(m: Any, specs: Any, args: tuple[Any, ...], run: Callable[..., Any]) -> Any:
+    def trace(m: Any, specs: Any, args: tuple[Any, ...], thunk: Callable[[], Any]) -> Any:
         with in_spec_errors(where, "typed_shard_map"):
             try:
                 with jax_errors(where):
-                    return run(*args)
+                    return thunk()
             except SpmdTypeError as e:
                 # a rejected program: report its first violation in program order (the jaxpr
                 # walk, when JAX accepts the unrouted program), else the routed one
@@ -119,11 +120,12 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                     raise
                 raise found from jax_error
 
-    def check(closed_or_eqn: Any, out: Any, m: Any, args: tuple[Any, ...]) -> None:
-        rep = walk_traced(closed_or_eqn, out, f, args, mesh=m, axis_names=axis_names,
-                          where=where, steps=False)
-        if rep.violations:
-            raise rep.violations[0]
+    def check(eqn: Any, m: Any) -> None:
+        # the engine (`_engine.check`): the same function `infer` calls
+        got = check_shard_map(eqn, manual=manual_axes(m, axis_names), mesh=m,
+                              source=function_source(f), where=where)
+        if got.violations:
+            raise got.violations[0]
 
     @functools.wraps(f)
     def wrapped(*args: Any) -> Any:
@@ -131,28 +133,11 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
             return plain(*args)
         m = resolve_mesh(mesh, where)
         with error_context(function=name, mesh=m, manual=manual_axes(m, axis_names)):
-            return checked_call(m, args)
-
-    def checked_call(m: Any, args: tuple[Any, ...]) -> Any:
-        specs = resolve_in_specs(in_specs, args)
-        check_in_structure(specs, args, where, "typed_shard_map")
-        if any(is_tracer(x) for x in jax.tree_util.tree_leaves(args)):
-            # inside the caller's trace (jax.jit, grad, ...): bind once, then check the
-            # shard_map equation JAX staged (the program that will be lowered)
-            out = trace(m, specs, args, smapped)
-            eqn = _compat.staged_shard_map_eqn(out)
-            if eqn is not None:
-                check(eqn, out, m, args)
-                return out
-            closed = trace(m, specs, args, jax.make_jaxpr(smapped))  # another kind of trace
-            check(closed, out, m, args)
-            return out
-        key = (signature_key(args), id(m), str(m))
-        if key not in traced:
-            closed, out_shape = trace(m, specs, args, jax.make_jaxpr(smapped, return_shape=True))
-            check(closed, out_shape, m, args)
-            traced[key] = (closed, out_shape, smapped)
-        return smapped(*args)
+            specs = resolve_in_specs(in_specs, args)
+            check_in_structure(specs, args, where, "typed_shard_map")
+            return run_checked(smapped, args, check=lambda eqn: check(eqn, m), cache=traced,
+                               key=lambda: (signature_key(args), id(m), str(m)),
+                               trace=lambda thunk: trace(m, specs, args, thunk))
 
     wrapped.__wrapped_shard_map__ = plain  # type: ignore[attr-defined]
     return wrapped

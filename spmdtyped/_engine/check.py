@@ -1,0 +1,207 @@
+"""THE checking engine's entry points (issue 27): one function checks a traced shard_map
+program, and every face calls it: `st.adapters.infer`, `typed_shard_map`, `st.shard_map` and
+the `jax.shard_map`s run inside `st.adapters.checking()`.
+
+`check_shard_map(eqn, ...)` walks the shard_map equation JAX staged (its body jaxpr, with
+every nested jaxpr): the four states (`walk.Walk`: collectives, elementwise ops, JAX's hidden
+casts), the outputs against out_specs (SPMD401 at the function's `def`), then Shard / Partial /
+Rep (`refine_walk.check_program`: control flow, autodiff markers, vmap, custom_vjp/jvp, opaque
+calls and custom ops). Violations come out in that order, each located at the user's line
+(the equation's `source_info`); the runtimes raise the first, `infer` lists them all.
+
+`run_checked(...)` is how a runtime gets the jaxpr without tracing the body twice: inside a
+caller's trace (`jax.jit`, `jax.grad` under jit, ...) the shard_map equation the call just
+staged is walked; called eagerly, the program is `jax.jit`'s `trace` (the same trace the call
+then executes: jit caches it) once per input signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from .. import _compat, _rules
+from .._errors import ALLOW_SCOPES, SpmdTypeError
+from .._rules import SpmdType
+from .refine_route import routed_autodiff
+from .refine_walk import check_program
+from .walk import Walk, boundary_source, user_frame
+
+#: a `(file, line)` of the user's code, or None
+Source = "tuple[str, int] | None"
+
+
+@dataclasses.dataclass
+class Checked:
+    """What the engine found on one shard_map program."""
+
+    walk: Walk
+    in_types: list[SpmdType]
+    out_types: list[SpmdType]
+
+    @property
+    def violations(self) -> list[SpmdTypeError]:
+        return self.walk.violations
+
+
+def shard_map_eqn(closed_or_eqn: Any) -> Any:
+    """The shard_map equation of a traced program (a ClosedJaxpr / Jaxpr holding one), or the
+    equation itself; None when there is none."""
+    jaxpr = getattr(closed_or_eqn, "jaxpr", None)
+    if jaxpr is None:
+        return closed_or_eqn
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for e in jaxpr.eqns:
+        if _compat.primitive_name(e) == "shard_map":
+            return e
+    return None
+
+
+def check_shard_map(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: str,
+                    steps: bool = False, refine: bool = True) -> Checked:
+    """Check the shard_map equation `eqn` (traced under `routed_autodiff`, see `run_checked`)
+    with every rule of the engine; `source` is the function's `def` (boundary errors),
+    `where` names the API in boundary messages (`st.shard_map(f)`). `refine=False` walks the
+    four states only (never used by a face: kept for measuring the refinement's cost)."""
+    walk = Walk(record_steps=steps)
+    inner = eqn.params["jaxpr"]
+    inner = getattr(inner, "jaxpr", inner)
+    producers = walk.jaxpr(inner)
+    in_types = [_compat.aval_type(v.aval) for v in inner.invars]
+    returned = [boundary_source(v, producers) for v in inner.outvars]
+    out_types = [_compat.aval_type(v.aval) for v in returned]
+    for t, spec in zip(out_types, eqn.params["out_specs"], strict=True):
+        part, un, red, _kind = _compat.spec_parts(spec)
+        try:
+            _rules.check_out_spec(t, part, un, red, manual, where=where,
+                                  spec=_rules.spec_text(spec))
+        except SpmdTypeError as e:
+            walk.violation(e, source, "at the shard_map boundary")
+    if refine:
+        refine_into(walk, eqn, manual, mesh)
+    if walk.violations:
+        walk.violations[:] = [v for v in in_program_order(inner, walk.violations, source)
+                              if not opted_out(v, inner)]
+    return Checked(walk, in_types, out_types)
+
+
+_ALLOW_SCOPE = "spmdtyped_allow_"
+
+
+def _allow_scope(codes: frozenset[str]) -> Any:
+    return jax.named_scope(_ALLOW_SCOPE + "_".join(sorted(codes)))
+
+
+ALLOW_SCOPES.append(_allow_scope)
+
+
+def opted_out(v: SpmdTypeError, body: Any) -> bool:
+    """Whether the violation `v` lies in a `with st.allow(code):` block of the body: an
+    equation traced in the block (its name stack holds the block's scope) at `v`'s line."""
+    where = (getattr(v, "file", None), getattr(v, "line", None))
+    for e in _eqns(body):
+        stack = str(getattr(getattr(e, "source_info", None), "name_stack", ""))
+        if _ALLOW_SCOPE not in stack:
+            continue
+        codes = {c for part in stack.split(_ALLOW_SCOPE)[1:]
+                 for c in part.split("/")[0].split("_")}
+        if v.code in codes and where == user_frame(_compat.eqn_frames(e)):
+            return True
+    return False
+
+
+def _eqns(jaxpr: Any) -> Any:
+    for e in jaxpr.eqns:
+        yield e
+        for sub in _compat.sub_jaxprs(e):
+            yield from _eqns(getattr(sub, "jaxpr", sub))
+
+
+def in_program_order(body: Any, violations: list[SpmdTypeError],
+                     source: Any) -> list[SpmdTypeError]:
+    """`violations` in the order of the body's equations (the four-state and the refinement
+    walks each report in program order; merged here), boundary errors last: the first one is
+    the cause the runtimes raise (e.g. the opaque kernel that drops an axis before the psum
+    of its Invariant result). A violation's position is that of the first top-level equation
+    whose Python stack holds its line."""
+    order: dict[tuple[str, int], int] = {}
+    for i, e in enumerate(body.eqns):
+        for file, line, _fn in _compat.eqn_frames(e):
+            order.setdefault((file, line), i)
+    last = len(body.eqns)
+
+    def position(v: SpmdTypeError) -> int:
+        where = (getattr(v, "file", None), getattr(v, "line", None))
+        if v.code.startswith("SPMD4") and source is not None and where == tuple(source):
+            return last + 1
+        return order.get(where, last)  # type: ignore[arg-type]
+
+    return sorted(violations, key=position)
+
+
+def refine_into(walk: Walk, eqn: Any, manual: Sequence[str], mesh: Any) -> None:
+    """The refinement walk of a shard_map equation, its violations added to `walk`. A failure
+    of the walk itself is a gap, listed in `walk.mismatches` (as the rule table's are), never
+    a crash of the user's program."""
+    try:
+        check_program(eqn, manual, mesh, walk.violation)
+    except SpmdTypeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        walk.mismatches.append(f"refinement walk: {type(e).__name__}: {e}")
+
+
+def signature_key(args: Any) -> Any:
+    """The input signature a checked program is cached under (tree, types with shardings)."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    return tree, tuple(str(jax.typeof(leaf)) + str(getattr(leaf, "sharding", ""))
+                       if hasattr(leaf, "shape") else repr(leaf) for leaf in leaves)
+
+
+def is_tracer(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
+                check: Callable[[Any], None], cache: dict[Any, Callable[..., Any]],
+                key: Callable[[], Any], trace: Callable[[Callable[..., Any]], Any]) -> Any:
+    """Run the shard-mapped function `smapped` on `args`, its program checked by `check` (given
+    the shard_map equation), tracing the user's body once.
+
+    - Inside a caller's trace: `smapped` is bound (its equation staged in the caller's
+      jaxpr) and that equation checked; under a trace that stages nothing (an eager
+      `jax.grad` / `vmap`), `jax.make_jaxpr` builds it.
+    - Eagerly: per input signature (`key()`), `jax.jit(smapped).trace(*args)` is checked
+      once; the call runs that jit (which reuses the trace).
+
+    `trace(thunk)` runs a thunk that traces the body (the face's error translation goes
+    there); everything here traces under `routed_autodiff` (the gradient markers of the
+    refinement walk, identities in the program).
+    """
+    def traced(thunk: Callable[[], Any]) -> Any:
+        def routed() -> Any:
+            with routed_autodiff():
+                return thunk()
+        return trace(routed)
+
+    if any(is_tracer(x) for x in jax.tree_util.tree_leaves(args)):
+        out = traced(lambda: smapped(*args))
+        eqn = _compat.staged_shard_map_eqn(out)
+        if eqn is None:
+            eqn = shard_map_eqn(traced(lambda: jax.make_jaxpr(smapped)(*args)))
+        if eqn is not None:
+            check(eqn)
+        return out
+    k = key()
+    run = cache.get(k)
+    if run is None:
+        jitted = jax.jit(smapped)
+        staged = traced(lambda: jitted.trace(*args))
+        eqn = shard_map_eqn(staged.jaxpr)
+        if eqn is not None:
+            check(eqn)
+        cache[k] = run = jitted
+    return trace(lambda: run(*args))
