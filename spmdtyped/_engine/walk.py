@@ -81,6 +81,13 @@ def _is_boundary_cast(frames: Sequence[tuple[str, int, str]]) -> bool:
     return any("add_implicit_pvary" in fn for fn in _library_functions(frames))
 
 
+def _autodiff_cast(frames: Sequence[tuple[str, int, str]]) -> bool:
+    """A cast JAX's autodiff made (a transposed psum, the linearization of a custom_vjp
+    call's casts): the gradient's own, not a collective the user applied twice."""
+    return from_autodiff(frames, user_frame(frames)) or any(
+        "LinearizeTrace" in fn or "JVPTrace" in fn for fn in _library_functions(frames))
+
+
 def _is_auto_pvary(frames: Sequence[tuple[str, int, str]]) -> bool:
     """A pvary JAX inserted itself (not `jax.lax.pcast`/`st.pvary`)."""
     fns = _library_functions(frames)
@@ -271,7 +278,7 @@ class Walk:
             if (not is_cast and src is not None and _compat.primitive_name(src) == "pvary"
                     and set(src.params.get("axes", ())) & set(axes)
                     and _is_auto_pvary(frames := _compat.eqn_frames(src))
-                    and not from_autodiff(frames, user_frame(frames))):
+                    and not _autodiff_cast(frames)):
                 # (a pvary JAX's transposition made, e.g. of a psum, is the gradient's own)
                 # JAX pvary'd an Invariant input to make the collective type-check: check the
                 # collective on the value the user passed (strict: SPMD103)
