@@ -95,3 +95,8 @@ if __name__ == "__main__":
           f"{r.cpu.spread()}")
     print(f"wall  typed/raw {r.wall.ratio:.3f}  {r.wall.spread()}")
     print(f"check off: typed/raw {r.check_off.ratio:.3f}  {r.check_off.spread()}")
+    # issue 27: the 128-layer program, the engine on (st.shard_map walks the staged jaxpr with
+    # the four states and Shard / Partial / Rep) vs raw jax.shard_map: target <= 1.10
+    big = run(layers=128, rounds=max(2, rounds // 3), check_off_rounds=1)
+    print(f"128 layers, engine on: cpu typed/raw {big.cpu.ratio:.3f}  "
+          f"typed min {min(big.cpu.a):.3f}s raw min {min(big.cpu.b):.3f}s  {big.cpu.spread()}")

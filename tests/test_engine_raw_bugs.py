@@ -107,8 +107,8 @@ def test_eager_call_is_checked_and_runs_the_checked_trace(name):
 def test_one_operand_no_longer_decides():
     """The issue's line: the same bias-before-psum with jax.nn.silu / jnp.einsum is SPMD210
     inside st.shard_map, as with st.nn.silu."""
-    from jax.sharding import PartitionSpec as P
     import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
 
     m = _module("row_parallel_bias")
 

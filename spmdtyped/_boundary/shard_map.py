@@ -13,10 +13,10 @@ import jax
 from jax.sharding import PartitionSpec
 
 from .. import _compat, _rules  # noqa: F401
-from .._errors import SpmdTypeError, error, error_context
 from .._engine.check import check_shard_map, run_checked, shard_map_eqn, signature_key
 from .._engine.refine_route import routed_autodiff
 from .._engine.walk import exception_source, function_source, locate
+from .._errors import SpmdTypeError, error, error_context
 from .._errors.jax_messages import jax_errors
 
 # _autodiff: importing it lets jax.grad / eqx.filter_grad differentiate typed losses in the

@@ -13,8 +13,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from .. import _compat, _rules
 from .._boundary.shard_map import check_outputs, is_spec_leaf
-from .._engine.refine_route import routed_autodiff, trace_discarding_outputs
 from .._engine.check import check_shard_map, in_program_order, refine_into, shard_map_eqn
+from .._engine.refine_route import routed_autodiff, trace_discarding_outputs
 from .._engine.refine_walk import body_jaxpr
 from .._engine.walk import Step, Walk, exception_source, function_source, located
 from .._errors import SpmdTypeError

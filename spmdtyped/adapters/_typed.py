@@ -24,8 +24,6 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import jax
-
 from .. import _compat
 from .._boundary.shard_map import check_in_structure, check_spec_axes, in_spec_errors
 from .._engine.check import check_shard_map, run_checked
