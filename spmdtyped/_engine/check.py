@@ -11,8 +11,9 @@ calls and custom ops). Violations come out in that order, each located at the us
 
 `run_checked(...)` is how a runtime gets the jaxpr without tracing the body twice: inside a
 caller's trace (`jax.jit`, `jax.grad` under jit, ...) the shard_map equation the call just
-staged is walked; called eagerly, the program is `jax.jit`'s `trace` (the same trace the call
-then executes: jit caches it) once per input signature.
+staged is walked; called eagerly, the program is traced and checked once per input signature.
+A `jax.grad` / `jax.value_and_grad` / `jax.vjp` in the body leaves an identity marker in the
+jaxpr (`refine_route`), which lowers to nothing: the compiled program is the raw one.
 """
 
 from __future__ import annotations
@@ -174,8 +175,9 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
     - Inside a caller's trace: `smapped` is bound (its equation staged in the caller's
       jaxpr) and that equation checked; under a trace that stages nothing (an eager
       `jax.grad` / `vmap`), `jax.make_jaxpr` builds it.
-    - Eagerly: per input signature (`key()`), `jax.jit(smapped).trace(*args)` is checked
-      once; the call runs that jit (which reuses the trace).
+    - Eagerly: per input signature (`key()`), the program `jax.make_jaxpr` traces is checked
+      once; the call runs `smapped` as `jax.shard_map` runs eagerly (the raw program's
+      numbers bit for bit; eager shard_map traces its body on each call anyway).
 
     `trace(thunk)` runs a thunk that traces the body (the face's error translation goes
     there); everything here traces under `routed_autodiff` (the gradient markers of the
@@ -196,12 +198,10 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
             check(eqn)
         return out
     k = key()
-    run = cache.get(k)
-    if run is None:
-        jitted = jax.jit(smapped)
-        staged = traced(lambda: jitted.trace(*args))
-        eqn = shard_map_eqn(staged.jaxpr)
+    if k not in cache:
+        eqn = shard_map_eqn(traced(lambda: jax.make_jaxpr(smapped)(*args)))
         if eqn is not None:
             check(eqn)
-        cache[k] = run = jitted
-    return trace(lambda: run(*args))
+        cache[k] = smapped
+    # run as `jax.shard_map` runs eagerly (the same numbers as the raw program, bit for bit)
+    return trace(lambda: smapped(*args))

@@ -1,0 +1,163 @@
+"""A Llama-style decoder in equinox, written as docs/ecosystem.md teaches (jnp / jax.nn /
+jax.lax inside the modules, typed hints only at the `st.shard_map` step, optax.adamw), under
+`eqx.filter_value_and_grad` and `jax.value_and_grad` (issue 27): the three mistakes of
+tests/_llama.py are each caught by st.shard_map at the mistake's line with the right fix, and
+the correct model trains equal to a single-device run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import _llama as L
+import equinox as eqx
+import jax
+import numpy as np
+import optax
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import spmdtyped as st
+from spmdtyped import Varying
+
+BLOCK_FIELDS = tuple(L.block_specs(P))
+
+
+class Block(eqx.Module):
+    g1: Any
+    g2: Any
+    wq: Any
+    wk: Any
+    wv: Any
+    wo: Any
+    w_gate: Any
+    w_up: Any
+    w_down: Any
+    b_down: Any
+
+    def __call__(self, x):
+        return L.block({f: getattr(self, f) for f in BLOCK_FIELDS}, x)
+
+
+class Decoder(eqx.Module):
+    embed: Any
+    blocks: list
+    g_out: Any
+
+    def __call__(self, tokens):
+        return L.decoder({"embed": self.embed, "blocks": [vars_of(b) for b in self.blocks],
+                          "g_out": self.g_out}, tokens)
+
+
+def vars_of(b):
+    return {f: getattr(b, f) for f in BLOCK_FIELDS}
+
+
+def as_decoder(tree) -> Decoder:
+    return Decoder(tree["embed"], [Block(**b) for b in tree["blocks"]], tree["g_out"])
+
+
+mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(AxisType.Auto,) * 2)
+OPT = optax.adamw(1e-2)
+SPECS = as_decoder(L.param_specs(P))
+
+
+def put(tree, specs):
+    return jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), tree, specs)
+
+
+def state_specs(state):
+    return optax.tree_map_params(OPT, lambda _p, s: s, state, SPECS,
+                                 transform_non_params=lambda _: P(),
+                                 is_leaf=lambda x: isinstance(x, P))
+
+
+def make_step(grad: str, mistake: str | None, sspecs):
+    @jax.jit
+    @st.shard_map(mesh=mesh, in_specs=(SPECS, sspecs, P("dp"), P("dp")),
+                  out_specs=(SPECS, sspecs, P()))
+    def step(model: Decoder, state: Any, x: Varying["dp"], y: Varying["dp"]):
+        def loss_fn(m):
+            return jax.lax.pmean(L.loss_of(m(x), y), "dp")
+
+        if grad == "eqx":
+            loss, grads = eqx.filter_value_and_grad(loss_fn)(model)
+        else:
+            loss, grads = jax.value_and_grad(loss_fn)(model)
+        if mistake == "pmean_reduced_grads":
+            grads = jax.tree.map(lambda g: jax.lax.pmean(g, "dp"), grads)  # MISTAKE: pmean_reduced_grads
+        updates, state = OPT.update(grads, state, model)
+        return eqx.apply_updates(model, updates), state, loss
+
+    return step
+
+
+PMEAN_LINE = next(i for i, t in enumerate(open(__file__).read().splitlines(), 1)
+                  if t.rstrip().endswith("# MISTAKE: pmean_reduced_grads"))
+
+
+@pytest.fixture(autouse=True)
+def _tp():
+    L.CONFIG.update(TP="tp", MISTAKE=None)
+    yield
+    L.CONFIG.update(TP=None, MISTAKE=None)
+
+
+def _inputs():
+    model = put(as_decoder(L.init_params()), SPECS)
+    state = OPT.init(model)
+    x, y = L.batch()
+    return model, state, put(x, P("dp")), put(y, P("dp"))
+
+
+MISTAKES = {
+    "bias_before_psum": ("SPMD210", lambda: L.mistake_line("bias_before_psum"), "st.psum(x, 'tp') + b"),
+    "no_psum": ("SPMD210", lambda: L.mistake_line("no_psum"), "st.psum(x, 'tp') + b"),
+    "pmean_reduced_grads": ("SPMD103", lambda: PMEAN_LINE, "drop the jax.lax.pmean"),
+}
+
+
+@pytest.mark.parametrize("grad", ["eqx", "jax"])
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_mistake_caught_at_its_line(mistake, grad):
+    code, line, fix = MISTAKES[mistake]
+    L.CONFIG["MISTAKE"] = None if mistake == "pmean_reduced_grads" else mistake
+    model, state, x, y = _inputs()
+    step = make_step(grad, mistake, state_specs(state))
+    with pytest.raises(st.SpmdTypeError) as ei:
+        step(model, state, x, y)
+    e = ei.value
+    assert (e.code, e.line) == (code, line()), str(e)
+    assert fix in (e.fix or ""), e.fix
+    assert e.file.endswith(("_llama.py", "test_engine_llama_eqx.py"))
+
+
+def _reference_run(steps):
+    L.CONFIG.update(TP=None)
+    params = L.init_params()
+    state = OPT.init(params)
+    x, y = L.batch()
+    losses = []
+    for _ in range(steps):
+        loss, g = jax.value_and_grad(lambda p: L.loss_of(L.decoder(p, x), y))(params)
+        updates, state = OPT.update(g, state, params)
+        params = optax.apply_updates(params, updates)
+        losses.append(float(loss))
+    L.CONFIG.update(TP="tp")
+    return losses, params
+
+
+@pytest.mark.parametrize("grad", ["eqx", "jax"])
+def test_correct_model_trains_equal_to_one_device(grad):
+    model, state, x, y = _inputs()
+    step = make_step(grad, None, state_specs(state))
+    losses = []
+    for _ in range(2):
+        model, state, loss = step(model, state, x, y)
+        losses.append(float(loss))
+    want_losses, want = _reference_run(2)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-5)
+    got = {"embed": model.embed, "blocks": [vars_of(b) for b in model.blocks],
+           "g_out": model.g_out}
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
