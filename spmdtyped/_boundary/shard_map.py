@@ -6,6 +6,7 @@ import contextlib
 import functools
 import inspect
 import typing
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +14,14 @@ import jax
 from jax.sharding import PartitionSpec
 
 from .. import _compat, _rules  # noqa: F401
-from .._engine.check import check_shard_map, run_checked, shard_map_eqn, signature_key
+from .._engine.check import (
+    UnfollowedWarning,
+    check_shard_map,
+    run_checked,
+    shard_map_eqn,
+    signature_key,
+    unfollowed,
+)
 from .._engine.refine_route import routed_autodiff
 from .._engine.walk import exception_source, function_source, locate
 from .._errors import SpmdTypeError, error, error_context
@@ -59,7 +67,7 @@ def _broadcast_prefix(specs: Any, tree: Any, what: str, where: str) -> list[tupl
 
 def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
               in_specs: Any = _compat.INFER, mesh: Any = None, axis_names: Any = frozenset(),
-              check_vma: bool = True) -> Any:
+              check_vma: bool = True, strict: bool = False) -> Any:
     """Typed `jax.shard_map`: `f` receives typed values, returns typed (or raw) values.
 
     Same signature, defaults and semantics as `jax.shard_map` (decorator form too): `mesh`
@@ -76,6 +84,12 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
     JAX arrays; the compiled program is the one `jax.shard_map` builds. JAX's own manual-axis
     errors are raised as SpmdTypeErrors (`_jax_errors.TABLE`).
 
+    Every equation of the body (st.*, jnp, jax.nn, equinox / flax modules, gradients) is
+    checked by the engine (`_engine.check`, the function `st.adapters.infer` runs) on the
+    program JAX staged. `strict=True` also reports, as an `UnfollowedWarning` per equation
+    with its line, what the engine cannot follow (a host callback, a custom call, a primitive
+    with no refinement rule); the default is quiet (docs/runtime.md).
+
     **Raises:** `BoundaryError` (SPMD401/402/403), `UsageError` (SPMD501 unknown axis in a spec).
 
     !!! Example
@@ -87,12 +101,13 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
     """
     if f is None:
         return functools.partial(shard_map, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
-                                 axis_names=axis_names, check_vma=check_vma)
+                                 axis_names=axis_names, check_vma=check_vma, strict=strict)
     if out_specs is None or (in_specs is _compat.INFER and _specs.names_dimensions(f)):
         # derived from the hints at the first call (`_specs.derive`); an omitted in_specs too
         # (JAX's Infer cannot type the pytree classes the out_specs are derived from)
         derive_in = None if in_specs is _compat.INFER else in_specs
-        return _specs.deferred(shard_map, f, in_specs=derive_in, out_specs=out_specs, mesh=mesh,
+        again = functools.partial(shard_map, strict=strict) if strict else shard_map
+        return _specs.deferred(again, f, in_specs=derive_in, out_specs=out_specs, mesh=mesh,
                                axis_names=axis_names, check_vma=check_vma)
     if isinstance(axis_names, (str, tuple, list)) and not isinstance(axis_names, (set, frozenset)):
         axis_names = {axis_names} if isinstance(axis_names, str) else set(axis_names)
@@ -196,6 +211,10 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
         got = check_shard_map(eqn, manual=manual, mesh=m, source=function_source(f), where=where)
         if got.violations:
             raise got.violations[0]
+        for prim, at, reason in unfollowed(eqn) if strict else ():
+            loc = f"{at[0]}:{at[1]}" if at else "?"
+            warnings.warn(f"{where} strict: {loc}: {prim}: {reason}", UnfollowedWarning,
+                          stacklevel=2)
 
     def located_trace(thunk: Callable[[], Any], m: Any, specs: Any, raw_args: list[Any],
                       manual: tuple[str, ...]) -> Any:
@@ -279,10 +298,22 @@ def check_outputs(out: Any, out_specs: Any, manual: tuple[str, ...], where: str,
                   types: list[_rules.SpmdType] | None = None) -> None:
     """SPMD401 unless each output leaf's state fits its out_spec (`types`: given, or read from
     the values: typed values carry theirs, raw ones are read from JAX)."""
-    for i, (spec, leaf) in enumerate(_broadcast_prefix(out_specs, out, "out_specs", where)):
+    pairs = _broadcast_prefix(out_specs, out, "out_specs", where)
+    paths: list[str] | None = None
+    for i, (spec, leaf) in enumerate(pairs):
         part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
         t = types[i] if types is not None else typeof(leaf)
-        _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_rules.spec_text(spec))
+        try:
+            _rules.check_out_spec(t, part, un, red, manual, where=where,
+                                  spec=_rules.spec_text(spec))
+        except SpmdTypeError as e:
+            if paths is None:   # the output's pytree path: out[0].blocks[1].mlp.b_down
+                flat, _ = jax.tree_util.tree_flatten_with_path(out, is_leaf=is_typed)
+                paths = [f"out{jax.tree_util.keystr(p)}" for p, _ in flat]
+            path = paths[i] if len(paths) == len(pairs) else f"output leaf {i}"
+            raise error(e.code, f"{e.headline} (output {i}: {path})", axes=e.axes,
+                        states=e.states, fix=e.fix, op=e.op,
+                        details=(f"output {i}: {path}", *e.details)) from None
 
 
 def check_return(out: Any, hint: Any, where: str) -> None:

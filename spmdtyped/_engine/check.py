@@ -27,8 +27,8 @@ import jax
 from .. import _compat, _rules
 from .._errors import ALLOW_SCOPES, SpmdTypeError
 from .._rules import SpmdType
-from .refine_route import routed_autodiff
-from .refine_walk import check_program
+from .refine_route import MARK_PRIMITIVE, routed_autodiff
+from .refine_walk import FOLLOWED, check_program
 from .walk import Walk, boundary_source, user_frame
 
 #: a `(file, line)` of the user's code, or None
@@ -74,13 +74,13 @@ def check_shard_map(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, 
     in_types = [_compat.aval_type(v.aval) for v in inner.invars]
     returned = [boundary_source(v, producers) for v in inner.outvars]
     out_types = [_compat.aval_type(v.aval) for v in returned]
-    for t, spec in zip(out_types, eqn.params["out_specs"], strict=True):
+    for i, (t, spec) in enumerate(zip(out_types, eqn.params["out_specs"], strict=True)):
         part, un, red, _kind = _compat.spec_parts(spec)
         try:
             _rules.check_out_spec(t, part, un, red, manual, where=where,
                                   spec=_rules.spec_text(spec))
         except SpmdTypeError as e:
-            walk.violation(e, source, "at the shard_map boundary")
+            walk.violation(e, source, f"at the shard_map boundary: output leaf {i}")
     if refine:
         refine_into(walk, eqn, manual, mesh)
     if walk.violations:
@@ -205,3 +205,34 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
         cache[k] = smapped
     # run as `jax.shard_map` runs eagerly (the same numbers as the raw program, bit for bit)
     return trace(lambda: smapped(*args))
+
+
+class UnfollowedWarning(UserWarning):
+    """`st.shard_map(..., strict=True)`: a value the engine cannot follow (see `unfollowed`)."""
+
+
+#: primitive names (substrings) of host callbacks and custom calls
+_CALLBACKS = ("callback", "ffi_call", "custom_call")
+
+
+def unfollowed(eqn: Any) -> list[tuple[str, Any, str]]:
+    """`(primitive, (file, line) or None, reason)` for each equation of the shard_map body
+    `eqn` that the engine cannot follow: a host callback or custom call (its result is only
+    checked for the varying axes it drops), a primitive with no rule (its result is plain
+    Varying: JAX's states are still checked, Shard / Partial are dropped there)."""
+    inner = eqn.params["jaxpr"]
+    out = []
+    for e in _eqns(getattr(inner, "jaxpr", inner)):
+        name = _compat.primitive_name(e)
+        if name in _rules.AXIS_PRIMITIVES or name == MARK_PRIMITIVE:
+            continue
+        if any(k in name for k in _CALLBACKS):
+            reason = ("a host callback or custom call: the engine cannot see inside it; its "
+                      "result is checked only for the varying axes it drops (SPMD408)")
+        elif name in FOLLOWED or name in _rules.PRIMITIVES:
+            continue
+        else:
+            reason = ("no refinement rule for this primitive: its result is plain Varying "
+                      "(JAX's states are checked; a Shard / Partial is dropped here)")
+        out.append((name, user_frame(_compat.eqn_frames(e)), reason))
+    return out

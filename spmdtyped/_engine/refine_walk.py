@@ -65,8 +65,7 @@ Where = "tuple[str, int] | None"
 Report = Callable[[SpmdTypeError, Any, str], None]
 
 
-#: elementwise primitives (rule names of `_rules.PRIMITIVES`, which refine understands for the
-#: linear ones: add/sub/mul/div/neg/astype/copy/...; every other name is non-linear)
+#: elementwise primitives (refine understands the linear ones; every other one is non-linear)
 _ELEMENTWISE = frozenset({
     "add", "add_any", "sub", "mul", "div", "neg", "max", "min", "pow", "atan2", "rem", "clamp",
     "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor", "not", "exp", "exp2", "log", "tanh",
@@ -100,6 +99,8 @@ _KNOWN_PLAIN = frozenset({"eigh", "svd", "qr", "cholesky", "triangular_solve", "
                           "pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
                           "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
                           "shard_map"})
+#: every primitive the walk follows (the rest: `_opaque`, or plain Varying; strict=True lists them)
+FOLLOWED = _ELEMENTWISE | _STRUCTURAL | _KNOWN_PLAIN | set(_REDUCTIONS) | set(_ALONG)
 
 
 @dataclasses.dataclass
@@ -392,9 +393,8 @@ class RefineWalk:
 
     def _gather(self, ins: list[Any], refs: list[Refinement], out: SpmdType,
                 shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], p: Any) -> Refinement:
-        """An array index drops the operand's Shards; gathering a replicated value at indices
-        made from `axis_index(a)` (`jnp.take(table, axis_index * n + arange(n))`: this
-        device's rows) gives Shard(a) on the output's one batch dim, as `dynamic_slice`."""
+        """An array index drops Shards; a replicated value gathered at indices made from
+        `axis_index(a)` (`jnp.take(t, axis_index * n + arange(n))`) is Shard(a) there."""
         res = _rs.index(ins[0], refs[0], out, len(shapes[0]), ["array"], len(out_shape)).as_dict()
         dnums = p.get("dimension_numbers")
         offset = tuple(getattr(dnums, "offset_dims", ()) or ())
