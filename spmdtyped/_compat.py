@@ -190,7 +190,11 @@ def shard_map(f: Any, *, mesh: Any, in_specs: Any, out_specs: Any, axis_names: A
     kw: dict[str, Any] = dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma)
     if axis_names:
         kw["axis_names"] = set(axis_names)
-    return jax.shard_map(f, **kw)
+    return _JAX_SHARD_MAP(f, **kw)
+
+
+#: JAX's own `jax.shard_map` (`st.adapters.checking()` routes the attribute to typed_shard_map)
+_JAX_SHARD_MAP = jax.shard_map
 
 
 #: `jax.shard_map`'s default `in_specs` (0.10 and 0.12: `jax.sharding.Infer` in its repr, not

@@ -70,3 +70,16 @@ def test_porting_suite_parity(name, bug, mesh_dp_tp):
     assert (want is None) == (bug is None)
     for face, run in _faces(body, mesh_dp_tp, in_specs, out_specs):
         assert _verdict(run, args) == want, (name, bug, face)
+
+
+def test_checking_runs_the_engine_on_raw_shard_map_calls():
+    """`st.adapters.checking()`: a `jax.shard_map` called in the block is checked by the engine
+    (the bias-before-psum bug, which no collective check sees), and plain again after it."""
+    m = importlib.import_module("bugs.row_parallel_bias")
+    path, line = bugs.bug_location(m)
+    with st.adapters.checking(), pytest.raises(st.SpmdTypeError) as ei:
+        jax.jit(jax.shard_map(m.buggy_body, mesh=m.mesh, in_specs=m.IN_SPECS,
+                              out_specs=m.OUT_SPECS))(*m.make_inputs())
+    assert (ei.value.code, ei.value.line) == ("SPMD210", line)
+    jax.jit(jax.shard_map(m.buggy_body, mesh=m.mesh, in_specs=m.IN_SPECS,
+                          out_specs=m.OUT_SPECS))(*m.make_inputs())   # unchecked again

@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 # JAX loads on first use (as for `spmdtyped`): `python -m spmdtyped infer` must configure
 # the device count before JAX is imported.
 _LAZY = {"InferReport": "._infer", "hint": "._infer", "infer": "._infer",
-         "checked_lax": "._conventions", "checking": "._conventions", "typed_shard_map": "._typed",
+         "checked_lax": "._conventions", "checking": "._typed", "typed_shard_map": "._typed",
          "Step": ".._engine.walk"}
 
 if TYPE_CHECKING:
     from .._engine.walk import Step as Step
     from ._conventions import checked_lax as checked_lax
-    from ._conventions import checking as checking
     from ._infer import InferReport as InferReport
     from ._infer import hint as hint
     from ._infer import infer as infer
+    from ._typed import checking as checking
     from ._typed import typed_shard_map as typed_shard_map
 
 

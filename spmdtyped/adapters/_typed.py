@@ -1,18 +1,19 @@
 """`typed_shard_map`: run an existing raw per-shard function with spmdtyped's checks.
 
-Design (one trace for programs JAX accepts; two mechanisms):
+Design (one trace for programs JAX accepts):
 
-1. **The jaxpr walk**: the program is `jax.shard_map(f)` itself. Its shard_map equation (the
-   one JAX staged into the caller's trace, or, called eagerly, the one `jax.make_jaxpr`
-   builds once per input signature before the program runs) is walked with `_walk` (the
-   engine of `infer`): every collective, elementwise op and the outputs against `out_specs`
-   are checked with the strict rules, which finds what JAX accepts and computes wrongly (a
-   double psum behind JAX's auto-pvary, cumsum of an Unreduced value, a collective reached
-   through `from jax.lax import psum`). The first violation in program order is raised.
+1. **The engine** (`_engine.check.check_shard_map`, the function `infer` and `st.shard_map`
+   call): the program is `jax.shard_map(f)` itself. Its shard_map equation (the one JAX staged
+   into the caller's trace, or, called eagerly, the one `jax.make_jaxpr` builds once per input
+   signature before the program runs) is walked with the four states, Shard / Partial / Rep
+   and the outputs against `out_specs`, which finds what JAX accepts and computes wrongly (a
+   double psum behind JAX's auto-pvary, a bias added before the psum of a row-parallel
+   projection, a cond on a varying predicate, ...). The first violation in program order is
+   raised, at the user's line.
 2. **Programs JAX rejects**: JAX's error is translated (`_jax_errors`), and the program is
    traced again with `jax.lax`'s collectives routed through `spmdtyped.lax` (`checked_lax()`)
-   and the outputs checked against `out_specs` (`run_infer`), so the error names
-   spmdtyped's code at the user's line instead of JAX's exception (chained).
+   and the outputs checked against `out_specs` (`run_infer`, as `infer` does), so the error
+   names spmdtyped's code at the user's line instead of JAX's exception (chained).
 
 Inputs are checked against `in_specs` (structure SPMD402, unknown axes SPMD501, JAX's
 sharding mismatch as SPMD403). The executed program is `jax.shard_map(f)`'s.
@@ -20,19 +21,22 @@ sharding mismatch as SPMD403). The executed program is `jax.shard_map(f)`'s.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+import jax
 
 from .. import _compat
 from .._boundary.shard_map import check_in_structure, check_spec_axes, in_spec_errors
 from .._engine.check import check_shard_map, run_checked
+from .._engine.patching import Patch
 from .._engine.walk import function_source
 from .._errors import SpmdTypeError, error_context
 from .._errors.jax_messages import jax_errors
-from ._conventions import checked_lax as checked_lax
-from ._conventions import checking as checking
 from ._conventions import (
+    checked_lax,
     fn_name,
     manual_axes,
     resolve_in_specs,
@@ -139,3 +143,27 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
 
     wrapped.__wrapped_shard_map__ = plain  # type: ignore[attr-defined]
     return wrapped
+
+
+#: `jax.shard_map` -> `typed_shard_map` while `checking()` is active
+_SHARD_MAP_ROUTE = Patch(((jax, "shard_map"),),
+                         lambda _originals: {(jax, "shard_map"): typed_shard_map})
+
+
+@contextlib.contextmanager
+def checking() -> Iterator[None]:
+    """Check the raw shard_map code run inside the block, unedited: every `jax.shard_map(...)`
+    called in it is `typed_shard_map` (the engine `infer` runs, on the program JAX stages),
+    and `jax.lax`'s collectives are routed through `spmdtyped.lax` (`checked_lax()`).
+
+    Process-wide while active (meant for a test or a porting session); a function wrapped by
+    `jax.shard_map` before the block is checked by the routed collectives only.
+
+    !!! Example
+        ```python
+        with st.adapters.checking():
+            loss = train_step(params, batch)   # its jax.shard_map bodies are checked
+        ```
+    """
+    with checked_lax(), _SHARD_MAP_ROUTE.active():
+        yield
