@@ -43,6 +43,8 @@ def test_st_shard_map_signature_is_jax_shard_maps_with_optional_out_specs():
     # the one deliberate difference: without out_specs, st.shard_map derives the specs from
     # the hints (docs/ecosystem.md, "Specs from annotations")
     want = [(n, k, None if n == "out_specs" else d) for n, k, d in _params(jax.shard_map)]
+    # and one added keyword: strict=True reports what the engine cannot follow (issue 27)
+    want.append(("strict", inspect.Parameter.KEYWORD_ONLY, False))
     assert _params(st.shard_map) == want
 
 
