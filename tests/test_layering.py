@@ -169,3 +169,76 @@ def test_no_module_over_600_lines() -> None:
            if (n := len(p.read_text().splitlines())) > MAX_LINES
            and m not in SIZE_EXEMPT and not m.startswith(SIZE_EXEMPT_PREFIXES)}
     assert big == {}
+
+
+# ------------------------------------------------------------------------------ floors
+
+#: the package's lowest floors, bottom first: a module on a floor imports only modules of its
+#: own subsystem or of a floor below (everything else -- typed values, ops, the engine, the
+#: faces -- stands on them). `_rules/refine` raises `_errors`' exceptions, so `_errors` is
+#: the ground floor; `_surface` names `_rules`' rules; the static view reads `SpmdType`.
+FLOORS: tuple[tuple[str, ...], ...] = (("_errors",), ("_rules",), ("_surface", "_static"))
+
+
+def _subsystem(mod: str) -> str:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _floor_violations(edges: dict[str, set[str]]) -> list[str]:
+    rank = {s: i for i, floor in enumerate(FLOORS) for s in floor}
+    bad = []
+    for m, targets in sorted(edges.items()):
+        s = _subsystem(m)
+        if s not in rank:
+            continue
+        for t in sorted(targets):
+            ts = _subsystem(t)
+            if ts != s and rank.get(ts, len(FLOORS)) >= rank[s]:
+                bad.append(f"{m} -> {t}")
+    return bad
+
+
+def test_floors_import_only_downwards() -> None:
+    assert _floor_violations(_graph()) == []
+
+
+def test_rules_import_nothing_above_them() -> None:
+    """The rule table (`_rules/`, `_rules/refine/`) imports no `_surface`, `_typed`, `_ops`,
+    `_engine`, ... : only itself and `_errors` (the back-up arrow `_rules` -> `_surface` is gone)."""
+    edges = _graph()
+    above = sorted(f"{m} -> {t}" for m, ts in edges.items() if _subsystem(m) == "_rules"
+                   for t in ts if _subsystem(t) not in ("_rules", "_errors"))
+    assert above == []
+
+
+def test_floor_check_works() -> None:
+    """The floor check itself finds an arrow that runs back up."""
+    edges = {m: set(e) for m, e in _graph().items()}
+    edges["spmdtyped._rules.axes"].add("spmdtyped._surface")
+    edges["spmdtyped._errors"].add("spmdtyped._rules.states")
+    assert set(_floor_violations(edges)) == {"spmdtyped._rules.axes -> spmdtyped._surface",
+                                             "spmdtyped._errors -> spmdtyped._rules.states"}
+
+
+def _reaches(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for t in edges[todo.pop()]:
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return seen
+
+
+def test_boundary_specs_and_shard_map_point_one_way() -> None:
+    """`st.shard_map` -> `specs` (deriving specs from hints) and both -> `fields` (what a
+    pytree class says about its fields); `specs` and `fields` never reach `shard_map`, and
+    `fields` does not reach `specs`."""
+    edges = _graph()
+    specs, shard_map, fields = (f"spmdtyped._boundary.{m}" for m in ("specs", "shard_map", "fields"))
+    assert {specs, fields} <= edges[shard_map]
+    assert fields in edges[specs]
+    assert shard_map not in _reaches(edges, specs)
+    assert shard_map not in _reaches(edges, fields) and specs not in _reaches(edges, fields)
