@@ -65,6 +65,14 @@ class SpmdTypeError(TypeError):
     """
 
     code: str = "SPMD000"
+    axes: tuple[str, ...]
+    states: dict[str, str]
+    fix: str | None
+    op: str | None
+    headline: str
+    details: tuple[str, ...]
+    function: str | None
+    mesh: str | None
 
     def __init__(self, headline: str, *, code: str | None = None,
                  **fields: Unpack[ErrorFields]) -> None:
