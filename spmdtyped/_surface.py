@@ -19,6 +19,7 @@ from ._rules.arguments import DTYPE_KINDS
 from ._rules.axis_ops import AXIS_OPS, all_gather_op, pcast_op
 from ._rules.elementwise import ELEMENTWISE
 from ._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
+from ._rules.primitives import PRIMITIVES
 
 #: how a function or method applies its rule to its arguments:
 #: "unary"  -- the first argument only (further arguments are shapes, axes, shifts): `unary`
@@ -316,6 +317,48 @@ def collective(name: str) -> Collective | None:
     return _BY_COLLECTIVE.get(name)
 
 
+# ------------------------------------------------------------------------------ refinement kinds
+# The one table of refinement kinds: each row's `refine`. The runtime reads a form's row
+# (`_typed.refining.REFINERS`); the mypy plugin and the jaxpr walk, which see a rule name or a
+# primitive rather than a form, read the two views below.
+
+#: rule name -> the refinement kind of the rows that apply it (one kind per rule: `_check`)
+REFINE_OF_RULE: dict[str, str] = {r.rule: r.refine for r in ROWS if r.rule is not None}
+
+
+def refine_kind(rule: str) -> str:
+    """The refinement kind of the rows that apply `rule`; "elementwise" for a rule no row
+    applies (the static checker's fallback for a one-operand form)."""
+    return REFINE_OF_RULE.get(rule, "elementwise")
+
+
+#: the jaxpr primitives the walk refines by kind that no row's rule stands for: their
+#: (kind, rule name). `reduce_and`/`reduce_or`/`cummax`/`cummin` have no row; the elementwise
+#: primitives are refined by `_rules.refine.elementwise` under the primitive's own name.
+_PRIMITIVE_KINDS: dict[str, tuple[str, str]] = {
+    "reduce_and": ("reduction", "all"), "reduce_or": ("reduction", "any"),
+    "cummax": ("along", "cummax"), "cummin": ("along", "cummin"),
+    **{p: ("elementwise", p) for p in (
+        "add", "add_any", "sub", "mul", "div", "neg", "max", "min", "pow", "atan2", "rem",
+        "clamp", "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor", "not", "exp", "exp2",
+        "log", "tanh", "sin", "cos", "tan", "sqrt", "rsqrt", "abs", "square", "sign", "log1p",
+        "expm1", "logistic", "erf", "erfc", "erf_inv", "floor", "ceil", "round", "is_finite",
+        "integer_pow", "convert_element_type", "reduce_precision", "copy", "copy_p", "conj",
+        "real", "imag", "stop_gradient", "cbrt", "asin", "acos", "atan", "sinh", "cosh",
+        "asinh", "acosh", "atanh", "lgamma", "digamma", "nextafter", "shift_left",
+        "shift_right_logical", "shift_right_arithmetic", "population_count", "select_n")},
+}
+#: jaxpr primitive -> (refinement kind, rule name), for the jaxpr walk (`_engine.refine_walk`):
+#: a primitive whose rule (`_rules.PRIMITIVES`) rows apply as a reduction or along one dim has
+#: their kind (`reduce_sum` -> ("reduction", "sum"), `rev` -> ("along", "flip")); the others
+#: are `_PRIMITIVE_KINDS`
+PRIMITIVE_REFINE: dict[str, tuple[str, str]] = {
+    **{p: (REFINE_OF_RULE[r], r) for p, r in PRIMITIVES.items()
+       if REFINE_OF_RULE.get(r) in ("reduction", "along")},
+    **_PRIMITIVE_KINDS,
+}
+
+
 def _check() -> None:
     rules = {r.rule for r in ROWS if r.rule is not None and r.kind not in ("collective",)}
     known = set(ELEMENTWISE) | set(CONSTRUCTORS) | set(LIKE_CONSTRUCTORS)
@@ -323,6 +366,11 @@ def _check() -> None:
     assert not missing, f"surface rows name unknown rules: {missing}"
     bad = sorted({r.refine for r in ROWS} - set(REFINE_KINDS))
     assert not bad, f"surface rows name unknown refinement kinds: {bad}"
+    two = sorted({r.rule for r in ROWS if r.rule is not None and r.refine != REFINE_OF_RULE[r.rule]})
+    assert not two, f"rows of one rule name two refinement kinds: {two}"
+    both = sorted(set(_PRIMITIVE_KINDS) & {p for p, r in PRIMITIVES.items() if r in REFINE_OF_RULE
+                                          and REFINE_OF_RULE[r] in ("reduction", "along")})
+    assert not both, f"primitives whose kind is both a row's and listed: {both}"
     bad = sorted({r.dtypes for r in ROWS if r.dtypes is not None} - set(DTYPE_KINDS))
     assert not bad, f"surface rows name unknown dtype kinds: {bad}"
     axis = {op for c in COLLECTIVES for op in c.ops}

@@ -249,3 +249,35 @@ def test_readme_floor_plan_matches_the_tree() -> None:
 def test_every_unit_is_on_a_floor() -> None:
     for m in MODULES:
         _floor(_unit(m))
+
+
+def test_rules_import_nothing_above_them() -> None:
+    """The rule table (`_rules/`, `_rules/refine/`) imports no `_surface`, `_typed`, `_ops`,
+    `_engine`, ... : only itself and `_errors` (the back-up arrow `_rules` -> `_surface` is gone)."""
+    edges = _graph()
+    above = sorted(f"{m} -> {t}" for m, ts in edges.items() if _unit(m) == "_rules"
+                   for t in ts if _unit(t) not in ("_rules", "_errors"))
+    assert above == []
+
+
+def _reaches(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for t in edges[todo.pop()]:
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return seen
+
+
+def test_boundary_specs_and_shard_map_point_one_way() -> None:
+    """`st.shard_map` -> `specs` (deriving specs from hints) and both -> `fields` (what a
+    pytree class says about its fields); `specs` and `fields` never reach `shard_map`, and
+    `fields` does not reach `specs`."""
+    edges = _graph()
+    specs, shard_map, fields = (f"spmdtyped._boundary.{m}" for m in ("specs", "shard_map", "fields"))
+    assert {specs, fields} <= edges[shard_map]
+    assert fields in edges[specs]
+    assert shard_map not in _reaches(edges, specs)
+    assert shard_map not in _reaches(edges, fields) and specs not in _reaches(edges, fields)

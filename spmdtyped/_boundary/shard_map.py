@@ -22,7 +22,8 @@ from .._ops import autodiff as _autodiff  # noqa: F401
 from .._rules.refine import shape as refine_shape
 from .._typed import hints as _hints  # noqa: F401
 from .._typed.array import is_typed, typeof, unwrap, vma_off, with_refinement, wrap
-from . import specs as _specs  # noqa: F401
+from . import fields as _fields
+from . import specs as _specs
 
 
 def spec_state(spec: Any, manual: tuple[str, ...]) -> _rules.SpmdType:
@@ -89,8 +90,8 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
         # derived from the hints at the first call (`_specs.derive`); an omitted in_specs too
         # (JAX's Infer cannot type the pytree classes the out_specs are derived from)
         derive_in = None if in_specs is _compat.INFER else in_specs
-        return _specs.deferred(shard_map, f, in_specs=derive_in, out_specs=out_specs, mesh=mesh,
-                               axis_names=axis_names, check_vma=check_vma)
+        return _deferred(f, in_specs=derive_in, out_specs=out_specs, mesh=mesh,
+                         axis_names=axis_names, check_vma=check_vma)
     if isinstance(axis_names, (str, tuple, list)) and not isinstance(axis_names, (set, frozenset)):
         axis_names = {axis_names} if isinstance(axis_names, str) else set(axis_names)
     name = getattr(f, "__name__", None) or getattr(getattr(f, "func", None), "__name__", repr(f))
@@ -261,12 +262,12 @@ def check_fields(args: Any, names: list[str], spec_of: dict[int, Any], where: st
 def _check_node(v: Any, pname: str, path: str, spec_of: dict[int, Any], where: str) -> None:
     if v is None or is_typed(v) or isinstance(v, (jax.Array, str, bytes, int, float)):
         return
-    fields = _specs.field_names(v)
+    fields = _fields.field_names(v)
     if fields is not None:
-        hints = _specs.field_hints(type(v))
+        hints = _fields.field_hints(type(v))
         for n in fields:
             sub = getattr(v, n, None)
-            want = _specs.state_hint(hints.get(n))
+            want = _fields.state_hint(hints.get(n))
             if want is not None and is_typed(sub):
                 if not isinstance(sub, want):
                     _field_error(type(v), n, sub, want, pname, f"{path}.{n}",
@@ -357,3 +358,26 @@ def check_hints(f: Callable[..., Any], in_specs: Any, out_specs: Any,
         _rules.check_out_spec(want_out, part, un, red, manual,
                               where=f"{where} (its return hint {want_out})",
                               spec=_rules.spec_text(out_specs))
+
+
+def _deferred(f: Callable[..., Any], *, in_specs: Any, out_specs: Any,
+              **kw: Any) -> Callable[..., Any]:
+    """`st.shard_map(f)` whose specs are derived from f's hints at the first call (per argument
+    structure, `specs.derive`), then the `st.shard_map` of those specs."""
+    name = getattr(f, "__name__", repr(f))
+    cache: dict[Any, Callable[..., Any]] = {}
+
+    @functools.wraps(f)
+    def wrapped(*args: Any) -> Any:
+        mesh = kw["mesh"] if kw.get("mesh") is not None else _compat.context_mesh()
+        # the specs read from the arguments are part of the key: an argument placed otherwise
+        # at a later call derives its own specs
+        key = (jax.tree_util.tree_structure(args), repr(_compat.inferred_specs(args)),
+               None if mesh is None else _specs.mesh_key(mesh))
+        fn = cache.get(key)
+        if fn is None:
+            i, o = _specs.derive(f, args, in_specs, out_specs, f"st.shard_map({name})", mesh)
+            fn = cache[key] = shard_map(f, in_specs=i, out_specs=o, **kw)
+        return fn(*args)
+
+    return wrapped

@@ -35,7 +35,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import _compat, _rules
+from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType
 from .._rules import refine as _r
@@ -65,23 +65,6 @@ Where = "tuple[str, int] | None"
 Report = Callable[[SpmdTypeError, Any, str], None]
 
 
-#: elementwise primitives (rule names of `_rules.PRIMITIVES`, which refine understands for the
-#: linear ones: add/sub/mul/div/neg/astype/copy/...; every other name is non-linear)
-_ELEMENTWISE = frozenset({
-    "add", "add_any", "sub", "mul", "div", "neg", "max", "min", "pow", "atan2", "rem", "clamp",
-    "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor", "not", "exp", "exp2", "log", "tanh",
-    "sin", "cos", "tan", "sqrt", "rsqrt", "abs", "square", "sign", "log1p", "expm1", "logistic",
-    "erf", "erfc", "erf_inv", "floor", "ceil", "round", "is_finite", "integer_pow",
-    "convert_element_type", "reduce_precision", "copy", "copy_p", "conj", "real", "imag",
-    "stop_gradient", "cbrt", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
-    "lgamma", "digamma", "nextafter", "shift_left", "shift_right_logical",
-    "shift_right_arithmetic", "population_count", "select_n",
-})
-_REDUCTIONS = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
-               "reduce_prod": "prod", "reduce_and": "all", "reduce_or": "any",
-               "argmax": "argmax", "argmin": "argmin"}
-_ALONG = {"cumsum": "cumsum", "cumprod": "cumprod", "cummax": "cummax", "cummin": "cummin",
-          "cumlogsumexp": "cumprod"}
 #: primitives with a rule here (structural) or elsewhere: never "opaque"
 _STRUCTURAL = frozenset({"dot_general", "transpose", "reshape", "broadcast_in_dim", "squeeze",
                          "expand_dims", "slice", "dynamic_slice", "gather", "concatenate", "pad",
@@ -249,22 +232,23 @@ class RefineWalk:
             return self._collective(eqn, name, ins, outs, refs, shapes)
         if name == "axis_index":
             return [_rs.axis_index(eqn_axes(eqn))]
-        if name in _ELEMENTWISE:
+        kind, rule = _surface.PRIMITIVE_REFINE.get(name, (None, name))
+        if kind == "elementwise":
             return [self._elementwise(eqn, name, ins, out, refs, shapes, out_shape, side, op)]
-        if name in _REDUCTIONS:
-            return [_r.reduction(_REDUCTIONS[name], ins[0], refs[0], out, ndim=len(shapes[0]),
+        if kind == "reduction":
+            return [_r.reduction(rule, ins[0], refs[0], out, ndim=len(shapes[0]),
                                  axis=tuple(p.get("axes", ())), op=op)]
-        if name in _ALONG:
-            return [_r.along_dim(_ALONG[name], ins[0], refs[0], out, ndim=len(shapes[0]),
-                                 axis=int(p.get("axis", 0)), op=op)]
         if name == "sort":
             dim = int(p.get("dimension", -1))
-            return [_r.along_dim("sort", t, r, o, ndim=len(s), axis=dim, op=op)
+            return [_r.along_dim(rule, t, r, o, ndim=len(s), axis=dim, op=op)
                     for t, r, o, s in zip(ins, refs, outs, shapes, strict=False)]
         if name == "rev":
             dims = tuple(p.get("dimensions", ()))
-            return [_r.along_dim("flip", ins[0], refs[0], out, ndim=len(shapes[0]),
+            return [_r.along_dim(rule, ins[0], refs[0], out, ndim=len(shapes[0]),
                                  axis=dims[0] if len(dims) == 1 else None, op=op)]
+        if kind == "along":
+            return [_r.along_dim(rule, ins[0], refs[0], out, ndim=len(shapes[0]),
+                                 axis=int(p.get("axis", 0)), op=op)]
         if name == "dot_general":
             spec = dot_spec(p["dimension_numbers"], len(shapes[0]), len(shapes[1]))
             args = [Arg(ins[0], refs[0], shapes[0]), Arg(ins[1], refs[1], shapes[1])]

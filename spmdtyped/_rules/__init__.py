@@ -123,9 +123,6 @@ if TYPE_CHECKING:
 
 _LAZY_MODULES = ("boundary", "docs", "lattice", "primitives")
 
-#: views of the `st.numpy` / `st.nn` rows of `spmdtyped._surface` (the one table), kept for
-#: readers of `_rules`: name -> rule (how each applies it: the row's `binding`)
-_SURFACE_VIEWS = ("NUMPY_FUNCTIONS", "NN_FUNCTIONS")
 _MISSING = object()
 _HERE = os.path.dirname(__file__)
 
@@ -142,15 +139,6 @@ def __getattr__(name: str) -> Any:
             if value is not _MISSING:
                 globals()[name] = value
                 return value
-    if name in _SURFACE_VIEWS:
-        from .. import _surface
-
-        value: Any = {
-            "NUMPY_FUNCTIONS": {r.name: r.rule for r in _surface.NUMPY},
-            "NN_FUNCTIONS": {r.name: r.rule for r in _surface.NN},
-        }[name]
-        globals()[name] = value
-        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -24,15 +24,15 @@ from typing import Any
 import jax
 import numpy as np
 
-from .. import _compat, _rules
+from .. import _compat, _rules, _surface
 from .._errors import error
 from .._rules.refine import describe
 from . import hints as _hints
 
 #: jax.numpy / jax.nn function name -> the st.* function with the rule for it
 _REPLACEMENTS: dict[str, str] = {
-    **{n: f"st.numpy.{n}" for n in _rules.NUMPY_FUNCTIONS},
-    **{n: f"st.nn.{n}" for n in _rules.NN_FUNCTIONS},
+    **{r.name: f"st.numpy.{r.name}" for r in _surface.NUMPY},
+    **{r.name: f"st.nn.{r.name}" for r in _surface.NN},
 }
 _JAX_MODULES = ("jax.", "jaxlib.")
 _WRAPPERS = frozenset({"reraise_with_filtered_traceback", "cache_miss", "call_impl", "bind",
