@@ -125,6 +125,25 @@ def asarray_like(c: Any, like: Any) -> Any:
 # All public jax.lax entry points in both versions; JAX dispatches on the input state itself
 # (psum on U -> unreduced_psum, pcast to='varying' on R -> reduced_vary_cast).
 
+#: jax.lax's namespace as it was when spmdtyped loaded: `st.adapters.typed_shard_map` routes
+#: `jax.lax.<name>` through `spmdtyped.lax` while a body traces, and a binding must not loop
+_LAX = dict(vars(lax))
+
+
+@functools.cache
+def _resolve(dotted: str) -> Any:
+    module, _, name = dotted.rpartition(".")
+    if module == "jax.lax":
+        return _LAX[name]
+    import importlib
+    return getattr(importlib.import_module(module), name)
+
+
+def resolve(dotted: str) -> Any:
+    """The callable a collective-table row names (`jax.lax.psum`,
+    `spmdtyped._compat.pbroadcast`); `jax.lax.*` as it was before any routing."""
+    return _resolve(dotted)
+
 psum = lax.psum
 pmean = lax.pmean
 pmax = lax.pmax
