@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.lax as _jlax
@@ -36,6 +36,9 @@ from ._errors import error
 from ._errors.jax_messages import jax_errors
 from ._ops import collectives as _collectives
 from ._typed.array import is_typed, operand
+
+if TYPE_CHECKING:
+    from ._static import AxisName
 
 #: the collectives of the surface table that `spmdtyped.lax` checks (`_surface.LAX_NAMES`)
 __all__ = sorted(_surface.LAX_NAMES)  # noqa: PLE0605
@@ -145,9 +148,29 @@ def _make(c: _surface.Collective) -> Any:
 
 #: the drop-ins made from the built-in rows; a row registered later is made on first use
 _MADE: dict[str, tuple[_surface.Collective, Any]] = {}
-for _c in _surface.COLLECTIVES:
-    if _c.in_lax:
-        globals()[_c.name] = _make(_c)
+if TYPE_CHECKING:
+    # what type checkers see (they cannot run the loop below): the rows' signatures, raw
+    # values in and out; `tests/test_collective_row.py` checks them against the rows
+    def psum(x: Any, axis_name: AxisName, *, axis_index_groups: Any = None) -> Any: ...
+    def pmean(x: Any, axis_name: AxisName, *, axis_index_groups: Any = None) -> Any: ...
+    def pmax(x: Any, axis_name: AxisName, *, axis_index_groups: Any = None) -> Any: ...
+    def pmin(x: Any, axis_name: AxisName, *, axis_index_groups: Any = None) -> Any: ...
+    def ppermute(x: Any, axis_name: AxisName, perm: Sequence[tuple[int, int]]) -> Any: ...
+    def pshuffle(x: Any, axis_name: AxisName, perm: Sequence[int]) -> Any: ...
+    def pbroadcast(x: Any, axis_name: AxisName, source: int) -> Any: ...
+    def all_gather(x: Any, axis_name: AxisName, *, axis_index_groups: Any = None, axis: int = 0,
+                   tiled: bool = False, to: str = "varying") -> Any: ...
+    def psum_scatter(x: Any, axis_name: AxisName, *, scatter_dimension: int = 0,
+                     axis_index_groups: Any = None, tiled: bool = False) -> Any: ...
+    def all_to_all(x: Any, axis_name: AxisName, split_axis: int, concat_axis: int, *,
+                   axis_index_groups: Any = None, tiled: bool = False) -> Any: ...
+    def pcast(x: Any, axis_name: AxisName, *, to: str) -> Any: ...
+    def axis_index(axis_name: AxisName) -> Any: ...
+    def axis_size(axis_name: AxisName) -> int: ...
+else:
+    for _c in _surface.COLLECTIVES:
+        if _c.in_lax:
+            globals()[_c.name] = _make(_c)
 
 _missing = [n for n in __all__ if n not in globals()]
 assert not _missing, f"spmdtyped.lax lacks surface-table collectives {_missing}"

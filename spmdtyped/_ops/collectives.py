@@ -8,7 +8,7 @@ or pytrees of them; outputs are typed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax

@@ -147,14 +147,12 @@ def _function_lines(p: Planned) -> list[str]:
     f, out = p.form, []
     if f.kind == "collective":
         tail = [x.strip() for x in f.extra.lstrip(", ").split(",")] if f.extra else []
-        to_any = [] if not p.form.rows[0][0] else (
-            ([] if "*" in tail else ["*"]) + (['to: str = "varying"'] if f.name == "all_gather"
-                                              else ["to: str"]))
+        to_any = [] if not f.to else ([] if "*" in tail else ["*"]) + [f.to]
         out += _def(f.name, ["x: _TU", "axis_name: str | tuple[str, ...]", *tail, *to_any],
                     ANY_ARRAY, None, "")
         for to, axis, ovs in p.groups:
             to_param = [] if to is None else [
-                f'to: Literal["{to}"]' + (' = "varying"' if f.name == "all_gather" and to == "varying" else "")]
+                f'to: Literal["{to}"]' + (f' = "{to}"' if f.to.endswith(f'= "{to}"') else "")]
             for ov in ovs:
                 params = [f"x: {param_text(ov.params[0])}", f'axis_name: Literal["{axis}"]', *tail]
                 if to_param:
@@ -341,7 +339,7 @@ def __getattr__(name: str) -> Any: ...
 def plain_properties() -> list[str]:
     """`SArray`'s properties that carry no state (`raw`, `shape`, `dtype`, `weak_type`, ...),
     read from the static view's class body (`_static.py`): written once, there."""
-    tree = ast.parse(Path(__file__).with_name("_static.py").read_text())
+    tree = ast.parse((Path(__file__).parent.parent / "_static.py").read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SArray")
     out = []
     for node in cls.body:

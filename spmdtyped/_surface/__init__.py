@@ -18,21 +18,18 @@ import dataclasses
 from .._rules.arguments import DTYPE_KINDS
 from .._rules.elementwise import ELEMENTWISE
 from .._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
-from .collectives import (
-    AXIS_PRIMITIVES,
-    COLLECTIVE_NAMES,
-    COLLECTIVES,
-    LAX_NAMES,
-    REQUIRED,
-    TYPED_COLLECTIVES,
-    Collective,
-    Param,
-    axis_primitive,
-    collective,
-    collectives,
-    registered,
-)
-
+from .collectives import AXIS_PRIMITIVES as AXIS_PRIMITIVES
+from .collectives import COLLECTIVE_NAMES as COLLECTIVE_NAMES
+from .collectives import COLLECTIVES as COLLECTIVES
+from .collectives import LAX_NAMES as LAX_NAMES
+from .collectives import REQUIRED as REQUIRED
+from .collectives import TYPED_COLLECTIVES as TYPED_COLLECTIVES
+from .collectives import Collective as Collective
+from .collectives import Param as Param
+from .collectives import all_collectives as all_collectives
+from .collectives import axis_primitive as axis_primitive
+from .collectives import collective as collective
+from .collectives import registered as registered
 
 #: how a function or method applies its rule to its arguments:
 #: "unary"  -- the first argument only (further arguments are shapes, axes, shifts): `unary`

@@ -209,7 +209,7 @@ _BUILTIN: tuple[Collective, ...] = (
 
 #: the live table: the built-in rows, plus rows a test registers (`registered`)
 _TABLE: dict[str, Collective] = {c.name: c for c in _BUILTIN}
-#: the built-in rows, in table order (`collectives()` includes registered ones)
+#: the built-in rows, in table order (`all_collectives()` includes registered ones)
 COLLECTIVES: tuple[Collective, ...] = _BUILTIN
 #: every public collective/cast name (`st.<name>`) of the built-in rows, in table order
 COLLECTIVE_NAMES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES)
@@ -219,7 +219,7 @@ LAX_NAMES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES if c.in_lax)
 TYPED_COLLECTIVES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES if c.ops)
 
 
-def collectives() -> tuple[Collective, ...]:
+def all_collectives() -> tuple[Collective, ...]:
     """Every row, registered ones included, in table order."""
     return tuple(_TABLE.values())
 
