@@ -7,6 +7,7 @@ names the version and why.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
 import sys
@@ -135,7 +136,6 @@ def _resolve(dotted: str) -> Any:
     module, _, name = dotted.rpartition(".")
     if module == "jax.lax":
         return _LAX[name]
-    import importlib
     return getattr(importlib.import_module(module), name)
 
 
@@ -144,12 +144,9 @@ def resolve(dotted: str) -> Any:
     `spmdtyped._compat.pbroadcast`); `jax.lax.*` as it was before any routing."""
     return _resolve(dotted)
 
-psum = lax.psum
-pmean = lax.pmean
-pmax = lax.pmax
-pmin = lax.pmin
-ppermute = lax.ppermute
-pshuffle = lax.pshuffle
+
+# The plain ones are bound as the collective table names them (`resolve("jax.lax.psum")`);
+# here only the bindings that need more than JAX's function.
 
 
 def pbroadcast(x: Any, axis_name: Any, source: Any) -> Any:
@@ -181,8 +178,6 @@ def batch_axis_names() -> tuple[str, ...]:
     env = jcore.get_axis_env()
     mesh_axes = set(current_mesh()[0])
     return tuple(a for a in env.axis_names() if isinstance(a, str) and a not in mesh_axes)
-psum_scatter = lax.psum_scatter
-all_to_all = lax.all_to_all
 axis_index = lax.axis_index
 
 

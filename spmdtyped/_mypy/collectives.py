@@ -125,7 +125,7 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
     if isinstance(p, TupleType):  # a pytree: each leaf separately
         return p.copy_modified(items=[_result(ctx, rule, op, axes, None, i, any_type())
                                       for i in p.items])
-    if rule not in _FROM_PLAIN and isinstance(p, Instance) and p.type.fullname == SARRAY \
+    if not _rules.AXIS_OPS[rule].from_plain and isinstance(p, Instance) and p.type.fullname == SARRAY \
             and (len(p.args) == 3 or isinstance(p.args[3], AnyType)):
         state = state_of_args(p.args)
         if state is not None:  # no refinement: the four-state rule alone (`rapply`'s)
@@ -164,11 +164,10 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
         return ref, (v.rank + 1 if grows and v.rank is not None else v.rank)
 
     # pvary / pcast(to="varying") make Rep, psum_scatter / all_to_all make Shard from a plain value
-    refine.from_plain = rule in _FROM_PLAIN  # type: ignore[attr-defined]
+    refine.from_plain = _rules.AXIS_OPS[rule].from_plain  # type: ignore[attr-defined]
     return refined.rapply(ctx.api, ctx.context, default, [refined.arrays(alts)], rule_fn, refine)
 
 
-_FROM_PLAIN: Final = frozenset({"pvary", "pcast_varying", "psum_scatter", "all_to_all"})
 #: the refinement of a collective's result, by its arguments (a pure function of them; a rule
 #: error is raised again, not memoised)
 _REFINED: Final[dict[tuple[object, ...], tuple[Refinement, int | None]]] = {}

@@ -15,6 +15,13 @@ and the jaxpr primitive names JAX binds for it. The readers iterate the rows:
   checkers cannot iterate a table) and that a row registered in a test (`registered`) is seen
   by all of them.
 
+Adding a collective: its row here; its `AXIS_OPS` row in `_rules/axis_ops.py` if no existing
+rule fits (and, if its refinement is new, its case in `_rules/refine/shape.py`'s `collective`);
+the declarations type checkers read, which cannot come from a table at check time:
+`_static.py` (overloads + `__all__`) and `spmdtyped.lax`'s `TYPE_CHECKING` block (when
+`in_lax`), both checked against the row by `tests/test_collective_row.py`, whose failure
+prints the declaration to paste; and its tests.
+
 Plain data: imports no JAX (the mypy plugin reads it), only `_rules`.
 """
 
