@@ -141,7 +141,9 @@ _BUILTIN: tuple[Collective, ...] = (
     Collective("psum", ("psum",), "jax.lax.psum", (_GROUPS,), tree_bind=True,
                primitives={"psum_invariant": "psum", "psum": "psum", "unreduced_psum": "psum"},
                doc="Typed `jax.lax.psum`: Varying or Unreduced on the named axes -> Invariant "
-                   "there.\n\n**Raises:** `AxisStateError` SPMD101 (Reduced input), SPMD103 "
+                   "there.\n\n**Arguments:** as `jax.lax.psum`; `x` is a typed or raw value or a "
+                   "pytree of them.\n\n**Returns:** typed values, Invariant on `axis_name`, "
+                   "other axes unchanged (`st.psum` of a raw value is typed too).\n\n**Raises:** `AxisStateError` SPMD101 (Reduced input), SPMD103 "
                    "(already Invariant: a double sum), SPMD104 (mixed states over a tuple of "
                    "axes); `UsageError` for bad axis names.\n\n!!! Example\n    ```python\n"
                    "    y = st.psum(x, \"tp\")   # Varying[\"dp\", \"tp\"] -> Varying[\"dp\"]\n"
