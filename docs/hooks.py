@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
+import importlib.util
 import itertools
 import posixpath
 import re
@@ -551,6 +552,7 @@ def lazy_members(package: str) -> list[str]:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_LAZY"
                                                 for t in node.targets):
             table = ast.literal_eval(node.value)
+            # relative module names, as `importlib.import_module(mod, package)` reads them
             return [f"{importlib.util.resolve_name(mod, package)}.{name}"
                     for name, mod in sorted(table.items())]
     return []

@@ -25,6 +25,7 @@ from ._errors import explain as explain
 from ._rules import SpmdType as SpmdType
 from ._rules import State as State
 from ._surface import COLLECTIVE_NAMES as _COLLECTIVE_NAMES
+from ._surface import collective as _collective
 
 __version__ = "0.2.0"
 
@@ -81,6 +82,8 @@ else:
             value = getattr(importlib.import_module(_LAZY[name], __name__), name)
         elif name in _SUBMODULES:
             value = importlib.import_module(f".{name}", __name__)
+        elif _collective(name) is not None:  # a collective-table row registered after import
+            return getattr(importlib.import_module("._ops.collectives", __name__), name)
         else:
             raise AttributeError(f"module 'spmdtyped' has no attribute {name!r}")
         globals()[name] = value

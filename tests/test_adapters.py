@@ -388,7 +388,7 @@ def test_port_cli(tmp_path, capsys):
 
 def test_primitive_tables_name_rules():
     assert set(st._rules.PRIMITIVES.values()) <= set(st._rules.ELEMENTWISE)
-    assert set(st._rules.AXIS_PRIMITIVES.values()) <= set(st._rules.AXIS_OPS)
+    assert set(st._surface.AXIS_PRIMITIVES.values()) <= set(st._rules.AXIS_OPS)
     assert set(st._rules.PRIMITIVE_OPERANDS) <= set(st._rules.PRIMITIVES)
 
 

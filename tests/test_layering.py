@@ -165,14 +165,15 @@ def test_no_module_over_600_lines() -> None:
 #: the floors of the package, lowest first: a module may import its own floor and the floors
 #: below it, never one above. The units are the subsystem folders and the root modules;
 #: `_typed.hints` (the hint classes, no JAX) is its own unit, below `_compat`, which the rest
-#: of `_typed` stands on. The same list is the package README's floor plan.
+#: of `_typed` stands on; `_errors.jax_messages` (JAX's messages, matched against the collective
+#: rows) stands above the surface table. The same list is the package README's floor plan.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("_errors",),
     ("_rules",),
     ("_surface", "_static"),
     ("_typed.hints",),
     ("_compat",),
-    ("_typed", "_engine"),
+    ("_typed", "_engine", "_errors.jax_messages"),
     ("numpy", "nn", "debug"),
     ("_ops",),
     ("lax", "_boundary"),
@@ -186,8 +187,8 @@ def _unit(mod: str) -> str:
     parts = mod.split(".")[1:]
     if not parts:
         return PKG
-    if parts[:2] == ["_typed", "hints"]:
-        return "_typed.hints"
+    if parts[:2] in (["_typed", "hints"], ["_errors", "jax_messages"]):
+        return ".".join(parts[:2])
     if parts[:2] == ["adapters", "_port"]:
         return "adapters._port"
     return parts[0]

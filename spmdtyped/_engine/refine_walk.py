@@ -191,7 +191,7 @@ class RefineWalk:
         for v, t, r in zip(eqn.outvars, outs, results, strict=False):
             env[v] = r.restrict(t.varying).with_data(r.data or data)
         # opaque values cast back to Varying on the axes they dropped
-        if name in ("pvary", "reduced_vary_cast") or _rules.AXIS_PRIMITIVES.get(name) == "pvary":
+        if name in ("pvary", "reduced_vary_cast") or _surface.AXIS_PRIMITIVES.get(name) == "pvary":
             for v in eqn.invars:
                 p = None if is_literal(v) else pending.get(v)
                 if p is not None and p.kind == "opaque" and p.axes <= outs[0].varying:
@@ -219,8 +219,8 @@ class RefineWalk:
                     pending[eqn.outvars[0]] = _Pending(e, where, "jax.grad under jax.vmap",
                                                        "per_example")
             return [ct.with_data(True)]
-        if name in _rules.AXIS_PRIMITIVES:
-            if _rules.AXIS_PRIMITIVES[name] == "psum":
+        if name in _surface.AXIS_PRIMITIVES:
+            if _surface.AXIS_PRIMITIVES[name] == "psum":
                 # a psum of a Shard over its axis (SPMD108) is reported for gradients only:
                 # for a value the in_specs shard, a spec cannot tell a slice of a global array
                 # from a stack of per-device terms (F5), and raw programs sum such values
@@ -298,7 +298,7 @@ class RefineWalk:
 
     def _collective(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
                     refs: list[Refinement], shapes: list[tuple[int, ...]]) -> list[Refinement]:
-        rule = _rules.AXIS_PRIMITIVES[name]
+        rule = _surface.AXIS_PRIMITIVES[name]
         kind = {"pcast_varying": "pcast_varying"}.get(rule, rule)
         p = eqn.params
         params = {"axis": p.get("all_gather_dimension", p.get("axis", 0)),

@@ -209,8 +209,8 @@ class Walk:
         predicted: list[SpmdType] | None = None
         code = None
         try:
-            if name in _rules.AXIS_PRIMITIVES:
-                rule = _rules.AXIS_PRIMITIVES[name]
+            if name in _surface.AXIS_PRIMITIVES:
+                rule = _surface.AXIS_PRIMITIVES[name]
                 ins = self._effective(eqn, rule, ins, producers)
                 axes = _axes(eqn)
                 if self.record_steps:

@@ -119,7 +119,7 @@ if TYPE_CHECKING:
         predicate_type,
         widen_under_predicate,
     )
-    from .primitives import AXIS_PRIMITIVES, PRIMITIVE_OPERANDS, PRIMITIVES
+    from .primitives import PRIMITIVE_OPERANDS, PRIMITIVES
 
 _LAZY_MODULES = ("boundary", "docs", "lattice", "primitives")
 
@@ -143,7 +143,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ALL_GATHER_TARGETS", "AT_METHODS", "AXIS_OPS", "AXIS_PRIMITIVES", "BODY_LABELS",
+    "ALL_GATHER_TARGETS", "AT_METHODS", "AXIS_OPS", "BODY_LABELS",
     "CONSERVATIVE", "CONSTRUCTORS", "ELEMENTWISE", "FREE_CASTS", "INVARIANT", "JAX_0_10",
     "JAX_0_12", "JAX_DROPS", "JAX_KEEPS", "KEEP", "LIKE_CONSTRUCTORS", "LITERAL",
     "LOOSER_THAN_JAX", "NONLINEAR_NARY", "PCAST_TARGETS", "PREDICATE_WHERE", "PRIMITIVES",

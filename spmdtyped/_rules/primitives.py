@@ -1,21 +1,10 @@
-"""jaxpr primitives -> rule rows, for `adapters.infer`, which walks traced jaxprs. Names are
-jax 0.12's; `_compat.primitive_name` maps other versions' spellings (0.10:
+"""jaxpr primitives -> rule rows (elementwise and structural), for the walk of traced jaxprs.
+Names are jax 0.12's; `_compat.primitive_name` maps other versions' spellings (0.10:
 `vary_unreduced_cast_p`)."""
 
 from __future__ import annotations
 
-#: collective/cast primitive -> AXIS_OPS row. `pmean` is `psum_invariant` + `div`; `pshuffle`
-#: binds `ppermute`; psum/psum_scatter of an Unreduced value bind the `unreduced_*` prims.
-AXIS_PRIMITIVES: dict[str, str] = {
-    "psum_invariant": "psum", "psum": "psum", "unreduced_psum": "psum",
-    "pmax": "pmax", "pmin": "pmin", "unreduced_pmax": "pmax", "unreduced_pmin": "pmin",
-    "all_gather": "all_gather", "all_gather_invariant": "all_gather_invarying",
-    "all_gather_reduced": "all_gather_reduced",
-    "reduce_scatter": "psum_scatter", "unreduced_reduce_scatter": "psum_scatter",
-    "ppermute": "ppermute", "pbroadcast": "pbroadcast", "all_to_all": "all_to_all",
-    "pvary": "pvary", "preduced": "pcast_reduced", "vary_unreduced_cast": "pcast_unreduced",
-    "reduced_vary_cast": "pcast_varying",
-}
+# collective/cast primitives: each collective's row in `_surface.collectives` (`primitives`)
 
 #: elementwise/structural primitive -> ELEMENTWISE rule
 PRIMITIVES: dict[str, str] = {

@@ -149,14 +149,12 @@ def _function_lines(p: Planned) -> list[str]:
     f, out = p.form, []
     if f.kind == "collective":
         tail = [x.strip() for x in f.extra.lstrip(", ").split(",")] if f.extra else []
-        to_any = [] if not p.form.rows[0][0] else (
-            ([] if "*" in tail else ["*"]) + (['to: str = "varying"'] if f.name == "all_gather"
-                                              else ["to: str"]))
+        to_any = [] if not f.to else ([] if "*" in tail else ["*"]) + [f.to]
         out += _def(f.name, ["x: _TU", "axis_name: str | tuple[str, ...]", *tail, *to_any],
                     ANY_ARRAY, None, "")
         for to, axis, ovs in p.groups:
             to_param = [] if to is None else [
-                f'to: Literal["{to}"]' + (' = "varying"' if f.name == "all_gather" and to == "varying" else "")]
+                f'to: Literal["{to}"]' + (f' = "{to}"' if f.to.endswith(f'= "{to}"') else "")]
             for ov in ovs:
                 params = [f"x: {param_text(ov.params[0])}", f'axis_name: Literal["{axis}"]', *tail]
                 if to_param:

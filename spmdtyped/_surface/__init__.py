@@ -2,7 +2,8 @@
 
 One row per form: operators (`x % y`, `-x`), array methods and properties (`x.sum()`,
 `x.T`), indexing, `.at[i].<method>(v)`, the `st.numpy` and `st.nn` functions, constructors,
-collectives and casts. The runtime builds itself from these rows (`_hints` dunders, `_array`
+collectives and casts (their own table, `collectives.py`: one `Collective` row each with its
+signature, binding and jaxpr primitives). The runtime builds itself from these rows (`_hints` dunders, `_array`
 methods and `.at[]`, `numpy`, `nn`, `lax`, the lazy names of `spmdtyped`); the static view,
 the mypy plugin, the codemod and the docs read them; `tests/test_surface.py` checks every row
 against the runtime. Imports no JAX, only `_rules`.
@@ -13,13 +14,23 @@ against the runtime. Imports no JAX, only `_rules`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
-from ._rules.arguments import DTYPE_KINDS
-from ._rules.axis_ops import AXIS_OPS, all_gather_op, pcast_op
-from ._rules.elementwise import ELEMENTWISE
-from ._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
-from ._rules.primitives import PRIMITIVES
+from .._rules.arguments import DTYPE_KINDS
+from .._rules.elementwise import ELEMENTWISE
+from .._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
+from .._rules.primitives import PRIMITIVES
+from .collectives import AXIS_PRIMITIVES as AXIS_PRIMITIVES
+from .collectives import COLLECTIVE_NAMES as COLLECTIVE_NAMES
+from .collectives import COLLECTIVES as COLLECTIVES
+from .collectives import LAX_NAMES as LAX_NAMES
+from .collectives import REQUIRED as REQUIRED
+from .collectives import TYPED_COLLECTIVES as TYPED_COLLECTIVES
+from .collectives import Collective as Collective
+from .collectives import Param as Param
+from .collectives import all_collectives as all_collectives
+from .collectives import axis_primitive as axis_primitive
+from .collectives import collective as collective
+from .collectives import registered as registered
 
 #: how a function or method applies its rule to its arguments:
 #: "unary"  -- the first argument only (further arguments are shapes, axes, shifts): `unary`
@@ -232,56 +243,10 @@ NN: tuple[Row, ...] = tuple(
 # ------------------------------------------------------------------------------ collectives
 
 
-@dataclasses.dataclass(frozen=True)
-class Collective:
-    """A collective or cast: its public name (`st.<name>`), the `AXIS_OPS` rows it applies
-    (several when a keyword picks the row: `all_gather(to=...)`, `pcast(to=...)`), JAX's
-    function, and whether `spmdtyped.lax` checks it (the drop-in for `jax.lax`)."""
-
-    name: str
-    ops: tuple[str, ...]
-    jax: str
-    in_lax: bool = True
-    #: `(to, op label) -> AXIS_OPS key` where the `to=` keyword picks the row
-    select: Callable[[object, str], str] | None = None
-
-    def op(self, to: object = None, label: str | None = None) -> str:
-        """The `AXIS_OPS` row this call applies (`to`: the `to=` argument, where it has one);
-        an unknown target is the rule's error (SPMD505)."""
-        if self.select is None:
-            assert len(self.ops) == 1, self
-            return self.ops[0]
-        return self.select(to, label or f"st.{self.name}")
-
-
-COLLECTIVES: tuple[Collective, ...] = (
-    Collective("psum", ("psum",), "jax.lax.psum"),
-    Collective("pmean", ("pmean",), "jax.lax.pmean"),
-    Collective("pmax", ("pmax",), "jax.lax.pmax"),
-    Collective("pmin", ("pmin",), "jax.lax.pmin"),
-    Collective("ppermute", ("ppermute",), "jax.lax.ppermute"),
-    Collective("pshuffle", ("pshuffle",), "jax.lax.pshuffle"),
-    Collective("pbroadcast", ("pbroadcast",), "jax.lax.pbroadcast"),
-    Collective("all_gather", ("all_gather", "all_gather_invarying", "all_gather_reduced"),
-               "jax.lax.all_gather", select=lambda to, _op: all_gather_op(to)),
-    Collective("psum_scatter", ("psum_scatter",), "jax.lax.psum_scatter"),
-    Collective("all_to_all", ("all_to_all",), "jax.lax.all_to_all"),
-    Collective("pcast", ("pcast_varying", "pcast_reduced", "pcast_unreduced"), "jax.lax.pcast",
-               select=pcast_op),
-    # st.pvary: the old spelling of pcast(to="varying"); spmdtyped.lax has pcast only
-    Collective("pvary", ("pvary",), "jax.lax.pcast", in_lax=False),
-    Collective("axis_index", (), "jax.lax.axis_index"),
-    Collective("axis_size", (), "jax.lax.axis_size"),
-)
-#: every public collective/cast name (`st.<name>`), in table order
-COLLECTIVE_NAMES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES)
-#: the names `spmdtyped.lax` checks
-LAX_NAMES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES if c.in_lax)
-#: collectives that take a typed value and apply an `AXIS_OPS` row (not axis_index/axis_size)
-TYPED_COLLECTIVES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES if c.ops)
-
+# The collectives and casts: `collectives.py` (`COLLECTIVES`, re-exported here); as `Row`s
+# for the parity tests:
 COLLECTIVE_ROWS: tuple[Row, ...] = tuple(
-    Row(f"st.{c.name}(x, axes)", "collective", c.name, op, 1, "axis", c.jax, refine="collective")
+    Row(f"st.{c.name}(x, axes)", "collective", c.name, op, 1, "axis", c.jax, refine=c.refine)
     for c in COLLECTIVES for op in c.ops
 )
 
@@ -294,7 +259,6 @@ _BY_DUNDER = {r.name: r for r in (*OPERATORS, *UNARY_OPERATORS)}
 _BY_DUNDER.update({r.reflected: r for r in OPERATORS if r.reflected})
 _BY_ATTR = {r.name: r for r in (*METHODS, *PROPERTIES)}
 _BY_FUNCTION = {**{f"numpy.{r.name}": r for r in NUMPY}, **{f"nn.{r.name}": r for r in NN}}
-_BY_COLLECTIVE = {c.name: c for c in COLLECTIVES}
 
 
 def by_dunder(name: str) -> Row | None:
@@ -310,11 +274,6 @@ def by_attribute(name: str) -> Row | None:
 def by_function(module: str, name: str) -> Row | None:
     """The row of `st.<module>.<name>` (`module`: "numpy" or "nn"), or None."""
     return _BY_FUNCTION.get(f"{module}.{name}")
-
-
-def collective(name: str) -> Collective | None:
-    """The collective/cast `st.<name>`, or None."""
-    return _BY_COLLECTIVE.get(name)
 
 
 # ------------------------------------------------------------------------------ refinement kinds
@@ -373,8 +332,6 @@ def _check() -> None:
     assert not both, f"primitives whose kind is both a row's and listed: {both}"
     bad = sorted({r.dtypes for r in ROWS if r.dtypes is not None} - set(DTYPE_KINDS))
     assert not bad, f"surface rows name unknown dtype kinds: {bad}"
-    axis = {op for c in COLLECTIVES for op in c.ops}
-    assert axis == set(AXIS_OPS), sorted(axis ^ set(AXIS_OPS))
 
 
 _check()
