@@ -16,6 +16,7 @@ _COMMANDS = {
     "infer": ("spmdtyped.adapters._cli", "infer the typed signature of a raw shard_map function"),
     "port": ("spmdtyped.adapters._codemod", "rewrite raw shard_map code to spmdtyped (libcst)"),
     "explain": ("spmdtyped.__main__", "print the page of an error code, e.g. SPMD101"),
+    "report": ("spmdtyped._report.cli", "the communication report of a step (FILE[:FUNC])"),
     "stubgen": ("spmdtyped._stubgen", "write typings/spmdtyped/ for pyright / Pylance (--axes dp,tp)"),
 }
 

@@ -93,10 +93,10 @@ class Report:
         out += [f"added by the compiler: {op.kind} over {'+'.join(op.axes or ('?',))} "
                 f"x{op.count} ({op.unit_bytes} B each) for {op.primitive} at {op.where}"
                 for op in self.added()]
-        merged = {id(op): op for op in self.compiled if op.combined > 1}
+        merged = [op for op in self.compiled if op.combined > 1]
         if merged:
-            out.append(f"combined by the compiler: {len(merged)} collectives run as tuple ops "
-                       "with the others (same bytes, fewer launches)")
+            out.append(f"combined by the compiler: {len(merged)} collectives run as operands "
+                       "of tuple ops (same bytes, fewer launches)")
         return out
 
     def check(self) -> None:

@@ -183,6 +183,13 @@ def psum_then_slice(cols: Sequence[Collective]) -> list[Flag]:
     return out
 
 
+def _reaches_outputs(c: Collective) -> bool:
+    """The result reaches its jaxpr's outputs through linear ops only: a gradient that is
+    returned or applied (`w - lr * g`), not an activation's cotangent fed to a matmul."""
+    reached, _ = _flow(list(c.eqn.outvars), c.jaxpr, LINEAR)
+    return bool(reached & set(c.jaxpr.outvars))
+
+
 def gradient_volume(cols: Sequence[Collective], shard_maps: Sequence[Any]) -> list[Flag]:
     """Per axis: the backward all-reduces of parameter-shaped values (the gradients of the
     shard_map inputs that are not Varying on the axis) against those parameters' bytes."""
@@ -204,7 +211,7 @@ def gradient_volume(cols: Sequence[Collective], shard_maps: Sequence[Any]) -> li
         grads = [c for c in cols if c.kind == "all-reduce" and c.phase == "backward"
                  and a in c.axes and c.eqn is not None
                  and (tuple(c.eqn.outvars[0].aval.shape), str(c.eqn.outvars[0].aval.dtype))
-                 in shapes]
+                 in shapes and _reaches_outputs(c)]
         if not grads:
             continue
         sent = sum(c.bytes for c in grads)

@@ -258,7 +258,12 @@ def parse(text: str, names: Sequence[str], sizes: Sequence[int],
             axes = groups_to_axes(_groups(line), names, sizes, kind == "collective-permute")
             meta, fid = _metadata(line)
             where = where_of(frames.get(fid, [])) if fid is not None else None
-            if len(meta) != len(sizes_):
+            if kind == "all-to-all" and len(meta) == 1:
+                # the tuple form of an all-to-all: one chunk per peer, one op
+                sizes_ = [sum(sizes_)]
+            elif len(meta) != len(sizes_):
+                # XLA's combiner merged operands of equations with the same op_name (one
+                # name for all), or of one equation (a psum of several operands)
                 meta = [meta[0]] * len(sizes_)
             for nbytes, (prim, phase) in zip(sizes_, meta, strict=True):
                 out.append(CompiledOp(kind, axes, mult[comp], nbytes, prim, phase, where,

@@ -188,8 +188,11 @@ class TracedWalk:
         name = _compat.primitive_name(eqn)
         backward = ctx.backward or "transpose" in str(getattr(eqn.source_info, "name_stack", ""))
         if name in KINDS:
-            self._record(eqn, jaxpr, ctx, KINDS[name], eqn_axes(eqn), backward,
-                         sum(aval_bytes(v.aval) for v in eqn.outvars))
+            # one record per operand: the compiled program runs a psum of several operands
+            # as one tuple op, and XLA's combiner merges separate psums the same way
+            for v in eqn.outvars:
+                self._record(eqn, jaxpr, ctx, KINDS[name], eqn_axes(eqn), backward,
+                             aval_bytes(v.aval))
         elif name in RESHARDS:
             for kind, axes, nbytes in reshard_collectives(eqn):
                 self._record(eqn, jaxpr, ctx, kind, axes, backward, nbytes, origin="jax")
