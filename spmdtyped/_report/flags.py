@@ -169,7 +169,7 @@ def psum_then_slice(cols: Sequence[Collective]) -> list[Flag]:
     for c in cols:
         if c.kind != "all-reduce" or c.eqn is None or not c.group or c.group < 2:
             continue
-        _, ends = _flow(list(c.eqn.outvars), c.jaxpr, frozenset({"convert_element_type",
+        _, ends = _flow(list(c.eqn.outvars), c.jaxpr, frozenset({"convert_element_type", "pvary",
                                                                 "reshape", "squeeze"}))
         if not ends or any(_compat.primitive_name(e) not in _SLICES for e in ends):
             continue

@@ -70,6 +70,19 @@ def _groups(line: str) -> list[list[int]] | None:
     m = re.search(r"source_target_pairs=\{(.*?)\}\}", line)
     if m:
         return [[int(x) for x in p.split(",")] for p in re.findall(r"\{(\d+,\d+)", m.group(0))]
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line)
+    if m:  # the mesh form: mesh['axis_0'=2,'axis_1'=4] {'axis_0'}
+        import numpy as np
+
+        dims = re.findall(r"'?([\w.]+)'?\s*=\s*(\d+)", m.group(1))
+        names_ = [d for d, _ in dims]
+        picked = [names_.index(a) for a in re.findall(r"'?([\w.]+)'?", m.group(2))
+                  if a in names_]
+        ids = np.arange(math.prod(int(n) for _, n in dims)).reshape([int(n) for _, n in dims])
+        rest = [k for k in range(len(dims)) if k not in picked]
+        ids = ids.transpose(rest + picked)
+        size = math.prod(int(dims[k][1]) for k in picked)
+        return [list(map(int, g)) for g in ids.reshape(-1, size)]
     m = re.search(r"replica_groups=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", line)
     if m:
         import numpy as np  # only for the iota form

@@ -112,7 +112,7 @@ def _spec_axes(sharding: Any) -> tuple[list[set[str]], set[str]] | None:
     if spec is None:
         return None
     dims: list[set[str]] = []
-    for entry in tuple(spec):
+    for entry in _compat.spec_entries(spec):
         dims.append(set() if entry is None else {entry} if isinstance(entry, str) else set(entry))
     return dims, set(getattr(spec, "unreduced", ()) or ())
 
