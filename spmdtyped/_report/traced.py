@@ -208,10 +208,10 @@ class TracedWalk:
             n = int(eqn.params[_LOOPS[name]])
             loops, count = ((name, n), *loops), count * n
         elif name == "while":
-            n = while_trip_count(eqn)
-            if n is None:
+            trips = while_trip_count(eqn)
+            if trips is None:
                 self.unknown_trips.append(_where(eqn, ctx.where))
-            loops, count = (("while", n), *loops), count * (n or 1)
+            loops, count = (("while", trips), *loops), count * (trips or 1)
         where = _where(eqn, ctx.where)
         for sub in subs:
             if name == "while" and sub is _cond_jaxpr(eqn):
