@@ -27,15 +27,8 @@ PAGES: tuple[ErrorPage, ...] = (
             "accumulated gradient after the loop.",
             "Move an explicit `st.psum` from the loop body to the loop's result.",
         ),
-        before="def body(acc, x):\n"
-               "    g = jax.grad(loss)(w, x)          # w Invariant: a psum per microbatch\n"
-               "    return acc + g, None\n"
-               "acc, _ = jax.lax.scan(body, zeros, xs)",
-        after="wr = st.pcast(w, 'dp', to='reduced')\n"
-              "def body(acc, x):\n"
-              "    return acc + jax.grad(loss)(wr, x), None   # Unreduced: no communication\n"
-              "acc, _ = jax.lax.scan(body, zeros_unreduced, xs)\n"
-              "g = st.psum(acc, 'dp')",
+        before='def step(w, xs):\n    def body(acc, x):\n        g = jax.grad(lambda w: jnp.sum(x @ w))(w)   # w Invariant: a psum per microbatch\n        return acc + g, None\n    return jax.lax.scan(body, jnp.zeros_like(w), xs)[0]\nf = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(None, "dp")), out_specs=P())\nst.report(f, w, xs).check()',
+        after='def step(w, xs):\n    wr = jax.lax.pcast(w, "dp", to="reduced")   # its gradient is Unreduced\n    def body(acc, x):\n        return acc + jax.grad(lambda w: jnp.sum(x @ w))(wr), None\n    zero = jax.lax.pcast(jax.lax.pcast(jnp.zeros_like(w), "dp", to="varying"), "dp",\n                         to="unreduced")\n    return jax.lax.psum(jax.lax.scan(body, zero, xs)[0], "dp")   # once per step\nf = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(None, "dp")), out_specs=P())\nst.report(f, w, xs).check()',
         when="Gradient accumulation over microbatches with Invariant parameters; a `psum` of "
              "a metric inside the loop body; a ZeRO spec rebuilt without its `unreduced` tag.",
         related=("SPMD705",),
@@ -55,8 +48,8 @@ PAGES: tuple[ErrorPage, ...] = (
             "If the multiplication by the axis size was meant, write it: "
             "`x * jax.lax.axis_size('dp')`.",
         ),
-        before="loss = jax.lax.pmean(loss, 'dp')\nloss = jax.lax.pmean(loss, 'dp')",
-        after="loss = jax.lax.pmean(loss, 'dp')",
+        before='def step(x):\n    s = jax.lax.psum(x, "dp")\n    return jax.lax.psum(s, "dp")   # s is already Invariant over dp\nst.report(jax.shard_map(step, mesh=mesh, in_specs=P("dp"), out_specs=P()), x).check()',
+        after='def step(x):\n    return jax.lax.psum(x, "dp") * jax.lax.axis_size("dp")\nst.report(jax.shard_map(step, mesh=mesh, in_specs=P("dp"), out_specs=P()), x).check()',
         when="A second psum / pmean of an already reduced value; a psum of a parameter.",
         related=("SPMD701",),
     ),
@@ -74,8 +67,8 @@ PAGES: tuple[ErrorPage, ...] = (
             "Give the kernel a sharding rule (`jax.experimental.custom_partitioning`, or "
             "`vmap_method` for a callback over a batch axis).",
         ),
-        before="x = jax.lax.all_gather(x_shard, 'dp', tiled=True)\ny = jax.pure_callback(k, out, x)",
-        after="y = jax.pure_callback(k, out_shard, x_shard)",
+        before='def step(x):\n    full = jax.lax.all_gather(x, "dp", tiled=True)\n    y = jax.pure_callback(np.sin, jax.ShapeDtypeStruct(full.shape, full.dtype), full,\n                          vmap_method="sequential")\n    return y.sum()[None]\nst.report(jax.shard_map(step, mesh=mesh, in_specs=P("dp"), out_specs=P("dp")), x).check()',
+        after='def step(x):\n    y = jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x,\n                          vmap_method="sequential")\n    return y.sum()[None]\nst.report(jax.shard_map(step, mesh=mesh, in_specs=P("dp"), out_specs=P("dp")), x).check()',
         when="A pure_callback / ffi_call / pallas_call fed a gathered or resharded-to-replicated "
              "array, often under an Explicit mesh where the gather is inserted by `reshard`.",
     ),
@@ -90,9 +83,8 @@ PAGES: tuple[ErrorPage, ...] = (
         solutions=(
             "Use `st.psum_scatter(x, axis, scatter_dimension=d, tiled=True)`.",
         ),
-        before="i = jax.lax.axis_index('dp')\n"
-               "y = jax.lax.dynamic_slice_in_dim(jax.lax.psum(x, 'dp'), i * k, k)",
-        after="y = jax.lax.psum_scatter(x, 'dp', scatter_dimension=0, tiled=True)",
+        before='def step(x):\n    i = jax.lax.axis_index("dp")\n    return jax.lax.dynamic_slice_in_dim(jax.lax.psum(x, "dp"), i * 2, 2)\nst.report(jax.shard_map(step, mesh=mesh, in_specs=P("dp"), out_specs=P("dp")), x).check()',
+        after='def step(x):\n    return jax.lax.psum_scatter(x, "dp", scatter_dimension=0, tiled=True)\nst.report(jax.shard_map(step, mesh=mesh, in_specs=P("dp"), out_specs=P("dp")), x).check()',
         when="Sequence / tensor parallel code that reduces activations and keeps a shard.",
         related=("SPMD701",),
     ),
@@ -108,10 +100,8 @@ PAGES: tuple[ErrorPage, ...] = (
             "Defer the reduction out of the microbatch loop (see SPMD701).",
             "Remove the second reduction of already-reduced gradients.",
         ),
-        before="for x in microbatches:\n    g = g + jax.grad(loss)(w, x)   # psum each time",
-        after="wr = st.pcast(w, 'dp', to='reduced')\n"
-              "for x in microbatches:\n    g = g + jax.grad(loss)(wr, x)\n"
-              "g = st.psum(g, 'dp')",
+        before='def step(w, x):\n    loss = lambda w, x: jnp.sum(x @ w)\n    return jax.grad(loss)(w, x[:2]) + jax.grad(loss)(w, x[2:])   # two gradient psums\nst.report(jax.shard_map(step, mesh=mesh, in_specs=(P(), P("dp")), out_specs=P()), w,\n          x).check()',
+        after='def step(w, x):\n    return jax.grad(lambda w: jnp.sum(x @ w))(w)   # one gradient psum\nst.report(jax.shard_map(step, mesh=mesh, in_specs=(P(), P("dp")), out_specs=P()), w,\n          x).check()',
         when="Gradient accumulation with Invariant parameters; a `psum` of gradients that "
              "autodiff already summed.",
         related=("SPMD701",),
