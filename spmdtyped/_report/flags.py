@@ -154,11 +154,13 @@ def gather_into_opaque(cols: Sequence[Collective], compiled: Sequence[CompiledOp
                 f"all of it", "run the kernel per shard (st.opaque inside shard_map) or give it "
                 "a sharding rule (custom_partitioning)", c.axes))
     for op in compiled:
-        if op.kind == "all-gather" and op.origin == "compiler" and op.primitive in OPAQUE:
+        if op.kind == "all-gather" and op.origin == "compiler" and (
+                op.primitive in OPAQUE or op.feeds_kernel):
             out.append(Flag(
                 "SPMD703", op.where,
                 f"the compiler all-gathers {_fmt(op.bytes)} over "
-                f"{_axes_text(op.axes or ('?',))} to feed the opaque kernel {op.primitive}",
+                f"{_axes_text(op.axes or ('?',))} to feed the opaque kernel "
+                f"{op.feeds_kernel or op.primitive}",
                 "run the kernel per shard (shard_map) or give it a sharding rule",
                 tuple(op.axes or ())))
     return out

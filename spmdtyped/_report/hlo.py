@@ -52,6 +52,8 @@ class CompiledOp:
     origin: str = "compiler"
     #: True when it sits in a while loop whose trip count XLA did not write down
     unknown_trip: bool = False
+    #: the target of the custom call (an opaque kernel, a callback) that consumes it, if any
+    feeds_kernel: str | None = None
 
     @property
     def bytes(self) -> int:
@@ -255,6 +257,7 @@ def parse(text: str, names: Sequence[str], sizes: Sequence[int],
     comps, entry = _computations(text)
     mult, unknown = _multipliers(comps, entry)
     frames = _frames(text)
+    index: _Users | None = None
     out: list[CompiledOp] = []
     for comp, lines in comps.items():
         if mult.get(comp, 0) == 0:
@@ -270,6 +273,9 @@ def parse(text: str, names: Sequence[str], sizes: Sequence[int],
                 sizes_ = [sizes_[1]]  # (operand, result, ...): the result
             axes = groups_to_axes(_groups(line), names, sizes, kind == "collective-permute")
             meta, fid = _metadata(line)
+            if kind == "all-gather" and index is None:
+                index = _users(comps)
+            kernel = _kernel_user(m.group("name"), index) if index is not None else None
             where = where_of(frames.get(fid, [])) if fid is not None else None
             if kind == "all-to-all" and len(meta) == 1:
                 # the tuple form of an all-to-all: one chunk per peer, one op
@@ -280,8 +286,61 @@ def parse(text: str, names: Sequence[str], sizes: Sequence[int],
                 meta = [meta[0]] * len(sizes_)
             for nbytes, (prim, phase) in zip(sizes_, meta, strict=True):
                 out.append(CompiledOp(kind, axes, mult[comp], nbytes, prim, phase, where,
-                                      combined=len(sizes_), unknown_trip=comp in unknown))
+                                      combined=len(sizes_), unknown_trip=comp in unknown,
+                                      feeds_kernel=kernel))
     return out
+
+
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\((.*)$")
+#: ops that pass a value on unchanged (into a tuple, out of it, into a called computation)
+_PASS = ("tuple", "get-tuple-element", "bitcast", "copy", "reshape", "conditional", "call",
+         "parameter")
+
+
+_Users = tuple[dict[str, list[tuple[str, str, str]]], dict[str, list[str]]]
+
+
+def _users(comps: dict[str, list[str]]) -> _Users:
+    """name -> [(user, its op, its line)] and computation -> its parameters' names."""
+    users: dict[str, list[tuple[str, str, str]]] = {}
+    params: dict[str, list[str]] = {}
+    for comp, lines in comps.items():
+        for line in lines:
+            m = _INSTR.match(line)
+            if not m:
+                continue
+            out, op, rest = m.groups()
+            if op == "parameter":
+                params.setdefault(comp, []).append(out)
+            for used in re.findall(r"%([\w.\-]+)", rest.split(", metadata=")[0]):
+                users.setdefault(used, []).append((out, op, line))
+    return users, params
+
+
+def _kernel_user(name: str, index: _Users) -> str | None:
+    """The custom_call_target of a custom-call that consumes `%name`, through tuples,
+    bitcasts, copies and into called computations (a callback runs in a conditional)."""
+    users, params = index
+    seen, stack = {name}, [name]
+    while stack:
+        for out, op, line in users.get(stack.pop(), ()):
+            if op == "custom-call":
+                t = re.search(r'custom_call_target="([^"]*)"', line)
+                return t.group(1) if t else "custom-call"
+            if op not in _PASS:
+                continue
+            nxt = [out]
+            if op in ("conditional", "call"):
+                for _, callee in _CALLEE.findall(line):
+                    nxt += params.get(callee, [])
+                b = _BRANCHES.search(line)
+                for callee in (b.group(1).split(",") if b else ()):
+                    nxt += params.get(callee.strip().lstrip("%"), [])
+            for n in nxt:
+                if n not in seen:
+                    seen.add(n)
+                    stack.append(n)
+    return None
 
 
 def summary(ops: Sequence[CompiledOp]) -> dict[tuple[Any, ...], tuple[int, int]]:
