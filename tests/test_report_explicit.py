@@ -92,3 +92,18 @@ def test_opaque_kernel_under_explicit_mesh_is_fed_a_compiler_gather() -> None:
     assert (op.kind, op.axes, op.bytes) == ("all-gather", ("dp",), 256)
     assert op.feeds_kernel is not None and "callback" in op.feeds_kernel   # the custom call
     assert [fl.code for fl in rep.flags] == ["SPMD703"]
+
+
+def test_scan_carry_that_loses_unreduced_is_rejected_by_jax() -> None:
+    """JAX's own rejection (both versions): the carry types differ, `{U:tp}` vs nothing."""
+    import pytest
+
+    def f(a: Any, b: Any) -> Any:
+        def body(c: Any, _: Any) -> Any:
+            c = c + jnp.einsum("ij,jk->ik", a, b, out_sharding=UNREDUCED)
+            return jax.sharding.reshard(c, P()), None
+        c0 = jnp.einsum("ij,jk->ik", a, b, out_sharding=UNREDUCED)
+        return jax.lax.scan(body, c0, None, length=4)[0]
+
+    with jax.set_mesh(rp.mesh_explicit()), pytest.raises(Exception, match=r"\{U:tp\}"):
+        jax.jit(f).trace(*_operands())
