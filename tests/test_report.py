@@ -122,3 +122,50 @@ def test_explicit_unreduced_spec_reshard_is_an_all_reduce() -> None:
     (c,) = rep.collectives
     assert (c.kind, c.axes, c.bytes) == ("all-reduce", ("tp",), 8 * 8 * 4)
     assert rep.summary() == rep.summary("compiled")
+
+
+# ------------------------------------------------------------- loops
+
+
+def _while_program(bound: Any, hoistable: bool = False) -> tuple[Any, tuple[Any, ...]]:
+    def body(x: Any, n: Any) -> Any:
+        def step(c: Any) -> Any:
+            i, v, acc = c
+            # psum(x) does not change in the loop (XLA hoists it); psum(v) does
+            return i + 1, v * 1.5, acc + jax.lax.psum(x if hoistable else v, "dp")
+        upper = 3 if bound == "literal" else n[0]
+        init = (0, x, jax.numpy.zeros(x.shape))
+        return jax.lax.while_loop(lambda c: c[0] < upper, step, init)[2]
+
+    mesh = rp.mesh_dp()
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(jax.P("dp"), jax.P()),
+                              out_specs=jax.P()))
+    n = jax.ShapeDtypeStruct((1,), jax.numpy.int32,
+                             sharding=jax.sharding.NamedSharding(mesh, jax.P()))
+    return f, (jax.ShapeDtypeStruct((64, 4), jax.numpy.float32,
+                                    sharding=jax.sharding.NamedSharding(mesh, jax.P("dp"))), n)
+
+
+def test_while_loop_trip_count_read_from_literals_and_from_xla() -> None:
+    rep = st.report(*_flat(_while_program("literal")))
+    (c,) = rep.collectives
+    assert (c.count, c.loops) == (3, (("while", 3),))
+    assert rep.summary() == rep.summary("compiled") == {("all-reduce", ("dp",)): (3, 3 * 128)}
+    assert rep.unknown_trips == [] and not any(op.unknown_trip for op in rep.compiled)
+
+
+def test_compiler_hoists_a_loop_invariant_psum_out_of_the_loop() -> None:
+    rep = st.report(*_flat(_while_program("literal", hoistable=True)))
+    assert rep.summary() == {("all-reduce", ("dp",)): (3, 3 * 128)}
+    assert rep.summary("compiled") == {("all-reduce", ("dp",)): (1, 128)}
+    ((c, n),) = rep.removed
+    assert n == 2 and c.loops == (("while", 3),)
+
+
+def test_while_loop_with_a_traced_bound_is_counted_once_and_noted() -> None:
+    rep = st.report(*_flat(_while_program("traced")))
+    (c,) = rep.collectives
+    assert (c.count, c.loops) == (1, (("while", None),))
+    assert len(rep.unknown_trips) == 1 and "no readable trip count" in rep.table()
+    (op,) = rep.compiled
+    assert op.unknown_trip and op.count == 1
