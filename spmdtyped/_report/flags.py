@@ -39,13 +39,33 @@ class Flag:
         return {"code": self.code, "where": self.where, "message": self.message, "fix": self.fix}
 
 
-def _consumers(jaxpr: Any) -> dict[Any, list[Any]]:
-    out: dict[Any, list[Any]] = {}
+#: id(jaxpr) -> (jaxpr, its consumers, its producers), for one `all_flags` call: the flags
+#: of a 128-layer step read the same body jaxpr for each of its ~1500 collectives
+_INDEX: dict[int, tuple[Any, dict[Any, list[Any]], dict[Any, Any]]] = {}
+
+
+def _index(jaxpr: Any) -> tuple[dict[Any, list[Any]], dict[Any, Any]]:
+    hit = _INDEX.get(id(jaxpr))
+    if hit is not None and hit[0] is jaxpr:
+        return hit[1], hit[2]
+    cons: dict[Any, list[Any]] = {}
+    prods: dict[Any, Any] = {}
     for eqn in jaxpr.eqns:
         for v in eqn.invars:
             if hasattr(v, "count") or not hasattr(v, "val"):  # a Var, not a Literal
-                out.setdefault(v, []).append(eqn)
-    return out
+                cons.setdefault(v, []).append(eqn)
+        for o in eqn.outvars:
+            prods[o] = eqn
+    _INDEX[id(jaxpr)] = (jaxpr, cons, prods)
+    return cons, prods
+
+
+def _consumers(jaxpr: Any) -> dict[Any, list[Any]]:
+    return _index(jaxpr)[0]
+
+
+def _producers(jaxpr: Any) -> dict[Any, Any]:
+    return _index(jaxpr)[1]
 
 
 def _flow(start: Sequence[Any], jaxpr: Any, passthrough: frozenset[str]
@@ -81,7 +101,7 @@ def _only_accumulated(c: Collective) -> bool:
     ys = set(body.outvars[ncarry:])
     if reached & ys:
         return False
-    producers = {o: e for e in body.eqns for o in e.outvars}
+    producers = _producers(body)
     hits = [v for v in carry_out if v in reached]
     return bool(hits) and all(
         _compat.primitive_name(producers[v]) in ("add", "add_any")
@@ -122,7 +142,7 @@ def of_invariant(cols: Sequence[Collective]) -> list[Flag]:
         if c.phase != "forward" or c.eqn is None or c.kind not in ("all-reduce", "all-gather",
                                                                      "collective-permute"):
             continue
-        producers = {o: e for e in c.jaxpr.eqns for o in e.outvars}
+        producers = _producers(c.jaxpr)
         for v in c.eqn.invars:
             src = producers.get(v)
             if (src is not None and _compat.primitive_name(src) == "pvary"
@@ -245,5 +265,8 @@ def _shape_bytes(key: tuple[Any, ...]) -> int:
 
 def all_flags(cols: Sequence[Collective], compiled: Sequence[CompiledOp],
               shard_maps: Sequence[Any]) -> list[Flag]:
-    return [*in_loop(cols), *of_invariant(cols), *gather_into_opaque(cols, compiled),
-            *psum_then_slice(cols), *gradient_volume(cols, shard_maps)]
+    try:
+        return [*in_loop(cols), *of_invariant(cols), *gather_into_opaque(cols, compiled),
+                *psum_then_slice(cols), *gradient_volume(cols, shard_maps)]
+    finally:
+        _INDEX.clear()
