@@ -17,6 +17,7 @@ from ._errors import AxisStateError as AxisStateError
 from ._errors import BoundaryError as BoundaryError
 from ._errors import CastError as CastError
 from ._errors import CombineError as CombineError
+from ._errors import CommunicationError as CommunicationError
 from ._errors import InternalConsistencyError as InternalConsistencyError
 from ._errors import SpmdTypeError as SpmdTypeError
 from ._errors import UsageError as UsageError
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from ._ops.custom import opaque as opaque
     from ._ops.optim import clip_by_global_norm as clip_by_global_norm
     from ._ops.optim import global_norm as global_norm
+    from ._report.api import report as report
     from ._static import *  # noqa: F403
 else:
     from ._typed.hints import Invariant as Invariant
@@ -72,6 +74,7 @@ else:
         **{n: "._ops.autodiff" for n in ("cotangent_type", "grad", "value_and_grad", "vjp")},
         **{n: "._ops.control" for n in ("cond", "fori_loop", "scan", "switch", "while_loop")},
         **{n: "._ops.custom" for n in ("CustomOp", "custom_op", "opaque")},
+        "report": "._report.api",  # the communication report
         # jaxtyping interop (imports jax and jaxtyping): st.Float[Varying["dp"], "batch/dp d"]
         **{n: "._typed.jaxtyping" for n in ("Bool", "Float", "Inexact", "Int", "Num", "Shaped")},
     }
@@ -105,4 +108,6 @@ __all__ = sorted([
     "switch", "value_and_grad", "vjp", "while_loop",
     # issue 15: the refinement of Varying
     "Partial", "Rep", "Shard", "local",
+    # issue 28: the communication report
+    "CommunicationError", "report",
 ])

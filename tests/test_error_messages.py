@@ -286,6 +286,10 @@ EXAMPLES: dict[str, tuple[str, dict[str, str], str]] = {
     "SPMD501": ("body", {"x": "V:tp"}, ""),
     "SPMD502": ("body", {"x": "V:dp,tp"}, ""),
     "SPMD503": ("top", {}, ""),
+    # the communication report's flags (st.report(...).check())
+    "SPMD701": ("top", {}, "w = jnp.ones((8, 4))\nxs = jax.device_put(jnp.ones((4, 8, 8)), jax.sharding.NamedSharding(mesh, P(None, 'dp')))"),
+    "SPMD702": ("top", {}, ""), "SPMD703": ("top", {}, "import numpy as np"),
+    "SPMD704": ("top", {}, ""), "SPMD705": ("top", {}, "w = jnp.ones((8, 4))"),
     "SPMD504": ("top", {}, ""),
     "SPMD505": ("body", {"x": "V:dp"}, ""),
     "SPMD506": ("top", {}, ""),

@@ -631,3 +631,25 @@ def test_every_registered_code_is_tested() -> None:
     missing = sorted(set(_errors.REGISTRY) - tested)
     assert not missing, f"codes without a triggering test: {missing}"
     assert not tested - set(_errors.REGISTRY), f"unregistered codes: {sorted(tested - set(_errors.REGISTRY))}"
+
+
+# ------------------------------------------------------------------------------- SPMD7xx
+
+
+def test_spmd7xx_report_flags_raised_by_check() -> None:
+    """The communication report's flags (`st.report(...).check()` raises the first one);
+    each program and its fixed twin are in `_report_programs.py`, more in test_report.py."""
+    import _report_programs as rp
+
+    def check(made: Any) -> Any:
+        return lambda: st.report(made[0], *made[1]).check()
+
+    expect("SPMD701", check(rp.accumulation("per_micro")), axes=("dp",),
+           fragments=("4 iterations",), fix=("st.psum(acc, 'dp')",))
+    expect("SPMD702", check(rp.flagged("SPMD702")), axes=("dp",), fragments=("Invariant",))
+    expect("SPMD703", check(rp.flagged("SPMD703")), axes=("dp",), fragments=("pure_callback",))
+    expect("SPMD704", check(rp.flagged("SPMD704")), axes=("dp",), fix=("psum_scatter",))
+    step, args = rp.accumulation("implicit")
+    rep = st.report(step, *args)
+    rep.flags = rep.flags[1:]   # the second flag of the same program
+    expect("SPMD705", rep.check, axes=("dp",), fragments=("4.00x the ideal",))

@@ -310,3 +310,14 @@ def boundary_source(var: Any, producers: dict[int, Any]) -> Any:
         var = src.invars[0]
         src = producers.get(id(var))
     return var
+
+
+def library_functions(frames: Sequence[tuple[str, int, str]]) -> list[str]:
+    """Function names of the library frames between the bind and the user's code (innermost
+    first); the communication report reads the collective the user called from them."""
+    return _library_functions(frames)
+
+
+def is_auto_pvary(frames: Sequence[tuple[str, int, str]]) -> bool:
+    """Whether a pvary equation with this stack was inserted by JAX itself."""
+    return _is_auto_pvary(frames)

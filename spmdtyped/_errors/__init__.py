@@ -25,6 +25,7 @@ from typing import ParamSpec, TypedDict, TypeVar, Unpack
 from . import pages as _error_pages
 from . import pages_boundary as _error_pages_boundary
 from . import pages_refine as _error_pages_refine
+from . import pages_report as _report_pages
 from .pages import ErrorPage
 
 _P = ParamSpec("_P")
@@ -114,18 +115,22 @@ class UsageError(SpmdTypeError):
     """Bad input to spmdtyped: unknown axis, malformed hint, call outside shard_map (SPMD5xx)."""
 
 
+class CommunicationError(SpmdTypeError):
+    """A step communicates more than it needs: a flag of `st.report` (SPMD7xx)."""
+
+
 class InternalConsistencyError(SpmdTypeError):
     """spmdtyped predicted a different state than JAX computed: a bug in the rule table (SPMD9xx)."""
 
 
 for _cls in (SpmdTypeError, AxisStateError, CombineError, CastError, BoundaryError, UsageError,
-             InternalConsistencyError):
+             CommunicationError, InternalConsistencyError):
     _cls.__module__ = "spmdtyped"
 
 #: the exception class of a code, by its hundreds digit
 CATEGORIES: dict[str, type[SpmdTypeError]] = {
     "1": AxisStateError, "2": CombineError, "3": CastError, "4": BoundaryError, "5": UsageError,
-    "9": InternalConsistencyError,
+    "7": CommunicationError, "9": InternalConsistencyError,
 }
 
 
@@ -141,7 +146,7 @@ class ErrorInfo(ErrorPage):
 REGISTRY: dict[str, ErrorInfo] = {
     page.code: ErrorInfo(**{f.name: getattr(page, f.name) for f in dataclasses.fields(page)})
     for page in sorted((*_error_pages.PAGES, *_error_pages_boundary.PAGES,
-                        *_error_pages_refine.PAGES), key=lambda page: page.code)
+                        *_error_pages_refine.PAGES, *_report_pages.PAGES), key=lambda page: page.code)
 }
 
 _NAMES: dict[str, str] = {  # every accepted spelling (lowercase) -> code
