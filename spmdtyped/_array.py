@@ -155,7 +155,12 @@ def wrap(raw: Any, spmd_type: SpmdType | None = None) -> Any:
         return raw
     actual = _compat.typeof_raw_or_none(raw)
     if spmd_type is None:
-        spmd_type = actual if actual is not None else _compat.typeof_raw(raw)
+        try:
+            spmd_type = actual if actual is not None else _compat.typeof_raw(raw)
+        except TypeError:
+            raise error("SPMD509", f"st.wrap: raw must be a JAX array (or a pytree of them), "
+                        f"got {type(raw).__name__} {raw!r:.60}", op="st.wrap",
+                        fix="st.wrap(jnp.asarray(value))") from None
     elif actual is not None and actual != spmd_type and not in_vma_off() \
             and _compat.current_mesh()[1]:
         raise error("SPMD504", f"st.wrap: JAX types this value {actual}, not the {spmd_type} "
@@ -180,7 +185,11 @@ def local(x: Any, axis_name: Any) -> Any:
         w, u = jnp.linalg.eigh(gram.raw)
         ```
     """
-    axes = frozenset(_rules.normalize_axes(axis_name, "st.local"))
+    names = _rules.normalize_axes(axis_name, "st.local")
+    mesh_axes, manual = _compat.current_mesh()
+    if manual:  # a typo would forget nothing, silently
+        _rules.check_axes_known(names, "st.local", manual, mesh_axes)
+    axes = frozenset(names)
 
     def one(v: Any) -> Any:
         if not is_typed(v):

@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 
-from . import _compat, _refining, _rules, _surface
+from . import _compat, _refining, _rules, _surface, _validate
 from ._array import array_operand, checked, in_vma_off, is_typed
 from ._errors import error
 from ._rules import axis_size as axis_size_rule
@@ -130,14 +130,20 @@ def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
 
 def ppermute(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
     """Typed `jax.lax.ppermute`: Varying -> Varying (send shard `src` to device `dst`)."""
-    return _axis_op("ppermute", x, axis_name,
-                    lambda r, a: _compat.ppermute(r, a, perm))
+    def bind(r: Any, a: Any) -> Any:
+        _validate.perm_arg(perm, _compat.axis_size(a), "st.ppermute", a)
+        return _compat.ppermute(r, a, perm)
+
+    return _axis_op("ppermute", x, axis_name, bind)
 
 
 def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
     """Typed `jax.lax.pshuffle`: Varying -> Varying."""
-    return _axis_op("pshuffle", x, axis_name,
-                    lambda r, a: _compat.pshuffle(r, a, perm))
+    def bind(r: Any, a: Any) -> Any:
+        _validate.shuffle_arg(perm, _compat.axis_size(a), "st.pshuffle", a)
+        return _compat.pshuffle(r, a, perm)
+
+    return _axis_op("pshuffle", x, axis_name, bind)
 
 
 def pbroadcast(x: Any, axis_name: Any, source: Any) -> Any:
@@ -160,19 +166,28 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     """
     _no_groups(axis_index_groups, "st.all_gather")
     # check_vma=False: every value is Invariant to JAX; gather plainly (same data and program).
-    return _axis_op("all_gather", x, axis_name,
-                    lambda r, a: _compat.all_gather(r, a, axis=axis, tiled=tiled,
-                                                    to="varying" if in_vma_off() else to), to,
-                    params={"axis": axis, "tiled": tiled})
+    def bind(r: Any, a: Any) -> Any:
+        # the gathered dimension: an existing one when tiled, else one more (JAX inserts it)
+        nd = _ndim(r)
+        _validate.dim_arg(axis, None if nd is None else nd + (not tiled), "st.all_gather", "axis")
+        return _compat.all_gather(r, a, axis=axis, tiled=tiled,
+                                  to="varying" if in_vma_off() else to)
+
+    return _axis_op("all_gather", x, axis_name, bind, to, params={"axis": axis, "tiled": tiled})
 
 
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
                  axis_index_groups: Any = None, tiled: bool = False) -> Any:
     """Typed `jax.lax.psum_scatter`: Varying or Unreduced -> Varying (summed, scattered)."""
     _no_groups(axis_index_groups, "st.psum_scatter")
-    return _axis_op("psum_scatter", x, axis_name,
-                    lambda r, a: _compat.psum_scatter(r, a, scatter_dimension=scatter_dimension,
-                                                      tiled=tiled),
+    def bind(r: Any, a: Any) -> Any:
+        op = "st.psum_scatter"
+        _validate.dim_arg(scatter_dimension, _ndim(r), op, "scatter_dimension")
+        _validate.divisible(_shape(r), scatter_dimension, _compat.axis_size(a), op,
+                            "scatter_dimension", a)
+        return _compat.psum_scatter(r, a, scatter_dimension=scatter_dimension, tiled=tiled)
+
+    return _axis_op("psum_scatter", x, axis_name, bind,
                     params={"scatter_dimension": scatter_dimension, "tiled": tiled})
 
 
@@ -180,9 +195,25 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
                axis_index_groups: Any = None, tiled: bool = False) -> Any:
     """Typed `jax.lax.all_to_all`: Varying -> Varying."""
     _no_groups(axis_index_groups, "st.all_to_all")
-    return _axis_op("all_to_all", x, axis_name,
-                    lambda r, a: _compat.all_to_all(r, a, split_axis, concat_axis, tiled=tiled),
+    def bind(r: Any, a: Any) -> Any:
+        op = "st.all_to_all"
+        _validate.dim_arg(split_axis, _ndim(r), op, "split_axis")
+        _validate.dim_arg(concat_axis, _ndim(r), op, "concat_axis")
+        _validate.divisible(_shape(r), split_axis, _compat.axis_size(a), op, "split_axis", a)
+        return _compat.all_to_all(r, a, split_axis, concat_axis, tiled=tiled)
+
+    return _axis_op("all_to_all", x, axis_name, bind,
                     params={"split_axis": split_axis, "concat_axis": concat_axis, "tiled": tiled})
+
+
+def _ndim(r: Any) -> int | None:
+    nd = getattr(r, "ndim", None)
+    return nd if isinstance(nd, int) else None
+
+
+def _shape(r: Any) -> tuple[int, ...] | None:
+    shape = getattr(r, "shape", None)
+    return tuple(shape) if isinstance(shape, tuple) else None
 
 
 def _cast_bind(to: str) -> Callable[[Any, Any], Any]:

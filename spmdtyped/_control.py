@@ -34,7 +34,7 @@ from typing import Any
 
 import jax
 
-from . import _collectives, _compat, _rules
+from . import _collectives, _compat, _rules, _validate
 from ._array import checked, is_typed, refinement_of, typeof, unwrap
 from ._errors import error
 from ._rules import SpmdType
@@ -202,6 +202,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
         acc = st.fori_loop(0, 4, body, jnp.zeros(8))   # zeros: Invariant -> pvary'd
         ```
     """
+    _validate.callable_arg(body_fun, "st.fori_loop", "body_fun")
     op = "st.fori_loop"
     tree = _Tree(init_val, "init_val")
     req = _pred_req(lower, upper)
@@ -239,6 +240,8 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
         n = st.while_loop(lambda c: c < limit, lambda c: c + 1, 0)   # limit: Varying["dp"]
         ```
     """
+    _validate.callable_arg(cond_fun, "st.while_loop", "cond_fun")
+    _validate.callable_arg(body_fun, "st.while_loop", "body_fun")
     op = "st.while_loop"
     tree = _Tree(init_val, "init_val")
 
@@ -288,6 +291,7 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
         h, hs = st.scan(step, jnp.zeros(16), xs)
         ```
     """
+    _validate.callable_arg(f, "st.scan", "f")
     op = "st.scan"
     tree = _Tree(init, "init")
     xtree = _Tree(xs, "xs")
@@ -476,6 +480,8 @@ def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any],
         y = st.cond(step == 0, lambda x: x, lambda x: st.psum(x, "dp") / 8, x)
         ```
     """
+    _validate.callable_arg(true_fun, "st.cond", "true_fun")
+    _validate.callable_arg(false_fun, "st.cond", "false_fun")
     if operand is not _MISSING:
         operands = (*operands, operand)
     return _branches("st.cond", pred, [true_fun, false_fun], operands,
@@ -499,6 +505,7 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any,
         y = st.switch(k, [lambda x: x, lambda x: 2.0 * x, st.numpy.tanh], x)
         ```
     """
+    _validate.branches_arg(branches, "st.switch")
     if operand is not _MISSING:
         operands = (*operands, operand)
     return _branches("st.switch", index, list(branches), operands,

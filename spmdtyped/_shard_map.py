@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec
 
 # _autodiff: importing it lets jax.grad / eqx.filter_grad differentiate typed losses in the
 # bodies (`_autodiff._jax_grad_vjp`, installed once at its import)
-from . import _autodiff, _compat, _hints, _rules, _specs  # noqa: F401
+from . import _autodiff, _compat, _hints, _rules, _specs, _validate  # noqa: F401
 from ._array import is_typed, typeof, unwrap, vma_off, with_refinement, wrap
 from ._errors import SpmdTypeError, error, error_context
 from ._jax_errors import jax_errors
@@ -78,6 +78,16 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
             return st.psum(x @ w, "tp")
         ```
     """
+    # every argument checked before it is used (SPMD509): a mesh axis name for mesh=, an int
+    # in a spec, axis_names=5 would otherwise fail deep inside (issue 26)
+    if f is not None:
+        _validate.callable_arg(f, "st.shard_map")
+    if mesh is not None:
+        _validate.mesh_arg(mesh, "st.shard_map")
+    axis_names = set(_validate.axis_names_arg(axis_names, "st.shard_map"))
+    if in_specs is not _compat.INFER:
+        _validate.spec_tree(in_specs, "st.shard_map", "in_specs")
+    _validate.spec_tree(out_specs, "st.shard_map", "out_specs")
     if f is None:
         return functools.partial(shard_map, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
                                  axis_names=axis_names, check_vma=check_vma)
@@ -87,8 +97,6 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
         derive_in = None if in_specs is _compat.INFER else in_specs
         return _specs.deferred(shard_map, f, in_specs=derive_in, out_specs=out_specs, mesh=mesh,
                                axis_names=axis_names, check_vma=check_vma)
-    if isinstance(axis_names, (str, tuple, list)) and not isinstance(axis_names, (set, frozenset)):
-        axis_names = {axis_names} if isinstance(axis_names, str) else set(axis_names)
     name = getattr(f, "__name__", None) or getattr(getattr(f, "func", None), "__name__", repr(f))
     where = f"st.shard_map({name})"
     if mesh is not None:
@@ -156,6 +164,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
             raise error("SPMD506", f"{where}: no mesh: mesh= was not given and no mesh is set",
                         op="st.shard_map",
                         fix="pass mesh=..., or call inside `with jax.set_mesh(mesh):`")
+        check_not_nested(m, axis_names, where)
         raw_args = unwrap(list(args))
         specs = _compat.inferred_specs(tuple(raw_args)) if in_specs is _compat.INFER else in_specs
         if mesh is None:
@@ -192,6 +201,25 @@ def _check_mesh_specs(mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
                 _rules.check_full_manual(un, red, manual, mesh_axes, where=where,
                                          spec=_rules.spec_text(spec))
     check_spec_axes(out_specs, mesh_axes, where, "out_specs")
+    for spec in jax.tree_util.tree_leaves(out_specs, is_leaf=is_spec_leaf):
+        if isinstance(spec, PartitionSpec):
+            _, un, red, _ = _compat.spec_parts(spec)
+            _rules.check_full_manual(un, red, manual, mesh_axes, where=where,
+                                     spec=_rules.spec_text(spec), what="out_specs")
+
+
+def check_not_nested(mesh: Any, axis_names: Any, where: str) -> None:
+    """SPMD409 for a shard_map called inside another one over an axis that is manual there
+    already (JAX traces it and fails in the MLIR verifier or on the mesh)."""
+    _, outer = _compat.current_mesh()
+    mine = [a for a in _compat.mesh_axis_names(mesh) if not axis_names or a in axis_names]
+    again = [a for a in mine if a in outer]
+    if again:
+        raise error("SPMD409", f"{where}: called inside a shard_map whose axes {list(outer)} are "
+                    f"manual already; this one would make {again} manual again", op="st.shard_map",
+                    axes=tuple(again), fix=f"call the function directly on the shard (it is "
+                    f"already per device over {again}), or nest over the axes the outer "
+                    f"shard_map leaves out of its axis_names")
 
 
 @contextlib.contextmanager
