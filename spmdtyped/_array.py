@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat, _hints, _protocols, _refining, _rules, _surface
+from . import _compat, _hints, _protocols, _refining, _rules, _surface, _validate
 from ._errors import error
 from ._hints import SArray, is_state_class, state_class
 from ._rules import LITERAL, Operand, SpmdType
@@ -245,7 +245,10 @@ def operand(x: Any) -> tuple[Any, Operand]:
         return x, LITERAL
     if isinstance(x, (np.ndarray, np.generic)):
         return x, _rules.INVARIANT
-    return x, _compat.typeof_raw(x)
+    try:
+        return x, _compat.typeof_raw(x)
+    except TypeError:  # None, a str, a list: JAX's "not a valid JAX type", with a code
+        raise _validate.not_an_array(x) from None
 
 
 def array_operand(x: Any) -> tuple[Any, SpmdType]:

@@ -261,6 +261,10 @@ def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_a
         args = _Args(call_args)
         info: dict[str, Any] = {}
         nums = _validate.argnums_arg(argnums, len(call_args), op)
+        for k in nums:
+            for leaf in jax.tree_util.tree_leaves(call_args[k], is_leaf=is_typed):
+                if not _is_value(leaf):
+                    raise _validate.not_an_array(leaf, op)
         per_arg = [_Args(call_args[k]) for k in nums]
         diff = [nt for k, a in zip(nums, per_arg, strict=True) for nt in a.named_types(f"argument {k}")]
 
@@ -274,6 +278,9 @@ def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_a
             else:
                 loss, aux = res, None
             raw = unwrap(loss)
+            if getattr(raw, "shape", ()) != ():  # before JAX's "only defined for scalar-output"
+                raise _validate.bad(op, "the function's output (the loss)", raw,
+                                    "a scalar", "return a scalar: loss.sum() or st.psum(...)")
             seeded = raw
             if is_typed(loss) or isinstance(loss, (jax.Array, jax.core.Tracer)):
                 info["type"], info["ref"] = _check_loss(loss, diff, op)

@@ -71,6 +71,8 @@ def _axis_op(name: str, x: Any, axis_name: Any, bind: Callable[[Any, tuple[str, 
     jax_axis = _jax_axes(axis_name)
 
     def one(leaf: Any) -> Any:
+        if isinstance(leaf, (str, bytes)):
+            raise _validate.not_an_array(leaf, op)
         raw, t = array_operand(leaf)
         if not axes:  # only jax.vmap axes: JAX's batching rule; the manual states are unchanged
             return checked(op, bind(raw, jax_axis), t)

@@ -203,6 +203,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
         ```
     """
     _validate.callable_arg(body_fun, "st.fori_loop", "body_fun")
+    _validate.int_arg(lower, "st.fori_loop", "lower")
+    _validate.int_arg(upper, "st.fori_loop", "upper")
     op = "st.fori_loop"
     tree = _Tree(init_val, "init_val")
     req = _pred_req(lower, upper)
@@ -506,6 +508,7 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any,
         ```
     """
     _validate.branches_arg(branches, "st.switch")
+    _validate.int_arg(index, "st.switch", "index")
     if operand is not _MISSING:
         operands = (*operands, operand)
     return _branches("st.switch", index, list(branches), operands,

@@ -201,6 +201,14 @@ def _check_mesh_specs(mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
                 _rules.check_full_manual(un, red, manual, mesh_axes, where=where,
                                          spec=_rules.spec_text(spec))
     check_spec_axes(out_specs, mesh_axes, where, "out_specs")
+    for what, specs in (("in_specs", in_specs), ("out_specs", out_specs)):
+        # a partitioned axis of a spec is manual here (JAX: a raw ValueError at the call);
+        # SPMD503 names it
+        if specs is not _compat.INFER and axis_names:
+            for spec in jax.tree_util.tree_leaves(specs, is_leaf=is_spec_leaf):
+                if isinstance(spec, PartitionSpec):
+                    _rules.check_axes_known(_compat.spec_parts(spec)[0], f"{where} {what}",
+                                            manual, mesh_axes)
     for spec in jax.tree_util.tree_leaves(out_specs, is_leaf=is_spec_leaf):
         if isinstance(spec, PartitionSpec):
             _, un, red, _ = _compat.spec_parts(spec)

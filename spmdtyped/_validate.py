@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from jax.sharding import PartitionSpec
 
 from ._errors import error
@@ -154,3 +155,19 @@ def branches_arg(branches: Any, op: str) -> None:
                   f"{op}(index, [f0, f1], x)")
     for k, b in enumerate(branches):
         callable_arg(b, op, f"branches[{k}]")
+
+
+def not_an_array(x: Any, op: str | None = None) -> Exception:
+    """SPMD509 for an array operand that is no JAX value (None, a str, a list)."""
+    where = f"{op}: " if op else ""
+    return error("SPMD509", f"{where}an array operand must be a JAX array, a typed value or a "
+                 f"Python number, got {_got(x)}", op=op, fix="jnp.asarray(value)")
+
+
+def int_arg(v: Any, op: str, arg: str) -> None:
+    """A loop bound or branch index: an int, or an integer array (traced or typed)."""
+    dtype = getattr(getattr(v, "raw", v), "dtype", None)
+    if _index(v) is not None and not isinstance(v, bool) or \
+            (dtype is not None and np.issubdtype(dtype, np.integer)):
+        return
+    raise bad(op, arg, v, "an int or an integer scalar array", f"{arg}=0")
