@@ -278,7 +278,7 @@ def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_a
             else:
                 loss, aux = res, None
             raw = unwrap(loss)
-            if getattr(raw, "shape", ()) != ():  # before JAX's "only defined for scalar-output"
+            if not _is_value(raw) or getattr(raw, "shape", ()) != ():  # before JAX's error
                 raise _validate.bad(op, "the function's output (the loss)", raw,
                                     "a scalar", "return a scalar: loss.sum() or st.psum(...)")
             seeded = raw

@@ -482,6 +482,7 @@ def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any],
         y = st.cond(step == 0, lambda x: x, lambda x: st.psum(x, "dp") / 8, x)
         ```
     """
+    _validate.pred_arg(pred, "st.cond")
     _validate.callable_arg(true_fun, "st.cond", "true_fun")
     _validate.callable_arg(false_fun, "st.cond", "false_fun")
     if operand is not _MISSING:

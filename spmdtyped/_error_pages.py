@@ -312,10 +312,12 @@ PAGES: tuple[ErrorPage, ...] = (
             "Drop the cast if the value already has the target state.",
             "Use a collective for a change that communicates: `st.psum` (Varying/Unreduced → Invariant), "
             '`st.all_gather(..., to="reduced")` (Varying → Reduced).',
+            'Out of Unreduced: `st.pvary(st.psum(u, axis), axis)` is the summed value on every device; '
+            '`st.psum_scatter(u, axis, tiled=True)` is cheaper but keeps only this device\'s shard of '
+            "the sum (a different shape: it changes the numbers each device holds).",
         ),
         before='v = st.pcast(u, "tp", to="varying")          # u: Unreduced["tp"]',
-        after='v = st.psum_scatter(u, "tp", tiled=True)     # Varying["tp"]: each device keeps its summed '
-              "shard",
+        after='v = st.pvary(st.psum(u, "tp"), "tp")         # the summed value, on every device',
         when="Casting twice, casting Invariant straight to Unreduced (go through Varying), or casting "
              "Varying to Reduced.",
         related=("SPMD101", "SPMD102"),

@@ -279,7 +279,7 @@ PAGES: tuple[ErrorPage, ...] = (
                'f(x)',
         after='@st.shard_map(mesh=mesh, in_specs=P("dp"), out_specs=P(), axis_names={"dp"})\n'
               'def f(x):\n'
-              '    return st.psum(x.sum(0), "dp")      # tp is left to the compiler\n'
+              '    return st.psum(x, "dp")             # tp is auto: x is not split over it\n'
               'f(x)',
         when="Partial-manual shard_map bodies that name an auto axis.",
         related=("SPMD501",),
@@ -305,9 +305,14 @@ PAGES: tuple[ErrorPage, ...] = (
         meaning='`pcast` takes `to="varying"|"reduced"|"unreduced"`; `all_gather` takes '
                 '`to="varying"|"invarying"|"reduced"`.',
         fix='st.pcast(x, axis, to="varying")',
-        solutions=("Use one of the listed targets.",),
+        solutions=(
+            "Use one of the listed targets.",
+            "Into Invariant needs a collective, and each computes different numbers: `st.psum` the sum "
+            "of the devices' values, `st.pmean` their mean, `st.all_gather(x, axis, tiled=True, "
+            'to="invarying")` the whole array. Pick the one the program means.',
+        ),
         before='y = st.pcast(x, "dp", to="invariant")        # x: Varying["dp"]',
-        after='y = st.psum(x, "dp")                         # Varying -> Invariant needs a collective',
+        after='y = st.psum(x, "dp")                         # Varying -> Invariant: a sum (or pmean, all_gather)',
         when="Typos, or asking a cast for a change only a collective can make.",
         related=("SPMD301",),
     ),
@@ -320,7 +325,7 @@ PAGES: tuple[ErrorPage, ...] = (
         fix='st.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P())(x)',
         solutions=("Call it inside the shard_map'd function.",),
         before='y = st.psum(x, "dp")      # at top level',
-        after='y = st.shard_map(lambda x: st.psum(x.sum(0), "dp"), mesh=mesh, in_specs=P("dp"), out_specs=P())(x)',
+        after='y = st.shard_map(lambda x: st.psum(x, "dp"), mesh=mesh, in_specs=P("dp"), out_specs=P())(x)',
         when="Calling a per-shard helper directly, e.g. from a test, without a shard_map around it.",
         related=("SPMD501",),
     ),

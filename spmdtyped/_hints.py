@@ -512,7 +512,7 @@ Rep = _refine_family("Rep", "Replicated but typed Varying: `Rep['tp']` is equal 
 
 
 def _rebuild(cls: type, raw: Any, refinement: Refinement) -> Any:
-    obj = object.__new__(cls)
+    obj: Any = object.__new__(cls)
     obj.raw = raw
     obj.refinement = refinement
     return obj

@@ -221,7 +221,7 @@ def install(cls: type, *, getitem: Any, vma_off: Any) -> None:
     cls.__int__ = _scalar(int)  # type: ignore[attr-defined]
     cls.__complex__ = _scalar(complex)  # type: ignore[attr-defined]
     cls.__index__ = index  # type: ignore[attr-defined]
-    cls.__format__ = formatted  # type: ignore[attr-defined]
-    cls.__contains__ = contains  # type: ignore[attr-defined]
+    cls.__format__ = formatted  # type: ignore[method-assign,assignment]
+    cls.__contains__ = contains  # type: ignore[attr-defined,operator]
     cls.__repr__ = represent  # type: ignore[attr-defined]
     _hints.on_state_class(_register_class)

@@ -171,3 +171,11 @@ def int_arg(v: Any, op: str, arg: str) -> None:
             (dtype is not None and np.issubdtype(dtype, np.integer)):
         return
     raise bad(op, arg, v, "an int or an integer scalar array", f"{arg}=0")
+
+
+def pred_arg(p: Any, op: str) -> None:
+    """`cond`'s predicate: a bool, or a boolean / integer scalar array (traced or typed)."""
+    if isinstance(p, (bool, int, np.bool_, np.integer)) or \
+            getattr(getattr(p, "raw", p), "dtype", None) is not None:
+        return
+    raise bad(op, "pred", p, "a bool or a boolean scalar array", f"{op}(x.sum() > 0, f, g, x)")

@@ -412,6 +412,20 @@ BAD_ARGUMENTS: list[tuple[str, Any, tuple[str, ...]]] = [
     ("all_gather axis past the rank",
      lambda m: trace(m, lambda v: st.all_gather(st.pvary(v, "tp"), "tp", axis=4, tiled=True)),
      ("st.all_gather", "axis must be a dimension",)),
+    ("cond on None", lambda m: trace(m, lambda v: st.cond(None, lambda x: x, lambda x: x, v)),
+     ("st.cond", "pred must be a bool", "got NoneType")),
+    ("switch index None", lambda m: trace(m, lambda v: st.switch(None, [lambda x: x], v)),
+     ("st.switch", "index must be an int",)),
+    ("fori_loop upper None", lambda m: trace(m, lambda v: st.fori_loop(0, None, lambda i, c: c, v)),
+     ("st.fori_loop", "upper must be an int",)),
+    ("grad of a non-scalar loss", lambda m: trace(m, lambda v: st.grad(lambda w: w)(v)),
+     ("st.grad", "the loss) must be a scalar",)),
+    ("grad of None", lambda m: trace(m, lambda v: st.grad(lambda w: w)(None)),
+     ("st.grad", "the loss) must be a scalar", "got NoneType")),
+    ("psum of a str", lambda m: trace(m, lambda v: st.pmean("x", "tp")),
+     ("st.pmean", "an array operand must be", "got str 'x'")),
+    ("st.numpy of a list", lambda m: trace(m, lambda v: st.numpy.sum([1.0, 2.0])),
+     ("an array operand must be", "got list")),
     ("cond of a non-callable", lambda m: trace(m, lambda v: st.cond(True, 5, lambda x: x, v)),
      ("st.cond", "true_fun must be a callable", "got int 5")),
     ("switch of a non-callable branch", lambda m: trace(m, lambda v: st.switch(0, [5], v)),
@@ -431,6 +445,14 @@ def test_spmd509_bad_argument(mesh_dp_tp: Any, case: str) -> None:
     call, fragments = next((fn, fr) for c, fn, fr in BAD_ARGUMENTS if c == case)
     e = expect("SPMD509", lambda: call(mesh_dp_tp), fragments=fragments)
     assert isinstance(e, st.UsageError) and isinstance(e, TypeError)
+
+
+def test_spmd503_spec_names_an_axis_that_is_not_manual(mesh_dp_tp: Any) -> None:
+    for what in ("in_specs", "out_specs"):
+        specs = {"in_specs": P(), "out_specs": P(), what: P("tp")}
+        expect("SPMD503", lambda specs=specs: st.shard_map(lambda v: v, mesh=mesh_dp_tp,
+                                                           axis_names={"dp"}, **specs),
+               axes=("tp",), fragments=(what, "'tp' is not manual"))
 
 
 def test_spmd501_local_checks_its_axes(mesh_dp_tp: Any) -> None:
