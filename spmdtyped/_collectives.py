@@ -186,7 +186,7 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
         op = "st.psum_scatter"
         _validate.dim_arg(scatter_dimension, _ndim(r), op, "scatter_dimension")
         _validate.divisible(_shape(r), scatter_dimension, _compat.axis_size(a), op,
-                            "scatter_dimension", a)
+                            "scatter_dimension", a, tiled=bool(tiled))
         return _compat.psum_scatter(r, a, scatter_dimension=scatter_dimension, tiled=tiled)
 
     return _axis_op("psum_scatter", x, axis_name, bind,
@@ -201,7 +201,8 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
         op = "st.all_to_all"
         _validate.dim_arg(split_axis, _ndim(r), op, "split_axis")
         _validate.dim_arg(concat_axis, _ndim(r), op, "concat_axis")
-        _validate.divisible(_shape(r), split_axis, _compat.axis_size(a), op, "split_axis", a)
+        _validate.divisible(_shape(r), split_axis, _compat.axis_size(a), op, "split_axis", a,
+                            tiled=bool(tiled))
         return _compat.all_to_all(r, a, split_axis, concat_axis, tiled=tiled)
 
     return _axis_op("all_to_all", x, axis_name, bind,

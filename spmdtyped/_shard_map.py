@@ -80,14 +80,8 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
     """
     # every argument checked before it is used (SPMD509): a mesh axis name for mesh=, an int
     # in a spec, axis_names=5 would otherwise fail deep inside (issue 26)
-    if f is not None:
-        _validate.callable_arg(f, "st.shard_map")
-    if mesh is not None:
-        _validate.mesh_arg(mesh, "st.shard_map")
-    axis_names = set(_validate.axis_names_arg(axis_names, "st.shard_map"))
-    if in_specs is not _compat.INFER:
-        _validate.spec_tree(in_specs, "st.shard_map", "in_specs")
-    _validate.spec_tree(out_specs, "st.shard_map", "out_specs")
+    axis_names = set(_validate.shard_map_args(f, mesh, in_specs, out_specs, axis_names,
+                                              "st.shard_map", infer=_compat.INFER))
     if f is None:
         return functools.partial(shard_map, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
                                  axis_names=axis_names, check_vma=check_vma)
@@ -100,7 +94,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
     name = getattr(f, "__name__", None) or getattr(getattr(f, "func", None), "__name__", repr(f))
     where = f"st.shard_map({name})"
     if mesh is not None:
-        _check_mesh_specs(mesh, in_specs, out_specs, axis_names, where)
+        check_mesh_specs(mesh, in_specs, out_specs, axis_names, where)
     built: dict[Any, Callable[..., Any]] = {}
 
     def build(m: Any, specs: Any) -> Callable[..., Any]:
@@ -168,7 +162,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
         raw_args = unwrap(list(args))
         specs = _compat.inferred_specs(tuple(raw_args)) if in_specs is _compat.INFER else in_specs
         if mesh is None:
-            _check_mesh_specs(m, specs, out_specs, axis_names, where)
+            check_mesh_specs(m, specs, out_specs, axis_names, where)
         check_in_structure(specs, args, where, "st.shard_map")
         key = (id(m), str(m), repr(specs) if in_specs is _compat.INFER else None)
         manual = tuple(a for a in _compat.mesh_axis_names(m) if not axis_names or a in axis_names)
@@ -186,7 +180,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
     return wrapped
 
 
-def _check_mesh_specs(mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
+def check_mesh_specs(mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
                       where: str) -> None:
     """Unknown axes in the specs or axis_names (SPMD501); Unreduced/Reduced in_specs of a
     partial-manual shard_map (SPMD403)."""
@@ -246,6 +240,15 @@ def in_spec_errors(where: str, op: str) -> Iterator[None]:
                             "NamedSharding(mesh, spec)), or use an Explicit mesh for "
                             "reduced/unreduced specs") from e
         raise
+    except NotImplementedError as e:
+        # e.g. an argument sharded over Explicit axes that its spec (None) leaves unmapped:
+        # JAX closes over it and has no lowering for that
+        first = str(e).split("\n")[0]
+        if "shard_map" not in first:
+            raise
+        raise error("SPMD403", f"{where}: JAX cannot honour in_specs here: {first}", op=op,
+                    fix="give the argument a PartitionSpec (P() replicates it) instead of None, "
+                        "or reshard it first") from e
 
 
 def check_in_structure(in_specs: Any, args: tuple[Any, ...], where: str, op: str) -> None:
@@ -255,14 +258,30 @@ def check_in_structure(in_specs: Any, args: tuple[Any, ...], where: str, op: str
     if isinstance(in_specs, tuple) and len(in_specs) != len(args):
         raise error("SPMD402", f"{where}: in_specs has {len(in_specs)} entries for {len(args)} "
                     f"arguments", op=op, fix="give one PartitionSpec per positional argument")
-    _broadcast_prefix(in_specs, tuple(args), "in_specs", where)
+    check_spec_ranks(_broadcast_prefix(in_specs, tuple(args), "in_specs", where), "in_specs",
+                     where, op)
+
+
+def check_spec_ranks(pairs: list[tuple[Any, Any]], what: str, where: str, op: str) -> None:
+    """SPMD402 for a spec with more entries than its value has dimensions (JAX: a raw
+    ValueError, "too long to be compatible")."""
+    for spec, leaf in pairs:
+        ndim = getattr(leaf, "ndim", None)
+        if isinstance(spec, PartitionSpec) and isinstance(ndim, int) \
+                and len(_compat.spec_entries(spec)) > ndim:
+            raise error("SPMD402", f"{where}: {what} entry {_rules.spec_text(spec)} names "
+                        f"{len(_compat.spec_entries(spec))} dimensions, but its value has "
+                        f"{ndim} (shape {tuple(getattr(leaf, 'shape', ()))})", op=op,
+                        fix="one spec entry per dimension at most: P() for a scalar")
 
 
 def check_outputs(out: Any, out_specs: Any, manual: tuple[str, ...], where: str,
                   types: list[_rules.SpmdType] | None = None) -> None:
     """SPMD401 unless each output leaf's state fits its out_spec (`types`: given, or read from
     the values: typed values carry theirs, raw ones are read from JAX)."""
-    for i, (spec, leaf) in enumerate(_broadcast_prefix(out_specs, out, "out_specs", where)):
+    pairs = _broadcast_prefix(out_specs, out, "out_specs", where)
+    check_spec_ranks(pairs, "out_specs", where, "st.shard_map")
+    for i, (spec, leaf) in enumerate(pairs):
         part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
         t = types[i] if types is not None else typeof(leaf)
         _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_rules.spec_text(spec))

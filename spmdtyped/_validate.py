@@ -137,11 +137,16 @@ def dim_arg(d: Any, ndim: int | None, op: str, arg: str) -> None:
 
 
 def divisible(shape: Sequence[int] | None, dim: int, size: int, op: str, arg: str,
-              axis: Any) -> None:
-    """A dimension split over an axis of `size` devices has a multiple of `size` elements."""
+              axis: Any, *, tiled: bool = True) -> None:
+    """A dimension split over an axis of `size` devices has a multiple of `size` elements
+    (`tiled=False`: exactly `size`, one per device)."""
     if shape is None or not shape:
         return
     n = shape[dim]
+    if isinstance(n, int) and not tiled and n != size:
+        raise error("SPMD509", f"{op}: dimension {arg}={dim} of the operand has {n} elements; "
+                    f"without tiled=True it must have one per device along {axis!r} ({size})",
+                    op=op, fix=f"{op}(..., tiled=True), or a dimension of size {size}")
     if isinstance(n, int) and n % size:
         raise error("SPMD509", f"{op}: dimension {arg}={dim} of the operand has {n} elements, "
                     f"which {size} devices along {axis!r} cannot split evenly", op=op,
@@ -179,3 +184,27 @@ def pred_arg(p: Any, op: str) -> None:
             getattr(getattr(p, "raw", p), "dtype", None) is not None:
         return
     raise bad(op, "pred", p, "a bool or a boolean scalar array", f"{op}(x.sum() > 0, f, g, x)")
+
+
+def shard_map_args(f: Any, mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
+                   op: str, *, infer: Any) -> frozenset[str]:
+    """The arguments of `st.shard_map`, `adapters.typed_shard_map` and `adapters.infer`
+    (`f` None: the decorator form; `in_specs is infer`: JAX's Infer): the function, the mesh,
+    the specs and `axis_names` (returned as a set)."""
+    if f is not None:
+        callable_arg(f, op)
+    if mesh is not None:
+        mesh_arg(mesh, op)
+    names = axis_names_arg(axis_names, op)
+    if in_specs is not infer:
+        spec_tree(in_specs, op, "in_specs")
+    spec_tree(out_specs, op, "out_specs")
+    return names
+
+
+def given_specs(out_specs: Any, op: str) -> None:
+    """`out_specs` of an API that cannot derive them (the adapters: a raw function has no
+    hints): not None."""
+    if out_specs is None:
+        raise bad(op, "out_specs", out_specs, "a PartitionSpec or a pytree of them (a raw "
+                  "function's out_specs cannot be derived from hints)", "out_specs=P()")

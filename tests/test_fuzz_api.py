@@ -121,7 +121,7 @@ def _mesh() -> Any:
     return jax.make_mesh((2, 4), ("dp", "tp"))
 
 
-def _record(group: str, fn: Callable[[], Any]) -> str:
+def _record(group: str, fn: Callable[[], Any], context: str = "") -> str:
     try:
         fn()
         outcome = "ok"
@@ -130,7 +130,7 @@ def _record(group: str, fn: Callable[[], Any]) -> str:
     except Exception as e:  # noqa: BLE001 - a raw error is what the harness looks for
         first = str(e).splitlines()[0][:160] if str(e) else ""
         outcome = f"raw {type(e).__name__}"
-        RAW.append(f"{group}: {type(e).__name__}: {first}")
+        RAW.append(f"{group}: {type(e).__name__}: {first}" + (f"  [{context}]" if context else ""))
     COUNTS["calls"] += 1
     COUNTS[outcome] += 1
     COUNTS[f"{group} {outcome}"] += 1
@@ -151,7 +151,7 @@ def test_fuzz_body_calls(api: str, state: str, data: Any) -> None:
         jax.jit(st.shard_map(body, mesh=_mesh(), in_specs=P(), out_specs=P())).trace(
             jax.ShapeDtypeStruct((8, 4), jnp.float32))
 
-    outcome = _record(api, run)
+    outcome = _record(api, run, f"state={state} args={args!r}")
     assert not outcome.startswith("raw") and outcome != "SPMD901", RAW[-1:] or outcome
 
 
@@ -162,21 +162,35 @@ MESHES: list[Any] = ["mesh", "dp", None, 5, ("dp", "tp"), "abstract"]
 AXIS_NAMES: list[Any] = [frozenset(), {"dp"}, {"tp"}, {"tq"}, "dp", ("dp", "tp"), 5, [3], None]
 
 
+def _raw_fn(v: Any) -> Any:
+    return jax.lax.psum(v, "tp") if not isinstance(v, (int, float)) else v
+
+
 @SETTINGS
-@given(fn=hs.sampled_from(FNS), mesh=hs.sampled_from(MESHES), in_specs=hs.sampled_from(SPECS),
-       out_specs=hs.sampled_from(SPECS), axis_names=hs.sampled_from(AXIS_NAMES),
-       check_vma=hs.sampled_from([True, False]))
-def test_fuzz_shard_map(fn: Any, mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
-                        check_vma: bool) -> None:
+@given(api=hs.sampled_from(["st.shard_map", "typed_shard_map", "infer"]),
+       fn=hs.sampled_from([*FNS, _raw_fn]), mesh=hs.sampled_from(MESHES),
+       in_specs=hs.sampled_from(SPECS), out_specs=hs.sampled_from(SPECS),
+       axis_names=hs.sampled_from(AXIS_NAMES), check_vma=hs.sampled_from([True, False]))
+def test_fuzz_shard_map(api: str, fn: Any, mesh: Any, in_specs: Any, out_specs: Any,
+                        axis_names: Any, check_vma: bool) -> None:
     m = {"mesh": _mesh(), "abstract": _mesh().abstract_mesh}.get(mesh, mesh) \
         if isinstance(mesh, str) else mesh
+    arg = jax.ShapeDtypeStruct((8, 4), jnp.float32)
 
     def run() -> None:
-        f = st.shard_map(fn, mesh=m, in_specs=in_specs, out_specs=out_specs,
-                         axis_names=axis_names, check_vma=check_vma)
-        jax.jit(f).trace(jax.ShapeDtypeStruct((8, 4), jnp.float32))
+        kw = {"mesh": m, "in_specs": in_specs, "out_specs": out_specs,
+              "axis_names": axis_names, "check_vma": check_vma}
+        if api == "infer":
+            rep = st.adapters.infer(fn, jnp.ones((8, 4)), **kw)
+            if rep.violations:
+                raise rep.violations[0]
+            return
+        smap = st.shard_map if api == "st.shard_map" else st.adapters.typed_shard_map
+        jax.jit(smap(fn, **kw)).trace(arg)
 
-    outcome = _record("shard_map", run)
+    context = f"fn={getattr(fn, '__name__', fn)!r} mesh={mesh!r} in_specs={in_specs!r} " \
+              f"out_specs={out_specs!r} axis_names={axis_names!r} check_vma={check_vma}"
+    outcome = _record(api, run, context)
     assert not outcome.startswith("raw") and outcome != "SPMD901", RAW[-1:] or outcome
 
 
