@@ -217,7 +217,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
             return _fit_outputs(out, tree, types, op, _rules.BODY_LABELS, refs, req.varying)
 
         kw = {} if unroll is None else {"unroll": unroll}
-        return jax.lax.fori_loop(lo, hi, raw_body, _cast_init(tree, types), **kw)
+        with _validate.jax_arguments("st.fori_loop"):  # a carry whose shape changes
+            return jax.lax.fori_loop(lo, hi, raw_body, _cast_init(tree, types), **kw)
 
     raw, types, refs = _retrying(run, types, lambda ts: _init_refs(tree, ts, req.varying))
     return tree.typed(raw, types, op, refs)
@@ -264,7 +265,8 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
             return _fit_outputs(out, tree, types, op, _rules.BODY_LABELS, refs,
                                 frozenset(diverge))
 
-        return jax.lax.while_loop(raw_cond, raw_body, _cast_init(tree, types))
+        with _validate.jax_arguments("st.while_loop"):
+            return jax.lax.while_loop(raw_cond, raw_body, _cast_init(tree, types))
 
     raw, types, refs = _retrying(run, list(tree.types),
                                  lambda ts: _init_refs(tree, ts, frozenset(diverge)))

@@ -8,15 +8,17 @@ callables, meshes, `axis_names=`, specs, argnums, permutations and array dimensi
 
 from __future__ import annotations
 
+import contextlib
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from ._errors import error
+from . import _jax_errors
+from ._errors import SpmdTypeError, error
 
 
 def _got(value: Any) -> str:
@@ -208,3 +210,22 @@ def given_specs(out_specs: Any, op: str) -> None:
     if out_specs is None:
         raise bad(op, "out_specs", out_specs, "a PartitionSpec or a pytree of them (a raw "
                   "function's out_specs cannot be derived from hints)", "out_specs=P()")
+
+
+@contextlib.contextmanager
+def jax_arguments(op: str) -> Iterator[None]:
+    """SPMD509 for the arguments a `jax.numpy` / `jax.nn` function rejects (an axis out of
+    range, a float shape, a bad pad width), with the message and its exception chained; JAX's
+    manual-axis errors keep their own codes (`_jax_errors.translate`)."""
+    try:
+        yield
+    except SpmdTypeError:
+        raise
+    except (TypeError, ValueError, IndexError, AssertionError) as e:
+        translated = _jax_errors.translate(e)
+        if translated is not None:
+            raise translated from e
+        first = (str(e).splitlines() or [""])[0][:200] or type(e).__name__
+        raise error("SPMD509", f"{op}: the arguments were rejected ({type(e).__name__}: "
+                    f"{first})", op=op, fix=f"pass {op} the arguments jax.numpy takes "
+                    f"(jax.numpy's documentation of {op.rsplit('.', 1)[-1]})") from e

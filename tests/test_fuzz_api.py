@@ -80,6 +80,13 @@ def _operand(v: Any, kind: str) -> Any:
             "list": [1.0, 2.0], "rank0": st.numpy.sum(v)}[kind]
 
 
+def _typed(x: Any) -> Any:
+    y = st.wrap(x)
+    if not hasattr(y, "spmd_type"):  # a pytree (a list): not a typed value
+        raise st.SpmdTypeError("not a typed value", code="SPMD509")
+    return y
+
+
 #: API name -> (argument strategies, call(x, *args)) run inside a shard_map body
 BODY: dict[str, tuple[list[Any], Callable[..., Any]]] = {
     **{name: ([hs.sampled_from(AXES)], (lambda n: lambda x, a: getattr(st, n)(x, a))(name))
@@ -112,6 +119,20 @@ BODY: dict[str, tuple[list[Any], Callable[..., Any]]] = {
     "grad": ([hs.sampled_from(FNS), hs.sampled_from(INTS)],
              lambda x, f, n: st.grad(f, argnums=n)(x)),
     "opaque": ([hs.sampled_from(FNS)], lambda x, f: st.opaque(f)(x)),
+    # st.numpy / st.nn with arguments jax.numpy rejects (SPMD509 with JAX's message)
+    **{f"st.numpy.{n}": ([hs.sampled_from(INTS + [(0, 1), (0, 0), 1.5, "a"])],
+                         (lambda n: lambda x, a: getattr(st.numpy, n)(x, axis=a))(n))
+       for n in ("sum", "mean", "max", "cumsum", "argmax")},
+    "st.numpy.pad": ([hs.sampled_from(INTS)], lambda x, a: st.numpy.pad(x, a)),
+    "st.numpy.reshape": ([hs.sampled_from(INTS + [(4, 8), (32,), (-1,)])],
+                         lambda x, a: st.numpy.reshape(x, a)),
+    "st.numpy.concatenate": ([hs.sampled_from(INTS)],
+                             lambda x, a: st.numpy.concatenate([x, x], axis=a)),
+    "st.numpy.roll": ([hs.sampled_from(INTS)], lambda x, a: st.numpy.roll(x, 1, axis=a)),
+    "st.nn.softmax": ([hs.sampled_from(INTS)], lambda x, a: st.nn.softmax(x, axis=a)),
+    "astype": ([hs.sampled_from([jnp.int32, "float16", "bogus", 5, None, bool])],
+               # the method of a typed value (raw operands are wrapped first)
+               lambda x, d: _typed(x).astype(d)),
     "fori_loop": ([hs.sampled_from(INTS), hs.sampled_from(FNS)],
                   lambda x, n, f: st.fori_loop(0, n, (lambda i, c: f(c)) if callable(f) else f, x)),
 }
