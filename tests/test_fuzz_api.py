@@ -121,7 +121,7 @@ BODY: dict[str, tuple[list[Any], Callable[..., Any]]] = {
     "opaque": ([hs.sampled_from(FNS)], lambda x, f: st.opaque(f)(x)),
     # st.numpy / st.nn with arguments jax.numpy rejects (SPMD509 with JAX's message)
     **{f"st.numpy.{n}": ([hs.sampled_from(INTS + [(0, 1), (0, 0), 1.5, "a"])],
-                         (lambda n: lambda x, a: getattr(st.numpy, n)(x, axis=a))(n))
+                         (lambda fn: lambda x, a: getattr(st.numpy, fn)(x, axis=a))(n))
        for n in ("sum", "mean", "max", "cumsum", "argmax")},
     "st.numpy.pad": ([hs.sampled_from(INTS)], lambda x, a: st.numpy.pad(x, a)),
     "st.numpy.reshape": ([hs.sampled_from(INTS + [(4, 8), (32,), (-1,)])],
