@@ -376,7 +376,9 @@ PAGES: tuple[ErrorPage, ...] = (
                 "function is callable, a spec is a `PartitionSpec` whose entries are axis names, `argnums` "
                 "name positional arguments of the call, a permutation pairs device indices of the axis, "
                 "and a dimension (`split_axis`, `scatter_dimension`, `axis`) is one of the operand's. The "
-                "message names the argument, what it got and what it expects.",
+                "message names the argument, what it got and what it expects. Arguments that "
+                "`st.numpy` passes on and `jax.numpy` rejects (an axis out of range, a float shape) "
+                "are reported with JAX's message.",
         fix='st.shard_map(f, mesh=jax.make_mesh((2, 4), ("dp", "tp")), in_specs=P("dp"), out_specs=P())',
         solutions=("Pass the argument in the form the message names.",),
         before='st.shard_map(lambda x: x, mesh="dp", in_specs=P("dp"), out_specs=P("dp"))',
