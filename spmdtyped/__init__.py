@@ -1,3 +1,5 @@
+# ruff: noqa: F405 - `__all__` names the lazy JAX-facing names, which checkers see through
+# `from ._static import *` (under TYPE_CHECKING)
 """spmdtyped: type-safe SPMD programs on JAX.
 
 Inside `jax.shard_map` every value has, per manual mesh axis, a state: Invariant, Varying,
@@ -96,18 +98,15 @@ else:
         return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
 
 
-__all__ = sorted([
-    "AxisStateError", "BoundaryError", "CastError", "CombineError", "Invariant",
-    "InternalConsistencyError", "Reduced", "SArray", "SpmdType", "SpmdTypeError", "State", "Typed",
-    "Unreduced", "UsageError", "Varying", "allow", "check_mode", "explain", "set_check_mode",
-    "shard_map", "typeof", "unwrap", "wrap", *_COLLECTIVE_NAMES,
-    # issue 14: optimisers
-    "clip_by_global_norm", "global_norm",
-    # issue 4: autodiff, control flow, custom ops
-    "CustomOp", "cond", "cotangent_type", "custom_op", "fori_loop", "grad", "opaque", "scan",
-    "switch", "value_and_grad", "vjp", "while_loop",
-    # issue 15: the refinement of Varying
-    "Partial", "Rep", "Shard", "local",
-    # issue 28: the communication report
-    "CommunicationError", "report",
-])
+# a literal list (not computed): `from spmdtyped import *` gives mypy and pyright its names;
+# tests/test_reliability.py checks it against the names the package defines
+__all__ = [
+    "AxisStateError", "BoundaryError", "CastError", "CombineError", "CommunicationError", "CustomOp",
+    "InternalConsistencyError", "Invariant", "Partial", "Reduced", "Rep", "SArray", "Shard",
+    "SpmdType", "SpmdTypeError", "State", "Typed", "Unreduced", "UsageError", "Varying",
+    "all_gather", "all_to_all", "allow", "axis_index", "axis_size", "check_mode",
+    "clip_by_global_norm", "cond", "cotangent_type", "custom_op", "explain", "fori_loop",
+    "global_norm", "grad", "local", "opaque", "pbroadcast", "pcast", "pmax", "pmean", "pmin",
+    "ppermute", "pshuffle", "psum", "psum_scatter", "pvary", "report", "scan", "set_check_mode", "shard_map",
+    "switch", "typeof", "unwrap", "value_and_grad", "vjp", "while_loop", "wrap",
+]

@@ -15,10 +15,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec
 
-from ._rules import INVARIANT, JAX_0_10, JAX_0_12, Features, SpmdType
+from ._rules import INVARIANT, JAX_0_10, JAX_0_12, UNKNOWN, Features, SpmdType
 from ._typed import hints as _hints
 from ._typed.hints import state_class
 
@@ -342,6 +343,25 @@ def sub_jaxprs(eqn: Any) -> list[Any]:
             elif hasattr(getattr(s, "jaxpr", None), "eqns"):
                 out.append(s.jaxpr)
     return out
+
+
+def literal_value(v: Any) -> object | None:
+    """The Python value of a scalar `Literal` operand of a jaxpr equation (None for a `Var` or
+    a non-scalar). Literals carry `.val` in jax 0.10 and 0.12 (`jax.core.Literal` is not
+    exported by either; a `Var` has no `.val`)."""
+    val = getattr(v, "val", None)
+    if val is None or getattr(v, "count", None) is not None:
+        return None
+    arr = np.asarray(val)
+    return arr.item() if arr.size == 1 else None
+
+
+def dtype_name(dtype: Any) -> object:
+    """The NumPy name of a dtype (`"int32"`, `"bool"`, `"bfloat16"`), `UNKNOWN` if none."""
+    try:
+        return str(np.dtype(dtype)) if dtype is not None else UNKNOWN
+    except TypeError:
+        return UNKNOWN
 
 
 def aval_type(aval: Any) -> SpmdType:

@@ -283,6 +283,7 @@ EXAMPLES: dict[str, tuple[str, dict[str, str], str]] = {
     "SPMD406": ("body", {"w": "R:dp", "x": "V:dp"}, "n = 2"),
     "SPMD407": ("body", {"w": "I", "xb": "V:dp"}, ""),
     "SPMD408": ("top", {}, "import numpy as np\ng = jnp.ones((8,))"),
+    "SPMD409": ("top", {}, ""),
     "SPMD501": ("body", {"x": "V:tp"}, ""),
     "SPMD502": ("body", {"x": "V:dp,tp"}, ""),
     "SPMD503": ("top", {}, ""),
@@ -295,6 +296,7 @@ EXAMPLES: dict[str, tuple[str, dict[str, str], str]] = {
     "SPMD506": ("top", {}, ""),
     "SPMD507": ("top", {}, ""),
     "SPMD508": ("top", {}, ""),
+    "SPMD509": ("top", {}, ""),
     "SPMD901": ("body", {"x": "V:dp"}, "perm = [(0, 1), (1, 0)]"),
     "SPMD902": ("body", {"x": "I"}, ""),
 }

@@ -173,7 +173,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("_surface", "_static"),
     ("_typed.hints",),
     ("_compat",),
-    ("_typed", "_engine", "_errors.jax_messages"),
+    ("_typed", "_engine", "_errors.jax_messages", "_validate"),
     ("numpy", "nn", "debug"),
     ("_ops",),
     ("lax", "_boundary"),

@@ -139,7 +139,10 @@ def test_seed_error_names_the_fix(plugin_run: tuple[int, str]) -> None:
     i = next(i for i, ln in enumerate(lines) if ln.startswith(f"fail_plugin.py:{n}: error:"))
     assert "st.psum over 'tp': the value is Reduced on 'tp'" in lines[i]
     assert lines[i].endswith("[spmd-reduced-operand]")
-    assert "fix: st.psum(x, 'tp') -> st.psum(st.pcast(x, 'tp', to='varying'), 'tp')" in lines[i + 1]
+    # the first fix keeps the numbers (issue 26); the pcast route is named as changing them
+    assert "fix: drop the st.psum: x is already reduced (replicated) over 'tp'" in lines[i + 1]
+    assert "st.psum(st.pcast(x, 'tp', to='varying'), 'tp')" in lines[i + 1]
+    assert "changes the numbers" in lines[i + 1]
     assert "python -m spmdtyped explain SPMD101" in lines[i + 2]
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
-from .. import _compat, _rules  # noqa: F401
+from .. import _compat, _rules, _validate  # noqa: F401
 from .._errors import SpmdTypeError, error, error_context
 from .._errors.jax_messages import jax_errors
 
@@ -83,6 +83,10 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
             return st.psum(x @ w, "tp")
         ```
     """
+    # every argument checked before it is used (SPMD509): a mesh axis name for mesh=, an int
+    # in a spec, axis_names=5 would otherwise fail deep inside (issue 26)
+    axis_names = set(_validate.shard_map_args(f, mesh, in_specs, out_specs, axis_names,
+                                              "st.shard_map", infer=_compat.INFER))
     if f is None:
         return functools.partial(shard_map, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
                                  axis_names=axis_names, check_vma=check_vma)
@@ -97,7 +101,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
     name = getattr(f, "__name__", None) or getattr(getattr(f, "func", None), "__name__", repr(f))
     where = f"st.shard_map({name})"
     if mesh is not None:
-        _check_mesh_specs(mesh, in_specs, out_specs, axis_names, where)
+        check_mesh_specs(mesh, in_specs, out_specs, axis_names, where)
     built: dict[Any, Callable[..., Any]] = {}
 
     def build(m: Any, specs: Any) -> Callable[..., Any]:
@@ -161,10 +165,11 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
             raise error("SPMD506", f"{where}: no mesh: mesh= was not given and no mesh is set",
                         op="st.shard_map",
                         fix="pass mesh=..., or call inside `with jax.set_mesh(mesh):`")
+        check_not_nested(m, axis_names, where)
         raw_args = unwrap(list(args))
         specs = _compat.inferred_specs(tuple(raw_args)) if in_specs is _compat.INFER else in_specs
         if mesh is None:
-            _check_mesh_specs(m, specs, out_specs, axis_names, where)
+            check_mesh_specs(m, specs, out_specs, axis_names, where)
         check_in_structure(specs, args, where, "st.shard_map")
         key = (id(m), str(m), repr(specs) if in_specs is _compat.INFER else None)
         manual = tuple(a for a in _compat.mesh_axis_names(m) if not axis_names or a in axis_names)
@@ -182,7 +187,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
     return wrapped
 
 
-def _check_mesh_specs(mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
+def check_mesh_specs(mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
                       where: str) -> None:
     """Unknown axes in the specs or axis_names (SPMD501); Unreduced/Reduced in_specs of a
     partial-manual shard_map (SPMD403)."""
@@ -197,6 +202,33 @@ def _check_mesh_specs(mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
                 _rules.check_full_manual(un, red, manual, mesh_axes, where=where,
                                          spec=_rules.spec_text(spec))
     check_spec_axes(out_specs, mesh_axes, where, "out_specs")
+    for what, specs in (("in_specs", in_specs), ("out_specs", out_specs)):
+        # a partitioned axis of a spec is manual here (JAX: a raw ValueError at the call);
+        # SPMD503 names it
+        if specs is not _compat.INFER and axis_names:
+            for spec in jax.tree_util.tree_leaves(specs, is_leaf=is_spec_leaf):
+                if isinstance(spec, PartitionSpec):
+                    _rules.check_axes_known(_compat.spec_parts(spec)[0], f"{where} {what}",
+                                            manual, mesh_axes)
+    for spec in jax.tree_util.tree_leaves(out_specs, is_leaf=is_spec_leaf):
+        if isinstance(spec, PartitionSpec):
+            _, un, red, _ = _compat.spec_parts(spec)
+            _rules.check_full_manual(un, red, manual, mesh_axes, where=where,
+                                     spec=_rules.spec_text(spec), what="out_specs")
+
+
+def check_not_nested(mesh: Any, axis_names: Any, where: str) -> None:
+    """SPMD409 for a shard_map called inside another one over an axis that is manual there
+    already (JAX traces it and fails in the MLIR verifier or on the mesh)."""
+    _, outer = _compat.current_mesh()
+    mine = [a for a in _compat.mesh_axis_names(mesh) if not axis_names or a in axis_names]
+    again = [a for a in mine if a in outer]
+    if again:
+        raise error("SPMD409", f"{where}: called inside a shard_map whose axes {list(outer)} are "
+                    f"manual already; this one would make {again} manual again", op="st.shard_map",
+                    axes=tuple(again), fix=f"call the function directly on the shard (it is "
+                    f"already per device over {again}), or nest over the axes the outer "
+                    f"shard_map leaves out of its axis_names")
 
 
 @contextlib.contextmanager
@@ -215,6 +247,15 @@ def in_spec_errors(where: str, op: str) -> Iterator[None]:
                             "NamedSharding(mesh, spec)), or use an Explicit mesh for "
                             "reduced/unreduced specs") from e
         raise
+    except NotImplementedError as e:
+        # e.g. an argument sharded over Explicit axes that its spec (None) leaves unmapped:
+        # JAX closes over it and has no lowering for that
+        first = str(e).split("\n")[0]
+        if "shard_map" not in first:
+            raise
+        raise error("SPMD403", f"{where}: JAX cannot honour in_specs here: {first}", op=op,
+                    fix="give the argument a PartitionSpec (P() replicates it) instead of None, "
+                        "or reshard it first") from e
 
 
 def check_in_structure(in_specs: Any, args: tuple[Any, ...], where: str, op: str) -> None:
@@ -224,14 +265,30 @@ def check_in_structure(in_specs: Any, args: tuple[Any, ...], where: str, op: str
     if isinstance(in_specs, tuple) and len(in_specs) != len(args):
         raise error("SPMD402", f"{where}: in_specs has {len(in_specs)} entries for {len(args)} "
                     f"arguments", op=op, fix="give one PartitionSpec per positional argument")
-    _broadcast_prefix(in_specs, tuple(args), "in_specs", where)
+    check_spec_ranks(_broadcast_prefix(in_specs, tuple(args), "in_specs", where), "in_specs",
+                     where, op)
+
+
+def check_spec_ranks(pairs: list[tuple[Any, Any]], what: str, where: str, op: str) -> None:
+    """SPMD402 for a spec with more entries than its value has dimensions (JAX: a raw
+    ValueError, "too long to be compatible")."""
+    for spec, leaf in pairs:
+        ndim = getattr(leaf, "ndim", None)
+        if isinstance(spec, PartitionSpec) and isinstance(ndim, int) \
+                and len(_compat.spec_entries(spec)) > ndim:
+            raise error("SPMD402", f"{where}: {what} entry {_rules.spec_text(spec)} names "
+                        f"{len(_compat.spec_entries(spec))} dimensions, but its value has "
+                        f"{ndim} (shape {tuple(getattr(leaf, 'shape', ()))})", op=op,
+                        fix="one spec entry per dimension at most: P() for a scalar")
 
 
 def check_outputs(out: Any, out_specs: Any, manual: tuple[str, ...], where: str,
                   types: list[_rules.SpmdType] | None = None) -> None:
     """SPMD401 unless each output leaf's state fits its out_spec (`types`: given, or read from
     the values: typed values carry theirs, raw ones are read from JAX)."""
-    for i, (spec, leaf) in enumerate(_broadcast_prefix(out_specs, out, "out_specs", where)):
+    pairs = _broadcast_prefix(out_specs, out, "out_specs", where)
+    check_spec_ranks(pairs, "out_specs", where, "st.shard_map")
+    for i, (spec, leaf) in enumerate(pairs):
         part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
         t = types[i] if types is not None else typeof(leaf)
         _rules.check_out_spec(t, part, un, red, manual, where=where, spec=_rules.spec_text(spec))

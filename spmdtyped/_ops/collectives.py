@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 
-from .. import _compat, _rules, _surface
+from .. import _compat, _rules, _surface, _validate
 from .._errors import error
 from .._rules import axis_size as axis_size_rule
 from .._rules.refine import shape as refine_shape
@@ -71,6 +71,8 @@ def _axis_op(collective: _surface.Collective, x: Any, axis_name: Any,
     jax_axis = _jax_axes(axis_name)
 
     def one(leaf: Any) -> Any:
+        if isinstance(leaf, (str, bytes)):
+            raise _validate.not_an_array(leaf, op)
         raw, t = array_operand(leaf)
         if not axes:  # only jax.vmap axes: JAX's batching rule; the manual states are unchanged
             return checked(op, bind(raw, jax_axis), t)
@@ -101,10 +103,13 @@ def call(name: str, x: Any, axis_name: Any, args: dict[str, Any]) -> Any:
     if "axis_index_groups" in args:
         _no_groups(args["axis_index_groups"], op)
     fn = _compat.resolve(c.bind or c.jax)
+    check = _compat.resolve(c.check) if c.check else None
     positional = [args[p.name] for p in c.params if not p.keyword]
     keywords = {**{p.name: args[p.name] for p in c.params if p.keyword}, **c.fixed}
 
     def bind(r: Any, a: Any) -> Any:
+        if check is not None:
+            check(r, a, args, op)
         return fn(r, a, *positional, **keywords)
 
     params = {p.name: args[p.name] for p in c.params if p.refine}
@@ -153,6 +158,45 @@ def bind_cast(r: Any, a: Any, *, to: str) -> Any:
     if to == "reduced" and (isinstance(r, (int, float)) or not hasattr(r, "dtype")):
         r = _compat.asarray_like(r, r)  # reference Q13: bare AssertionError on scalars
     return _compat.pcast(r, a, to=to)
+
+
+def _ndim(r: Any) -> int | None:
+    nd = getattr(r, "ndim", None)
+    return nd if isinstance(nd, int) else None
+
+
+def _shape(r: Any) -> tuple[int, ...] | None:
+    shape = getattr(r, "shape", None)
+    return tuple(shape) if isinstance(shape, tuple) else None
+
+
+# The rows' `check`s: the arguments validated against the value and the axis before binding.
+def check_perm(r: Any, a: Any, args: dict[str, Any], op: str) -> None:
+    _validate.perm_arg(args["perm"], _compat.axis_size(a), op, a)
+
+
+def check_shuffle(r: Any, a: Any, args: dict[str, Any], op: str) -> None:
+    _validate.shuffle_arg(args["perm"], _compat.axis_size(a), op, a)
+
+
+def check_gather(r: Any, a: Any, args: dict[str, Any], op: str) -> None:
+    # the gathered dimension: an existing one when tiled, else one more (JAX inserts it)
+    nd = _ndim(r)
+    _validate.dim_arg(args["axis"], None if nd is None else nd + (not args["tiled"]), op, "axis")
+
+
+def check_scatter(r: Any, a: Any, args: dict[str, Any], op: str) -> None:
+    d = args["scatter_dimension"]
+    _validate.dim_arg(d, _ndim(r), op, "scatter_dimension")
+    _validate.divisible(_shape(r), d, _compat.axis_size(a), op, "scatter_dimension", a,
+                        tiled=bool(args["tiled"]))
+
+
+def check_all_to_all(r: Any, a: Any, args: dict[str, Any], op: str) -> None:
+    _validate.dim_arg(args["split_axis"], _ndim(r), op, "split_axis")
+    _validate.dim_arg(args["concat_axis"], _ndim(r), op, "concat_axis")
+    _validate.divisible(_shape(r), args["split_axis"], _compat.axis_size(a), op, "split_axis", a,
+                        tiled=bool(args["tiled"]))
 
 
 def axis_index(axis_name: Any) -> Any:

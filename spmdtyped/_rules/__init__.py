@@ -31,6 +31,7 @@ from .arguments import (
     POSITIONAL,
     REAL_PARTS,
     SECONDARY,
+    STATIC_DTYPE,
     UNKNOWN,
     argument_rule,
     call_type,
@@ -119,7 +120,7 @@ if TYPE_CHECKING:
         predicate_type,
         widen_under_predicate,
     )
-    from .primitives import PRIMITIVE_OPERANDS, PRIMITIVES
+    from .primitives import PRIMITIVE_OPERANDS, PRIMITIVES, primitive_rule
 
 _LAZY_MODULES = ("boundary", "docs", "lattice", "primitives")
 
@@ -155,9 +156,9 @@ __all__ = [
     "constructor_type", "cotangent", "custom_op_type", "dynamic_index_type", "fill_type",
     "flow_state", "fmt_axes", "free_casts", "grad_loss_type", "hint_text", "in_spec_type",
     "join_carry", "join_state", "mean_type", "normalize_axes", "parse_states", "pcast_op", "predicate_labels",
-    "predicate_type", "spec_text", "take_type", "unary", "where_type", "widen_under_predicate",
+    "predicate_type", "primitive_rule", "spec_text", "take_type", "unary", "where_type", "widen_under_predicate",
     # issue 12: rules that depend on arguments
-    "POSITIONAL", "SECONDARY", "UNKNOWN", "VARY", "argument_rule", "call_type", "named_arguments",
+    "POSITIONAL", "SECONDARY", "STATIC_DTYPE", "UNKNOWN", "VARY", "argument_rule", "call_type", "named_arguments",
     "secondary_join",
     # rows whose rule depends on dtypes; constructors' fill arguments; how a mean is bound
     "DTYPE_KINDS", "FILL_ARGUMENTS", "MEAN", "REAL_PARTS", "SUM_THEN_DIVIDE", "dtype_rule",

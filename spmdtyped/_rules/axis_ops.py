@@ -111,9 +111,12 @@ def all_gather_op(to: object) -> str:
 def _collective_fix(code: str, op: str, axes: Sequence[str], bad: Sequence[str]) -> str:
     a, b = fmt_axes(axes), fmt_axes(bad)
     if code == "SPMD101":
-        return (f"{op}(x, {a}) -> {op}(st.pcast(x, {b}, to='varying'), {a}); or use the value "
-                f"from before the reduction; or declare a custom primitive's effects with "
-                f"st.custom_op")
+        # the first fix keeps the numbers: x is already replicated over the axis, so the
+        # collective is usually a second reduction; the pcast route changes them (n * x)
+        return (f"drop the {op}: x is already reduced (replicated) over {b}, or use the value "
+                f"from before the reduction; {op}(st.pcast(x, {b}, to='varying'), {a}) acts on "
+                f"per-device copies and changes the numbers (a psum gives n * x); or declare a "
+                f"custom primitive's effects with st.custom_op")
     if code == "SPMD102":
         return f"{op}(x, {a}) -> {op}(st.psum_scatter(x, {b}, tiled=True), {a}), or st.psum(x, {b}) first"
     if code == "SPMD103":

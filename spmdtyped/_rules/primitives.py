@@ -4,6 +4,10 @@ Names are jax 0.12's; `_compat.primitive_name` maps other versions' spellings (0
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
+from .arguments import UNKNOWN, argument_rule
+
 # collective/cast primitives: each collective's row in `_surface.collectives` (`primitives`)
 
 #: elementwise/structural primitive -> ELEMENTWISE rule
@@ -46,4 +50,28 @@ PRIMITIVE_OPERANDS: dict[str, int] = {
                       "argmin", "integer_pow")},
     "dynamic_update_slice": 2,
 }
+
+#: primitives whose row depends on their arguments, chosen by `arguments.argument_rule` (the
+#: rule `st.numpy.pad` / `.astype` apply): `pad`'s padding value (operand 1), and
+#: `convert_element_type`'s target dtype (`new_dtype`, a NumPy name) against the input's.
+#: Where an argument cannot be read (a padding value computed at run time) the row that is
+#: not linear: strict, never looser.
+ARGUMENT_PRIMITIVES: dict[str, str] = {"pad": "pad_affine", "convert_element_type": "astype_nonlinear"}
+
+
+def primitive_rule(name: str, params: Mapping[str, object], values: Sequence[object],
+                   dtype: object = UNKNOWN) -> str:
+    """The `ELEMENTWISE` row of primitive `name` (a `PRIMITIVES` key) for its parameters, its
+    operands' values where they are literals (`UNKNOWN` otherwise) and its first operand's
+    dtype name."""
+    rule = PRIMITIVES[name]
+    if name == "pad":
+        keywords: dict[str, object] = {
+            "mode": "constant", "constant_values": values[1] if len(values) > 1 else UNKNOWN}
+    elif name == "convert_element_type":
+        keywords = {"dtype": params.get("new_dtype", UNKNOWN)}
+    else:
+        return rule
+    row = argument_rule(rule, keywords, dtype)
+    return row if row is not None else ARGUMENT_PRIMITIVES[name]
 

@@ -91,6 +91,9 @@ class Collective:
       (names are jax 0.12's; `_compat.primitive_name` maps 0.10's). A collective that binds
       another's primitive (`pmean`: `psum_invariant` + `div`; `pshuffle`: `ppermute`) has none.
     - `refine`: the refinement kind (`REFINE_KINDS`): `refine_shape.collective` of the rule.
+    - `check`: the dotted callable `check(raw, axis_name, args, op)` that validates the call's
+      arguments against the value and the axis before binding (a permutation, a dimension in
+      range and divisible over the axis): SPMD509 instead of an error from inside JAX.
     - `doc`: the docstring of `st.<name>` (`spmdtyped.lax.<name>` says it is checked and
       raw, then repeats it).
     """
@@ -108,6 +111,7 @@ class Collective:
     primitives: Mapping[str, str] = dataclasses.field(default_factory=dict)
     refine: str = "collective"
     doc: str = ""
+    check: str | None = None
 
     def op(self, to: object = None, label: str | None = None) -> str:
         """The `AXIS_OPS` row this call applies (`to`: the `to=` argument, where it has one);
@@ -161,11 +165,12 @@ _BUILTIN: tuple[Collective, ...] = (
                    "0.12)."),
     Collective("ppermute", ("ppermute",), "jax.lax.ppermute",
                (Param("perm", "Sequence[tuple[int, int]]"),), tree_bind=True,
-               primitives={"ppermute": "ppermute"},
+               primitives={"ppermute": "ppermute"}, check="spmdtyped._ops.collectives.check_perm",
                doc="Typed `jax.lax.ppermute`: Varying -> Varying (send shard `src` to device "
                    "`dst`). A replicated (Invariant) input is SPMD103: JAX would pvary it and "
                    "send identical copies."),
     Collective("pshuffle", ("pshuffle",), "jax.lax.pshuffle", (Param("perm", "Sequence[int]"),),
+               check="spmdtyped._ops.collectives.check_shuffle",
                doc="Typed `jax.lax.pshuffle`: Varying -> Varying (binds `ppermute`)."),
     Collective("pbroadcast", ("pbroadcast",), "jax.lax.pbroadcast", (Param("source", "int"),),
                bind="spmdtyped._compat.pbroadcast", primitives={"pbroadcast": "pbroadcast"},
@@ -175,7 +180,7 @@ _BUILTIN: tuple[Collective, ...] = (
     Collective("all_gather", ("all_gather", "all_gather_invarying", "all_gather_reduced"),
                "jax.lax.all_gather",
                (_GROUPS, Param("axis", "int", 0, keyword=True, refine=True), _TILED,
-                Param("to", "str", "varying", keyword=True)),
+                Param("to", "str", "varying", keyword=True)), check="spmdtyped._ops.collectives.check_gather",
                select=lambda to, _op: all_gather_op(to), targets=ALL_GATHER_TARGETS,
                bind="spmdtyped._ops.collectives.bind_all_gather",
                primitives={"all_gather": "all_gather", "all_gather_invariant":
@@ -186,6 +191,7 @@ _BUILTIN: tuple[Collective, ...] = (
                    "reduced with `psum_scatter`)."),
     Collective("psum_scatter", ("psum_scatter",), "jax.lax.psum_scatter",
                (Param("scatter_dimension", "int", 0, keyword=True, refine=True), _GROUPS, _TILED),
+               check="spmdtyped._ops.collectives.check_scatter",
                primitives={"reduce_scatter": "psum_scatter",
                            "unreduced_reduce_scatter": "psum_scatter"},
                doc="Typed `jax.lax.psum_scatter`: Varying or Unreduced -> Varying (summed, "
@@ -193,7 +199,7 @@ _BUILTIN: tuple[Collective, ...] = (
     Collective("all_to_all", ("all_to_all",), "jax.lax.all_to_all",
                (Param("split_axis", "int", refine=True), Param("concat_axis", "int", refine=True),
                 _GROUPS, _TILED),
-               primitives={"all_to_all": "all_to_all"},
+               primitives={"all_to_all": "all_to_all"}, check="spmdtyped._ops.collectives.check_all_to_all",
                doc="Typed `jax.lax.all_to_all`: Varying -> Varying."),
     Collective("pcast", ("pcast_varying", "pcast_reduced", "pcast_unreduced"), "jax.lax.pcast",
                (Param("to", "str", keyword=True),), select=pcast_op, targets=PCAST_TARGETS,

@@ -26,8 +26,8 @@ from typing import Any
 
 import jax
 
-from .. import _compat
-from .._boundary.shard_map import check_in_structure, check_spec_axes, in_spec_errors
+from .. import _compat, _validate
+from .._boundary.shard_map import check_in_structure, check_mesh_specs, in_spec_errors
 from .._errors import SpmdTypeError, error_context
 from .._errors.jax_messages import jax_errors
 from ._conventions import checked_lax as checked_lax
@@ -76,16 +76,16 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
             loss = step(params, batch)
         ```
     """
+    axis_names = set(_validate.shard_map_args(f, mesh, in_specs, out_specs, axis_names,
+                                              "typed_shard_map", infer=_compat.INFER))
+    _validate.given_specs(out_specs, "typed_shard_map")
     if f is None:
         return functools.partial(typed_shard_map, mesh=mesh, in_specs=in_specs,
                                  out_specs=out_specs, axis_names=axis_names, check_vma=check_vma)
     name = fn_name(f)
     where = f"typed_shard_map({name})"
     if mesh is not None:
-        mesh_axes = _compat.mesh_axis_names(mesh)
-        if in_specs is not _compat.INFER:
-            check_spec_axes(in_specs, mesh_axes, where, "in_specs")
-        check_spec_axes(out_specs, mesh_axes, where, "out_specs")
+        check_mesh_specs(mesh, in_specs, out_specs, axis_names, where)
 
     # the program is `jax.shard_map(f)` itself: the jaxpr walk finds what JAX accepts and the
     # strict rules reject; a program JAX rejects is traced again with `jax.lax` routed through
@@ -127,9 +127,13 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
 
     @functools.wraps(f)
     def wrapped(*args: Any) -> Any:
-        if not check_vma:
-            return plain(*args)
         m = resolve_mesh(mesh, where)
+        if mesh is None:
+            check_mesh_specs(m, in_specs, out_specs, axis_names, where)
+        if not check_vma:  # JAX's program unchecked; its boundary errors with codes
+            check_in_structure(resolve_in_specs(in_specs, args), args, where, "typed_shard_map")
+            with in_spec_errors(where, "typed_shard_map"), jax_errors(where):
+                return plain(*args)
         with error_context(function=name, mesh=m, manual=manual_axes(m, axis_names)):
             return checked_call(m, args)
 
