@@ -266,7 +266,7 @@ def test_cli_checked_mode(tmp_path):
     assert "+    return st.shard_map(step, mesh=mesh" in diff
     bad = subprocess.run([sys.executable, "-m", "spmdtyped", "port", str(src), "--entry", "step"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and "--entry needs" in bad.stderr
+    assert bad.returncode == 2 and "--entry needs" in bad.stderr and "--mesh" in bad.stderr
 
 
 def test_checked_mode_leaves_out_what_cannot_be_annotated():

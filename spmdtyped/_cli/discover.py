@@ -67,10 +67,9 @@ def _shard_map_code() -> Any:
 
 
 def _user_frame(frame: Any) -> Any:
-    """The frame that called: past functools (partial) and JAX's own frames."""
-    jax_dir = os.path.dirname(jax.__file__)
-    while frame is not None and (frame.f_code.co_filename.startswith(jax_dir)
-                                 or frame.f_code.co_filename == functools.__file__):
+    """The frame that called, past `functools.partial`'s (JAX's own calls of shard_map, made
+    while the module's code runs, are JAX's frames: not the file's calls)."""
+    while frame is not None and frame.f_code.co_filename == functools.__file__:
         frame = frame.f_back
     return frame
 

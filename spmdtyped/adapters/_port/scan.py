@@ -218,3 +218,63 @@ class FunctionLines(cst.CSTVisitor):
         start = self.get_metadata(PositionProvider, node.decorators[0].decorator).start.line \
             if node.decorators else name
         self.lines[id(node)] = (node.name.value, start, name)
+
+
+# ------------------------------------------------------------------- calls pass 2 rewrites
+
+#: `jax.lax` loops whose body is one of the file's typed functions -> spmdtyped's, by position
+#: of the body and of the carried values
+LOOPS = {"scan": (0, (1, 2)), "fori_loop": (2, (3,)), "while_loop": (1, (2,))}
+
+
+def collective_of(info: Collect, call: cst.Call) -> str | None:
+    """The collective a call binds (`jax.lax.psum`, `lax.psum`, `from jax.lax import psum`)."""
+    name = dotted(call.func) or ""
+    head, _, last = name.rpartition(".")
+    if head in info.lax_names and last in _surface.LAX_NAMES:
+        return last
+    return info.collective_alias.get(name)
+
+
+def lax_function(info: Collect, call: cst.Call) -> str | None:
+    """`scan` for `jax.lax.scan(...)` / `lax.scan(...)`: the jax.lax function a call binds."""
+    name = dotted(call.func) or ""
+    head, _, last = name.rpartition(".")
+    return last if head in info.lax_names else None
+
+
+def size_idiom(call: cst.Call) -> str | None:
+    """`"int"` / `"float"` for the axis-size idiom `lax.psum(1, axis)` /
+    `lax.psum(x.shape[-1], axis)` on a Python number (it stays the drop-in's), else None."""
+    first = call.args[0].value if call.args else None
+    if isinstance(first, cst.Integer) or (first is not None and ".shape" in code_of(first)):
+        return "int"
+    return "float" if isinstance(first, cst.Float) else None
+
+
+class Defs(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.ids.add(id(node))
+
+
+class Outside(cst.CSTVisitor):
+    """The names called from module-level code, or from a module-level function that is not
+    in `typed` (code no trace saw running inside shard_map)."""
+
+    def __init__(self, typed: Any) -> None:
+        self.names: set[str] = set()
+        self._typed = typed
+        self._top: list[cst.FunctionDef] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._top.append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._top.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and (not self._top or id(self._top[0]) not in self._typed):
+            self.names.add(node.func.value)
