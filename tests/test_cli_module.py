@@ -40,7 +40,7 @@ w = jax.device_put(jnp.ones((32, 4)) / 32, NamedSharding(mesh, P("tp", None)))
 
 @jax.shard_map(in_specs=(P("dp", "tp"), P("tp", None)), out_specs=P("dp"))
 def layer(x, w):
-    return jax.lax.psum(jnp.tanh(x @ w), "tp")
+    return jax.lax.psum(jnp.tanh(x) @ w, "tp")
 
 
 @partial(jax.shard_map, in_specs=(P("dp", "tp"), P("tp", None)), out_specs=P("dp"))
@@ -57,7 +57,7 @@ scaled = jax.shard_map(functools.partial(_scaled, scale=2.0), mesh=mesh,
                        in_specs=(P("dp", "tp"), P("tp", None)), out_specs=P("dp"))
 
 if __name__ == "__main__":
-    print([float(v.sum()) for v in (layer(x, w), scaled(x, w))])
+    print([float(v.sum()) for v in (layer(x, w), layer_twice(x, w), scaled(x, w))])
 '''
 
 DRIVER = '''

@@ -61,6 +61,7 @@ from .scan import (
     Defs,
     FunctionLines,
     Outside,
+    PytreeParams,
     alias_name,
     code_of,
     collective_of,
@@ -69,6 +70,7 @@ from .scan import (
     is_header,
     lax_function,
     module_name,
+    shard_map_decorated,
     size_idiom,
     spec_hint,
 )
@@ -454,8 +456,15 @@ class _Port(cst.CSTTransformer):
         entries = [e.value for e in in_node.elements] if isinstance(in_node, (cst.Tuple, cst.List)) \
             else [in_node] * len(params)
         new_params = []
+        trees = PytreeParams()
+        original.body.visit(trees)
         for i, p in enumerate(params):
             h = spec_hint(entries[i], consts, used) if i < len(entries) and len(entries) == len(params) else None
+            if h is not None and not h.startswith("tuple[") and p.name.value in trees.names:
+                # one spec for a pytree argument (`params["w"]`): a single array's hint would
+                # be wrong, and the tree's structure is not written here (checked mode knows it)
+                self.unannotated.append(f"{original.name.value}.{p.name.value}")
+                h = None
             if p.annotation is None and h is not None:
                 p = p.with_changes(annotation=cst.Annotation(cst.parse_expression(h)))
             new_params.append(p)
@@ -541,7 +550,8 @@ def port_source(source: str, states: Any = None,
         module.visit(outside)
         for node in module.body:
             if isinstance(node, cst.FunctionDef) and id(node) in typed \
-                    and node.name.value in outside.names:
+                    and node.name.value in outside.names \
+                    and not shard_map_decorated(node, info):
                 # also run outside shard_map (global code, a function no trace saw): typed
                 # values would reach global code there; the function and its own defs stay raw
                 inner = Defs()

@@ -278,3 +278,43 @@ class Outside(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name) and (not self._top or id(self._top[0]) not in self._typed):
             self.names.add(node.func.value)
+
+
+class PytreeParams(cst.CSTVisitor):
+    """Names used as pytrees in a body: subscripted with a string (`params["w"]`), unpacked
+    (`w, b = params`), or given to `jax.tree_util` / `jax.tree` functions."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if isinstance(node.value, cst.Name) and len(node.slice) == 1 and \
+                isinstance(node.slice[0].slice, cst.Index) and \
+                isinstance(node.slice[0].slice.value, cst.SimpleString):
+            self.names.add(node.value.value)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Name) and any(
+                isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets):
+            self.names.add(node.value.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = dotted(node.func) or ""
+        if name.startswith(("jax.tree_util.", "jax.tree.", "tree_util.")):
+            self.names |= {a.value.value for a in node.args if isinstance(a.value, cst.Name)}
+
+
+def shard_map_decorated(node: cst.FunctionDef, info: Collect) -> bool:
+    """Whether a decorator of `node` is a shard_map form (its name is then the shard_map'd
+    function, which global code calls)."""
+    for dec in node.decorators:
+        d = dec.decorator
+        if dotted(d) in info.shard_map_names:
+            return True
+        if isinstance(d, cst.Call):
+            if dotted(d.func) in info.shard_map_names:
+                return True
+            if (dotted(d.func) or "").split(".")[-1] == "partial" and d.args \
+                    and dotted(d.args[0].value) in info.shard_map_names:
+                return True
+    return False
