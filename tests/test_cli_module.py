@@ -56,8 +56,12 @@ def _scaled(x, w, scale):
 scaled = jax.shard_map(functools.partial(_scaled, scale=2.0), mesh=mesh,
                        in_specs=(P("dp", "tp"), P("tp", None)), out_specs=P("dp"))
 
+def twice():  # the shapes of layer_twice's arguments (the bug raises once ported)
+    return layer_twice(x, w)
+
+
 if __name__ == "__main__":
-    print([float(v.sum()) for v in (layer(x, w), layer_twice(x, w), scaled(x, w))])
+    print([float(v.sum()) for v in (layer(x, w), scaled(x, w))])
 '''
 
 DRIVER = '''
@@ -280,3 +284,44 @@ def test_port_static_spec_mode_emits_typed_collectives(tmp_path, capsys):
     assert '+def double(x: Varying["dp"]) -> Invariant:' in diff
     assert '+    return st.psum(st.psum(x, "dp"), "dp")' in diff
     assert "st.lax." not in diff
+
+
+def test_codemod_forms_without_tracing():
+    """check_vma=False through `from jax import shard_map` stays on the adapter; the axis-size
+    idiom is annotated `int`; a spec-mode parameter used as a pytree is not annotated as one
+    array."""
+    from spmdtyped.adapters._port.codemod import port_source
+    from spmdtyped.adapters._port.observe import Observed
+
+    src = textwrap.dedent('''\
+        import jax
+        from jax import lax, shard_map
+        from jax.sharding import PartitionSpec as P
+
+
+        def norm(x):
+            n = lax.psum(x.shape[-1], "tp")
+            return lax.psum(x.sum(-1), "tp") / n
+
+
+        old = shard_map(norm, mesh=None, in_specs=P("dp"), out_specs=P(), check_vma=False)
+        ''')
+    obs = {("norm", 6): Observed("norm", 6, {"x": 'Varying["dp", "tp"]'}, 'Varying["dp"]', True)}
+    new, _ = port_source(src, obs, {})
+    assert "st.adapters.typed_shard_map(norm, mesh=None" in new and "import spmdtyped as st" in new
+    assert '    n: int = lax.psum(x.shape[-1], "tp")' in new
+    assert '    return st.psum(x.sum(-1), "tp") / n' in new
+    tree = textwrap.dedent('''\
+        import jax
+        from jax.sharding import PartitionSpec as P
+
+
+        def f(params, x):
+            return jax.lax.psum(x @ params["w"], "dp")
+
+
+        g = jax.shard_map(f, mesh=None, in_specs=(P(), P("dp")), out_specs=P())
+        ''')
+    new, changes = port_source(tree)
+    assert 'def f(params, x: Varying["dp"]) -> Invariant:' in new
+    assert "unannotated: f.params" in changes

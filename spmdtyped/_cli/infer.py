@@ -30,7 +30,7 @@ import os
 import sys
 from typing import Any
 
-from .args import load_function, parse_mesh, parse_shapes, parse_specs
+from .args import load_function, parse_mesh, parse_shapes
 
 
 def setup_devices(sizes: tuple[int, ...]) -> None:

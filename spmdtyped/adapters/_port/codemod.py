@@ -338,6 +338,7 @@ class _Port(cst.CSTTransformer):
             vma_off = any(a.keyword is not None and a.keyword.value == "check_vma"
                           and code_of(a.value) != "True" for a in original.args)
             adapter = cst.parse_expression(f"{self.st}.adapters.typed_shard_map")
+            self.need_st = self.need_st or vma_off
             if vma_off and dotted(original.func) in self.info.shard_map_names:
                 # code run with check_vma=False: st.shard_map's typed values refuse raw JAX
                 # there (the states are lost); typed_shard_map keeps the body's values raw
