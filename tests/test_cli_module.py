@@ -231,9 +231,13 @@ def act(h):
 
 def model(w, x):
     def body(c, _):
-        return act(c @ w), None
+        return jnp.tanh(c @ w), None
+
+    def halve(i, c):
+        return act(c) * 0.5
 
     h, _ = jax.lax.scan(body, jnp.sin(x), None, length=2)
+    h = jax.lax.fori_loop(0, 2, halve, h)
     acc = jax.lax.fori_loop(0, 2, lambda i, c: c * 0.5, jnp.cos(h))
     return jax.lax.pmean(acc, "dp")
 
@@ -251,14 +255,15 @@ LEGACY = legacy(w, x)
 
 
 def test_port_loops_vma_off_and_global_helpers(tmp_path, capsys):
-    """Typed loop bodies run under st.scan, raw ones get raw carries; a check_vma=False call
+    """Typed fori_loop bodies run under st.fori_loop, raw ones get raw carries; a check_vma=False call
     stays on the adapter; a helper global code also calls stays raw; same numbers."""
     path = _write(tmp_path, "cli_loops", VMA_OFF_AND_HELPER)
     assert _port_cli.main([path, "--write"]) == 0
     err = capsys.readouterr().err
     assert "kept raw (also called outside shard_map): act" in err
     ported = pathlib.Path(path).read_text()
-    assert "h, _ = st.scan(body, st.numpy.sin(x), None, length=2)" in ported
+    assert "h, _ = jax.lax.scan(body, st.numpy.sin(x), None, length=2)" in ported
+    assert "h = st.fori_loop(0, 2, halve, h)" in ported  # halve returns act's raw values
     assert "jax.lax.fori_loop(0, 2, lambda i, c: c * 0.5, st.unwrap(st.numpy.cos(h)))" in ported
     assert "@partial(st.adapters.typed_shard_map, mesh=mesh" in ported
     assert "def act(h):\n    return jnp.tanh(h)" in ported

@@ -70,6 +70,7 @@ from .scan import (
     is_header,
     lax_function,
     module_name,
+    number_operand,
     shard_map_decorated,
     size_idiom,
     spec_hint,
@@ -228,7 +229,7 @@ class _Port(cst.CSTTransformer):
                 and isinstance(stmt.value, cst.Call)
                 and collective_of(self.info, stmt.value) is not None):
             return None
-        kind = size_idiom(stmt.value)
+        kind = size_idiom(self.info, stmt.value)
         if kind is None:
             return None
         self.changes.append(f"{stmt.targets[0].target.value}: {kind} (axis-size idiom)")
@@ -355,7 +356,7 @@ class _Port(cst.CSTTransformer):
                 return updated.with_changes(args=[first, *updated.args[1:]])
             return updated if fn is None else self._typed_call(original, updated)
         real = collective_of(self.info, original)
-        if fn is not None and real is not None and size_idiom(original) is None \
+        if fn is not None and real is not None and not number_operand(original) \
                 and self._stays.stays(original, fn):
             # the state is known (the function is annotated) and the result stays in code that
             # takes typed values: the typed collective, which mypy types
@@ -383,7 +384,7 @@ class _Port(cst.CSTTransformer):
         if real is not None:
             # `lax.psum(1, axis)` / `lax.psum(x.shape[-1], axis)`: the axis-size idiom on a
             # Python number stays the drop-in's
-            if size_idiom(original) is None:
+            if not number_operand(original):
                 new = f"{self.st}.{real}"
         elif loop in LOOPS:
             return self._loop(original, updated, loop)
@@ -401,8 +402,10 @@ class _Port(cst.CSTTransformer):
         """A `jax.lax` loop in a typed function: spmdtyped's (`st.scan`, ...) when its body is
         one of the file's typed functions (it returns typed values, which a raw loop's carry
         does not take); else the raw loop, given the raw values of its carries."""
-        body_at, carried = LOOPS[loop]
+        body_at, carried, typed_loop = LOOPS[loop]
         body = original.args[body_at].value if len(original.args) > body_at else None
+        if isinstance(body, cst.Name) and body.value in self.typed_names and not typed_loop:
+            return updated  # a typed body under jax.lax.scan: its typed carries match
         if isinstance(body, cst.Name) and body.value in self.typed_names:
             self.need_st = True
             self.changes.append(f"{dotted(original.func)} -> {self.st}.{loop}")

@@ -78,7 +78,8 @@ def tree_hint(value: Any, order: Sequence[str], file: str | None,
             return None
         return cls.__qualname__
     if isinstance(value, tuple):
-        parts = [tree_hint(v, order, file, leaf_type) for v in value]
+        # `None` in a tuple (a scan body's `return carry, None`) is written as such
+        parts = ["None" if v is None else tree_hint(v, order, file, leaf_type) for v in value]
         return None if None in parts or not parts else f"tuple[{', '.join(parts)}]"  # type: ignore[arg-type]
     if isinstance(value, list):
         kinds = {tree_hint(v, order, file, leaf_type) for v in value}

@@ -222,9 +222,12 @@ class FunctionLines(cst.CSTVisitor):
 
 # ------------------------------------------------------------------- calls pass 2 rewrites
 
-#: `jax.lax` loops whose body is one of the file's typed functions -> spmdtyped's, by position
-#: of the body and of the carried values
-LOOPS = {"scan": (0, (1, 2)), "fori_loop": (2, (3,)), "while_loop": (1, (2,))}
+#: `jax.lax` loops -> (position of the body, positions of the carried values, whether a typed
+#: body makes it spmdtyped's). A typed `scan` body stays under `jax.lax.scan`, whose generic
+#: signature types the carry from the body's annotations (the plugin's `st.scan` result is
+#: `Any` for tuple carries)
+LOOPS = {"scan": (0, (1, 2), False), "fori_loop": (2, (3,), True),
+         "while_loop": (1, (2,), True)}
 
 
 def collective_of(info: Collect, call: cst.Call) -> str | None:
@@ -243,11 +246,23 @@ def lax_function(info: Collect, call: cst.Call) -> str | None:
     return last if head in info.lax_names else None
 
 
-def size_idiom(call: cst.Call) -> str | None:
-    """`"int"` / `"float"` for the axis-size idiom `lax.psum(1, axis)` /
-    `lax.psum(x.shape[-1], axis)` on a Python number (it stays the drop-in's), else None."""
+def number_operand(call: cst.Call) -> bool:
+    """A collective whose operand looks like a Python number (`1`, `x.shape[-1]`, ...): it
+    stays the drop-in's (the axis-size idiom `lax.psum(1, axis)`)."""
     first = call.args[0].value if call.args else None
-    if isinstance(first, cst.Integer) or (first is not None and ".shape" in code_of(first)):
+    return isinstance(first, (cst.Integer, cst.Float)) or \
+        (first is not None and ".shape" in code_of(first))
+
+
+def size_idiom(info: Collect, call: cst.Call) -> str | None:
+    """`"int"` / `"float"` for the axis-size idiom itself, `psum(1, axis)` /
+    `psum(x.shape[-1], axis)` (a Python number), else None."""
+    if collective_of(info, call) != "psum" or not call.args:
+        return None
+    first = call.args[0].value
+    if isinstance(first, cst.Integer) or (
+            isinstance(first, cst.Subscript) and isinstance(first.value, cst.Attribute)
+            and first.value.attr.value == "shape"):
         return "int"
     return "float" if isinstance(first, cst.Float) else None
 
@@ -261,24 +276,38 @@ class Defs(cst.CSTVisitor):
 
 
 class Outside(cst.CSTVisitor):
-    """The names called from module-level code, or from a module-level function that is not
-    in `typed` (code no trace saw running inside shard_map)."""
+    """The names global code calls: module-level code, and (transitively) the module-level
+    functions it calls that no trace saw running inside shard_map (not in `typed`)."""
 
     def __init__(self, typed: Any) -> None:
-        self.names: set[str] = set()
         self._typed = typed
         self._top: list[cst.FunctionDef] = []
+        self._calls: dict[str | None, set[str]] = {}
+        self._defs: dict[str, int] = {}
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if not self._top:
+            self._defs[node.name.value] = id(node)
         self._top.append(node)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._top.pop()
 
     def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Name) and (not self._top or id(self._top[0]) not in self._typed):
-            self.names.add(node.func.value)
+        if isinstance(node.func, cst.Name):
+            owner = self._top[0].name.value if self._top else None
+            self._calls.setdefault(owner, set()).add(node.func.value)
 
+    @property
+    def names(self) -> set[str]:
+        found: set[str] = set()
+        todo: list[str | None] = [None]
+        while todo:
+            for name in self._calls.get(todo.pop(), set()) - found:
+                found.add(name)
+                if name in self._defs and self._defs[name] not in self._typed:
+                    todo.append(name)
+        return found
 
 class PytreeParams(cst.CSTVisitor):
     """Names used as pytrees in a body: subscripted with a string (`params["w"]`), unpacked
