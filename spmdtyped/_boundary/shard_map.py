@@ -182,6 +182,8 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
                 in_spec_errors(where, "st.shard_map"), jax_errors(where):
             return built[key](*raw_args)
 
+    if not hasattr(f, "__name__"):  # a partial: jax.jit names the lowered module after it
+        wrapped.__name__ = wrapped.__qualname__ = name
     if mesh is not None and in_specs is not _compat.INFER:
         wrapped.__wrapped_shard_map__ = build(mesh, in_specs)  # type: ignore[attr-defined]
     return wrapped

@@ -36,6 +36,8 @@ from ._conventions import (
     fn_name,
     is_tracer,
     manual_axes,
+    named_like,
+    raw_outputs,
     resolve_in_specs,
     resolve_mesh,
     signature_key,
@@ -90,8 +92,8 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
     # the program is `jax.shard_map(f)` itself: the jaxpr walk finds what JAX accepts and the
     # strict rules reject; a program JAX rejects is traced again with `jax.lax` routed through
     # `spmdtyped.lax` and its outputs checked (`run_infer`), for spmdtyped's code at the line
-    smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                axis_names=axis_names, check_vma=check_vma)
+    smapped = _compat.shard_map(raw_outputs(f), mesh=mesh, in_specs=in_specs,
+                                out_specs=out_specs, axis_names=axis_names, check_vma=check_vma)
     plain = smapped
     #: signature -> (the checked ClosedJaxpr, its output shapes, the checked function)
     traced: dict[Any, tuple[Any, Any, Callable[..., Any]]] = {}
@@ -158,5 +160,6 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
             traced[key] = (closed, out_shape, smapped)
         return smapped(*args)
 
+    named_like(wrapped, f)
     wrapped.__wrapped_shard_map__ = plain  # type: ignore[attr-defined]
     return wrapped
