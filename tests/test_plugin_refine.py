@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from spmdtyped import _surface
-from spmdtyped._mypy import collectives, operators, refined
+from spmdtyped import _rules, _surface
+from spmdtyped._mypy import operators, refined
 from spmdtyped._rules import LITERAL, SpmdType
 from spmdtyped._rules import refine as _refine
 from spmdtyped._rules.refine import shape as _refine_shape
@@ -43,7 +43,7 @@ def test_other_rules_of_plain_operands_are_plain() -> None:
     assert _refine.elementwise("where", PLAIN[:3], DP_TP, op="t", onehot_fill=True) == _refine.NONE
     assert _refine_shape.transpose(TP, _refine.NONE, None, 2) == _refine.NONE
     for name in ("psum", "pmean", "pmax", "ppermute", "all_gather"):
-        if name not in collectives._FROM_PLAIN:
+        if not _rules.AXIS_OPS[name].from_plain:
             out = SpmdType() if name in ("psum", "pmean", "pmax") else TP
             # no refinement from a plain operand (a collective's result carries data: `data` set)
             assert _refine_shape.collective(name, TP, _refine.NONE, out, ("tp",), op="t").items == ()

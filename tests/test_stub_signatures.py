@@ -63,7 +63,7 @@ def _static_all() -> list[str]:
 #: answers `Any` (the mypy plugin types them)
 UNTYPED_IN_STUB = frozenset({
     "CustomOp", "Partial", "Rep", "Shard", "State", "clip_by_global_norm", "cond",
-    "cotangent_type", "custom_op", "global_norm", "local", "opaque", "switch", "vjp",
+    "cotangent_type", "custom_op", "global_norm", "local", "opaque", "report", "switch", "vjp",
 })
 #: static-view declarations for the plugin only (its hook targets), not public names
 PLUGIN_ONLY = frozenset({"AxisSize", "AxisShare", "StaticSpec", "OutSpecMismatch",
