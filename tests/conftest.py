@@ -58,3 +58,22 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             return path if Path(path).stem in GROUPED_MODULES else nodeid
 
     return ModuleGroups(config, log)
+
+
+# ------------------------------------------------------------------ `make test` vs `test-long`
+# The long sweeps and oracles (a pyright / mypy oracle over every overload, every row x every
+# state through the runtime and the plugin, random programs against JAX, every op lowered, the
+# fuzz harness, the report of every example against its compiled program) are marked `slow`:
+# `make test` leaves them out (under 10 minutes on 2 cores), `make test-long` runs them, and CI
+# runs both on both legs.
+SLOW_MODULES = frozenset({
+    "test_stubgen_oracle", "test_stubgen", "test_stubgen_examples", "test_parity",
+    "test_plugin_differential", "test_differential", "test_lowering_scan", "test_fuzz_api",
+    "test_report_examples",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
