@@ -63,13 +63,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 # ------------------------------------------------------------------ `make test` vs `test-long`
 # The long sweeps and oracles (a pyright / mypy oracle over every overload, every row x every
 # state through the runtime and the plugin, random programs against JAX, every op lowered, the
-# fuzz harness, the report of every example against its compiled program) are marked `slow`:
+# fuzz harness, the report of every example against its compiled program, pyright and mypy
+# over the docs' and the examples' code) are marked `slow`:
 # `make test` leaves them out (under 10 minutes on 2 cores), `make test-long` runs them, and CI
 # runs both on both legs.
 SLOW_MODULES = frozenset({
     "test_stubgen_oracle", "test_stubgen", "test_stubgen_examples", "test_parity",
     "test_plugin_differential", "test_differential", "test_lowering_scan", "test_fuzz_api",
-    "test_report_examples",
+    "test_report_examples", "test_stubgen_docs", "test_typing_examples",
 })
 
 
