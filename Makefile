@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench docs clean
+.PHONY: demo test test-long test-fast bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,11 +23,19 @@ $(MYPY1):
 	$(PYTHON) -m venv $(VENV)-mypy1
 	$(MYPY1) -m pip install -q 'mypy==1.20.2'
 
+# Two pytest-xdist workers (the CI machine has 2 cores), the tests of a costly module fixture
+# on one of them (tests/conftest.py), and the 25 slowest tests listed at the end. `test` leaves
+# out the long sweeps and oracles (marked `slow` in tests/conftest.py); `test-long` runs them;
+# CI runs both.
+JOBS ?= 2
 test: $(STAMP) $(MYPY1)
-	SPMDTYPED_MYPY_PYTHONS=$(abspath $(MYPY1)) $(PY) -m pytest -q tests
+	SPMDTYPED_MYPY_PYTHONS=$(abspath $(MYPY1)) $(PY) -m pytest -q -n $(JOBS) --dist loadgroup --durations=25 -m "not slow" tests
+
+test-long: $(STAMP) $(MYPY1)
+	SPMDTYPED_MYPY_PYTHONS=$(abspath $(MYPY1)) $(PY) -m pytest -q -n $(JOBS) --dist loadgroup --durations=25 -m slow tests
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -x tests -m "not slow"
+	$(PY) -m pytest -q -x -n $(JOBS) --dist loadgroup tests -m "not slow"
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
+import importlib.util
 import itertools
 import posixpath
 import re
@@ -551,7 +552,9 @@ def lazy_members(package: str) -> list[str]:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_LAZY"
                                                 for t in node.targets):
             table = ast.literal_eval(node.value)
-            return [f"{package}{mod}.{name}" for name, mod in sorted(table.items())]
+            # relative module names, as `importlib.import_module(mod, package)` reads them
+            return [f"{importlib.util.resolve_name(mod, package)}.{name}"
+                    for name, mod in sorted(table.items())]
     return []
 
 
@@ -633,9 +636,11 @@ def public_spelling(path: str) -> str | None:
     """`spmdtyped._ops.collectives.psum` -> `st.psum`; `spmdtyped.adapters._infer.infer` ->
     `st.adapters.infer`; None for a path with no private part (already public)."""
     parts = path.split(".")
-    if not any(p.startswith("_") for p in parts[1:-1]):
+    private = [i for i, p in enumerate(parts[1:-1], 1) if p.startswith("_")]
+    if not private:
         return None
-    return ".".join(["st", *(p for p in parts[1:] if not p.startswith("_"))])
+    # the public packages above the first private part, then the name
+    return ".".join(["st", *parts[1:private[0]], parts[-1]])
 
 
 def public_headings(markdown: str) -> str:

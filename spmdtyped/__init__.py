@@ -1,3 +1,5 @@
+# ruff: noqa: F405 - `__all__` names the lazy JAX-facing names, which checkers see through
+# `from ._static import *` (under TYPE_CHECKING)
 """spmdtyped: type-safe SPMD programs on JAX.
 
 Inside `jax.shard_map` every value has, per manual mesh axis, a state: Invariant, Varying,
@@ -17,6 +19,7 @@ from ._errors import AxisStateError as AxisStateError
 from ._errors import BoundaryError as BoundaryError
 from ._errors import CastError as CastError
 from ._errors import CombineError as CombineError
+from ._errors import CommunicationError as CommunicationError
 from ._errors import InternalConsistencyError as InternalConsistencyError
 from ._errors import SpmdTypeError as SpmdTypeError
 from ._errors import UsageError as UsageError
@@ -25,6 +28,7 @@ from ._errors import explain as explain
 from ._rules import SpmdType as SpmdType
 from ._rules import State as State
 from ._surface import COLLECTIVE_NAMES as _COLLECTIVE_NAMES
+from ._surface import collective as _collective
 
 __version__ = "0.2.0"
 
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
     from ._ops.custom import opaque as opaque
     from ._ops.optim import clip_by_global_norm as clip_by_global_norm
     from ._ops.optim import global_norm as global_norm
+    from ._report.api import report as report
     from ._static import *  # noqa: F403
 else:
     from ._typed.hints import Invariant as Invariant
@@ -71,6 +76,7 @@ else:
         **{n: "._ops.autodiff" for n in ("cotangent_type", "grad", "value_and_grad", "vjp")},
         **{n: "._ops.control" for n in ("cond", "fori_loop", "scan", "switch", "while_loop")},
         **{n: "._ops.custom" for n in ("CustomOp", "custom_op", "opaque")},
+        "report": "._report.api",  # the communication report
         # jaxtyping interop (imports jax and jaxtyping): st.Float[Varying["dp"], "batch/dp d"]
         **{n: "._typed.jaxtyping" for n in ("Bool", "Float", "Inexact", "Int", "Num", "Shaped")},
     }
@@ -81,6 +87,8 @@ else:
             value = getattr(importlib.import_module(_LAZY[name], __name__), name)
         elif name in _SUBMODULES:
             value = importlib.import_module(f".{name}", __name__)
+        elif _collective(name) is not None:  # a collective-table row registered after import
+            return getattr(importlib.import_module("._ops.collectives", __name__), name)
         else:
             raise AttributeError(f"module 'spmdtyped' has no attribute {name!r}")
         globals()[name] = value
@@ -90,16 +98,15 @@ else:
         return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
 
 
-__all__ = sorted([
-    "AxisStateError", "BoundaryError", "CastError", "CombineError", "Invariant",
-    "InternalConsistencyError", "Reduced", "SArray", "SpmdType", "SpmdTypeError", "State", "Typed",
-    "Unreduced", "UsageError", "Varying", "allow", "check_mode", "explain", "set_check_mode",
-    "shard_map", "typeof", "unwrap", "wrap", *_COLLECTIVE_NAMES,
-    # issue 14: optimisers
-    "clip_by_global_norm", "global_norm",
-    # issue 4: autodiff, control flow, custom ops
-    "CustomOp", "cond", "cotangent_type", "custom_op", "fori_loop", "grad", "opaque", "scan",
-    "switch", "value_and_grad", "vjp", "while_loop",
-    # issue 15: the refinement of Varying
-    "Partial", "Rep", "Shard", "local",
-])
+# a literal list (not computed): `from spmdtyped import *` gives mypy and pyright its names;
+# tests/test_reliability.py checks it against the names the package defines
+__all__ = [
+    "AxisStateError", "BoundaryError", "CastError", "CombineError", "CommunicationError", "CustomOp",
+    "InternalConsistencyError", "Invariant", "Partial", "Reduced", "Rep", "SArray", "Shard",
+    "SpmdType", "SpmdTypeError", "State", "Typed", "Unreduced", "UsageError", "Varying",
+    "all_gather", "all_to_all", "allow", "axis_index", "axis_size", "check_mode",
+    "clip_by_global_norm", "cond", "cotangent_type", "custom_op", "explain", "fori_loop",
+    "global_norm", "grad", "local", "opaque", "pbroadcast", "pcast", "pmax", "pmean", "pmin",
+    "ppermute", "pshuffle", "psum", "psum_scatter", "pvary", "report", "scan", "set_check_mode", "shard_map",
+    "switch", "typeof", "unwrap", "value_and_grad", "vjp", "while_loop", "wrap",
+]

@@ -7,6 +7,7 @@ names the version and why.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
 import sys
@@ -14,10 +15,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec
 
-from ._rules import INVARIANT, JAX_0_10, JAX_0_12, Features, SpmdType
+from ._rules import INVARIANT, JAX_0_10, JAX_0_12, UNKNOWN, Features, SpmdType
 from ._typed import hints as _hints
 from ._typed.hints import state_class
 
@@ -125,12 +127,27 @@ def asarray_like(c: Any, like: Any) -> Any:
 # All public jax.lax entry points in both versions; JAX dispatches on the input state itself
 # (psum on U -> unreduced_psum, pcast to='varying' on R -> reduced_vary_cast).
 
-psum = lax.psum
-pmean = lax.pmean
-pmax = lax.pmax
-pmin = lax.pmin
-ppermute = lax.ppermute
-pshuffle = lax.pshuffle
+#: jax.lax's namespace as it was when spmdtyped loaded: `st.adapters.typed_shard_map` routes
+#: `jax.lax.<name>` through `spmdtyped.lax` while a body traces, and a binding must not loop
+_LAX = dict(vars(lax))
+
+
+@functools.cache
+def _resolve(dotted: str) -> Any:
+    module, _, name = dotted.rpartition(".")
+    if module == "jax.lax":
+        return _LAX[name]
+    return getattr(importlib.import_module(module), name)
+
+
+def resolve(dotted: str) -> Any:
+    """The callable a collective-table row names (`jax.lax.psum`,
+    `spmdtyped._compat.pbroadcast`); `jax.lax.*` as it was before any routing."""
+    return _resolve(dotted)
+
+
+# The plain ones are bound as the collective table names them (`resolve("jax.lax.psum")`);
+# here only the bindings that need more than JAX's function.
 
 
 def pbroadcast(x: Any, axis_name: Any, source: Any) -> Any:
@@ -162,8 +179,6 @@ def batch_axis_names() -> tuple[str, ...]:
     env = jcore.get_axis_env()
     mesh_axes = set(current_mesh()[0])
     return tuple(a for a in env.axis_names() if isinstance(a, str) and a not in mesh_axes)
-psum_scatter = lax.psum_scatter
-all_to_all = lax.all_to_all
 axis_index = lax.axis_index
 
 
@@ -332,6 +347,25 @@ def sub_jaxprs(eqn: Any) -> list[Any]:
             elif hasattr(getattr(s, "jaxpr", None), "eqns"):
                 out.append(s.jaxpr)
     return out
+
+
+def literal_value(v: Any) -> object | None:
+    """The Python value of a scalar `Literal` operand of a jaxpr equation (None for a `Var` or
+    a non-scalar). Literals carry `.val` in jax 0.10 and 0.12 (`jax.core.Literal` is not
+    exported by either; a `Var` has no `.val`)."""
+    val = getattr(v, "val", None)
+    if val is None or getattr(v, "count", None) is not None:
+        return None
+    arr = np.asarray(val)
+    return arr.item() if arr.size == 1 else None
+
+
+def dtype_name(dtype: Any) -> object:
+    """The NumPy name of a dtype (`"int32"`, `"bool"`, `"bfloat16"`), `UNKNOWN` if none."""
+    try:
+        return str(np.dtype(dtype)) if dtype is not None else UNKNOWN
+    except TypeError:
+        return UNKNOWN
 
 
 def aval_type(aval: Any) -> SpmdType:

@@ -27,7 +27,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Generic, Literal, Never, TypeAlias, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    Never,
+    ParamSpec,
+    TypeAlias,
+    TypeVar,
+    overload,
+)
 from typing import Annotated as Bool  # noqa: F401  (jaxtyping interop, see _jaxtyping)
 from typing import Annotated as Float  # noqa: F401
 from typing import Annotated as Inexact  # noqa: F401
@@ -408,15 +419,69 @@ class VmapOfGrad(Generic[_F2, _P]):
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
+# `in_specs` defaults to JAX's `Infer` sentinel at runtime: `...` here (a default the static
+# view does not spell)
 @overload
-def shard_map(f: _F, /, *, out_specs: Any = None, in_specs: Any = None, mesh: Any = None,
+def shard_map(f: _F, /, *, out_specs: Any = None, in_specs: Any = ..., mesh: Any = None,
               axis_names: Any = frozenset(), check_vma: bool = True) -> Callable[..., Any]: ...
 @overload
-def shard_map(f: None = None, /, *, out_specs: Any = None, in_specs: Any = None, mesh: Any = None,
+def shard_map(f: None = None, /, *, out_specs: Any = None, in_specs: Any = ..., mesh: Any = None,
               axis_names: Any = frozenset(),
               check_vma: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
-def shard_map(f: Any = None, /, *, out_specs: Any = None, in_specs: Any = None, mesh: Any = None,
+def shard_map(f: Any = None, /, *, out_specs: Any = None, in_specs: Any = ..., mesh: Any = None,
               axis_names: Any = frozenset(), check_vma: bool = True) -> Any:
     """Typed `jax.shard_map` (decorator form too): the result takes and returns raw arrays."""
     ...
 
+
+# ---------------------------------------------------------------------------- for the stub only
+# Declarations of the generated pyright stub (`_stubgen.static` renders them) for names mypy
+# reads from their runtime definitions (`spmdtyped/__init__` imports those under
+# TYPE_CHECKING, and the plugin hooks them by that definition site): not in `__all__`.
+# `tests/test_stub_signatures.py` keeps them equal to the runtime's signatures.
+
+def explain(code: str | int) -> str: ...
+def allow(*codes: str | int) -> AbstractContextManager[None]: ...
+
+
+# control flow and autodiff: the carry and the loss keep the types they come in with (a carry's
+# joined states are the mypy plugin's; without it the body must return the carry's own type)
+_C = TypeVar("_C")
+_Y = TypeVar("_Y")
+_L = TypeVar("_L")
+_Params = ParamSpec("_Params")
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, _C], _C], init_val: _C, *,
+              unroll: int | bool | None = None) -> _C: ...
+def while_loop(cond_fun: Callable[[_C], Any], body_fun: Callable[[_C], _C], init_val: _C) -> _C: ...
+def scan(f: Callable[[_C, Any], tuple[_C, _Y]], init: _C, xs: Any = None,
+         length: int | None = None, reverse: bool = False, unroll: int | bool = 1,
+         _split_transpose: bool = False) -> tuple[_C, Any]: ...
+
+
+# the gradient of a first argument `SArray[V, U, R]` is its cotangent `SArray[V, R, U]`
+# (Unreduced and Reduced swap: `_rules.cotangent`, checked by the stub generator)
+@overload
+def value_and_grad(fun: Callable[Concatenate[SArray[_V, _U, _R], _Params], _L],
+                   argnums: Literal[0] = 0, has_aux: bool = False, holomorphic: bool = False,
+                   allow_int: bool = False
+                   ) -> Callable[Concatenate[SArray[_V, _U, _R], _Params], tuple[_L, SArray[_V, _R, _U]]]: ...
+@overload
+def value_and_grad(fun: Callable[_Params, _L], argnums: int | Sequence[int] = 0,
+                   has_aux: bool = False, holomorphic: bool = False,
+                   allow_int: bool = False) -> Callable[_Params, tuple[_L, Any]]: ...
+def value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
+                   has_aux: bool = False, holomorphic: bool = False,
+                   allow_int: bool = False) -> Callable[..., Any]: ...
+
+
+@overload
+def grad(fun: Callable[Concatenate[SArray[_V, _U, _R], _Params], Any], argnums: Literal[0] = 0,
+         has_aux: Literal[False] = False, holomorphic: bool = False, allow_int: bool = False
+         ) -> Callable[Concatenate[SArray[_V, _U, _R], _Params], SArray[_V, _R, _U]]: ...
+@overload
+def grad(fun: Callable[_Params, Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
+         holomorphic: bool = False, allow_int: bool = False) -> Callable[_Params, Any]: ...
+def grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
+         holomorphic: bool = False, allow_int: bool = False) -> Callable[..., Any]: ...

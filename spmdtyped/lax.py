@@ -8,7 +8,8 @@ import spmdtyped.lax as lax          # after
 ```
 
 and every collective (`psum`, `pmean`, `pmax`, `pmin`, `ppermute`, `pshuffle`, `pbroadcast`,
-`all_gather`, `psum_scatter`, `all_to_all`, `axis_index`, `axis_size`, `pcast`) checks the
+`all_gather`, `psum_scatter`, `all_to_all`, `axis_index`, `axis_size`, `pcast`: each made from
+its row of the collective table, `_surface.collectives`, with JAX's signature) checks the
 manual-axis state of its raw input against the rule table before anything is bound, with
 `jax.lax`'s names, signatures, keywords and pytree handling. Inputs and results are raw JAX
 values, so nothing else in the program changes. Every other `jax.lax` name (`scan`, `dot_general`,
@@ -24,9 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import types
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.lax as _jlax
@@ -37,14 +37,17 @@ from ._errors.jax_messages import jax_errors
 from ._ops import collectives as _collectives
 from ._typed.array import is_typed, operand
 
+if TYPE_CHECKING:
+    from ._static import AxisName
+
 #: the collectives of the surface table that `spmdtyped.lax` checks (`_surface.LAX_NAMES`)
 __all__ = sorted(_surface.LAX_NAMES)  # noqa: PLE0605
 
 #: the names this module checks; every other `jax.lax` attribute is forwarded unchanged
 CHECKED = tuple(__all__)
-# jax.lax's own functions, captured at import: `st.adapters.typed_shard_map` temporarily
-# routes `jax.lax.<name>` through this module, and the unchecked paths must not loop back.
-_J: Any = types.SimpleNamespace(**{n: getattr(_jlax, n) for n in CHECKED})
+# jax.lax's own functions are `_compat.resolve`'s (captured at import):
+# `st.adapters.typed_shard_map` temporarily routes `jax.lax.<name>` through this module, and
+# the unchecked paths must not loop back.
 
 
 def _raw(tree: Any) -> Any:
@@ -82,11 +85,11 @@ def _checking(x: Any = None) -> bool:
     return True
 
 
-def _tree_bind(rule: str, x: Any, axis_name: Any, bind: Any) -> Any:
+def _tree_bind(rule: str, x: Any, axis_name: Any, bind: Any, label: str | None = None) -> Any:
     """A collective on a pytree of several leaves, bound as `jax.lax` binds it: every leaf is
     checked with the rule table first, then one `jax.lax` call takes the whole tree (JAX binds
     all leaves' psums before the divides of a pmean; per-leaf binding would lower differently)."""
-    op = f"st.{rule}"
+    op = label or f"st.{rule}"
     axes = _rules.normalize_axes(axis_name, op)
     mesh_axes, manual = _compat.current_mesh()
     _rules.check_axes_known(axes, op, manual, mesh_axes)
@@ -105,154 +108,81 @@ def _many(x: Any, axis_index_groups: Any) -> bool:
     return axis_index_groups is None and len(jax.tree_util.tree_leaves(x, is_leaf=is_typed)) > 1
 
 
-def _reduce(name: str, x: Any, axis_name: Any, axis_index_groups: Any) -> Any:
-    """`jax.lax.<name>` (psum, pmean, pmax, pmin), checked through `_collectives.<name>`; a
-    pytree of several leaves as one bind (`_tree_bind`)."""
-    jfn = getattr(_J, name)
-    if not _checking(x):
-        return jfn(x, axis_name, axis_index_groups=axis_index_groups)
+def call(name: str, x: Any, axis_name: Any, args: dict[str, Any]) -> Any:
+    """`spmdtyped.lax.<name>(x, axis_name, **args)` by its row of the collective table:
+    `jax.lax`'s own call outside a checked shard_map body (and for Python scalars, except to
+    the casts); else `st.<name>` on the value, unwrapped, or, for a pytree of several leaves
+    of a `tree_bind` row, every leaf checked and one `jax.lax` call (`_tree_bind`)."""
+    c = _surface.collective(name)
+    assert c is not None and c.ops, name
+    jfn = _compat.resolve(c.jax)
+    positional = [args[p.name] for p in c.params if not p.keyword]
+    keywords = {p.name: args[p.name] for p in c.params if p.keyword}
+    casts = all(_rules.AXIS_OPS[op].is_cast for op in c.ops)
+    if not _checking(None if casts else x):
+        return jfn(x, axis_name, *positional, **keywords, **c.fixed)
     with _inside():
-        if _many(x, axis_index_groups):
-            return _tree_bind(name, x, axis_name, lambda r: jfn(r, axis_name))
-        return _raw(getattr(_collectives, name)(x, axis_name,
-                                                axis_index_groups=axis_index_groups))
+        if c.tree_bind and c.select is None and _many(x, args.get("axis_index_groups")):
+            return _tree_bind(c.op(), x, axis_name,
+                              lambda r: jfn(r, axis_name, *positional, **keywords, **c.fixed),
+                              label=f"st.{name}")
+        return _raw(getattr(_collectives, name)(x, axis_name, **args))
 
 
-def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-    """`jax.lax.psum`, checked: the input must be Varying or Unreduced on `axis_name`.
-
-    **Arguments:** as `jax.lax.psum`; `x` is an array or a pytree of arrays.
-
-    **Returns:** what `jax.lax.psum` returns (raw JAX values).
-
-    **Raises:** `spmdtyped.AxisStateError`: SPMD101 (Reduced input), SPMD103 (already
-    Invariant: JAX would multiply by the axis size, e.g. a double psum), SPMD104 (mixed
-    states over a tuple of axes); `spmdtyped.UsageError` for unknown axes (SPMD501).
-
-    !!! Example
-        ```python
-        import spmdtyped.lax as lax
-        y = lax.psum(x @ w, "tp")      # as jax.lax.psum, plus the state check
-        ```
-    """
-    return _reduce("psum", x, axis_name, axis_index_groups)
-
-
-def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-    """`jax.lax.pmean`, checked like `psum` (a pmean of already-summed gradients is SPMD103)."""
-    return _reduce("pmean", x, axis_name, axis_index_groups)
-
-
-def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-    """`jax.lax.pmax`, checked: Varying (or, on jax 0.12, Unreduced of kind max) input."""
-    return _reduce("pmax", x, axis_name, axis_index_groups)
-
-
-def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-    """`jax.lax.pmin`, checked: Varying (or, on jax 0.12, Unreduced of kind min) input."""
-    return _reduce("pmin", x, axis_name, axis_index_groups)
-
-
-def ppermute(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
-    """`jax.lax.ppermute`, checked: the input must be Varying on `axis_name`.
-
-    A replicated (Invariant) input is SPMD103: JAX would pvary it and send identical copies.
-    """
-    if not _checking(x):
-        return _J.ppermute(x, axis_name, perm)
-    with _inside():
-        if _many(x, None):
-            return _tree_bind("ppermute", x, axis_name, lambda r: _J.ppermute(r, axis_name, perm))
-        return _raw(_collectives.ppermute(x, axis_name, perm))
-
-
-def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
-    """`jax.lax.pshuffle`, checked like `ppermute`."""
-    if not _checking(x):
-        return _J.pshuffle(x, axis_name, perm)
-    with _inside():
-        return _raw(_collectives.pshuffle(x, axis_name, perm))
-
-
-def pbroadcast(x: Any, axis_name: Any, source: Any) -> Any:
-    """`jax.lax.pbroadcast`, checked: the input must be Varying on `axis_name`."""
-    if not _checking(x):
-        return _J.pbroadcast(x, axis_name, source)
-    with _inside():
-        return _raw(_collectives.pbroadcast(x, axis_name, source))
-
-
-def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
-               tiled: bool = False, to: str = "varying") -> Any:
-    """`jax.lax.all_gather`, checked: the input must be Varying on `axis_name`.
-
-    **Arguments:** as `jax.lax.all_gather` (`to="varying"|"invarying"|"reduced"`).
-
-    **Returns:** the gathered raw array(s).
-
-    **Raises:** `spmdtyped.AxisStateError` SPMD101/102/103 for a Reduced, Unreduced or
-    Invariant input on `axis_name`.
-    """
-    if not _checking(x):
-        return _J.all_gather(x, axis_name, axis_index_groups=axis_index_groups, axis=axis,
-                                tiled=tiled, to=to)
-    with _inside():
-        return _raw(_collectives.all_gather(x, axis_name, axis_index_groups=axis_index_groups,
-                                        axis=axis, tiled=tiled, to=to))
-
-
-def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
-                 axis_index_groups: Any = None, tiled: bool = False) -> Any:
-    """`jax.lax.psum_scatter`, checked: Varying or Unreduced input on `axis_name`."""
-    if not _checking(x):
-        return _J.psum_scatter(x, axis_name, scatter_dimension=scatter_dimension,
-                                  axis_index_groups=axis_index_groups, tiled=tiled)
-    with _inside():
-        return _raw(_collectives.psum_scatter(x, axis_name, scatter_dimension=scatter_dimension,
-                                          axis_index_groups=axis_index_groups, tiled=tiled))
-
-
-def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
-               axis_index_groups: Any = None, tiled: bool = False) -> Any:
-    """`jax.lax.all_to_all`, checked: the input must be Varying on `axis_name`."""
-    if not _checking(x):
-        return _J.all_to_all(x, axis_name, split_axis, concat_axis,
-                                axis_index_groups=axis_index_groups, tiled=tiled)
-    with _inside():
-        return _raw(_collectives.all_to_all(x, axis_name, split_axis, concat_axis,
-                                        axis_index_groups=axis_index_groups, tiled=tiled))
-
-
-def pcast(x: Any, axis_name: Any, *, to: str) -> Any:
-    """`jax.lax.pcast`, checked: I->V or R->V (`to="varying"`), I->R (`"reduced"`), V->U
-    (`"unreduced"`); anything else is SPMD301 instead of JAX's `Unsupported pcast`."""
+def _axis(name: str, axis_name: Any) -> Any:
+    """`axis_index` / `axis_size`: the axis names checked against the mesh (SPMD501)."""
     if not _checking():
-        return _J.pcast(x, axis_name, to=to)
+        return _compat.resolve(f"jax.lax.{name}")(axis_name)
     with _inside():
-        return _raw(_collectives.pcast(x, axis_name, to=to))
+        return _raw(getattr(_collectives, name)(axis_name))
 
 
-def axis_index(axis_name: Any) -> Any:
-    """`jax.lax.axis_index`, with the axis names checked against the mesh (SPMD501)."""
-    if not _checking():
-        return _J.axis_index(axis_name)
-    with _inside():
-        return _raw(_collectives.axis_index(axis_name))
+def _make(c: _surface.Collective) -> Any:
+    doc = (f"`{c.jax}`, checked: spmdtyped's rules run on the manual-axis states of the raw "
+           f"input before anything is bound; takes and returns raw JAX values.\n\n{c.doc}")
+    if not c.ops:
+        return _collectives.make(c, module=__name__, body="_axis({name!r}, axis_name)",
+                                 scope={"_axis": _axis}, doc=doc)
+    return _collectives.make(c, module=__name__, scope={"call": call}, doc=doc)
 
 
-def axis_size(axis_name: Any) -> int:
-    """`jax.lax.axis_size`, with the axis names checked against the mesh (SPMD501)."""
-    if not _checking():
-        return int(_J.axis_size(axis_name))
-    with _inside():
-        return _collectives.axis_size(axis_name)
-
+#: the drop-ins made from the built-in rows; a row registered later is made on first use
+_MADE: dict[str, tuple[_surface.Collective, Any]] = {}
+if TYPE_CHECKING:
+    # what type checkers see (they cannot run the loop below): the rows' signatures, raw
+    # values in and out; `tests/test_collective_row.py` checks them against the rows
+    def psum(x: Any, axis_name: AxisName, *, axis_index_groups: Any = None) -> Any: ...
+    def pmean(x: Any, axis_name: AxisName, *, axis_index_groups: Any = None) -> Any: ...
+    def pmax(x: Any, axis_name: AxisName, *, axis_index_groups: Any = None) -> Any: ...
+    def pmin(x: Any, axis_name: AxisName, *, axis_index_groups: Any = None) -> Any: ...
+    def ppermute(x: Any, axis_name: AxisName, perm: Sequence[tuple[int, int]]) -> Any: ...
+    def pshuffle(x: Any, axis_name: AxisName, perm: Sequence[int]) -> Any: ...
+    def pbroadcast(x: Any, axis_name: AxisName, source: int) -> Any: ...
+    def all_gather(x: Any, axis_name: AxisName, *, axis_index_groups: Any = None, axis: int = 0,
+                   tiled: bool = False, to: str = "varying") -> Any: ...
+    def psum_scatter(x: Any, axis_name: AxisName, *, scatter_dimension: int = 0,
+                     axis_index_groups: Any = None, tiled: bool = False) -> Any: ...
+    def all_to_all(x: Any, axis_name: AxisName, split_axis: int, concat_axis: int, *,
+                   axis_index_groups: Any = None, tiled: bool = False) -> Any: ...
+    def pcast(x: Any, axis_name: AxisName, *, to: str) -> Any: ...
+    def axis_index(axis_name: AxisName) -> Any: ...
+    def axis_size(axis_name: AxisName) -> int: ...
+else:
+    for _c in _surface.COLLECTIVES:
+        if _c.in_lax:
+            globals()[_c.name] = _make(_c)
 
 _missing = [n for n in __all__ if n not in globals()]
 assert not _missing, f"spmdtyped.lax lacks surface-table collectives {_missing}"
 
 
 def __getattr__(name: str) -> Any:
+    c = _surface.collective(name)
+    if c is not None and c.in_lax:  # a row registered after import
+        made = _MADE.get(name)
+        if made is None or made[0] is not c:
+            made = _MADE[name] = (c, _make(c))
+        return made[1]
     # every other jax.lax name (scan, fori_loop, dot_general, ...) is jax.lax's own; dunders
     # (__path__, __wrapped__, ...) are not forwarded: this module is not jax.lax's package
     if name.startswith("__"):

@@ -111,11 +111,12 @@ class SpmdPlugin(Plugin):
         return None
 
     def _function_table(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
-        if fullname in collectives.FULLNAMES:
-            return guarded(functools.partial(collectives.analyze, name=collectives.FULLNAMES[fullname]))
-        if fullname in collectives.LAX_FULLNAMES:
-            return guarded(functools.partial(collectives.analyze, raw=True,
-                                             name=collectives.LAX_FULLNAMES[fullname]))
+        collective = collectives.name_of(fullname)
+        if collective is not None:
+            return guarded(functools.partial(collectives.analyze, name=collective))
+        collective = collectives.lax_name_of(fullname)
+        if collective is not None:
+            return guarded(functools.partial(collectives.analyze, raw=True, name=collective))
         if fullname in collectives.AXIS_SIZE:
             return guarded(collectives.axis_size)
         if fullname in names.FUNCTIONS:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat, _rules, _surface
+from . import _compat, _rules, _surface, _validate
 from ._rules import LITERAL, SpmdType
 from ._typed import refining as _refining
 from ._typed.array import (
@@ -69,8 +69,16 @@ def _doc(name: str, rule: str, kind: str) -> str:
             f"!!! Example\n    ```python\n    y = st.numpy.{name}(...)\n    ```\n")
 
 
-def _register(name: str, fn: Callable[..., Any], kind: str) -> None:
+def _register(name: str, body: Callable[..., Any], kind: str) -> None:
+    op = f"st.numpy.{name}"
+
+    def fn(*args: Any, **kwargs: Any) -> Any:
+        # arguments jax.numpy rejects (an axis out of range, a float shape) as SPMD509
+        with _validate.jax_arguments(op):
+            return body(*args, **kwargs)
+
     fn.__name__ = fn.__qualname__ = name
+    fn.__wrapped__ = body  # type: ignore[attr-defined]
     fn.__module__ = __name__
     fn.__doc__ = _doc(name, RULES[name], kind)
     _REGISTERED.add(name)

@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 # 8 simulated CPU devices, set before JAX is imported anywhere in the test session.
 os.environ["XLA_FLAGS"] = (
@@ -20,3 +21,60 @@ def mesh_ij():
 def mesh_dp_tp():
     """{"dp": 2, "tp": 4} on the same 8 devices (`_helpers.mesh_dp_tp`)."""
     return _helpers.mesh_dp_tp()
+
+
+
+# ------------------------------------------------------------------ pytest-xdist (`make test`)
+# `make test` runs two workers with `--dist loadgroup`, which here means: the tests of a module
+# of GROUPED_MODULES run on one worker, one after another; every other test is handed out on
+# its own to whichever worker is free. A module-scoped fixture runs once per worker that uses
+# it, so the modules with a costly one (a mypy, pyright or tracing run of seconds) are grouped,
+# and so are the modules whose last test counts what the others recorded (it re-runs what it
+# did not see). Each worker has its own mypy cache (`test_typing.CACHE`) and `tmp_path` root.
+#
+# (xdist's own loadgroup reads `xdist_group` marks into the node ids, which pytest 9 no longer
+# lets a plugin rename, so the grouping is by module, in the scheduler below.)
+
+GROUPED_MODULES = frozenset({
+    "test_typing", "test_typing_examples", "test_docs",                  # one mypy run each
+    "test_stubgen_docs", "test_stubgen_examples", "test_stubgen_oracle",  # pyright and mypy
+    "test_lowering_scan", "test_porting_codemod",                         # one tracing scan each
+    "test_porting", "test_porting_styles",                                # count what ran (HANDLED)
+})
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own scheduler factory
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        """LoadScopeScheduling with one scope per test, except a whole module of
+        GROUPED_MODULES; scopes go out largest first (`--loadscope-reorder`, the default)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if Path(path).stem in GROUPED_MODULES else nodeid
+
+    return ModuleGroups(config, log)
+
+
+# ------------------------------------------------------------------ `make test` vs `test-long`
+# The long sweeps and oracles (a pyright / mypy oracle over every overload, every row x every
+# state through the runtime and the plugin, random programs against JAX, every op lowered, the
+# fuzz harness, the report of every example against its compiled program, pyright and mypy
+# over the docs' and the examples' code) are marked `slow`:
+# `make test` leaves them out (under 10 minutes on 2 cores), `make test-long` runs them, and CI
+# runs both on both legs.
+SLOW_MODULES = frozenset({
+    "test_stubgen_oracle", "test_stubgen", "test_stubgen_examples", "test_parity",
+    "test_plugin_differential", "test_differential", "test_lowering_scan", "test_fuzz_api",
+    "test_report_examples", "test_stubgen_docs", "test_typing_examples",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

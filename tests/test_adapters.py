@@ -342,7 +342,7 @@ def test_port_attributes_and_annotations():
         SPECS = (P("dp"), P(None, "tp"), P(unreduced={"tp"}), P("dp", reduced={"tp"}), P())
 
         def f(x: Varying["dp"], w: Varying["tp"], u: Unreduced["tp"], r: Typed[Varying["dp"], Reduced["tp"]], c: Invariant) -> Varying["dp"]:
-            return st.lax.psum(x @ w, "tp")  # keep me
+            return st.psum(x @ w, "tp")  # keep me
 
         g = st.adapters.typed_shard_map(f, mesh=mesh, in_specs=SPECS, out_specs=P("dp"))
 
@@ -352,7 +352,7 @@ def test_port_attributes_and_annotations():
 
         @st.adapters.typed_shard_map(mesh=mesh, in_specs=specs_from_somewhere, out_specs=P())
         def k(x) -> Invariant:
-            return st.lax.axis_index("dp")
+            return st.axis_index("dp")
 
         def m(x):
             return x
@@ -388,7 +388,7 @@ def test_port_cli(tmp_path, capsys):
 
 def test_primitive_tables_name_rules():
     assert set(st._rules.PRIMITIVES.values()) <= set(st._rules.ELEMENTWISE)
-    assert set(st._rules.AXIS_PRIMITIVES.values()) <= set(st._rules.AXIS_OPS)
+    assert set(st._surface.AXIS_PRIMITIVES.values()) <= set(st._rules.AXIS_OPS)
     assert set(st._rules.PRIMITIVE_OPERANDS) <= set(st._rules.PRIMITIVES)
 
 

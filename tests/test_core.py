@@ -11,6 +11,7 @@ from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
 from spmdtyped import Invariant, Reduced, Typed, Unreduced, Varying, _rules
+from spmdtyped._typed import hints as _hints
 
 # ----------------------------------------------------------------------------- hints
 
@@ -77,7 +78,7 @@ def test_in_specs_give_states(mesh_ij, spec, expected):
     x = put(mesh_ij, jnp.arange(64.0).reshape(8, 8), spec)
     out = f(x)
     assert seen["t"] == expected
-    assert seen["cls"] is st._hints.state_class(expected)
+    assert seen["cls"] is _hints.state_class(expected)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(x))
 
 
@@ -267,7 +268,7 @@ def test_collectives_accept_raw_and_pytrees(mesh_ij):
     def body(x):
         out = st.psum({"a": x.raw, "b": (x, x.raw)}, "j")
         assert all(type(v) is Varying["i"] for v in jax.tree_util.tree_leaves(
-            out, is_leaf=lambda v: isinstance(type(v), st._hints._StateMeta)))
+            out, is_leaf=lambda v: isinstance(type(v), _hints._StateMeta)))
         return st.psum(out["a"], "i")
 
     _run(mesh_ij, body)

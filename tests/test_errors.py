@@ -350,6 +350,137 @@ def test_spmd505_unknown_target(mesh_ij: Any, call: Any) -> None:
     expect("SPMD505", lambda: trace(mesh_ij, call, (P("i"),)), fragments=("to=",))
 
 
+def test_spmd409_nested_shard_map_over_a_manual_axis(mesh_dp_tp: Any) -> None:
+    inner = st.shard_map(lambda v: v * 2.0, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P("dp"))
+    expect("SPMD409", lambda: trace(mesh_dp_tp, lambda x: inner(x), (P("dp"),)),
+           axes=("dp", "tp"), fragments=("manual already", "['dp', 'tp']"),
+           fix=("call the function directly",))
+
+
+def test_spmd401_unreduced_out_spec_in_partial_manual(mesh_dp_tp: Any) -> None:
+    expect("SPMD401", lambda: st.shard_map(lambda v: v, mesh=mesh_dp_tp, in_specs=P(),
+                                           out_specs=P(unreduced={"tp"}), axis_names={"tp"}),
+           fragments=("out_specs P(unreduced={'tp'}", "full-manual", "manual axes: ['tp']"),
+           fix=("drop axis_names",))
+
+
+#: (case, call, message fragments) of SPMD509: each names the API, the argument, what it got
+#: and what it expects
+BAD_ARGUMENTS: list[tuple[str, Any, tuple[str, ...]]] = [
+    ("mesh as an axis name",
+     lambda m: st.shard_map(lambda v: v, mesh="dp", in_specs=P(), out_specs=P()),
+     ("st.shard_map", "mesh must be a jax.sharding.Mesh", "got str 'dp'")),
+    ("int in out_specs", lambda m: st.shard_map(lambda v: v, mesh=m, in_specs=P(), out_specs=P(1)),
+     ("out_specs entry of P(1,)", "got int 1", "axis name")),
+    ("out_specs not a spec", lambda m: st.shard_map(lambda v: v, mesh=m, in_specs=P(), out_specs="dp"),
+     ("out_specs must be a PartitionSpec", "got str 'dp'")),
+    ("axis_names=5", lambda m: st.shard_map(lambda v: v, mesh=m, in_specs=P(), out_specs=P(),
+                                            axis_names=5),
+     ("axis_names must be a set of mesh axis names", "got int 5")),
+    ("shard_map of a non-callable", lambda m: st.shard_map(5, mesh=m, in_specs=P(), out_specs=P()),
+     ("st.shard_map", "must be a callable", "got int 5")),
+    ("grad argnums past the arguments",
+     lambda m: trace(m, lambda v: st.grad(lambda w: st.numpy.sum(w), argnums=3)(v)),
+     ("st.grad", "argnums must be positions of the 1 positional argument", "got int 3")),
+    ("grad argnums of a str", lambda m: st.grad(lambda w: w, argnums="0"),
+     ("argnums must be an int", "got str '0'")),
+    ("grad of a non-callable", lambda m: st.grad(5), ("st.grad", "must be a callable")),
+    ("ppermute index outside the axis",
+     lambda m: trace(m, lambda v: st.ppermute(st.pvary(v, "tp"), "tp", [(0, 9)])),
+     ("st.ppermute", "perm must be", "0..3 along 'tp'", "got list [(0, 9)]")),
+    ("ppermute perm an int", lambda m: trace(m, lambda v: st.ppermute(st.pvary(v, "tp"), "tp", 5)),
+     ("st.ppermute", "perm must be", "got int 5")),
+    ("ppermute repeated destination",
+     lambda m: trace(m, lambda v: st.ppermute(st.pvary(v, "tp"), "tp", [(0, 1), (2, 1)])),
+     ("each source and each destination once",)),
+    ("pshuffle not a permutation",
+     lambda m: trace(m, lambda v: st.pshuffle(st.pvary(v, "tp"), "tp", [0, 0, 1, 2])),
+     ("st.pshuffle", "a permutation of 0..3")),
+    ("all_to_all split_axis past the rank",
+     lambda m: trace(m, lambda v: st.all_to_all(st.pvary(v, "tp"), "tp", 7, 0, tiled=True)),
+     ("st.all_to_all", "split_axis must be a dimension of the rank-2 operand", "got int 7")),
+    ("all_to_all concat_axis not an int",
+     lambda m: trace(m, lambda v: st.all_to_all(st.pvary(v, "tp"), "tp", 0, "a", tiled=True)),
+     ("concat_axis must be an int",)),
+    ("all_to_all split over an uneven dimension",
+     lambda m: trace(m, lambda v: st.all_to_all(st.pvary(v, "tp"), "tp", 0, 1, tiled=True),
+                     local=(6, 8)),
+     ("has 6 elements", "4 devices along 'tp'")),
+    ("psum_scatter dimension past the rank",
+     lambda m: trace(m, lambda v: st.psum_scatter(st.pvary(v, "tp"), "tp", scatter_dimension=5)),
+     ("st.psum_scatter", "scatter_dimension must be a dimension", "got int 5")),
+    ("all_gather axis past the rank",
+     lambda m: trace(m, lambda v: st.all_gather(st.pvary(v, "tp"), "tp", axis=4, tiled=True)),
+     ("st.all_gather", "axis must be a dimension",)),
+    ("cond on None", lambda m: trace(m, lambda v: st.cond(None, lambda x: x, lambda x: x, v)),
+     ("st.cond", "pred must be a bool", "got NoneType")),
+    ("switch index None", lambda m: trace(m, lambda v: st.switch(None, [lambda x: x], v)),
+     ("st.switch", "index must be an int",)),
+    ("fori_loop upper None", lambda m: trace(m, lambda v: st.fori_loop(0, None, lambda i, c: c, v)),
+     ("st.fori_loop", "upper must be an int",)),
+    ("grad of a non-scalar loss", lambda m: trace(m, lambda v: st.grad(lambda w: w)(v)),
+     ("st.grad", "the loss) must be a scalar",)),
+    ("grad of None", lambda m: trace(m, lambda v: st.grad(lambda w: w)(None)),
+     ("st.grad", "the loss) must be a scalar", "got NoneType")),
+    ("psum of a str", lambda m: trace(m, lambda v: st.pmean("x", "tp")),
+     ("st.pmean", "an array operand must be", "got str 'x'")),
+    ("st.numpy of a list", lambda m: trace(m, lambda v: st.numpy.sum([1.0, 2.0])),
+     ("an array operand must be", "got list")),
+    ("st.numpy.sum over an axis past the rank",
+     lambda m: trace(m, lambda v: st.numpy.sum(st.pvary(v, "tp"), axis=7)),
+     ("st.numpy.sum", "the arguments were rejected", "axis 7")),
+    ("st.numpy.mean over a float axis",
+     lambda m: trace(m, lambda v: st.numpy.mean(st.pvary(v, "tp"), axis=1.5)),
+     ("st.numpy.mean", "the arguments were rejected")),
+    ("astype to a dtype that is none", lambda m: trace(m, lambda v: st.pvary(v, "tp").astype("bogus")),
+     ("dtype must be a dtype", "got str 'bogus'")),
+    ("fori_loop whose carry changes shape",
+     lambda m: trace(m, lambda v: st.fori_loop(0, 2, lambda i, c: st.numpy.sum(c), v)),
+     ("st.fori_loop", "the arguments were rejected")),
+    ("cond of a non-callable", lambda m: trace(m, lambda v: st.cond(True, 5, lambda x: x, v)),
+     ("st.cond", "true_fun must be a callable", "got int 5")),
+    ("switch of a non-callable branch", lambda m: trace(m, lambda v: st.switch(0, [5], v)),
+     ("st.switch", "branches[0] must be a callable")),
+    ("switch with no branches", lambda m: trace(m, lambda v: st.switch(0, [], v)),
+     ("branches must be a non-empty list",)),
+    ("fori_loop of a non-callable", lambda m: trace(m, lambda v: st.fori_loop(0, 2, None, v)),
+     ("st.fori_loop", "body_fun must be a callable")),
+    ("typed_shard_map mesh as an axis name",
+     lambda m: st.adapters.typed_shard_map(lambda v: v, mesh="dp", in_specs=P(), out_specs=P()),
+     ("typed_shard_map", "mesh must be a jax.sharding.Mesh")),
+    ("infer with an int in in_specs",
+     lambda m: st.adapters.infer(lambda v: v, jnp.ones((8, 4)), mesh=m, in_specs=P(1),
+                                 out_specs=P()),
+     ("st.adapters.infer", "in_specs entry of P(1,)", "got int 1")),
+    ("infer of a non-callable",
+     lambda m: st.adapters.infer(5, jnp.ones((8, 4)), mesh=m, in_specs=P(), out_specs=P()),
+     ("st.adapters.infer", "must be a callable")),
+    ("opaque of a non-callable", lambda m: st.opaque(5), ("st.opaque", "must be a callable")),
+    ("custom_op of a non-callable", lambda m: st.custom_op("f"), ("st.custom_op", "must be a callable")),
+    ("wrap(None)", lambda m: st.wrap(None), ("st.wrap", "raw must be a JAX array", "got NoneType")),
+]
+
+
+@pytest.mark.parametrize("case", [c for c, _, _ in BAD_ARGUMENTS])
+def test_spmd509_bad_argument(mesh_dp_tp: Any, case: str) -> None:
+    call, fragments = next((fn, fr) for c, fn, fr in BAD_ARGUMENTS if c == case)
+    e = expect("SPMD509", lambda: call(mesh_dp_tp), fragments=fragments)
+    assert isinstance(e, st.UsageError) and isinstance(e, TypeError)
+
+
+def test_spmd503_spec_names_an_axis_that_is_not_manual(mesh_dp_tp: Any) -> None:
+    for what in ("in_specs", "out_specs"):
+        specs = {"in_specs": P(), "out_specs": P(), what: P("tp")}
+        expect("SPMD503", lambda specs=specs: st.shard_map(lambda v: v, mesh=mesh_dp_tp,
+                                                           axis_names={"dp"}, **specs),
+               axes=("tp",), fragments=(what, "'tp' is not manual"))
+
+
+def test_spmd501_local_checks_its_axes(mesh_dp_tp: Any) -> None:
+    expect("SPMD501", lambda: trace(mesh_dp_tp, lambda v: st.local(st.pvary(v, "tp"), "tq")),
+           axes=("tq",), fragments=("st.local", "'tq'", "did you mean 'tp'?"))
+
+
 def test_spmd506_outside_shard_map() -> None:
     expect("SPMD506", lambda: st.psum(jnp.ones(3), "i"), fragments=("st.psum", "outside shard_map"),
            fix=("st.shard_map",))
@@ -631,3 +762,25 @@ def test_every_registered_code_is_tested() -> None:
     missing = sorted(set(_errors.REGISTRY) - tested)
     assert not missing, f"codes without a triggering test: {missing}"
     assert not tested - set(_errors.REGISTRY), f"unregistered codes: {sorted(tested - set(_errors.REGISTRY))}"
+
+
+# ------------------------------------------------------------------------------- SPMD7xx
+
+
+def test_spmd7xx_report_flags_raised_by_check() -> None:
+    """The communication report's flags (`st.report(...).check()` raises the first one);
+    each program and its fixed twin are in `_report_programs.py`, more in test_report.py."""
+    import _report_programs as rp
+
+    def check(made: Any) -> Any:
+        return lambda: st.report(made[0], *made[1]).check()
+
+    expect("SPMD701", check(rp.accumulation("per_micro")), axes=("dp",),
+           fragments=("4 iterations",), fix=("st.psum(acc, 'dp')",))
+    expect("SPMD702", check(rp.flagged("SPMD702")), axes=("dp",), fragments=("Invariant",))
+    expect("SPMD703", check(rp.flagged("SPMD703")), axes=("dp",), fragments=("pure_callback",))
+    expect("SPMD704", check(rp.flagged("SPMD704")), axes=("dp",), fix=("psum_scatter",))
+    step, args = rp.accumulation("implicit")
+    rep = st.report(step, *args)
+    rep.flags = rep.flags[1:]   # the second flag of the same program
+    expect("SPMD705", rep.check, axes=("dp",), fragments=("4.00x the ideal",))

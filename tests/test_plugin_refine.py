@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from spmdtyped._mypy import collectives, operators, refined
+from spmdtyped import _rules, _surface
+from spmdtyped._mypy import operators, refined
 from spmdtyped._rules import LITERAL, SpmdType
 from spmdtyped._rules import refine as _refine
 from spmdtyped._rules.refine import shape as _refine_shape
@@ -33,15 +34,16 @@ def test_elementwise_of_plain_operands_is_plain(name: str) -> None:
 
 
 def test_other_rules_of_plain_operands_are_plain() -> None:
-    for name in sorted(refined.REDUCTIONS):
+    kinds = _surface.REFINE_OF_RULE
+    for name in sorted(r for r, k in kinds.items() if k == "reduction"):
         assert _refine.reduction(name, TP, _refine.NONE, TP, ndim=2, axis=0, op="t") == _refine.NONE
-    for name in sorted(refined.ALONG):
+    for name in sorted(r for r, k in kinds.items() if k in ("along", "take")):
         assert _refine.along_dim(name, TP, _refine.NONE, TP, ndim=2, axis=-1, op="t") == _refine.NONE
     assert _refine.einsum("ij,jk->ik", PLAIN[:2], DP_TP, op="t") == _refine.NONE
     assert _refine.elementwise("where", PLAIN[:3], DP_TP, op="t", onehot_fill=True) == _refine.NONE
     assert _refine_shape.transpose(TP, _refine.NONE, None, 2) == _refine.NONE
     for name in ("psum", "pmean", "pmax", "ppermute", "all_gather"):
-        if name not in collectives._FROM_PLAIN:
+        if not _rules.AXIS_OPS[name].from_plain:
             out = SpmdType() if name in ("psum", "pmean", "pmax") else TP
             # no refinement from a plain operand (a collective's result carries data: `data` set)
             assert _refine_shape.collective(name, TP, _refine.NONE, out, ("tp",), op="t").items == ()

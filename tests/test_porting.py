@@ -180,7 +180,7 @@ def test_infer_matches_jax(name, mesh_dp_tp):
     assert rep.signature.startswith(f"def {mod.MAIN}(") and rep.signature.endswith(":")
     # the rule table was consulted for the equations: collectives and arithmetic
     prims = {s.primitive for s in rep.steps}
-    assert prims & set(st._rules.AXIS_PRIMITIVES) and prims & set(st._rules.PRIMITIVES)
+    assert prims & set(st._surface.AXIS_PRIMITIVES) and prims & set(st._rules.PRIMITIVES)
     HANDLED["infer"].add(name)
 
 

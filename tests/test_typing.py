@@ -29,10 +29,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TYPING = REPO / "tests" / "typing"
-#: one mypy cache per checkout and Python (two checkouts of the package must not share one:
-#: mypy keys its cache by module name)
+#: one mypy cache per checkout, Python and pytest-xdist worker (two checkouts of the package
+#: must not share one: mypy keys its cache by module name; two mypy processes must not write
+#: one cache at the same time: `.ci/run` runs two legs side by side, `make test` two workers)
 CACHE = Path(tempfile.gettempdir()) / (f"spmdtyped-mypy-cache-py{sys.version_info[0]}{sys.version_info[1]}-"
-                                       f"{hashlib.sha1(str(REPO).encode()).hexdigest()[:8]}")
+                                       f"{hashlib.sha1(str(REPO).encode()).hexdigest()[:8]}"
+                                       f"-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
 
 _MARK = re.compile(r"(?:^|\s)E(?:\[(?P<leg>\w+)\])?:\s*(?P<codes>[\w-]+(?:[ ,]+(?!E\b|E\[)[\w-]+)*)")
 _MYPY_LINE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+): error: (?P<msg>.*?)  \[(?P<code>[\w-]+)\]$")
@@ -139,7 +141,10 @@ def test_seed_error_names_the_fix(plugin_run: tuple[int, str]) -> None:
     i = next(i for i, ln in enumerate(lines) if ln.startswith(f"fail_plugin.py:{n}: error:"))
     assert "st.psum over 'tp': the value is Reduced on 'tp'" in lines[i]
     assert lines[i].endswith("[spmd-reduced-operand]")
-    assert "fix: st.psum(x, 'tp') -> st.psum(st.pcast(x, 'tp', to='varying'), 'tp')" in lines[i + 1]
+    # the first fix keeps the numbers (issue 26); the pcast route is named as changing them
+    assert "fix: drop the st.psum: x is already reduced (replicated) over 'tp'" in lines[i + 1]
+    assert "st.psum(st.pcast(x, 'tp', to='varying'), 'tp')" in lines[i + 1]
+    assert "changes the numbers" in lines[i + 1]
     assert "python -m spmdtyped explain SPMD101" in lines[i + 2]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
-from .. import _compat, _rules  # noqa: F401
+from .. import _compat, _rules, _validate  # noqa: F401
 from .._engine.check import (
     UnfollowedWarning,
     check_shard_map,
@@ -33,7 +33,8 @@ from .._ops import autodiff as _autodiff  # noqa: F401
 from .._rules.refine import shape as refine_shape
 from .._typed import hints as _hints  # noqa: F401
 from .._typed.array import is_typed, typeof, unwrap, vma_off, with_refinement, wrap
-from . import specs as _specs  # noqa: F401
+from . import fields as _fields
+from . import specs as _specs
 
 
 def spec_state(spec: Any, manual: tuple[str, ...]) -> _rules.SpmdType:
@@ -99,6 +100,10 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
             return st.psum(x @ w, "tp")
         ```
     """
+    # every argument checked before it is used (SPMD509): a mesh axis name for mesh=, an int
+    # in a spec, axis_names=5 would otherwise fail deep inside (issue 26)
+    axis_names = set(_validate.shard_map_args(f, mesh, in_specs, out_specs, axis_names,
+                                              "st.shard_map", infer=_compat.INFER))
     if f is None:
         return functools.partial(shard_map, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
                                  axis_names=axis_names, check_vma=check_vma, strict=strict)
@@ -106,15 +111,14 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
         # derived from the hints at the first call (`_specs.derive`); an omitted in_specs too
         # (JAX's Infer cannot type the pytree classes the out_specs are derived from)
         derive_in = None if in_specs is _compat.INFER else in_specs
-        again = functools.partial(shard_map, strict=strict) if strict else shard_map
-        return _specs.deferred(again, f, in_specs=derive_in, out_specs=out_specs, mesh=mesh,
-                               axis_names=axis_names, check_vma=check_vma)
+        return _deferred(f, in_specs=derive_in, out_specs=out_specs, mesh=mesh,
+                         axis_names=axis_names, check_vma=check_vma, strict=strict)
     if isinstance(axis_names, (str, tuple, list)) and not isinstance(axis_names, (set, frozenset)):
         axis_names = {axis_names} if isinstance(axis_names, str) else set(axis_names)
     name = getattr(f, "__name__", None) or getattr(getattr(f, "func", None), "__name__", repr(f))
     where = f"st.shard_map({name})"
     if mesh is not None:
-        _check_mesh_specs(mesh, in_specs, out_specs, axis_names, where)
+        check_mesh_specs(mesh, in_specs, out_specs, axis_names, where)
     built: dict[Any, Callable[..., Any]] = {}
     #: (mesh and specs, input signature) -> the checked program (`_engine.check.run_checked`)
     checked: dict[Any, Callable[..., Any]] = {}
@@ -183,10 +187,11 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
             raise error("SPMD506", f"{where}: no mesh: mesh= was not given and no mesh is set",
                         op="st.shard_map",
                         fix="pass mesh=..., or call inside `with jax.set_mesh(mesh):`")
+        check_not_nested(m, axis_names, where)
         raw_args = unwrap(list(args))
         specs = _compat.inferred_specs(tuple(raw_args)) if in_specs is _compat.INFER else in_specs
         if mesh is None:
-            _check_mesh_specs(m, specs, out_specs, axis_names, where)
+            check_mesh_specs(m, specs, out_specs, axis_names, where)
         check_in_structure(specs, args, where, "st.shard_map")
         key = (id(m), str(m), repr(specs) if in_specs is _compat.INFER else None)
         manual = tuple(a for a in _compat.mesh_axis_names(m) if not axis_names or a in axis_names)
@@ -244,12 +249,14 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
         got = check_shard_map(eqn, manual=manual, mesh=m, source=function_source(f), where=where)
         return got.violations[0] if got.violations else None
 
+    if not hasattr(f, "__name__"):  # a partial: jax.jit names the lowered module after it
+        wrapped.__name__ = wrapped.__qualname__ = name
     if mesh is not None and in_specs is not _compat.INFER:
         wrapped.__wrapped_shard_map__ = build(mesh, in_specs)  # type: ignore[attr-defined]
     return wrapped
 
 
-def _check_mesh_specs(mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
+def check_mesh_specs(mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
                       where: str) -> None:
     """Unknown axes in the specs or axis_names (SPMD501); Unreduced/Reduced in_specs of a
     partial-manual shard_map (SPMD403)."""
@@ -264,6 +271,33 @@ def _check_mesh_specs(mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
                 _rules.check_full_manual(un, red, manual, mesh_axes, where=where,
                                          spec=_rules.spec_text(spec))
     check_spec_axes(out_specs, mesh_axes, where, "out_specs")
+    for what, specs in (("in_specs", in_specs), ("out_specs", out_specs)):
+        # a partitioned axis of a spec is manual here (JAX: a raw ValueError at the call);
+        # SPMD503 names it
+        if specs is not _compat.INFER and axis_names:
+            for spec in jax.tree_util.tree_leaves(specs, is_leaf=is_spec_leaf):
+                if isinstance(spec, PartitionSpec):
+                    _rules.check_axes_known(_compat.spec_parts(spec)[0], f"{where} {what}",
+                                            manual, mesh_axes)
+    for spec in jax.tree_util.tree_leaves(out_specs, is_leaf=is_spec_leaf):
+        if isinstance(spec, PartitionSpec):
+            _, un, red, _ = _compat.spec_parts(spec)
+            _rules.check_full_manual(un, red, manual, mesh_axes, where=where,
+                                     spec=_rules.spec_text(spec), what="out_specs")
+
+
+def check_not_nested(mesh: Any, axis_names: Any, where: str) -> None:
+    """SPMD409 for a shard_map called inside another one over an axis that is manual there
+    already (JAX traces it and fails in the MLIR verifier or on the mesh)."""
+    _, outer = _compat.current_mesh()
+    mine = [a for a in _compat.mesh_axis_names(mesh) if not axis_names or a in axis_names]
+    again = [a for a in mine if a in outer]
+    if again:
+        raise error("SPMD409", f"{where}: called inside a shard_map whose axes {list(outer)} are "
+                    f"manual already; this one would make {again} manual again", op="st.shard_map",
+                    axes=tuple(again), fix=f"call the function directly on the shard (it is "
+                    f"already per device over {again}), or nest over the axes the outer "
+                    f"shard_map leaves out of its axis_names")
 
 
 @contextlib.contextmanager
@@ -282,6 +316,15 @@ def in_spec_errors(where: str, op: str) -> Iterator[None]:
                             "NamedSharding(mesh, spec)), or use an Explicit mesh for "
                             "reduced/unreduced specs") from e
         raise
+    except NotImplementedError as e:
+        # e.g. an argument sharded over Explicit axes that its spec (None) leaves unmapped:
+        # JAX closes over it and has no lowering for that
+        first = str(e).split("\n")[0]
+        if "shard_map" not in first:
+            raise
+        raise error("SPMD403", f"{where}: JAX cannot honour in_specs here: {first}", op=op,
+                    fix="give the argument a PartitionSpec (P() replicates it) instead of None, "
+                        "or reshard it first") from e
 
 
 def check_in_structure(in_specs: Any, args: tuple[Any, ...], where: str, op: str) -> None:
@@ -291,7 +334,21 @@ def check_in_structure(in_specs: Any, args: tuple[Any, ...], where: str, op: str
     if isinstance(in_specs, tuple) and len(in_specs) != len(args):
         raise error("SPMD402", f"{where}: in_specs has {len(in_specs)} entries for {len(args)} "
                     f"arguments", op=op, fix="give one PartitionSpec per positional argument")
-    _broadcast_prefix(in_specs, tuple(args), "in_specs", where)
+    check_spec_ranks(_broadcast_prefix(in_specs, tuple(args), "in_specs", where), "in_specs",
+                     where, op)
+
+
+def check_spec_ranks(pairs: list[tuple[Any, Any]], what: str, where: str, op: str) -> None:
+    """SPMD402 for a spec with more entries than its value has dimensions (JAX: a raw
+    ValueError, "too long to be compatible")."""
+    for spec, leaf in pairs:
+        ndim = getattr(leaf, "ndim", None)
+        if isinstance(spec, PartitionSpec) and isinstance(ndim, int) \
+                and len(_compat.spec_entries(spec)) > ndim:
+            raise error("SPMD402", f"{where}: {what} entry {_rules.spec_text(spec)} names "
+                        f"{len(_compat.spec_entries(spec))} dimensions, but its value has "
+                        f"{ndim} (shape {tuple(getattr(leaf, 'shape', ()))})", op=op,
+                        fix="one spec entry per dimension at most: P() for a scalar")
 
 
 def check_outputs(out: Any, out_specs: Any, manual: tuple[str, ...], where: str,
@@ -300,6 +357,7 @@ def check_outputs(out: Any, out_specs: Any, manual: tuple[str, ...], where: str,
     the values: typed values carry theirs, raw ones are read from JAX)."""
     pairs = _broadcast_prefix(out_specs, out, "out_specs", where)
     paths: list[str] | None = None
+    check_spec_ranks(pairs, "out_specs", where, "st.shard_map")
     for i, (spec, leaf) in enumerate(pairs):
         part, un, red, _kind = _compat.spec_parts(spec if spec is not None else PartitionSpec())
         t = types[i] if types is not None else typeof(leaf)
@@ -341,12 +399,12 @@ def check_fields(args: Any, names: list[str], spec_of: dict[int, Any], where: st
 def _check_node(v: Any, pname: str, path: str, spec_of: dict[int, Any], where: str) -> None:
     if v is None or is_typed(v) or isinstance(v, (jax.Array, str, bytes, int, float)):
         return
-    fields = _specs.field_names(v)
+    fields = _fields.field_names(v)
     if fields is not None:
-        hints = _specs.field_hints(type(v))
+        hints = _fields.field_hints(type(v))
         for n in fields:
             sub = getattr(v, n, None)
-            want = _specs.state_hint(hints.get(n))
+            want = _fields.state_hint(hints.get(n))
             if want is not None and is_typed(sub):
                 if not isinstance(sub, want):
                     _field_error(type(v), n, sub, want, pname, f"{path}.{n}",
@@ -437,3 +495,26 @@ def check_hints(f: Callable[..., Any], in_specs: Any, out_specs: Any,
         _rules.check_out_spec(want_out, part, un, red, manual,
                               where=f"{where} (its return hint {want_out})",
                               spec=_rules.spec_text(out_specs))
+
+
+def _deferred(f: Callable[..., Any], *, in_specs: Any, out_specs: Any,
+              **kw: Any) -> Callable[..., Any]:
+    """`st.shard_map(f)` whose specs are derived from f's hints at the first call (per argument
+    structure, `specs.derive`), then the `st.shard_map` of those specs."""
+    name = getattr(f, "__name__", repr(f))
+    cache: dict[Any, Callable[..., Any]] = {}
+
+    @functools.wraps(f)
+    def wrapped(*args: Any) -> Any:
+        mesh = kw["mesh"] if kw.get("mesh") is not None else _compat.context_mesh()
+        # the specs read from the arguments are part of the key: an argument placed otherwise
+        # at a later call derives its own specs
+        key = (jax.tree_util.tree_structure(args), repr(_compat.inferred_specs(args)),
+               None if mesh is None else _specs.mesh_key(mesh))
+        fn = cache.get(key)
+        if fn is None:
+            i, o = _specs.derive(f, args, in_specs, out_specs, f"st.shard_map({name})", mesh)
+            fn = cache[key] = shard_map(f, in_specs=i, out_specs=o, **kw)
+        return fn(*args)
+
+    return wrapped

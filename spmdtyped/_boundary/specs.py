@@ -18,10 +18,7 @@ parameters with different specs have), SPMD402 names the parameter and the path.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import inspect
-import sys
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +30,7 @@ from .. import _compat
 from .._errors import error
 from .._rules.refine import Shard
 from .._typed.hints import hint_type, is_state_class
+from .fields import evaluated, field_hints, field_names, strip
 
 _DERIVED_FIX = ('name the partitioned dimensions in the hint, e.g. '
                 'x: st.Float[Varying["dp"], "batch/dp d"], or pass the argument as a global '
@@ -109,76 +107,6 @@ def _name(hint: Any) -> str:
     return getattr(hint, "__qualname__", None) or repr(hint)
 
 
-#: class -> its resolved field hints (read once per class)
-_FIELD_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def field_hints(cls: type) -> dict[str, Any]:
-    """The field hints of a dataclass / `eqx.Module` / NamedTuple class, resolved. When one
-    annotation cannot be resolved (a forward reference to a name not in scope), the others
-    still are; the unresolvable ones are left out."""
-    hints = _FIELD_HINTS.get(cls)
-    if hints is None:
-        hints = _FIELD_HINTS[cls] = _resolve_field_hints(cls)
-    return hints
-
-
-def _evaluated(annotations: dict[str, Any], globalns: dict[str, Any],
-               localns: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """Each annotation on its own (a string evaluated in `globalns` / `localns`): the ones
-    that resolve, and the names of those that do not (a forward reference out of scope)."""
-    out: dict[str, Any] = {}
-    missing: list[str] = []
-    for name, ann in annotations.items():
-        try:
-            out[name] = eval(ann, globalns, localns) if isinstance(ann, str) else ann  # noqa: S307
-        except Exception:  # noqa: BLE001
-            missing.append(name)
-    return out, missing
-
-
-def _resolve_field_hints(cls: type) -> dict[str, Any]:
-    try:
-        return typing.get_type_hints(cls, include_extras=True)
-    except Exception:  # noqa: BLE001 - one unresolvable annotation: resolve field by field
-        pass
-    out: dict[str, Any] = {}
-    for klass in reversed(cls.__mro__):
-        module = sys.modules.get(klass.__module__)
-        resolved, missing = _evaluated(vars(klass).get("__annotations__", {}),
-                                       dict(vars(module)) if module is not None else {},
-                                       dict(vars(klass)))
-        out.update(resolved)
-        for name in missing:  # a name not in scope: no hint for this field
-            out.pop(name, None)
-    return out
-
-
-def field_names(value: Any) -> list[str] | None:
-    """The field names of a dataclass / `eqx.Module` / NamedTuple instance; None for any other
-    value (a class, a plain tuple)."""
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return list(value._fields)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [f.name for f in dataclasses.fields(value)]
-    return None
-
-
-def state_hint(hint: Any) -> type | None:
-    """The state hint class a field hint stands for (`Varying["tp"]`, `Shard["tp", -1]`, the
-    state of `st.Float[Varying["dp"], "b/dp d"]`), or None for any other hint."""
-    hint = _strip(hint)
-    if hasattr(hint, "_axes") and hasattr(hint, "_state"):  # st.Float[...] (_jaxtyping)
-        hint = hint._state
-    return hint if is_state_class(hint) and hint_type(hint) is not None else None
-
-
-def _strip(hint: Any) -> Any:
-    if typing.get_origin(hint) is typing.Annotated:
-        return typing.get_args(hint)[0]
-    return hint
-
-
 def _tree_specs(hint: Any, value: Any, where: str, mesh: Any = None) -> Any:
     """A spec for every leaf of `value`, read from `hint` and the field hints under it; where
     a hint names no dimensions (`Any`, `jax.Array`, `Varying["dp"]`, a field without a hint),
@@ -191,7 +119,7 @@ def _tree_specs(hint: Any, value: Any, where: str, mesh: Any = None) -> Any:
         return _value_specs(value, where, mesh, str(e))
 
 
-def _mesh_key(m: Any) -> tuple[tuple[str, int], ...]:
+def mesh_key(m: Any) -> tuple[tuple[str, int], ...]:
     return tuple(dict(m.shape).items())
 
 
@@ -210,17 +138,17 @@ def _value_specs(value: Any, where: str, mesh: Any, why: str) -> Any:
             if m is None or m.empty:
                 return PartitionSpec()
             types = getattr(m, "axis_types", ())
-            if (mesh is None or _mesh_key(m) == _mesh_key(mesh)) and types and all(
+            if (mesh is None or mesh_key(m) == mesh_key(mesh)) and types and all(
                     "Explicit" in str(t) for t in types):
                 return _compat.inferred_specs((leaf,))[0]
             bad = "Auto axes, whose sharding is not known while tracing" if mesh is None or \
-                _mesh_key(m) == _mesh_key(mesh) else f"another mesh {dict(m.shape)}"
+                mesh_key(m) == mesh_key(mesh) else f"another mesh {dict(m.shape)}"
             raise _NoInference(f"{why}; and the argument at {path} is traced on a mesh with "
                                f"{bad} (use an Explicit mesh, as jax.make_mesh makes by default)")
         if isinstance(leaf, jax.Array):
             sharding = leaf.sharding
             if isinstance(sharding, jax.sharding.NamedSharding) and (
-                    mesh is None or _mesh_key(sharding.mesh) == _mesh_key(mesh)):
+                    mesh is None or mesh_key(sharding.mesh) == mesh_key(mesh)):
                 return _compat.inferred_specs((leaf,))[0]
             if not leaf.committed:
                 return PartitionSpec()
@@ -240,7 +168,7 @@ _NO_HINT = object()
 def _hinted_specs(hint: Any, value: Any, where: str, mesh: Any) -> Any:
     if hint is _NO_HINT:
         raise _NotDerivable(f"{where}: it has no hint")
-    hint = _strip(hint)
+    hint = strip(hint)
     if is_state_class(hint) or hasattr(hint, "_axes"):
         return _hint_spec(hint, getattr(value, "ndim", None), where)
     origin = typing.get_origin(hint)
@@ -277,7 +205,7 @@ def _rebuild(value: Any, specs: dict[str, Any]) -> Any:
 
 def _out_specs(hint: Any, by_hint: dict[Any, Any], params_of: dict[Any, list[str]],
                where: str) -> Any:
-    hint = _strip(hint)
+    hint = strip(hint)
     if is_state_class(hint) or hasattr(hint, "_axes"):
         try:
             return _hint_spec(hint, None, where)
@@ -320,7 +248,7 @@ def _function_hints(f: Callable[..., Any], where: str) -> dict[str, Any]:
         return typing.get_type_hints(f, include_extras=True)
     except Exception as e:  # noqa: BLE001 - evaluate hint by hint, without the inner references
         first = e
-    out, missing = _evaluated(getattr(f, "__annotations__", {}),
+    out, missing = evaluated(getattr(f, "__annotations__", {}),
                               dict(getattr(inspect.unwrap(f), "__globals__", {})))
     if missing:
         raise error("SPMD402", f"{where}: cannot read the hints to derive specs ({first})",
@@ -343,7 +271,7 @@ def derive(f: Callable[..., Any], args: tuple[Any, ...], in_specs: Any, out_spec
     params_of: dict[Any, list[str]] = {}
 
     def remember(name: str, spec: Any) -> None:
-        k = _key(_strip(hints[name])) if name in hints else None
+        k = _key(strip(hints[name])) if name in hints else None
         if k is None:
             return
         params_of.setdefault(k, []).append(name)
@@ -381,27 +309,4 @@ def names_dimensions(f: Callable[..., Any]) -> bool:
         hints = typing.get_type_hints(f, include_extras=True)
     except Exception:  # noqa: BLE001
         return False
-    return any(hasattr(_strip(h), "_axes") for k, h in hints.items() if k != "return")
-
-
-def deferred(make: Callable[..., Any], f: Callable[..., Any], *, in_specs: Any, out_specs: Any,
-             **kw: Any) -> Callable[..., Any]:
-    """`st.shard_map(f)` whose specs are derived from f's hints at the first call (per argument
-    structure): `make` is `st.shard_map` itself."""
-    name = getattr(f, "__name__", repr(f))
-    cache: dict[Any, Callable[..., Any]] = {}
-
-    @functools.wraps(f)
-    def wrapped(*args: Any) -> Any:
-        mesh = kw["mesh"] if kw.get("mesh") is not None else _compat.context_mesh()
-        # the specs read from the arguments are part of the key: an argument placed otherwise
-        # at a later call derives its own specs
-        key = (jax.tree_util.tree_structure(args), repr(_compat.inferred_specs(args)),
-               None if mesh is None else _mesh_key(mesh))
-        fn = cache.get(key)
-        if fn is None:
-            i, o = derive(f, args, in_specs, out_specs, f"st.shard_map({name})", mesh)
-            fn = cache[key] = make(f, in_specs=i, out_specs=o, **kw)
-        return fn(*args)
-
-    return wrapped
+    return any(hasattr(strip(h), "_axes") for k, h in hints.items() if k != "return")

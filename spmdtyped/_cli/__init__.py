@@ -1,4 +1,4 @@
-"""The command line: `python -m spmdtyped {demo,check,infer,port,explain,stubgen}` and `--version`.
+"""The command line: `python -m spmdtyped {demo,check,infer,port,explain,report,stubgen}` and `--version`.
 
 One module per command in this folder, each with `main(argv) -> int`; `args` holds the inputs
 the commands share."""
@@ -17,6 +17,7 @@ _COMMANDS = {
     "infer": ("spmdtyped._cli.infer", "infer the typed signature of a raw shard_map function"),
     "port": ("spmdtyped._cli.port", "rewrite raw shard_map code to spmdtyped (libcst)"),
     "explain": ("spmdtyped._cli.explain", "print the page of an error code, e.g. SPMD101"),
+    "report": ("spmdtyped._cli.report", "the communication report of a step (FILE[:FUNC])"),
     "stubgen": ("spmdtyped._cli.stubgen", "write typings/spmdtyped/ for pyright / Pylance (--axes dp,tp)"),
 }
 

@@ -77,7 +77,7 @@ def _sections(config: Path | None) -> dict[str, dict[str, str]]:
 
 def _installed() -> bool:
     """Whether mypy finds `spmdtyped` in site-packages (else: a source checkout)."""
-    here = Path(__file__).resolve().parent.parent
+    here = Path(__file__).resolve().parents[2]  # the folder that holds `spmdtyped/`
     return "site-packages" in here.parts or "dist-packages" in here.parts
 
 
@@ -137,7 +137,7 @@ def main(argv: list[str]) -> int:
         rest = ["--explicit-package-bases", *rest]
     mypypath = [str(b) for b in bases]
     if not _installed():
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])  # the folder that holds `spmdtyped/`
         mypypath.append(root)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     if mypypath:

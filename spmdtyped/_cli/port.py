@@ -1,99 +1,156 @@
 """`python -m spmdtyped port FILE...`: rewrite raw shard_map code with the codemod
-(`adapters/_port/codemod.py`); with `--entry`, trace the entry functions first and annotate the
-states JAX observed."""
+(`adapters/_port/codemod.py`).
+
+The module is read first (`discover`, as `infer` reads it): when its `jax.shard_map` calls
+give the mesh, the specs and the shapes (module-level arrays passed to the shard_map'd
+function), or the flags fill them in, the bodies are traced and the file is ported to typed
+code with the states JAX observed (the checked mode); `--entry FUNC` (repeatable) names the
+bodies to trace (any function of FILE, with `--in-specs`, `--out-specs`, `--shapes` when the
+module does not shard_map it). Otherwise, or with `--static` (no import), the spec-driven
+mode: annotations from the literal specs. Exit status 0, or 1 with `--check` when a file would
+change; 2 for bad usage (an `--entry` that cannot be traced, a file that cannot be read)."""
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import libcst as cst
 
-from ..adapters._port.codemod import port_source
 
-
-def _observed_states(path: str, args: argparse.Namespace) -> tuple[Any, Any]:
-    """Checked mode from the command line: import `path`, trace each `--entry` function
-    on the `--shapes` under the mesh, and observe the states its functions see."""
+def _runs(path: str, args: argparse.Namespace) -> tuple[list[Any], list[str], Any]:
+    """The bodies of `path` to observe (`discover.Job`s), the messages of those that cannot
+    be traced, and the command line's mesh (None: each body's own)."""
     import inspect
-    import math
-    import os
 
-    from .args import load_function, parse_mesh, parse_shapes, parse_specs
+    from .args import parse_mesh
+    from .infer import Flags
 
-    names, sizes = parse_mesh(args.mesh) if args.mesh else ((), ())
-    shapes = parse_shapes(args.shapes)
-    if "jax" not in sys.modules:
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
-        flag = f"--xla_force_host_platform_device_count={max(8, math.prod(sizes))}"
-        if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
-    import jax
+    sizes = parse_mesh(args.mesh) if args.mesh else ((), ())
+
     from jax.sharding import PartitionSpec
 
-    from .. import _compat
-    from ..adapters._port.observe import observe_all
+    from . import discover as _discover
 
-    in_specs = parse_specs(args.in_specs, PartitionSpec)
-    out_specs = parse_specs(args.out_specs, PartitionSpec)
-    fns = [inspect.unwrap(load_function(f"{os.path.abspath(path)}:{e}")) for e in args.entry]
-    mesh = jax.make_mesh(sizes, names) if names else _compat.context_mesh(concrete=True)
-    if mesh is None:
-        raise ValueError("no --mesh, and the module sets none (jax.set_mesh)")
-    sds = [jax.ShapeDtypeStruct(shape, dtype) for dtype, shape in shapes]
-    runs = [(f, sds, in_specs, out_specs) for f in fns]
-    return observe_all(runs, file=fns[0].__code__.co_filename, mesh=mesh)
+    flags = Flags(args, sizes)
+    module, sites = _discover.discover(path)
+    where = os.path.basename(path)
+    jobs, errors = [], []
+    if args.entry:
+        for entry in args.entry:
+            mine = [s for s in sites if s.matches(entry)]
+            if not mine:
+                fn = getattr(module, entry, None)
+                if not callable(fn):
+                    errors.append(f"{where}: no function {entry}")
+                    continue
+                mine = [_discover.Site(body=inspect.unwrap(fn), name=entry, line=None,
+                                       mesh=_discover.UNKNOWN, in_specs=_discover.UNKNOWN,
+                                       out_specs=_discover.UNKNOWN)]
+            for site in mine:
+                made = _discover.job(site, flags, PartitionSpec, f"{where}:{site.line or entry}")
+                (errors if isinstance(made, str) else jobs).append(made)
+    else:
+        for site in sites:
+            made = _discover.job(site, flags, PartitionSpec, f"{where}:{site.line}")
+            if not isinstance(made, str):
+                jobs.append(made)
+    # code run with check_vma=False keeps its raw body (on typed_shard_map): not observed
+    jobs = [j for j in jobs if j.check_vma is True]
+    return jobs, errors, flags.mesh_obj
+
+
+def _observed_states(path: str, args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
+    """Checked mode: `(states, declared, errors)`, `states` None when nothing can be traced."""
+    from ..adapters._port.observe import observe_all
+    from .infer import mesh_context
+
+    jobs, errors, cli_mesh = _runs(path, args)
+    if not jobs or (args.entry and errors):
+        return None, None, errors
+    runs = [(j.fn, j.args, j.in_specs, j.out_specs, j.mesh) for j in jobs]
+    with mesh_context(cli_mesh):
+        states, declared = observe_all(runs, file=os.path.abspath(path))
+    return states, declared, errors
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m spmdtyped port",
-        description="Rewrite raw jax.shard_map code to spmdtyped: checked collectives, "
-                    "checked shard_map, annotations from the specs; with --entry, typed code "
-                    "whose annotations are the states observed while JAX traces it.")
+        description="Rewrite raw jax.shard_map code to spmdtyped. The module's shard_map calls "
+                    "(mesh, specs, module-level arrays) are traced and the code ported to typed "
+                    "code with the states JAX observed; the flags fill in what the module does "
+                    "not say. Without them (or --static): checked collectives, checked "
+                    "shard_map, annotations from the literal specs.")
     parser.add_argument("files", nargs="+", metavar="FILE")
     parser.add_argument("--write", action="store_true", help="rewrite the files in place")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 if any file would change (prints the diff)")
-    checked = parser.add_argument_group(
-        "checked mode (one FILE): trace the --entry functions and port to typed code")
+    parser.add_argument("--static", action="store_true",
+                        help="do not import the module: annotations from the literal specs only")
+    checked = parser.add_argument_group("what the module does not say (one FILE)")
     checked.add_argument("--entry", action="append", default=[], metavar="FUNC",
-                         help="a function of FILE given to shard_map (repeatable)")
-    checked.add_argument("--mesh", help="axis sizes, e.g. dp=2,tp=4 (default: the module's "
-                                        "jax.set_mesh)")
+                         help="a function of FILE to trace (repeatable; default: every body "
+                              "the module gives jax.shard_map)")
+    checked.add_argument("--mesh", help="axis sizes, e.g. dp=2,tp=4 (default: the module's)")
     checked.add_argument("--in-specs", help="Python expression, e.g. \"(P('dp'), P(None, 'tp'))\"")
     checked.add_argument("--out-specs", help="Python expression, e.g. \"P('dp')\"")
     checked.add_argument("--shapes", help="global argument shapes, e.g. \"f32[8,16] f32[16,32]\"")
     args = parser.parse_args(list(argv) if argv is not None else None)
-    states = declared = None
-    if args.entry:
-        if len(args.files) != 1 or not (args.in_specs and args.out_specs and args.shapes):
-            print("error: --entry needs one FILE and --in-specs, --out-specs, --shapes",
-                  file=sys.stderr)
-            return 2
-        try:
-            states, declared = _observed_states(args.files[0], args)
-        except Exception as e:  # noqa: BLE001 - usage problems and crashes: exit 2
-            print(f"error: cannot observe {args.files[0]}: {type(e).__name__}: {e}",
-                  file=sys.stderr)
-            return 2
+    if args.entry and (len(args.files) != 1 or args.static):
+        print("error: --entry needs one FILE (and no --static)", file=sys.stderr)
+        return 2
+    from .args import parse_mesh
+    from .infer import setup_devices
+
+    try:
+        setup_devices(parse_mesh(args.mesh)[1] if args.mesh else ())
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    # after the device count is set: the adapters import JAX
+    from ..adapters._port.codemod import port_source
+
     changed = 0
     for path in args.files:
         try:
             with open(path, encoding="utf-8") as fh:
                 old = fh.read()
-            new, changes = port_source(old, states, declared)
+            cst.parse_module(old)
         except (OSError, cst.ParserSyntaxError) as e:
             print(f"{path}: error: {e}", file=sys.stderr)
             return 2
+        states = declared = None
+        if not args.static:
+            try:
+                states, declared, errors = _observed_states(path, args)
+            except Exception as e:  # noqa: BLE001 - the module's own failure
+                if args.entry:
+                    print(f"error: cannot observe {path}: {type(e).__name__}: {e}",
+                          file=sys.stderr)
+                    return 2
+                print(f"{path}: not imported ({type(e).__name__}: {e}): annotations from "
+                      f"the literal specs only", file=sys.stderr)
+                errors = []
+            if args.entry and (errors or states is None):
+                for message in errors or [f"{path}: nothing to trace"]:
+                    print(f"error: --entry needs what the module does not say: {message}",
+                          file=sys.stderr)
+                return 2
+        new, changes = port_source(old, states, declared)
         skipped = [c.removeprefix("unannotated: ") for c in changes
                    if c.startswith("unannotated: ")]
         if skipped:
             print(f"{path}: left unannotated (no array state, or different states at "
                   f"different calls): {', '.join(skipped)}", file=sys.stderr)
+        raw = [c.removeprefix("kept raw: ") for c in changes if c.startswith("kept raw: ")]
+        if raw:
+            print(f"{path}: kept raw (also called outside shard_map): {', '.join(raw)}",
+                  file=sys.stderr)
         if new == old:
             continue
         changed += 1
@@ -108,7 +165,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if changed == 0:
         print("nothing to port", file=sys.stderr)
     return 1 if args.check and changed else 0
-
 
 
 if __name__ == "__main__":

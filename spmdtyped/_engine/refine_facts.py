@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _rules
+from .. import _rules, _surface
 from .._errors import SpmdTypeError, error
 from .._rules import LITERAL, SpmdType
 from .._rules.refine import Refinement, Shard
@@ -47,7 +47,7 @@ def eqn_axes(eqn: Any) -> tuple[str, ...]:
 
 
 def api_name(name: str) -> str:
-    return f"jax.lax.{name}" if name in _rules.AXIS_PRIMITIVES else name
+    return f"jax.lax.{name}" if name in _surface.AXIS_PRIMITIVES else name
 
 
 def dot_spec(dn: Any, lhs_ndim: int, rhs_ndim: int) -> str:

@@ -35,7 +35,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import _compat, _rules
+from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType
 from .._rules import refine as _r
@@ -65,22 +65,6 @@ Where = "tuple[str, int] | None"
 Report = Callable[[SpmdTypeError, Any, str], None]
 
 
-#: elementwise primitives (refine understands the linear ones; every other one is non-linear)
-_ELEMENTWISE = frozenset({
-    "add", "add_any", "sub", "mul", "div", "neg", "max", "min", "pow", "atan2", "rem", "clamp",
-    "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor", "not", "exp", "exp2", "log", "tanh",
-    "sin", "cos", "tan", "sqrt", "rsqrt", "abs", "square", "sign", "log1p", "expm1", "logistic",
-    "erf", "erfc", "erf_inv", "floor", "ceil", "round", "is_finite", "integer_pow",
-    "convert_element_type", "reduce_precision", "copy", "copy_p", "conj", "real", "imag",
-    "stop_gradient", "cbrt", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
-    "lgamma", "digamma", "nextafter", "shift_left", "shift_right_logical",
-    "shift_right_arithmetic", "population_count", "select_n",
-})
-_REDUCTIONS = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
-               "reduce_prod": "prod", "reduce_and": "all", "reduce_or": "any",
-               "argmax": "argmax", "argmin": "argmin"}
-_ALONG = {"cumsum": "cumsum", "cumprod": "cumprod", "cummax": "cummax", "cummin": "cummin",
-          "cumlogsumexp": "cumprod"}
 #: primitives with a rule here (structural) or elsewhere: never "opaque"
 _STRUCTURAL = frozenset({"dot_general", "transpose", "reshape", "broadcast_in_dim", "squeeze",
                          "expand_dims", "slice", "dynamic_slice", "gather", "concatenate", "pad",
@@ -100,7 +84,7 @@ _KNOWN_PLAIN = frozenset({"eigh", "svd", "qr", "cholesky", "triangular_solve", "
                           "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
                           "shard_map"})
 #: every primitive the walk follows (the rest: `_opaque`, or plain Varying; strict=True lists them)
-FOLLOWED = _ELEMENTWISE | _STRUCTURAL | _KNOWN_PLAIN | set(_REDUCTIONS) | set(_ALONG)
+FOLLOWED = set(_surface.PRIMITIVE_REFINE) | _STRUCTURAL | _KNOWN_PLAIN
 
 
 @dataclasses.dataclass
@@ -209,7 +193,7 @@ class RefineWalk:
         for v, t, r in zip(eqn.outvars, outs, results, strict=False):
             env[v] = r.restrict(t.varying).with_data(r.data or data)
         # opaque values cast back to Varying on the axes they dropped
-        if name in ("pvary", "reduced_vary_cast") or _rules.AXIS_PRIMITIVES.get(name) == "pvary":
+        if name in ("pvary", "reduced_vary_cast") or _surface.AXIS_PRIMITIVES.get(name) == "pvary":
             for v in eqn.invars:
                 p = None if is_literal(v) else pending.get(v)
                 if p is not None and p.kind == "opaque" and p.axes <= outs[0].varying:
@@ -237,8 +221,8 @@ class RefineWalk:
                     pending[eqn.outvars[0]] = _Pending(e, where, "jax.grad under jax.vmap",
                                                        "per_example")
             return [ct.with_data(True)]
-        if name in _rules.AXIS_PRIMITIVES:
-            if _rules.AXIS_PRIMITIVES[name] == "psum":
+        if name in _surface.AXIS_PRIMITIVES:
+            if _surface.AXIS_PRIMITIVES[name] == "psum":
                 # a psum of a Shard over its axis (SPMD108) is reported for gradients only:
                 # for a value the in_specs shard, a spec cannot tell a slice of a global array
                 # from a stack of per-device terms (F5), and raw programs sum such values
@@ -250,22 +234,23 @@ class RefineWalk:
             return self._collective(eqn, name, ins, outs, refs, shapes)
         if name == "axis_index":
             return [_rs.axis_index(eqn_axes(eqn))]
-        if name in _ELEMENTWISE:
+        kind, rule = _surface.PRIMITIVE_REFINE.get(name, (None, name))
+        if kind == "elementwise":
             return [self._elementwise(eqn, name, ins, out, refs, shapes, out_shape, side, op)]
-        if name in _REDUCTIONS:
-            return [_r.reduction(_REDUCTIONS[name], ins[0], refs[0], out, ndim=len(shapes[0]),
+        if kind == "reduction":
+            return [_r.reduction(rule, ins[0], refs[0], out, ndim=len(shapes[0]),
                                  axis=tuple(p.get("axes", ())), op=op)]
-        if name in _ALONG:
-            return [_r.along_dim(_ALONG[name], ins[0], refs[0], out, ndim=len(shapes[0]),
-                                 axis=int(p.get("axis", 0)), op=op)]
         if name == "sort":
             dim = int(p.get("dimension", -1))
-            return [_r.along_dim("sort", t, r, o, ndim=len(s), axis=dim, op=op)
+            return [_r.along_dim(rule, t, r, o, ndim=len(s), axis=dim, op=op)
                     for t, r, o, s in zip(ins, refs, outs, shapes, strict=False)]
         if name == "rev":
             dims = tuple(p.get("dimensions", ()))
-            return [_r.along_dim("flip", ins[0], refs[0], out, ndim=len(shapes[0]),
+            return [_r.along_dim(rule, ins[0], refs[0], out, ndim=len(shapes[0]),
                                  axis=dims[0] if len(dims) == 1 else None, op=op)]
+        if kind == "along":
+            return [_r.along_dim(rule, ins[0], refs[0], out, ndim=len(shapes[0]),
+                                 axis=int(p.get("axis", 0)), op=op)]
         if name == "dot_general":
             spec = dot_spec(p["dimension_numbers"], len(shapes[0]), len(shapes[1]))
             args = [Arg(ins[0], refs[0], shapes[0]), Arg(ins[1], refs[1], shapes[1])]
@@ -315,7 +300,7 @@ class RefineWalk:
 
     def _collective(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
                     refs: list[Refinement], shapes: list[tuple[int, ...]]) -> list[Refinement]:
-        rule = _rules.AXIS_PRIMITIVES[name]
+        rule = _surface.AXIS_PRIMITIVES[name]
         kind = {"pcast_varying": "pcast_varying"}.get(rule, rule)
         p = eqn.params
         params = {"axis": p.get("all_gather_dimension", p.get("axis", 0)),

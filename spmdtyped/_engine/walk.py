@@ -197,6 +197,9 @@ class Walk:
     #: record a `Step` per equation (infer's listing); typed_shard_map needs only violations
     record_steps: bool = True
     _seen: set[tuple[str, Any, Any]] = dataclasses.field(default_factory=set)
+    #: id(var) -> its value, for the scalar literals that flow into a nested jit (jnp.pad's
+    #: padding value): the rows that depend on arguments read them (`_rules.primitive_rule`)
+    _known: dict[int, object] = dataclasses.field(default_factory=dict)
 
     def violation(self, e: SpmdTypeError, where: tuple[str, int] | None, extra: str) -> None:
         key = (e.code, where, e.headline)
@@ -227,8 +230,8 @@ class Walk:
         predicted: list[SpmdType] | None = None
         code = None
         try:
-            if name in _rules.AXIS_PRIMITIVES:
-                rule = _rules.AXIS_PRIMITIVES[name]
+            if name in _surface.AXIS_PRIMITIVES:
+                rule = _surface.AXIS_PRIMITIVES[name]
                 ins = self._effective(eqn, rule, ins, producers)
                 axes = _axes(eqn)
                 if self.record_steps:
@@ -263,8 +266,23 @@ class Walk:
             where = loc.get()
             self.steps.append(Step(where[0] if where else None, where[1] if where else None,
                                    name, op, ins, outs, depth, auto, code))
+        if name == "convert_element_type" and eqn.invars:  # a literal stays known through it
+            value = self._value(eqn.invars[0])
+            if value is not _rules.UNKNOWN:
+                self._known[id(eqn.outvars[0])] = value
         for sub in subs:
+            if len(subs) == 1 and len(sub.invars) == len(eqn.invars) and name in _CALLS:
+                for v, inner in zip(eqn.invars, sub.invars, strict=True):
+                    value = self._value(v)
+                    if value is not _rules.UNKNOWN:
+                        self._known[id(inner)] = value
             self.jaxpr(sub, depth + 1, loc)
+
+    def _value(self, v: Any) -> object:
+        """A scalar literal's value (in the jaxpr, or passed into this nested call), else
+        `UNKNOWN`."""
+        value = _compat.literal_value(v)
+        return self._known.get(id(v), _rules.UNKNOWN) if value is None else value
 
     # -- collectives and casts
     def _effective(self, eqn: Any, rule: str, ins: tuple[SpmdType, ...],
@@ -288,7 +306,12 @@ class Walk:
 
     # -- elementwise, structural, reductions
     def _elementwise(self, eqn: Any, name: str, ins: Sequence[SpmdType]) -> list[SpmdType]:
-        rule = _rules.PRIMITIVES[name]
+        # the rule `st.*` applies for these arguments (pad's padding value, astype's dtypes)
+        params = {"new_dtype": _compat.dtype_name(eqn.params["new_dtype"])} \
+            if "new_dtype" in eqn.params else {}
+        rule = _rules.primitive_rule(name, params, [self._value(v) for v in eqn.invars],
+                                     _compat.dtype_name(getattr(eqn.invars[0].aval, "dtype", None))
+                                     if eqn.invars else _rules.UNKNOWN)
         n = _rules.PRIMITIVE_OPERANDS.get(name)
         ops = list(ins[:n] if n else ins)
         if name == "select_n":
@@ -315,6 +338,11 @@ class Walk:
                         fix=f"{name}(jax.lax.psum(x, {tuple(lost) if len(lost) > 1 else lost[0]!r}))")
 
 
+#: call-like primitives whose one nested jaxpr takes the equation's operands in order
+_CALLS = frozenset({"pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
+                    "custom_jvp_call"})
+
+
 def _axes(eqn: Any) -> tuple[str, ...]:
     """The mesh axes a collective equation acts on (`axes` or `axis_name` param)."""
     raw = eqn.params.get("axes", eqn.params.get("axis_name", ()))
@@ -330,3 +358,14 @@ def boundary_source(var: Any, producers: dict[int, Any]) -> Any:
         var = src.invars[0]
         src = producers.get(id(var))
     return var
+
+
+def library_functions(frames: Sequence[tuple[str, int, str]]) -> list[str]:
+    """Function names of the library frames between the bind and the user's code (innermost
+    first); the communication report reads the collective the user called from them."""
+    return _library_functions(frames)
+
+
+def is_auto_pvary(frames: Sequence[tuple[str, int, str]]) -> bool:
+    """Whether a pvary equation with this stack was inserted by JAX itself."""
+    return _is_auto_pvary(frames)

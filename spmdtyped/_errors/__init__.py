@@ -20,17 +20,33 @@ import difflib
 import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, TypedDict, TypeVar, Unpack
 
 from . import pages as _error_pages
 from . import pages_boundary as _error_pages_boundary
 from . import pages_refine as _error_pages_refine
+from . import pages_report as _report_pages
 from .pages import ErrorPage
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 DOCS_URL = "https://spmdtyped.readthedocs.io/en/latest/errors/"
+
+
+class ErrorFields(TypedDict, total=False):
+    """The structured fields of an error, as `SpmdTypeError(headline, code=, **fields)` and
+    `error(code, headline, **fields)` take them (each optional): the offending `axes` and their
+    `states`, the `fix` as code, the raising `op`, extra `details` lines, and the user's
+    `function` and `mesh` (by default those of the enclosing `error_context`)."""
+
+    axes: Iterable[str]
+    states: Mapping[str, str] | None
+    fix: str | None
+    op: str | None
+    details: Iterable[str]
+    function: str | None
+    mesh: object
 
 
 class SpmdTypeError(TypeError):
@@ -50,29 +66,30 @@ class SpmdTypeError(TypeError):
     """
 
     code: str = "SPMD000"
+    axes: tuple[str, ...]
+    states: dict[str, str]
+    fix: str | None
+    op: str | None
+    headline: str
+    details: tuple[str, ...]
+    function: str | None
+    mesh: str | None
 
-    def __init__(
-        self,
-        headline: str,
-        *,
-        code: str | None = None,
-        axes: Iterable[str] = (),
-        states: Mapping[str, str] | None = None,
-        fix: str | None = None,
-        op: str | None = None,
-        details: Iterable[str] = (),
-        function: str | None = None,
-        mesh: object = None,
-    ) -> None:
+    def __init__(self, headline: str, *, code: str | None = None,
+                 **fields: Unpack[ErrorFields]) -> None:
+        unknown = fields.keys() - ErrorFields.__annotations__.keys()
+        if unknown:
+            raise TypeError(f"SpmdTypeError() got unexpected keyword arguments {sorted(unknown)}")
         if code is not None:
             self.code = code
         self.headline = headline
-        self.axes = tuple(axes)
-        self.states = dict(states or {})
-        self.fix = fix
-        self.op = op
-        self.details = tuple(details)
+        self.axes = tuple(fields.get("axes", ()))
+        self.states = dict(fields.get("states") or {})
+        self.fix = fields.get("fix")
+        self.op = fields.get("op")
+        self.details = tuple(fields.get("details", ()))
         ctx = _CONTEXT.get() or _NO_CONTEXT
+        function, mesh = fields.get("function"), fields.get("mesh")
         self.function = function if function is not None else ctx.function
         self.mesh = describe_mesh(mesh) if mesh is not None else ctx.describe()
         super().__init__(render(self))
@@ -98,18 +115,22 @@ class UsageError(SpmdTypeError):
     """Bad input to spmdtyped: unknown axis, malformed hint, call outside shard_map (SPMD5xx)."""
 
 
+class CommunicationError(SpmdTypeError):
+    """A step communicates more than it needs: a flag of `st.report` (SPMD7xx)."""
+
+
 class InternalConsistencyError(SpmdTypeError):
     """spmdtyped predicted a different state than JAX computed: a bug in the rule table (SPMD9xx)."""
 
 
 for _cls in (SpmdTypeError, AxisStateError, CombineError, CastError, BoundaryError, UsageError,
-             InternalConsistencyError):
+             CommunicationError, InternalConsistencyError):
     _cls.__module__ = "spmdtyped"
 
 #: the exception class of a code, by its hundreds digit
 CATEGORIES: dict[str, type[SpmdTypeError]] = {
     "1": AxisStateError, "2": CombineError, "3": CastError, "4": BoundaryError, "5": UsageError,
-    "9": InternalConsistencyError,
+    "7": CommunicationError, "9": InternalConsistencyError,
 }
 
 
@@ -125,7 +146,7 @@ class ErrorInfo(ErrorPage):
 REGISTRY: dict[str, ErrorInfo] = {
     page.code: ErrorInfo(**{f.name: getattr(page, f.name) for f in dataclasses.fields(page)})
     for page in sorted((*_error_pages.PAGES, *_error_pages_boundary.PAGES,
-                        *_error_pages_refine.PAGES), key=lambda page: page.code)
+                        *_error_pages_refine.PAGES, *_report_pages.PAGES), key=lambda page: page.code)
 }
 
 _NAMES: dict[str, str] = {  # every accepted spelling (lowercase) -> code
@@ -253,22 +274,9 @@ def _where(err: SpmdTypeError, head: str) -> str:
 # ----------------------------------------------------------------------------- messages
 
 
-def error(
-    code: str,
-    headline: str,
-    *,
-    axes: Iterable[str] = (),
-    states: Mapping[str, str] | None = None,
-    fix: str | None = None,
-    op: str | None = None,
-    details: Iterable[str] = (),
-    function: str | None = None,
-    mesh: object = None,
-) -> SpmdTypeError:
+def error(code: str, headline: str, **fields: Unpack[ErrorFields]) -> SpmdTypeError:
     """Build (not raise) the exception of `code`'s category."""
-    cls = REGISTRY[code].category
-    return cls(headline, code=code, axes=axes, states=states, fix=fix, op=op, details=details,
-               function=function, mesh=mesh)
+    return REGISTRY[code].category(headline, code=code, **fields)
 
 
 def render(err: SpmdTypeError) -> str:

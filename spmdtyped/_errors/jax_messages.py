@@ -21,6 +21,8 @@ from collections.abc import Iterator
 
 import jax
 
+from .. import _surface
+from .._rules.axis_ops import AXIS_OPS
 from . import SpmdTypeError, error
 
 
@@ -171,8 +173,10 @@ TABLE: tuple[JaxMessage, ...] = (
                "use one of the mesh's axis names (or add it to axis_names)"),
 )
 
-_COLLECTIVE_CALL = (r"\b(psum|pmean|pmax|pmin|ppermute|pshuffle|pbroadcast|all_gather|"
-                    r"psum_scatter|all_to_all)\s*\(")
+#: a call of a collective (not a cast) on a source line: the collective table's names
+_COLLECTIVE_CALL = r"\b(" + "|".join(
+    c.name for c in _surface.COLLECTIVES
+    if c.ops and not all(AXIS_OPS[op].is_cast for op in c.ops)) + r")\s*\("
 _UNREDUCED_COLLECTIVE = next(r for r in TABLE if r.code == "SPMD102")
 
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep

@@ -58,17 +58,21 @@ PAGES: tuple[ErrorPage, ...] = (
                 "its gradient is Unreduced. Summing, gathering or permuting it over the same axis would "
                 "communicate a value that is not per-device. JAX reports this as `psum cannot accept args "
                 "which are reduced` (or `pvary cannot accept args which are reduced`).",
-        fix='st.psum(st.pcast(x, axis, to="varying"), axis)',
+        fix="y = x   # x is already reduced (replicated) over the axis: drop the collective",
         solutions=(
-            'Cast it back to a per-device value first: `st.pcast(x, axis, to="varying")`.',
-            "Use the value from before the reduction (the Varying value you all-gathered or summed).",
+            "Drop the collective: the value is already complete on every device (a gathered parameter "
+            "needs no second sum), or use the value from before the reduction (the Varying value you "
+            "all-gathered or summed).",
+            'Cast it back to a per-device value first, `st.psum(st.pcast(x, axis, to="varying"), axis)`, '
+            "only if you want every device's copy counted: this changes the numbers (a psum gives n·x, "
+            "n devices on the axis).",
             "If a custom primitive produced the Reduced value, declare its effects with `st.custom_op` so "
             "the right state is recorded.",
         ),
         before='w = st.all_gather(w_shard, "dp", to="reduced")\n'
                'y = st.psum(w, "dp")',
         after='w = st.all_gather(w_shard, "dp", to="reduced")\n'
-              'y = st.psum(st.pcast(w, "dp", to="varying"), "dp")',
+              'y = w                                 # the gather already assembled the full w',
         when="psum/pmean/pmax/pmin/ppermute/pshuffle/all_gather/psum_scatter/all_to_all over an axis where "
              "the input is Reduced: typically a ZeRO/FSDP parameter gathered with "
              '`all_gather(to="reduced")` or declared `P(reduced=...)`, then reduced again.',
@@ -308,10 +312,12 @@ PAGES: tuple[ErrorPage, ...] = (
             "Drop the cast if the value already has the target state.",
             "Use a collective for a change that communicates: `st.psum` (Varying/Unreduced → Invariant), "
             '`st.all_gather(..., to="reduced")` (Varying → Reduced).',
+            'Out of Unreduced: `st.pvary(st.psum(u, axis), axis)` is the summed value on every device; '
+            '`st.psum_scatter(u, axis, tiled=True)` is cheaper but keeps only this device\'s shard of '
+            "the sum (a different shape: it changes the numbers each device holds).",
         ),
         before='v = st.pcast(u, "tp", to="varying")          # u: Unreduced["tp"]',
-        after='v = st.psum_scatter(u, "tp", tiled=True)     # Varying["tp"]: each device keeps its summed '
-              "shard",
+        after='v = st.pvary(st.psum(u, "tp"), "tp")         # the summed value, on every device',
         when="Casting twice, casting Invariant straight to Unreduced (go through Varying), or casting "
              "Varying to Reduced.",
         related=("SPMD101", "SPMD102"),

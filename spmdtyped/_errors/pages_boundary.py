@@ -32,7 +32,9 @@ PAGES: tuple[ErrorPage, ...] = (
         before='st.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P())(x)     # f returns Varying["dp"]',
         after='st.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"))(x)',
         when="Forgetting the final psum of a loss; returning a partial sum under a replicated spec; a "
-             "Reduced parameter returned under a partitioned spec.",
+             "Reduced parameter returned under a partitioned spec; `P(unreduced=...)` or "
+             "`P(reduced=...)` out_specs in a partial-manual shard_map (`axis_names=`), which JAX "
+             "cannot lower.",
         related=("SPMD402",),
     ),
     ErrorPage(
@@ -212,6 +214,32 @@ PAGES: tuple[ErrorPage, ...] = (
         related=("SPMD407", "SPMD902"),
     ),
     ErrorPage(
+        code="SPMD409", slug="nested-manual", title="shard_map nested over an axis already manual",
+        headline="a shard_map inside another shard_map makes an axis manual that is manual already",
+        rule="A nested shard_map makes manual only axes the enclosing shard_map left to the compiler.",
+        meaning="Inside a shard_map body the manual axes are already per-device: the body sees one "
+                "shard, and there is nothing left to split over them. JAX traces a nested shard_map over "
+                "such an axis and then fails in the MLIR verifier (or with a mesh mismatch). Nest only over "
+                "the axes the outer shard_map left automatic (`axis_names=`), or call the inner function "
+                "directly on the shard.",
+        fix="y = inner(x)   # already per device over the outer shard_map's manual axes",
+        solutions=(
+            "Call the inner per-shard function directly: its values are already the body's shards.",
+            'Give the outer shard_map `axis_names={"dp"}` and the inner one `axis_names={"tp"}` to '
+            "split the axes between them.",
+        ),
+        before='@st.shard_map(mesh=mesh, in_specs=P("dp"), out_specs=P("dp"))\n'
+               'def outer(x):\n'
+               '    return st.shard_map(lambda v: v * 2.0, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"))(x)\n'
+               'y = outer(x)',
+        after='@st.shard_map(mesh=mesh, in_specs=P("dp"), out_specs=P("dp"))\n'
+              'def outer(x):\n'
+              '    return x * 2.0                    # the body already holds the shard\n'
+              'y = outer(x)',
+        when="Reusing a function that calls st.shard_map itself from inside another shard_map body.",
+        related=("SPMD503", "SPMD403"),
+    ),
+    ErrorPage(
         code="SPMD501", slug="unknown-axis", title="Unknown axis",
         headline="an axis name is not an axis of the mesh",
         rule="Every axis named in a collective, cast, spec or hint is an axis of the mesh.",
@@ -251,7 +279,7 @@ PAGES: tuple[ErrorPage, ...] = (
                'f(x)',
         after='@st.shard_map(mesh=mesh, in_specs=P("dp"), out_specs=P(), axis_names={"dp"})\n'
               'def f(x):\n'
-              '    return st.psum(x.sum(0), "dp")      # tp is left to the compiler\n'
+              '    return st.psum(x, "dp")             # tp is auto: x is not split over it\n'
               'f(x)',
         when="Partial-manual shard_map bodies that name an auto axis.",
         related=("SPMD501",),
@@ -277,9 +305,14 @@ PAGES: tuple[ErrorPage, ...] = (
         meaning='`pcast` takes `to="varying"|"reduced"|"unreduced"`; `all_gather` takes '
                 '`to="varying"|"invarying"|"reduced"`.',
         fix='st.pcast(x, axis, to="varying")',
-        solutions=("Use one of the listed targets.",),
+        solutions=(
+            "Use one of the listed targets.",
+            "Into Invariant needs a collective, and each computes different numbers: `st.psum` the sum "
+            "of the devices' values, `st.pmean` their mean, `st.all_gather(x, axis, tiled=True, "
+            'to="invarying")` the whole array. Pick the one the program means.',
+        ),
         before='y = st.pcast(x, "dp", to="invariant")        # x: Varying["dp"]',
-        after='y = st.psum(x, "dp")                         # Varying -> Invariant needs a collective',
+        after='y = st.psum(x, "dp")                         # Varying -> Invariant: a sum (or pmean, all_gather)',
         when="Typos, or asking a cast for a change only a collective can make.",
         related=("SPMD301",),
     ),
@@ -292,7 +325,7 @@ PAGES: tuple[ErrorPage, ...] = (
         fix='st.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P())(x)',
         solutions=("Call it inside the shard_map'd function.",),
         before='y = st.psum(x, "dp")      # at top level',
-        after='y = st.shard_map(lambda x: st.psum(x.sum(0), "dp"), mesh=mesh, in_specs=P("dp"), out_specs=P())(x)',
+        after='y = st.shard_map(lambda x: st.psum(x, "dp"), mesh=mesh, in_specs=P("dp"), out_specs=P())(x)',
         when="Calling a per-shard helper directly, e.g. from a test, without a shard_map around it.",
         related=("SPMD501",),
     ),
@@ -334,6 +367,25 @@ PAGES: tuple[ErrorPage, ...] = (
               'with st.allow("SPMD103"): ...   # a strict code',
         when="Typos in a code; opting out of a rule that JAX enforces too.",
         related=("SPMD103", "SPMD202"),
+    ),
+    ErrorPage(
+        code="SPMD509", slug="bad-argument", title="Argument of the wrong type or value",
+        headline="a public spmdtyped function was given an argument of the wrong type or out of range",
+        rule="Every argument of a spmdtyped function has the type and range its documentation names.",
+        meaning="spmdtyped checks each argument before using it: a mesh is a `jax.sharding.Mesh`, a "
+                "function is callable, a spec is a `PartitionSpec` whose entries are axis names, `argnums` "
+                "name positional arguments of the call, a permutation pairs device indices of the axis, "
+                "and a dimension (`split_axis`, `scatter_dimension`, `axis`) is one of the operand's. The "
+                "message names the argument, what it got and what it expects. Arguments that "
+                "`st.numpy` passes on and `jax.numpy` rejects (an axis out of range, a float shape) "
+                "are reported with JAX's message.",
+        fix='st.shard_map(f, mesh=jax.make_mesh((2, 4), ("dp", "tp")), in_specs=P("dp"), out_specs=P())',
+        solutions=("Pass the argument in the form the message names.",),
+        before='st.shard_map(lambda x: x, mesh="dp", in_specs=P("dp"), out_specs=P("dp"))',
+        after='st.shard_map(lambda x: x, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"))',
+        when="An axis name where a mesh is expected, `argnums` past the last argument, a permutation "
+             "with an index outside the axis, an int in a PartitionSpec, a non-callable function.",
+        related=("SPMD501", "SPMD502"),
     ),
     ErrorPage(
         code="SPMD901", slug="internal-mismatch", title="Rule table disagrees with JAX",

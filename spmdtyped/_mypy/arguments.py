@@ -3,8 +3,9 @@ secondary arrays of `st.numpy.pad(x, 1, constant_values=...)`, `x.astype(jnp.int
 `st.numpy.roll(x, shift)`, `st.nn.softmax(x, where=mask)`, ... read from source.
 
 Keyword values are read when they are literals (numbers, strings, None, tuples of them, dtype
-names such as `jnp.int32`); anything else is `_rules.UNKNOWN`, and where the rule needs it the
-result is the declared type (no claim, no error). Statically the input's dtype is unknown.
+names such as `jnp.int32`, `np.int32`, `"int32"`, `int`, `bool`, `jnp.bool_`); anything else is
+`_rules.UNKNOWN`, and where the rule needs it the result is the declared type (no claim, no
+error). Statically the input's dtype is unknown: the rules assume `_rules.STATIC_DTYPE` (float).
 """
 
 from __future__ import annotations
@@ -92,14 +93,15 @@ def typed_call(ctx: Any, rule: str, array: tuple[Expression | None, Type],
         if not isinstance(o, SpmdType):
             return default  # a raw array: its state is unknown statically
         secondary.append((n, o))
-    if _rules.argument_rule(rule, keywords, _rules.UNKNOWN) is None:
+    if _rules.argument_rule(rule, keywords, _rules.STATIC_DTYPE) is None:
         return default
     alts = alternatives(ctx.api, array[1], array[0])
     if alts is None:
         return default
 
     def fn(t: SpmdType) -> SpmdType:
-        out = _rules.call_type(rule, t, keywords, _rules.UNKNOWN, secondary, CONFIG.features, op=op)
+        out = _rules.call_type(rule, t, keywords, _rules.STATIC_DTYPE, secondary, CONFIG.features,
+                               op=op)
         assert out is not None
         return out
 

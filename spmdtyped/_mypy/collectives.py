@@ -1,6 +1,6 @@
-"""Collectives and casts: `st.psum`, `pmean`, `pmax`, `pmin`, `ppermute`, `pshuffle`,
-`pbroadcast`, `all_gather`, `psum_scatter`, `all_to_all`, `pvary`, `pcast`, `axis_index`:
-the operand's state through `_rules.axis_op` (leaf by leaf of a tuple pytree)."""
+"""Collectives and casts: `st.psum` ... `st.pcast`, `st.axis_index`: every row of the
+collective table (`_surface.collectives`, looked up at hook time: `name_of`), the operand's
+state through `_rules.axis_op` (leaf by leaf of a tuple pytree)."""
 
 from __future__ import annotations
 
@@ -32,16 +32,31 @@ from .convert import (
     to_operand,
 )
 
-#: the collectives and casts with a typed result: the surface table's (`_surface.COLLECTIVES`;
-#: `st.axis_size` is a Python int)
-NAMES: Final = tuple(c.name for c in _surface.COLLECTIVES if c.ops or c.name == "axis_index")
-#: full name -> collective
-FULLNAMES: Final = {f"{m}.{n}": n for m in (STATIC, "spmdtyped", "spmdtyped._ops.collectives")
-                    for n in NAMES}
+#: the modules whose collectives are `st.<name>` (the static view, the package, the runtime)
+_MODULES: Final = (STATIC, "spmdtyped", "spmdtyped._ops.collectives")
 #: `st.axis_size`: an int that remembers its literal axes (`axis_size`)
-AXIS_SIZE: Final = frozenset(f"{m}.axis_size" for m in (STATIC, "spmdtyped", "spmdtyped._ops.collectives"))
-#: `spmdtyped.lax`: jax.lax's drop-ins return raw values, but check typed operands as st.<name>
-LAX_FULLNAMES: Final = {f"spmdtyped.lax.{n}": n for n in NAMES}
+AXIS_SIZE: Final = frozenset(f"{m}.axis_size" for m in _MODULES)
+
+
+def name_of(fullname: str) -> str | None:
+    """The collective a full name calls (`spmdtyped._static.psum` -> "psum"), read from the
+    collective table at hook time (a row registered by a test counts), or None. Only those with
+    a typed result: `st.axis_size` is a Python int (`axis_size`)."""
+    module, _, name = fullname.rpartition(".")
+    if module not in _MODULES:
+        return None
+    c = _surface.collective(name)
+    return name if c is not None and (c.ops or name == "axis_index") else None
+
+
+def lax_name_of(fullname: str) -> str | None:
+    """`spmdtyped.lax.<name>`: jax.lax's drop-ins return raw values, but check typed operands
+    as st.<name> does."""
+    module, _, name = fullname.rpartition(".")
+    if module != "spmdtyped.lax":
+        return None
+    c = _surface.collective(name)
+    return name if c is not None and c.in_lax and (c.ops or name == "axis_index") else None
 
 
 def analyze(ctx: FunctionContext, name: str, raw: bool = False) -> Type:
@@ -74,8 +89,10 @@ def analyze(ctx: FunctionContext, name: str, raw: bool = False) -> Type:
         collective = _surface.collective(name)
         assert collective is not None, name
         to = arg(ctx, "to") if collective.select else None
-        to_value = "varying" if to is None else literal_value(to[1])
-        if to_value is None:
+        to_param = collective.param("to")
+        to_value = (literal_value(to[1]) if to is not None else
+                    to_param.default if to_param is not None else None)
+        if collective.select is not None and (to_value is None or to_value is _surface.REQUIRED):
             return default
         rule = collective.op(to_value, op)
     except SpmdTypeError as err:
@@ -108,7 +125,7 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
     if isinstance(p, TupleType):  # a pytree: each leaf separately
         return p.copy_modified(items=[_result(ctx, rule, op, axes, None, i, any_type())
                                       for i in p.items])
-    if rule not in _FROM_PLAIN and isinstance(p, Instance) and p.type.fullname == SARRAY \
+    if not _rules.AXIS_OPS[rule].from_plain and isinstance(p, Instance) and p.type.fullname == SARRAY \
             and (len(p.args) == 3 or isinstance(p.args[3], AnyType)):
         state = state_of_args(p.args)
         if state is not None:  # no refinement: the four-state rule alone (`rapply`'s)
@@ -121,7 +138,7 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
     alts = refined.ralternatives(ctx.api, t, expr)
     if alts is None:
         return default
-    params = _params(ctx)
+    params = _params(ctx, _surface.collective(op.removeprefix("st.")))
 
     def rule_fn(x: SpmdType) -> SpmdType:
         return _rules.axis_op(rule, x, axes, CONFIG.features, op=op)
@@ -147,31 +164,34 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
         return ref, (v.rank + 1 if grows and v.rank is not None else v.rank)
 
     # pvary / pcast(to="varying") make Rep, psum_scatter / all_to_all make Shard from a plain value
-    refine.from_plain = rule in _FROM_PLAIN  # type: ignore[attr-defined]
+    refine.from_plain = _rules.AXIS_OPS[rule].from_plain  # type: ignore[attr-defined]
     return refined.rapply(ctx.api, ctx.context, default, [refined.arrays(alts)], rule_fn, refine)
 
 
-_FROM_PLAIN: Final = frozenset({"pvary", "pcast_varying", "psum_scatter", "all_to_all"})
 #: the refinement of a collective's result, by its arguments (a pure function of them; a rule
 #: error is raised again, not memoised)
 _REFINED: Final[dict[tuple[object, ...], tuple[Refinement, int | None]]] = {}
 
 
 
-def _params(ctx: FunctionContext) -> dict[str, object]:
-    """The literal `axis`, `tiled`, `scatter_dimension`, `split_axis`, `concat_axis` arguments."""
+def _params(ctx: FunctionContext, collective: _surface.Collective | None) -> dict[str, object]:
+    """The literal arguments the refinement reads (the row's `Param.refine`: `axis`, `tiled`,
+    `scatter_dimension`, `split_axis`, `concat_axis`): ints, and bools for `bool` ones."""
     out: dict[str, object] = {}
-    for name in ("axis", "scatter_dimension", "split_axis", "concat_axis"):
-        a = arg(ctx, name)
-        if a is not None:
+    for p in collective.params if collective is not None else ():
+        if not p.refine:
+            continue
+        a = arg(ctx, p.name)
+        if a is None:
+            continue
+        if p.annotation == "bool":
+            v = literal_value(a[1])
+            if isinstance(v, bool):
+                out[p.name] = v
+            elif isinstance(a[0], NameExpr) and a[0].fullname in ("builtins.True", "builtins.False"):
+                out[p.name] = a[0].fullname == "builtins.True"
+        else:
             v = refined.int_value(a[0], a[1])
             if v is not None:
-                out[name] = v
-    tiled = arg(ctx, "tiled")
-    if tiled is not None:
-        v = literal_value(tiled[1])
-        if isinstance(v, bool):
-            out["tiled"] = v
-        elif isinstance(tiled[0], NameExpr) and tiled[0].fullname in ("builtins.True", "builtins.False"):
-            out["tiled"] = tiled[0].fullname == "builtins.True"
+                out[p.name] = v
     return out

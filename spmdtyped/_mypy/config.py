@@ -67,13 +67,14 @@ def read_config(config_file: str | None) -> str:
 
 def rules_digest() -> str:
     """A digest of everything a cached result depends on besides the checked code: the plugin
-    package, the rule table, the registry, the hints and the static view."""
+    package, the rule table (with the refinement rules), the surface table, the error registry,
+    the hints and the static view."""
     here = Path(__file__).resolve().parent
     top = here.parent
     h = hashlib.sha256()
     files = sorted(here.glob("*.py")) + [top / n for n in (
-        "mypy_plugin.py", "_rules.py", "_errors.py", "_hints.py", "_static.py")]
-    files += sorted((top / "_rules").glob("*.py")) if (top / "_rules").is_dir() else []
+        "mypy_plugin.py", "_surface.py", "_static.py", "_typed/hints.py")]
+    files += [p for d in ("_rules", "_errors") for p in sorted((top / d).rglob("*.py"))]
     for path in files:
         try:
             h.update(path.read_bytes())

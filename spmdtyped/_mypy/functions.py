@@ -12,7 +12,7 @@ from mypy.plugin import FunctionContext
 from mypy.typeops import make_simplified_union
 from mypy.types import Instance, TupleType, Type, get_proper_type
 
-from .. import _rules
+from .. import _rules, _surface
 from .._rules import LITERAL, SpmdType
 from .._rules.refine import Refinement
 from .._rules.refine import shape as _refine_shape
@@ -104,7 +104,7 @@ def _unary_refine(ctx: FunctionContext, args: _Args, rule: str, binding: str, op
     axis_e = args[1][0] if len(args) > 1 and binding != "take" else axis[0] if axis else None
     if binding == "take":
         axis_e = args[2][0] if len(args) > 2 else axis[0] if axis else None
-    if rule in refined.REDUCTIONS or rule in refined.ALONG:
+    if _surface.refine_kind(rule) in refined.AXIS_KINDS:
         keep = keyword(ctx, "keepdims")
         known, ax = refined.axis_arg(axis_e)
         if axis_e is None and rule in ("softmax", "log_softmax"):

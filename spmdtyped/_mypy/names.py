@@ -16,7 +16,7 @@ from .. import _surface
 from .convert import STATIC
 
 #: `st.fori_loop`, `while_loop`, `scan`, `cond`, `switch` (`control`)
-CONTROL: Final = {f"spmdtyped.{m}{n}": n for m in ("", "_control.")
+CONTROL: Final = {f"spmdtyped.{m}{n}": n for m in ("", "_ops.control.")
                   for n in ("fori_loop", "while_loop", "scan", "cond", "switch")}
 #: `st.grad`, `st.value_and_grad`, `st.vjp` (`autodiff`)
 AUTODIFF: Final = {f"{m}.{n}": n for m in ("spmdtyped", "spmdtyped._ops.autodiff")

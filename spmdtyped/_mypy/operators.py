@@ -197,7 +197,7 @@ def _unary_refine(ctx: MethodContext | AttributeContext, name: str, op: str) -> 
     pos = [e for kinds, exprs in zip(ctx.arg_kinds, ctx.args, strict=True)
            for k, e in zip(kinds, exprs, strict=True) if k.is_positional()]
     axis_e = pos[0] if pos else _keyword(ctx, "axis")
-    if name in refined.REDUCTIONS:
+    if _surface.refine_kind(name) == "reduction":
         keep = _keyword(ctx, "keepdims")
         return refined.unary(name, op, axis=refined.axis_arg(axis_e),
                              keepdims=isinstance(keep, NameExpr) and keep.fullname == "builtins.True")

@@ -31,6 +31,7 @@ from mypy.types import (
     get_proper_type,
 )
 
+from .. import _surface
 from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType
 from .._rules import axis_size as _axis_size
@@ -359,15 +360,13 @@ def shard_depth(vals: Sequence[Val]) -> int:
 
 # ------------------------------------------------------------- the `_refine` rule of each form
 
-#: reductions over local dims (`_refine.reduction`) and ops along one dim (`_refine.along_dim`)
-REDUCTIONS: Final = frozenset({"sum", "max", "min", "prod", "var", "std", "mean", "argmax", "argmin",
-                               "logsumexp", "any", "all"})
-ALONG: Final = frozenset({"cumsum", "cumprod", "flip", "sort", "roll", "argsort", "softmax",
-                          "log_softmax", "take"})
-#: structural ops whose dims the static checker cannot follow without shapes
-STRUCTURAL: Final = frozenset({"reshape", "swapaxes", "moveaxis", "expand_dims", "squeeze", "ravel",
-                               "broadcast_to", "tile", "repeat", "pad", "getitem", "one_hot",
-                               "dynamic_slice"})
+#: the refinement kinds (`_surface.refine_kind` of the form's rule) whose rule reads the form's
+#: literal `axis` (and `keepdims`)
+AXIS_KINDS: Final = frozenset({"reduction", "along", "take", "softmax"})
+#: kinds of structural ops whose dims the static checker cannot follow without shapes
+#: (`transpose` itself is followed with a literal permutation)
+STRUCTURAL_KINDS: Final = frozenset({"reshape", "transpose", "expand", "squeeze", "broadcast",
+                                     "index", "one_hot"})
 
 
 def elementwise(name: str, op: str, *, onehot_fill: bool = False) -> Refine:
@@ -409,7 +408,8 @@ def unary(name: str, op: str, *, axis: tuple[bool, int | tuple[int, ...] | None]
 
     def refine(out: SpmdType, v: Val) -> tuple[Refinement, int | None]:
         t, ref, rank = v.state, v.ref, v.rank
-        if name in _refine.SOFTMAX:  # the runtime's rule: normalising over a Shard dim is SPMD211
+        kind = _surface.refine_kind(name)
+        if kind == "softmax":  # the runtime's rule: normalising over a Shard dim is SPMD211
             axes = (ax,) if isinstance(ax, int) else ax
             ndim = rank
             if ndim is None and known and axes is not None and all(a < 0 for a in axes):
@@ -419,7 +419,7 @@ def unary(name: str, op: str, *, axis: tuple[bool, int | tuple[int, ...] | None]
                 out_rank = 0 if axes is None else rank - len(axes)
             return _refine.softmax(name, t, ref, out, ndim=ndim if known else None, axis=ax,
                                    keepdims=keepdims, op=op), out_rank
-        if name in REDUCTIONS:
+        if kind == "reduction":
             if not known:
                 return _refine.reduction(name, t, ref, out, ndim=None, axis=None, op=op), None
             axes = (ax,) if isinstance(ax, int) else ax
@@ -431,7 +431,7 @@ def unary(name: str, op: str, *, axis: tuple[bool, int | tuple[int, ...] | None]
                 out_rank = rank if keepdims else (0 if axes is None else rank - len(axes))
             return _refine.reduction(name, t, ref, out, ndim=ndim, axis=ax, keepdims=keepdims,
                                      op=op), out_rank
-        if name in ALONG:
+        if kind in ("along", "take"):
             a = ax if isinstance(ax, int) or ax is None else None
             ndim = rank if rank is not None else (max(shard_depth([v]), -a) if isinstance(a, int)
                                                    and a < 0 else None)
@@ -441,7 +441,7 @@ def unary(name: str, op: str, *, axis: tuple[bool, int | tuple[int, ...] | None]
             if rank is not None and (perm is None or len(perm) == rank):
                 return _refine_shape.transpose(t, ref, perm, rank).restrict(out.varying), rank
             return _refine_shape.dims_unknown(t, ref, out), rank
-        if name in STRUCTURAL:
+        if kind in STRUCTURAL_KINDS:
             if name == "one_hot":  # not linear: a Partial operand is an error
                 _refine.elementwise(name, [v.arg], out, op=op)
             return _refine_shape.dims_unknown(t, ref, out), new_rank

@@ -35,7 +35,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .. import _compat, _rules
+from .. import _compat, _rules, _validate
 from .._errors import error
 from .._rules import SpmdType
 from .._rules.refine import REP as _REP
@@ -189,6 +189,7 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
         ```
     """
     op = "st.vjp"
+    _validate.callable_arg(fun, op)
     args = _Args(primals)
     info: dict[str, Any] = {}
 
@@ -253,10 +254,17 @@ def value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
 
 def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_aux: bool,
                     holomorphic: bool, allow_int: bool, op: str) -> Callable[..., Any]:
+    _validate.callable_arg(fun, op)
+    _validate.argnums_arg(argnums, 1 << 30, op)  # the form now; the range at the call
+
     def value_and_grad_f(*call_args: Any, **kwargs: Any) -> Any:
         args = _Args(call_args)
         info: dict[str, Any] = {}
-        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        nums = _validate.argnums_arg(argnums, len(call_args), op)
+        for k in nums:
+            for leaf in jax.tree_util.tree_leaves(call_args[k], is_leaf=is_typed):
+                if not _is_value(leaf):
+                    raise _validate.not_an_array(leaf, op)
         per_arg = [_Args(call_args[k]) for k in nums]
         diff = [nt for k, a in zip(nums, per_arg, strict=True) for nt in a.named_types(f"argument {k}")]
 
@@ -270,6 +278,9 @@ def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_a
             else:
                 loss, aux = res, None
             raw = unwrap(loss)
+            if not _is_value(raw) or getattr(raw, "shape", ()) != ():  # before JAX's error
+                raise _validate.bad(op, "the function's output (the loss)", raw,
+                                    "a scalar", "return a scalar: loss.sum() or st.psum(...)")
             seeded = raw
             if is_typed(loss) or isinstance(loss, (jax.Array, jax.core.Tracer)):
                 info["type"], info["ref"] = _check_loss(loss, diff, op)

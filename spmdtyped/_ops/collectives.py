@@ -8,12 +8,12 @@ or pytrees of them; outputs are typed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax
 
-from .. import _compat, _rules, _surface
+from .. import _compat, _rules, _surface, _validate
 from .._errors import error
 from .._rules import axis_size as axis_size_rule
 from .._rules.refine import shape as refine_shape
@@ -59,19 +59,20 @@ def _no_groups(axis_index_groups: Any, op: str) -> None:
                     fix="split the mesh axis into two axes and reduce over one of them")
 
 
-def _axis_op(name: str, x: Any, axis_name: Any, bind: Callable[[Any, tuple[str, ...] | str], Any],
-             to: object = None, params: dict[str, Any] | None = None) -> Any:
-    """`st.<name>(x, axis_name, ..., to=to)`: the `AXIS_OPS` row of its surface-table entry
+def _axis_op(collective: _surface.Collective, x: Any, axis_name: Any,
+             bind: Callable[[Any, tuple[str, ...] | str], Any], to: object = None,
+             params: dict[str, Any] | None = None) -> Any:
+    """`st.<name>(x, axis_name, ..., to=to)`: the `AXIS_OPS` row of its collective-table row
     (`_surface.Collective.op`), applied leaf by leaf. `params`: the collective's parameters the
     refinement reads (`scatter_dimension`, `tiled`, `axis`, `split_axis`)."""
-    op = f"st.{name}"
-    collective = _surface.collective(name)
-    assert collective is not None, name
+    op = f"st.{collective.name}"
     rule = collective.op(to, op)
     axes = _axes(axis_name, op)
     jax_axis = _jax_axes(axis_name)
 
     def one(leaf: Any) -> Any:
+        if isinstance(leaf, (str, bytes)):
+            raise _validate.not_an_array(leaf, op)
         raw, t = array_operand(leaf)
         if not axes:  # only jax.vmap axes: JAX's batching rule; the manual states are unchanged
             return checked(op, bind(raw, jax_axis), t)
@@ -92,120 +93,110 @@ def _full_manual_only(op: str) -> None:
     _rules.check_full_manual_value(manual, mesh_axes, op=op)
 
 
-def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-    """Typed `jax.lax.psum`: Varying or Unreduced on the named axes -> Invariant there.
+def call(name: str, x: Any, axis_name: Any, args: dict[str, Any]) -> Any:
+    """`st.<name>(x, axis_name, **args)` by its row of the collective table: the
+    `axis_index_groups` check, the `AXIS_OPS` row (`to=` where it picks one), the binding
+    (`Collective.bind`, else JAX's function) called with the row's parameters in JAX's order."""
+    c = _surface.collective(name)
+    assert c is not None and c.ops, name
+    op = f"st.{name}"
+    if "axis_index_groups" in args:
+        _no_groups(args["axis_index_groups"], op)
+    fn = _compat.resolve(c.bind or c.jax)
+    check = _compat.resolve(c.check) if c.check else None
+    positional = [args[p.name] for p in c.params if not p.keyword]
+    keywords = {**{p.name: args[p.name] for p in c.params if p.keyword}, **c.fixed}
 
-    **Arguments:** as `jax.lax.psum`; `x` is a typed or raw value or a pytree of them.
-
-    **Returns:** typed values, Invariant on `axis_name`, other axes unchanged.
-
-    **Raises:** `AxisStateError` SPMD101 (Reduced input), SPMD103 (already Invariant: a double
-    sum), SPMD104 (mixed states over a tuple of axes); `UsageError` for bad axis names.
-
-    !!! Example
-        ```python
-        y = st.psum(x, "tp")   # Varying["dp", "tp"] -> Varying["dp"]
-        ```
-    """
-    _no_groups(axis_index_groups, "st.psum")
-    return _axis_op("psum", x, axis_name, _compat.psum)
-
-
-def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-    """Typed `jax.lax.pmean` (Varying or Unreduced -> Invariant); see `psum`."""
-    _no_groups(axis_index_groups, "st.pmean")
-    return _axis_op("pmean", x, axis_name, _compat.pmean)
-
-
-def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-    """Typed `jax.lax.pmax` (Varying -> Invariant; Unreduced of kind max on jax 0.12)."""
-    _no_groups(axis_index_groups, "st.pmax")
-    return _axis_op("pmax", x, axis_name, _compat.pmax)
-
-
-def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-    """Typed `jax.lax.pmin` (Varying -> Invariant; Unreduced of kind min on jax 0.12)."""
-    _no_groups(axis_index_groups, "st.pmin")
-    return _axis_op("pmin", x, axis_name, _compat.pmin)
-
-
-def ppermute(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
-    """Typed `jax.lax.ppermute`: Varying -> Varying (send shard `src` to device `dst`)."""
-    return _axis_op("ppermute", x, axis_name,
-                    lambda r, a: _compat.ppermute(r, a, perm))
-
-
-def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
-    """Typed `jax.lax.pshuffle`: Varying -> Varying."""
-    return _axis_op("pshuffle", x, axis_name,
-                    lambda r, a: _compat.pshuffle(r, a, perm))
-
-
-def pbroadcast(x: Any, axis_name: Any, source: Any) -> Any:
-    """Typed `jax.lax.pbroadcast`: Varying -> Varying (JAX types the result Varying).
-
-    JAX has no CPU lowering for pbroadcast; it traces and type-checks everywhere.
-    """
-    return _axis_op("pbroadcast", x, axis_name,
-                    # jax.lax.pbroadcast reads a str axis name as a sequence of one-letter axes
-                    lambda r, a: _compat.pbroadcast(r, (a,) if isinstance(a, str) else a, source))
-
-
-def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
-               tiled: bool = False, to: str = "varying") -> Any:
-    """Typed `jax.lax.all_gather`.
-
-    `to="varying"` (default): Varying -> Varying; `to="invarying"`: Varying -> Invariant;
-    `to="reduced"`: Varying -> Reduced (the ZeRO/FSDP parameter gather: its gradient is
-    Unreduced and is reduced with `psum_scatter`).
-    """
-    _no_groups(axis_index_groups, "st.all_gather")
-    # check_vma=False: every value is Invariant to JAX; gather plainly (same data and program).
-    return _axis_op("all_gather", x, axis_name,
-                    lambda r, a: _compat.all_gather(r, a, axis=axis, tiled=tiled,
-                                                    to="varying" if in_vma_off() else to), to,
-                    params={"axis": axis, "tiled": tiled})
-
-
-def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
-                 axis_index_groups: Any = None, tiled: bool = False) -> Any:
-    """Typed `jax.lax.psum_scatter`: Varying or Unreduced -> Varying (summed, scattered)."""
-    _no_groups(axis_index_groups, "st.psum_scatter")
-    return _axis_op("psum_scatter", x, axis_name,
-                    lambda r, a: _compat.psum_scatter(r, a, scatter_dimension=scatter_dimension,
-                                                      tiled=tiled),
-                    params={"scatter_dimension": scatter_dimension, "tiled": tiled})
-
-
-def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
-               axis_index_groups: Any = None, tiled: bool = False) -> Any:
-    """Typed `jax.lax.all_to_all`: Varying -> Varying."""
-    _no_groups(axis_index_groups, "st.all_to_all")
-    return _axis_op("all_to_all", x, axis_name,
-                    lambda r, a: _compat.all_to_all(r, a, split_axis, concat_axis, tiled=tiled),
-                    params={"split_axis": split_axis, "concat_axis": concat_axis, "tiled": tiled})
-
-
-def _cast_bind(to: str) -> Callable[[Any, Any], Any]:
     def bind(r: Any, a: Any) -> Any:
-        if in_vma_off():
-            return r  # check_vma=False: JAX's casts are no-ops (and to='unreduced' raises)
-        if to == "reduced" and (isinstance(r, (int, float)) or not hasattr(r, "dtype")):
-            r = _compat.asarray_like(r, r)  # reference Q13: bare AssertionError on scalars
-        return _compat.pcast(r, a, to=to)
+        if check is not None:
+            check(r, a, args, op)
+        return fn(r, a, *positional, **keywords)
 
-    return bind
-
-
-def pvary(x: Any, axis_name: Any) -> Any:
-    """Invariant -> Varying on the named axes (a free cast: `jax.lax.pcast(to="varying")`)."""
-    return _axis_op("pvary", x, axis_name, _cast_bind("varying"))
+    params = {p.name: args[p.name] for p in c.params if p.refine}
+    return _axis_op(c, x, axis_name, bind, args.get("to") if c.select else None, params or None)
 
 
-def pcast(x: Any, axis_name: Any, *, to: str) -> Any:
-    """Typed `jax.lax.pcast`: the free casts I->V, R->V (`to="varying"`), I->R (`"reduced"`),
-    V->U (`"unreduced"`). Python scalars are accepted (cast through `jnp.asarray`)."""
-    return _axis_op("pcast", x, axis_name, _cast_bind(to), to)
+def make(c: _surface.Collective, *, module: str = __name__,
+         body: str = "call({name!r}, x, axis_name, {args})",
+         scope: dict[str, Any] | None = None, doc: str | None = None) -> Callable[..., Any]:
+    """A function with the row's signature (JAX's order, keywords and defaults) whose body is
+    `return <body>` (formatted with `name` and `args`: the parameters as a dict display),
+    evaluated in `scope` (default: `call`); its docstring is `doc` (default: the row's).
+    `spmdtyped.lax` makes its drop-ins with this too."""
+    params = ["x", "axis_name"] if c.ops else ["axis_name"]
+    for i, p in enumerate(c.params):
+        if p.keyword and not any(q.keyword for q in c.params[:i]):
+            params.append("*")
+        params.append(p.name if p.default is _surface.REQUIRED else f"{p.name}=_d_{p.name}")
+    args = "{" + ", ".join(f"{p.name!r}: {p.name}" for p in c.params) + "}"
+    src = (f"def {c.name}({', '.join(params)}):\n"
+           f"    return " + body.format(name=c.name, args=args) + "\n")
+    names: dict[str, Any] = {"call": call} if scope is None else dict(scope)
+    names.update({f"_d_{p.name}": p.default for p in c.params})
+    exec(compile(src, f"<{module}.{c.name}>", "exec"), names)  # noqa: S102
+    fn = names[c.name]
+    fn.__module__ = module
+    fn.__qualname__ = c.name
+    fn.__doc__ = c.doc if doc is None else doc
+    return fn  # type: ignore[no-any-return]
+
+
+def bind_all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
+                    tiled: bool = False, to: str = "varying") -> Any:
+    """`st.all_gather`'s binding: with check_vma=False every value is Invariant to JAX; gather
+    plainly (same data and program)."""
+    return _compat.all_gather(x, axis_name, axis=axis, tiled=tiled,
+                              to="varying" if in_vma_off() else to,
+                              axis_index_groups=axis_index_groups)
+
+
+def bind_cast(r: Any, a: Any, *, to: str) -> Any:
+    """The casts' binding (`st.pcast`, `st.pvary`): no-ops under check_vma=False (where
+    JAX's `to='unreduced'` raises); a Python scalar cast to Reduced goes through `asarray`."""
+    if in_vma_off():
+        return r
+    if to == "reduced" and (isinstance(r, (int, float)) or not hasattr(r, "dtype")):
+        r = _compat.asarray_like(r, r)  # reference Q13: bare AssertionError on scalars
+    return _compat.pcast(r, a, to=to)
+
+
+def _ndim(r: Any) -> int | None:
+    nd = getattr(r, "ndim", None)
+    return nd if isinstance(nd, int) else None
+
+
+def _shape(r: Any) -> tuple[int, ...] | None:
+    shape = getattr(r, "shape", None)
+    return tuple(shape) if isinstance(shape, tuple) else None
+
+
+# The rows' `check`s: the arguments validated against the value and the axis before binding.
+def check_perm(r: Any, a: Any, args: dict[str, Any], op: str) -> None:
+    _validate.perm_arg(args["perm"], _compat.axis_size(a), op, a)
+
+
+def check_shuffle(r: Any, a: Any, args: dict[str, Any], op: str) -> None:
+    _validate.shuffle_arg(args["perm"], _compat.axis_size(a), op, a)
+
+
+def check_gather(r: Any, a: Any, args: dict[str, Any], op: str) -> None:
+    # the gathered dimension: an existing one when tiled, else one more (JAX inserts it)
+    nd = _ndim(r)
+    _validate.dim_arg(args["axis"], None if nd is None else nd + (not args["tiled"]), op, "axis")
+
+
+def check_scatter(r: Any, a: Any, args: dict[str, Any], op: str) -> None:
+    d = args["scatter_dimension"]
+    _validate.dim_arg(d, _ndim(r), op, "scatter_dimension")
+    _validate.divisible(_shape(r), d, _compat.axis_size(a), op, "scatter_dimension", a,
+                        tiled=bool(args["tiled"]))
+
+
+def check_all_to_all(r: Any, a: Any, args: dict[str, Any], op: str) -> None:
+    _validate.dim_arg(args["split_axis"], _ndim(r), op, "split_axis")
+    _validate.dim_arg(args["concat_axis"], _ndim(r), op, "concat_axis")
+    _validate.divisible(_shape(r), args["split_axis"], _compat.axis_size(a), op, "split_axis", a,
+                        tiled=bool(args["tiled"]))
 
 
 def axis_index(axis_name: Any) -> Any:
@@ -225,7 +216,25 @@ def axis_size(axis_name: Any) -> int:
     return axis_size_rule.AxisSize(size, axes)
 
 
+#: the functions made from the built-in rows (`make`); a row registered later is made on first
+#: use (`__getattr__`), for as long as it is in the table
+_MADE: dict[str, tuple[_surface.Collective, Callable[..., Any]]] = {}
+for _c in _surface.COLLECTIVES:
+    if _c.ops:
+        globals()[_c.name] = make(_c)
+
+
+def __getattr__(name: str) -> Any:
+    c = _surface.collective(name)
+    if c is None or not c.ops:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    made = _MADE.get(name)
+    if made is None or made[0] is not c:
+        made = _MADE[name] = (c, make(c))
+    return made[1]
+
+
 #: every collective and cast of the surface table (`_surface.COLLECTIVE_NAMES`)
 __all__ = sorted(_surface.COLLECTIVE_NAMES)  # noqa: PLE0605
 _missing = [n for n in __all__ if n not in globals()]
-assert not _missing, f"_collectives lacks surface-table collectives {_missing}"
+assert not _missing, f"_ops.collectives lacks surface-table collectives {_missing}"

@@ -34,7 +34,7 @@ from typing import Any
 
 import jax
 
-from .. import _compat, _rules
+from .. import _compat, _rules, _validate
 from .._errors import error
 from .._rules import SpmdType
 from .._rules.refine import NONE as _NO_REFINEMENT
@@ -203,6 +203,9 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
         acc = st.fori_loop(0, 4, body, jnp.zeros(8))   # zeros: Invariant -> pvary'd
         ```
     """
+    _validate.callable_arg(body_fun, "st.fori_loop", "body_fun")
+    _validate.int_arg(lower, "st.fori_loop", "lower")
+    _validate.int_arg(upper, "st.fori_loop", "upper")
     op = "st.fori_loop"
     tree = _Tree(init_val, "init_val")
     req = _pred_req(lower, upper)
@@ -215,7 +218,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
             return _fit_outputs(out, tree, types, op, _rules.BODY_LABELS, refs, req.varying)
 
         kw = {} if unroll is None else {"unroll": unroll}
-        return jax.lax.fori_loop(lo, hi, raw_body, _cast_init(tree, types), **kw)
+        with _validate.jax_arguments("st.fori_loop"):  # a carry whose shape changes
+            return jax.lax.fori_loop(lo, hi, raw_body, _cast_init(tree, types), **kw)
 
     raw, types, refs = _retrying(run, types, lambda ts: _init_refs(tree, ts, req.varying))
     return tree.typed(raw, types, op, refs)
@@ -240,6 +244,8 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
         n = st.while_loop(lambda c: c < limit, lambda c: c + 1, 0)   # limit: Varying["dp"]
         ```
     """
+    _validate.callable_arg(cond_fun, "st.while_loop", "cond_fun")
+    _validate.callable_arg(body_fun, "st.while_loop", "body_fun")
     op = "st.while_loop"
     tree = _Tree(init_val, "init_val")
 
@@ -260,7 +266,8 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
             return _fit_outputs(out, tree, types, op, _rules.BODY_LABELS, refs,
                                 frozenset(diverge))
 
-        return jax.lax.while_loop(raw_cond, raw_body, _cast_init(tree, types))
+        with _validate.jax_arguments("st.while_loop"):
+            return jax.lax.while_loop(raw_cond, raw_body, _cast_init(tree, types))
 
     raw, types, refs = _retrying(run, list(tree.types),
                                  lambda ts: _init_refs(tree, ts, frozenset(diverge)))
@@ -289,6 +296,7 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
         h, hs = st.scan(step, jnp.zeros(16), xs)
         ```
     """
+    _validate.callable_arg(f, "st.scan", "f")
     op = "st.scan"
     tree = _Tree(init, "init")
     xtree = _Tree(xs, "xs")
@@ -477,6 +485,9 @@ def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any],
         y = st.cond(step == 0, lambda x: x, lambda x: st.psum(x, "dp") / 8, x)
         ```
     """
+    _validate.pred_arg(pred, "st.cond")
+    _validate.callable_arg(true_fun, "st.cond", "true_fun")
+    _validate.callable_arg(false_fun, "st.cond", "false_fun")
     if operand is not _MISSING:
         operands = (*operands, operand)
     return _branches("st.cond", pred, [true_fun, false_fun], operands,
@@ -500,6 +511,8 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any,
         y = st.switch(k, [lambda x: x, lambda x: 2.0 * x, st.numpy.tanh], x)
         ```
     """
+    _validate.branches_arg(branches, "st.switch")
+    _validate.int_arg(index, "st.switch", "index")
     if operand is not _MISSING:
         operands = (*operands, operand)
     return _branches("st.switch", index, list(branches), operands,

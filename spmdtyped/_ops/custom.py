@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .. import _compat, _rules
+from .. import _compat, _rules, _validate
 from .._errors import error
 from .._rules import SpmdType, State
 from .._typed.array import checked, is_typed, typeof, unwrap
@@ -287,6 +287,7 @@ def custom_op(fn: Callable[..., Any] | None = None, /, *, requires: Requires | N
     """
     if fn is None:
         return functools.partial(custom_op, requires=requires, produces=produces, name=name)
+    _validate.callable_arg(fn, "st.custom_op")
     return CustomOp(fn, requires, produces, name)
 
 
@@ -306,6 +307,7 @@ def opaque(fn: Callable[..., Any], /, *, name: str | None = None) -> CustomOp:
         y = st.opaque(my_pallas_kernel)(x, w)   # x: Varying["dp"], w: Invariant -> Varying["dp"]
         ```
     """
+    _validate.callable_arg(fn, "st.opaque")
     return CustomOp(fn, None, None, name or getattr(fn, "__name__", "opaque"), kind="st.opaque")
 
 

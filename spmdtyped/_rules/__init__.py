@@ -31,6 +31,7 @@ from .arguments import (
     POSITIONAL,
     REAL_PARTS,
     SECONDARY,
+    STATIC_DTYPE,
     UNKNOWN,
     argument_rule,
     call_type,
@@ -119,13 +120,10 @@ if TYPE_CHECKING:
         predicate_type,
         widen_under_predicate,
     )
-    from .primitives import AXIS_PRIMITIVES, PRIMITIVE_OPERANDS, PRIMITIVES
+    from .primitives import PRIMITIVE_OPERANDS, PRIMITIVES, primitive_rule
 
 _LAZY_MODULES = ("boundary", "docs", "lattice", "primitives")
 
-#: views of the `st.numpy` / `st.nn` rows of `spmdtyped._surface` (the one table), kept for
-#: readers of `_rules`: name -> rule (how each applies it: the row's `binding`)
-_SURFACE_VIEWS = ("NUMPY_FUNCTIONS", "NN_FUNCTIONS")
 _MISSING = object()
 _HERE = os.path.dirname(__file__)
 
@@ -142,20 +140,11 @@ def __getattr__(name: str) -> Any:
             if value is not _MISSING:
                 globals()[name] = value
                 return value
-    if name in _SURFACE_VIEWS:
-        from .. import _surface
-
-        value: Any = {
-            "NUMPY_FUNCTIONS": {r.name: r.rule for r in _surface.NUMPY},
-            "NN_FUNCTIONS": {r.name: r.rule for r in _surface.NN},
-        }[name]
-        globals()[name] = value
-        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
-    "ALL_GATHER_TARGETS", "AT_METHODS", "AXIS_OPS", "AXIS_PRIMITIVES", "BODY_LABELS",
+    "ALL_GATHER_TARGETS", "AT_METHODS", "AXIS_OPS", "BODY_LABELS",
     "CONSERVATIVE", "CONSTRUCTORS", "ELEMENTWISE", "FREE_CASTS", "INVARIANT", "JAX_0_10",
     "JAX_0_12", "JAX_DROPS", "JAX_KEEPS", "KEEP", "LIKE_CONSTRUCTORS", "LITERAL",
     "LOOSER_THAN_JAX", "NONLINEAR_NARY", "PCAST_TARGETS", "PREDICATE_WHERE", "PRIMITIVES",
@@ -167,9 +156,9 @@ __all__ = [
     "constructor_type", "cotangent", "custom_op_type", "dynamic_index_type", "fill_type",
     "flow_state", "fmt_axes", "free_casts", "grad_loss_type", "hint_text", "in_spec_type",
     "join_carry", "join_state", "mean_type", "normalize_axes", "parse_states", "pcast_op", "predicate_labels",
-    "predicate_type", "spec_text", "take_type", "unary", "where_type", "widen_under_predicate",
+    "predicate_type", "primitive_rule", "spec_text", "take_type", "unary", "where_type", "widen_under_predicate",
     # issue 12: rules that depend on arguments
-    "POSITIONAL", "SECONDARY", "UNKNOWN", "VARY", "argument_rule", "call_type", "named_arguments",
+    "POSITIONAL", "SECONDARY", "STATIC_DTYPE", "UNKNOWN", "VARY", "argument_rule", "call_type", "named_arguments",
     "secondary_join",
     # rows whose rule depends on dtypes; constructors' fill arguments; how a mean is bound
     "DTYPE_KINDS", "FILL_ARGUMENTS", "MEAN", "REAL_PARTS", "SUM_THEN_DIVIDE", "dtype_rule",

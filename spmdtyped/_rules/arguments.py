@@ -37,6 +37,12 @@ class _Unknown:
 #: a keyword or dtype the caller cannot read (the plugin, for a non-literal argument)
 UNKNOWN = _Unknown()
 
+#: the dtype the static view (the mypy plugin) assumes for an array, whose dtype it cannot
+#: see: JAX's default floating dtype. Partial sums are floating, and it is the strict choice:
+#: `astype(int)` / `sum(dtype=int)` of a float rounds each partial value (not linear), of an
+#: int it would be linear. The runtime reads the real dtype.
+STATIC_DTYPE = "float32"
+
 #: rule -> the names of its arguments after the array, in JAX's positional order
 POSITIONAL: dict[str, tuple[str, ...]] = {
     "roll": ("shift", "axis"),
@@ -138,6 +144,8 @@ def argument_rule(rule: str, keywords: Mapping[str, object], dtype: object = UNK
         if out_dtype is None:
             return "sum"
         to_k, src = _kind(out_dtype), _kind(dtype)
+        if to_k == "b":
+            return "sum_nonlinear"  # whatever the input's dtype
         if to_k is None or src is None:
             return None
         return "sum_nonlinear" if to_k == "b" or (to_k == "i" and src in ("f", "c")) else "sum"

@@ -36,6 +36,9 @@ class AxisOp:
     is_cast: bool = False
     #: the reduction an Unreduced input must be pending ("sum"/"max"/"min"), if U is accepted
     unreduced_kind: str | None = None
+    #: the result of a plain (unrefined) input is refined (`refine_shape.collective`: pvary
+    #: and pcast(to="varying") make Rep, psum_scatter / all_to_all make Shard)
+    from_plain: bool = False
 
 
 def _op(name: str, on: Mapping[State, Outcome], jax_on: Mapping[State, Outcome] | None = None,
@@ -70,18 +73,19 @@ AXIS_OPS: dict[str, AxisOp] = {
             jax_name="jax.lax.all_gather(to='reduced')",
             doc="gather the shards, typed Reduced: the gradient comes back Unreduced (ZeRO)"),
         _op("psum_scatter", {V: V, U: V, I: _I_ERR, R: _R_ERR}, {I: V}, jax_name="jax.lax.psum_scatter",
-            unreduced_kind="sum", doc="sum and scatter; Unreduced input completes its sum sharded"),
+            from_plain=True, unreduced_kind="sum", doc="sum and scatter; Unreduced input completes its sum sharded"),
         _op("all_to_all", {V: V, I: _I_ERR, U: _U_ERR, R: _R_ERR}, {I: V}, jax_name="jax.lax.all_to_all",
-            doc="split one dimension across devices and concatenate another"),
+            from_plain=True, doc="split one dimension across devices and concatenate another"),
         _op("pcast_varying", {I: V, R: V, V: "SPMD301", U: "SPMD301"},
-            jax_name="jax.lax.pcast(to='varying')", is_cast=True,
+            jax_name="jax.lax.pcast(to='varying')", is_cast=True, from_plain=True,
             doc="free cast Invariant -> Varying or Reduced -> Varying"),
         _op("pcast_reduced", {I: R, V: "SPMD301", U: "SPMD301", R: "SPMD301"},
             jax_name="jax.lax.pcast(to='reduced')", is_cast=True, doc="free cast Invariant -> Reduced"),
         _op("pcast_unreduced", {V: U, I: "SPMD301", U: "SPMD301", R: "SPMD301"},
             jax_name="jax.lax.pcast(to='unreduced')", is_cast=True, doc="free cast Varying -> Unreduced"),
         _op("pvary", {I: V, V: "SPMD301", U: "SPMD301", R: "SPMD301"},
-            jax_name="jax.lax.pcast(to='varying')", is_cast=True, doc="free cast Invariant -> Varying"),
+            jax_name="jax.lax.pcast(to='varying')", is_cast=True, from_plain=True,
+            doc="free cast Invariant -> Varying"),
     ]
 }
 
@@ -107,9 +111,12 @@ def all_gather_op(to: object) -> str:
 def _collective_fix(code: str, op: str, axes: Sequence[str], bad: Sequence[str]) -> str:
     a, b = fmt_axes(axes), fmt_axes(bad)
     if code == "SPMD101":
-        return (f"{op}(x, {a}) -> {op}(st.pcast(x, {b}, to='varying'), {a}); or use the value "
-                f"from before the reduction; or declare a custom primitive's effects with "
-                f"st.custom_op")
+        # the first fix keeps the numbers: x is already replicated over the axis, so the
+        # collective is usually a second reduction; the pcast route changes them (n * x)
+        return (f"drop the {op}: x is already reduced (replicated) over {b}, or use the value "
+                f"from before the reduction; {op}(st.pcast(x, {b}, to='varying'), {a}) acts on "
+                f"per-device copies and changes the numbers (a psum gives n * x); or declare a "
+                f"custom primitive's effects with st.custom_op")
     if code == "SPMD102":
         return f"{op}(x, {a}) -> {op}(st.psum_scatter(x, {b}, tiled=True), {a}), or st.psum(x, {b}) first"
     if code == "SPMD103":

@@ -83,11 +83,13 @@ def check_return(t: SpmdType, want: SpmdType, *, where: str, refinement: str | N
 
 def check_full_manual(unreduced: Iterable[str], reduced: Iterable[str], manual: Sequence[str],
                       mesh_axes: Sequence[str], *, where: str, spec: str,
-                      op: str = "st.shard_map") -> None:
-    """SPMD403 for an in_spec with Unreduced/Reduced axes in a shard_map that is not manual
-    over every mesh axis (reference Q15: JAX fails there with a bare assertion)."""
+                      op: str = "st.shard_map", what: str = "in_specs") -> None:
+    """SPMD403 for an in_spec (SPMD401 for an out_spec) with Unreduced/Reduced axes in a
+    shard_map that is not manual over every mesh axis (reference Q15: JAX fails there with a
+    bare assertion for an input, a raw NotImplementedError for an output)."""
     if len(tuple(manual)) < len(tuple(mesh_axes)) and (tuple(unreduced) or tuple(reduced)):
-        raise error("SPMD403", f"{where}: in_specs {spec} gives an Unreduced/Reduced input, "
+        code, value = ("SPMD403", "input") if what == "in_specs" else ("SPMD401", "output")
+        raise error(code, f"{where}: {what} {spec} gives an Unreduced/Reduced {value}, "
                     f"which needs a full-manual shard_map (manual axes: {list(manual)})", op=op,
                     fix="drop axis_names (make every mesh axis manual)")
 

@@ -1,21 +1,14 @@
-"""jaxpr primitives -> rule rows, for `adapters.infer`, which walks traced jaxprs. Names are
-jax 0.12's; `_compat.primitive_name` maps other versions' spellings (0.10:
+"""jaxpr primitives -> rule rows (elementwise and structural), for the walk of traced jaxprs.
+Names are jax 0.12's; `_compat.primitive_name` maps other versions' spellings (0.10:
 `vary_unreduced_cast_p`)."""
 
 from __future__ import annotations
 
-#: collective/cast primitive -> AXIS_OPS row. `pmean` is `psum_invariant` + `div`; `pshuffle`
-#: binds `ppermute`; psum/psum_scatter of an Unreduced value bind the `unreduced_*` prims.
-AXIS_PRIMITIVES: dict[str, str] = {
-    "psum_invariant": "psum", "psum": "psum", "unreduced_psum": "psum",
-    "pmax": "pmax", "pmin": "pmin", "unreduced_pmax": "pmax", "unreduced_pmin": "pmin",
-    "all_gather": "all_gather", "all_gather_invariant": "all_gather_invarying",
-    "all_gather_reduced": "all_gather_reduced",
-    "reduce_scatter": "psum_scatter", "unreduced_reduce_scatter": "psum_scatter",
-    "ppermute": "ppermute", "pbroadcast": "pbroadcast", "all_to_all": "all_to_all",
-    "pvary": "pvary", "preduced": "pcast_reduced", "vary_unreduced_cast": "pcast_unreduced",
-    "reduced_vary_cast": "pcast_varying",
-}
+from collections.abc import Mapping, Sequence
+
+from .arguments import UNKNOWN, argument_rule
+
+# collective/cast primitives: each collective's row in `_surface.collectives` (`primitives`)
 
 #: elementwise/structural primitive -> ELEMENTWISE rule
 PRIMITIVES: dict[str, str] = {
@@ -57,4 +50,28 @@ PRIMITIVE_OPERANDS: dict[str, int] = {
                       "argmin", "integer_pow")},
     "dynamic_update_slice": 2,
 }
+
+#: primitives whose row depends on their arguments, chosen by `arguments.argument_rule` (the
+#: rule `st.numpy.pad` / `.astype` apply): `pad`'s padding value (operand 1), and
+#: `convert_element_type`'s target dtype (`new_dtype`, a NumPy name) against the input's.
+#: Where an argument cannot be read (a padding value computed at run time) the row that is
+#: not linear: strict, never looser.
+ARGUMENT_PRIMITIVES: dict[str, str] = {"pad": "pad_affine", "convert_element_type": "astype_nonlinear"}
+
+
+def primitive_rule(name: str, params: Mapping[str, object], values: Sequence[object],
+                   dtype: object = UNKNOWN) -> str:
+    """The `ELEMENTWISE` row of primitive `name` (a `PRIMITIVES` key) for its parameters, its
+    operands' values where they are literals (`UNKNOWN` otherwise) and its first operand's
+    dtype name."""
+    rule = PRIMITIVES[name]
+    if name == "pad":
+        keywords: dict[str, object] = {
+            "mode": "constant", "constant_values": values[1] if len(values) > 1 else UNKNOWN}
+    elif name == "convert_element_type":
+        keywords = {"dtype": params.get("new_dtype", UNKNOWN)}
+    else:
+        return rule
+    row = argument_rule(rule, keywords, dtype)
+    return row if row is not None else ARGUMENT_PRIMITIVES[name]
 

@@ -3,7 +3,8 @@
 Writes `typings/spmdtyped/` (pyright's default stub folder; mypy reads it with
 `mypy_path = typings`): the static API for one axis vocabulary, whose operator, method,
 `st.numpy` / `st.nn` and collective overloads are chosen and verified against the rule table
-by `_stubgen_forms` / `_stubgen_select`. Result states are computed by set algebra on
+by `forms` / `select`; the public functions' signatures are `_static.py`'s (`static`), the error
+classes the runtime's. Result states are computed by set algebra on
 `SArray[V, U, R]`; misuse that covariance would let through is an `@deprecated` overload whose
 message is the runtime's code, headline and fix (an error under `reportDeprecated = "error"`).
 See `docs/pyright.md`.
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from .. import _rules
 from .._errors import error
+from . import static as _static
 from .forms import Planned, plan
 from .model import Overload, Var, axis_type, param_text, result_text, typevars
 
@@ -147,14 +149,12 @@ def _function_lines(p: Planned) -> list[str]:
     f, out = p.form, []
     if f.kind == "collective":
         tail = [x.strip() for x in f.extra.lstrip(", ").split(",")] if f.extra else []
-        to_any = [] if not p.form.rows[0][0] else (
-            ([] if "*" in tail else ["*"]) + (['to: str = "varying"'] if f.name == "all_gather"
-                                              else ["to: str"]))
+        to_any = [] if not f.to else ([] if "*" in tail else ["*"]) + [f.to]
         out += _def(f.name, ["x: _TU", "axis_name: str | tuple[str, ...]", *tail, *to_any],
                     ANY_ARRAY, None, "")
         for to, axis, ovs in p.groups:
             to_param = [] if to is None else [
-                f'to: Literal["{to}"]' + (' = "varying"' if f.name == "all_gather" and to == "varying" else "")]
+                f'to: Literal["{to}"]' + (f' = "{to}"' if f.to.endswith(f'= "{to}"') else "")]
             for ov in ovs:
                 params = [f"x: {param_text(ov.params[0])}", f'axis_name: Literal["{axis}"]', *tail]
                 if to_param:
@@ -255,81 +255,16 @@ class SpmdType:
     def state(self, axis: str) -> Any: ...
 
 
-class SpmdTypeError(TypeError):
-    code: str
-    axes: tuple[str, ...]
-    states: dict[str, str]
-    fix: str | None
-class AxisStateError(SpmdTypeError): ...
-class CombineError(SpmdTypeError): ...
-class CastError(SpmdTypeError): ...
-class BoundaryError(SpmdTypeError): ...
-class UsageError(SpmdTypeError): ...
-class InternalConsistencyError(SpmdTypeError): ...
+{errors}
 
 
-def explain(code: str) -> str: ...
-def allow(*codes: str) -> AbstractContextManager[None]: ...
-def typeof(x: Any) -> SpmdType: ...
-@overload
-def wrap(raw: SArray[_V1, _U, _R], spmd_type: Any = None) -> SArray[_V1, _U, _R]: ...
-@overload
-def wrap(raw: Any, spmd_type: Any = None) -> _Untyped: ...
-@overload
-def unwrap(x: SArray[Any, Any, Any]) -> jax.Array: ...
-@overload
-def unwrap(x: Any) -> Any: ...
-def set_check_mode(on: bool) -> None: ...
-def check_mode(on: bool) -> AbstractContextManager[None]: ...
+{static}
 {axis_index}
-def axis_size(axis_name: str | tuple[str, ...]) -> int: ...
-@overload
-def shard_map(f: _F, /, *, out_specs: Any, in_specs: Any = None, mesh: Any,
-              axis_names: Any = frozenset(), check_vma: bool = True) -> Callable[..., Any]: ...
-@overload
-def shard_map(f: None = None, /, *, out_specs: Any, in_specs: Any = None, mesh: Any,
-              axis_names: Any = frozenset(),
-              check_vma: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
 
 from typing import Annotated as Bool, Annotated as Float, Annotated as Inexact  # noqa: E402
 from typing import Annotated as Int, Annotated as Num, Annotated as Shaped  # noqa: E402
 
 from . import adapters as adapters, lax as lax, nn as nn, numpy as numpy  # noqa: E402
-
-
-# control flow and autodiff: the carry and the loss keep the types they come in with (a carry's
-# joined states are the mypy plugin's; here the body must return the carry's own type)
-_C = TypeVar("_C")
-_X = TypeVar("_X")
-_Y = TypeVar("_Y")
-_L = TypeVar("_L")
-_P = ParamSpec("_P")
-
-
-def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, _C], _C], init_val: _C, *,
-              unroll: int | bool | None = None) -> _C: ...
-def while_loop(cond_fun: Callable[[_C], Any], body_fun: Callable[[_C], _C], init_val: _C) -> _C: ...
-def scan(f: Callable[[_C, Any], tuple[_C, _Y]], init: _C, xs: Any = None,
-         length: int | None = None, reverse: bool = False, unroll: int | bool = 1,
-         _split_transpose: bool = False) -> tuple[_C, Any]: ...
-# the gradient of a first argument `SArray[V, U, R]` is its cotangent `SArray[V, R, U]`
-# (Unreduced and Reduced swap: `_rules.cotangent`, checked by `_check_cotangent`)
-@overload
-def value_and_grad(fun: Callable[Concatenate[SArray[_V1, _U, _R], _P], _L],
-                   argnums: Literal[0] = 0, has_aux: bool = False, holomorphic: bool = False,
-                   allow_int: bool = False
-                   ) -> Callable[Concatenate[SArray[_V1, _U, _R], _P], tuple[_L, SArray[_V1, _R, _U]]]: ...
-@overload
-def value_and_grad(fun: Callable[_P, _L], argnums: int | Sequence[int] = 0,
-                   has_aux: bool = False, holomorphic: bool = False,
-                   allow_int: bool = False) -> Callable[_P, tuple[_L, Any]]: ...
-@overload
-def grad(fun: Callable[Concatenate[SArray[_V1, _U, _R], _P], Any], argnums: Literal[0] = 0,
-         has_aux: Literal[False] = False, holomorphic: bool = False, allow_int: bool = False
-         ) -> Callable[Concatenate[SArray[_V1, _U, _R], _P], SArray[_V1, _R, _U]]: ...
-@overload
-def grad(fun: Callable[_P, Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
-         holomorphic: bool = False, allow_int: bool = False) -> Callable[_P, Any]: ...
 
 
 # custom ops, the rest of control flow and autodiff: untyped in this tier (the mypy plugin
@@ -341,7 +276,7 @@ def __getattr__(name: str) -> Any: ...
 def plain_properties() -> list[str]:
     """`SArray`'s properties that carry no state (`raw`, `shape`, `dtype`, `weak_type`, ...),
     read from the static view's class body (`_static.py`): written once, there."""
-    tree = ast.parse(Path(__file__).with_name("_static.py").read_text())
+    tree = _static.parse()
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SArray")
     out = []
     for node in cls.body:
@@ -384,8 +319,10 @@ def render(axes: Sequence[str], features: _rules.Features = _rules.CONSERVATIVE)
     hint_vars = "\n".join(f'_H{k} = TypeVar("_H{k}", bound=str' + (")" if k == 0 else ", default=Never)")
                           for k in range(len(axes)))
     hint_union = " | ".join(f"_H{k}" for k in range(len(axes)))
-    body = methods + _TAIL.format(at="\n".join(at), untyped="\n".join(untyped), axis_index=axis_index, hint_vars=hint_vars,
-                                  hint_union=hint_union).splitlines() + colls
+    body = methods + _TAIL.format(at="\n".join(at), untyped="\n".join(untyped), axis_index=axis_index,
+                                  static="\n".join(_static.lines()),
+                                  errors="\n".join(_static.error_classes()),
+                                  hint_vars=hint_vars, hint_union=hint_union).splitlines() + colls
     head = _SARRAY_HEAD.format(axis=axis_type(axes), plain="\n".join(plain_properties()))
     init = _module_text(axes, body, vs, head=head)
     files = {"spmdtyped/__init__.pyi": init}

@@ -58,28 +58,15 @@ class Form:
     rows: tuple[tuple[str | None, str], ...] = ()
     #: the parameters after `x, axis_name` (collectives), as written in the stub
     extra: str = ""
+    #: the `to=` parameter of a collective whose keyword picks the row (`to: str = "varying"`)
+    to: str = ""
 
 
 #: the runtime's operator names in messages (`_array._SYMBOL`): the surface table's symbols
 SYMBOLS = {**{r.rule or "": r.symbol or r.name for r in (*_surface.OPERATORS,
                                                           *_surface.UNARY_OPERATORS)},
            "abs": "abs"}
-_GROUPS = ", *, axis_index_groups: None = None"
-#: each collective's parameters after `(x, axis_name)`, as the stub writes them (the surface
-#: table names the rows; the signatures are the stub's)
-_EXTRA = {
-    "psum": _GROUPS, "pmean": _GROUPS, "pmax": _GROUPS, "pmin": _GROUPS,
-    "ppermute": ", perm: Sequence[tuple[int, int]]", "pshuffle": ", perm: Sequence[int]",
-    "pbroadcast": ", source: int",
-    "all_gather": ", *, axis_index_groups: None = None, axis: int = 0, tiled: bool = False",
-    "psum_scatter": ", *, scatter_dimension: int = 0, axis_index_groups: None = None, "
-                    "tiled: bool = False",
-    "all_to_all": ", split_axis: int, concat_axis: int, *, axis_index_groups: None = None, "
-                  "tiled: bool = False",
-    "pvary": "", "pcast": "",
-}
-#: the `to=` values of the collectives whose keyword picks the row
-_TARGETS = {"all_gather": _rules.ALL_GATHER_TARGETS, "pcast": _rules.PCAST_TARGETS}
+_NO_TO = _surface.Param("to", "str", keyword=True)
 #: surface bindings the stub types as `unary` (the rule of the first argument)
 _AS_UNARY = ("unary", "mean")
 
@@ -87,7 +74,20 @@ _AS_UNARY = ("unary", "mean")
 def _collective_rows(c: _surface.Collective) -> tuple[tuple[str | None, str], ...]:
     if c.select is None:
         return ((None, c.op()),)
-    return tuple((t, c.op(t)) for t in _TARGETS[c.name])
+    return tuple((t, c.op(t)) for t in c.targets)
+
+
+def _extra(c: _surface.Collective) -> str:
+    """The row's parameters after `(x, axis_name)` as the stub writes them, `to=` left out
+    (each target gets its overloads)."""
+    parts: list[str] = []
+    for p in c.params:
+        if p.name == "to" and c.select is not None:
+            continue
+        if p.keyword and "*" not in parts:
+            parts.append("*")
+        parts.append(p.text())
+    return "".join(f", {x}" for x in parts)
 
 
 def _forms() -> list[Form]:
@@ -107,8 +107,9 @@ def _forms() -> list[Form]:
     out += [Form("function", r.name, r.rule, module="spmdtyped.nn",
                  binding="unary" if r.binding in _AS_UNARY else r.binding)
             for r in sorted(_surface.NN, key=lambda r: r.name)]
-    out += [Form("collective", c.name, rows=_collective_rows(c), extra=_EXTRA[c.name])
-            for c in _surface.COLLECTIVES if c.ops]
+    out += [Form("collective", c.name, rows=_collective_rows(c), extra=_extra(c),
+                 to=(c.param("to") or _NO_TO).text() if c.select else "")
+            for c in _surface.all_collectives() if c.ops]
     return out
 
 
@@ -380,9 +381,15 @@ def _plan_function(form: Form, axes: tuple[str, ...], features: _rules.Features)
     return Planned(form, [], Tally())  # where, concatenate, einsum, take, full: SArray[Any...]
 
 
-@functools.lru_cache(maxsize=8)
 def plan(axes: tuple[str, ...], features: _rules.Features = _rules.CONSERVATIVE) -> list[Planned]:
-    """Every form's overloads for the vocabulary `axes` (memoised: one plan per vocabulary)."""
+    """Every form's overloads for the vocabulary `axes` (memoised: one plan per vocabulary and
+    collective table: a row registered by a test is planned too)."""
+    return _plan(axes, features, _surface.all_collectives())
+
+
+@functools.lru_cache(maxsize=8)
+def _plan(axes: tuple[str, ...], features: _rules.Features,
+          _table: tuple[_surface.Collective, ...]) -> list[Planned]:
     cache: dict[tuple[str, str, str], Planned] = {}
     out = []
     for form in _forms():

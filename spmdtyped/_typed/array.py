@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _compat, _rules, _surface
+from .. import _compat, _rules, _surface, _validate
 from .._errors import error
 from .._rules import LITERAL, Operand, SpmdType
 from .._rules.refine import NONE as NO_REFINEMENT
@@ -158,7 +158,12 @@ def wrap(raw: Any, spmd_type: SpmdType | None = None) -> Any:
         return raw
     actual = _compat.typeof_raw_or_none(raw)
     if spmd_type is None:
-        spmd_type = actual if actual is not None else _compat.typeof_raw(raw)
+        try:
+            spmd_type = actual if actual is not None else _compat.typeof_raw(raw)
+        except TypeError:
+            raise error("SPMD509", f"st.wrap: raw must be a JAX array (or a pytree of them), "
+                        f"got {type(raw).__name__} {raw!r:.60}", op="st.wrap",
+                        fix="st.wrap(jnp.asarray(value))") from None
     elif actual is not None and actual != spmd_type and not in_vma_off() \
             and _compat.current_mesh()[1]:
         raise error("SPMD504", f"st.wrap: JAX types this value {actual}, not the {spmd_type} "
@@ -183,7 +188,11 @@ def local(x: Any, axis_name: Any) -> Any:
         w, u = jnp.linalg.eigh(gram.raw)
         ```
     """
-    axes = frozenset(_rules.normalize_axes(axis_name, "st.local"))
+    names = _rules.normalize_axes(axis_name, "st.local")
+    mesh_axes, manual = _compat.current_mesh()
+    if manual:  # a typo would forget nothing, silently
+        _rules.check_axes_known(names, "st.local", manual, mesh_axes)
+    axes = frozenset(names)
 
     def one(v: Any) -> Any:
         if not is_typed(v):
@@ -239,7 +248,10 @@ def operand(x: Any) -> tuple[Any, Operand]:
         return x, LITERAL
     if isinstance(x, (np.ndarray, np.generic)):
         return x, _rules.INVARIANT
-    return x, _compat.typeof_raw(x)
+    try:
+        return x, _compat.typeof_raw(x)
+    except TypeError:  # None, a str, a list: JAX's "not a valid JAX type", with a code
+        raise _validate.not_an_array(x) from None
 
 
 def array_operand(x: Any) -> tuple[Any, SpmdType]:
@@ -345,37 +357,47 @@ def _lowering_cast(row: str, t: SpmdType, raw: Any) -> Any:
     return raw
 
 
-def _argument_value(name: str, v: Any) -> Any:
+def _argument_value(name: str, v: Any, op: str = "st.numpy") -> Any:
     """An argument as `_rules.argument_rule` reads it: a dtype by its NumPy name, a Python
     literal as is, an array as itself (a value the rules do not read)."""
     if name == "dtype" and v is not None:
         try:
             return np.dtype(v).name
         except TypeError:
-            return _rules.UNKNOWN
+            raise _validate.bad(op, "dtype", v, "a dtype (jnp.float32, 'int32', bool, ...)",
+                                "dtype=jnp.float32") from None
     return v
 
 
 def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
-            kwargs: dict[str, Any], *, op: str, refine: Refine | None = None) -> Any:
+            kwargs: dict[str, Any], *, op: str,
+            refine: tuple[str, dict[str, Any] | None] | None = None) -> Any:
     """`jfn(x, *args, **kwargs)` for a one-array op whose rule depends on its other arguments
     (`_rules.call_type`: keywords and dtypes pick the row; secondary arrays join the result);
     its refinement by `refine` (kind, parameters; default elementwise)."""
     raw, t = array_operand(x)
     named = _rules.named_arguments(rule, args, kwargs)
-    keywords = {k: _argument_value(k, v) for k, v in named.items()}
+    keywords = {k: _argument_value(k, v, op) for k, v in named.items()}
+    raw_args = tuple(unwrap(a) for a in args)
+    raw_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+    if refine is not None and refine[1] is None:  # arguments the refinement could not read:
+        with _validate.jax_arguments(op):         # JAX's verdict on them first (SPMD509)
+            jax.eval_shape(lambda r: jfn(r, *raw_args, **raw_kwargs), raw)
+        refine = ("plain", {})  # JAX accepts them: the result is plain Varying (not followed)
     secondary = [(n, typeof(named[n])) for n in _rules.SECONDARY.get(rule, ())
                  if named.get(n) is not None and operand(named[n])[1] is not LITERAL]
     dtype = np.dtype(jnp.result_type(raw)).name
     row = _rules.argument_rule(rule, keywords, dtype) or rule
     out_t = _rules.call_type(rule, t, keywords, dtype, secondary, _compat.FEATURES, op=op)
-    assert out_t is not None  # every argument is readable at runtime
-    raw_args = tuple(unwrap(a) for a in args)
-    raw_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
-    out = jfn(_lowering_cast(row, t, raw), *raw_args, **raw_kwargs)
+    if out_t is None:  # an argument the rule reads is in no form it knows (dtype=None)
+        raise error("SPMD509", f"{op}: cannot tell from its arguments "
+                    f"({', '.join(f'{k}={v!r}' for k, v in named.items())}) whether it is "
+                    f"linear", op=op, fix=f"{op}(x, dtype=jnp.float32): name the dtype")
+    with _validate.jax_arguments(op):
+        out = jfn(_lowering_cast(row, t, raw), *raw_args, **raw_kwargs)
     kind, params = refine or ("elementwise", {})
     return checked(op, out, out_t,
-                   _refining.refine(kind, rule, [x], out_t, out, op=op, params=params))
+                   _refining.refine(kind, rule, [x], out_t, out, op=op, params=params or {}))
 
 
 #: refinement kinds (`_surface.REFINE_KINDS`) that read none of the call's arguments
@@ -386,8 +408,12 @@ def call_function(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, .
                   kwargs: dict[str, Any], *, op: str, refine: str) -> Any:
     """`call_op` of an `st.numpy` / `st.nn` function row: its refinement kind `refine`, with
     the call's arguments by name where that kind reads them (`axis`, `keepdims`, `shift`)."""
-    params = {} if refine in _NO_PARAMETERS else _refining.call_params(
-        jfn, unwrap(x), tuple(unwrap(a) for a in args), {k: unwrap(v) for k, v in kwargs.items()})
+    try:
+        params: dict[str, Any] | None = {} if refine in _NO_PARAMETERS else _refining.call_params(
+            jfn, unwrap(x), tuple(unwrap(a) for a in args),
+            {k: unwrap(v) for k, v in kwargs.items()})
+    except (TypeError, ValueError, IndexError):
+        params = None  # arguments JAX rejects: `call_op` reports them with JAX's message
     return call_op(rule, x, jfn, args, kwargs, op=op, refine=(refine, params))
 
 

@@ -17,6 +17,7 @@ loaded by name, and registers itself.
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import functools
 import importlib
@@ -182,7 +183,8 @@ class SArray(metaclass=_StateMeta):
     its `SpmdType`; `x.shape`, `x.dtype`, `x.ndim` are the local (per-device) ones.
     """
 
-    __slots__ = ("raw", "refinement")
+    # __weakref__: weakref.ref(x) works, as on jax.Array (caches keyed weakly on values)
+    __slots__ = ("raw", "refinement", "__weakref__")
     _spmd_type: SpmdType | None = None
     _verdicts: dict[type, bool] = {}  # noqa: RUF012 - the metaclass's per-class cache
 
@@ -205,6 +207,10 @@ class SArray(metaclass=_StateMeta):
     def spmd_type(self) -> SpmdType:
         return type(self)._spmd_type  # type: ignore[return-value]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle / copy: the class by its state (see `_reduce_class`), the value, the refinement
+        return (_rebuild, (type(self), self.raw, self.refinement))
+
     def __repr__(self) -> str:
         try:
             inner = repr(self.raw)
@@ -221,14 +227,27 @@ class SArray(metaclass=_StateMeta):
         return _ops().getattr(self, name)
 
 
+def _operand(other: Any) -> bool:
+    """Whether `other` can be the other operand of an operator: a typed value, a number, an
+    array (JAX, NumPy) or an object with `__jax_array__`. Anything else (None, a str, a list)
+    gets NotImplemented, as from `jax.Array`: `x == None` is False, `x + "a"` Python's
+    TypeError."""
+    return isinstance(other, (SArray, int, float, complex)) or hasattr(other, "__jax_array__") \
+        or (hasattr(other, "dtype") and hasattr(other, "shape"))
+
+
 def _binop(row: _surface.Row, reflected: bool) -> Callable[[SArray, Any], Any]:
     rule, op = row.rule, f"operator {row.symbol}"
 
     if reflected:
         def method(self: SArray, other: Any) -> Any:
+            if not _operand(other):
+                return NotImplemented
             return _ops().binary(rule, other, self, op=op)
     else:
         def method(self: SArray, other: Any) -> Any:
+            if not _operand(other):
+                return NotImplemented
             return _ops().binary(rule, self, other, op=op)
 
     method.__name__ = method.__qualname__ = row.reflected if reflected else row.name  # type: ignore[assignment]
@@ -485,3 +504,32 @@ Partial = _refine_family("Partial", "Partial sums: `Partial['tp']` is Varying ov
                          "device's term of a sum over 'tp' (the true value is the psum).")
 Rep = _refine_family("Rep", "Replicated but typed Varying: `Rep['tp']` is equal on every device "
                      "of 'tp' (a pvary of an Invariant value).")
+
+
+# ------------------------------------------------------------------------------ pickling
+# The state and hint classes are made at run time, so pickle cannot find them by their names
+# (`spmdtyped.Varying['dp']` is no attribute). Each is pickled as the call that makes it again:
+# by its state (and refinement), or by its family name.
+
+
+def _rebuild(cls: type, raw: Any, refinement: Refinement) -> Any:
+    obj: Any = object.__new__(cls)
+    obj.raw = raw
+    obj.refinement = refinement
+    return obj
+
+
+def _family_named(name: str) -> Any:
+    return globals()[name]
+
+
+def _reduce_class(cls: Any) -> Any:
+    if cls is SArray or cls._spmd_type is None:  # SArray, Varying, Typed, Shard, ...
+        return (_family_named, (cls.__name__,))
+    if isinstance(cls, _RefinedMeta):
+        return (refined_class, (cls._spmd_type, cls._refinement))
+    return (state_class, (cls._spmd_type,))
+
+
+for _meta in (_StateMeta, _FamilyMeta, _RefinedMeta, _RefineFamilyMeta):
+    copyreg.pickle(_meta, _reduce_class)

@@ -24,15 +24,15 @@ from typing import Any
 import jax
 import numpy as np
 
-from .. import _compat, _rules
+from .. import _compat, _rules, _surface
 from .._errors import error
 from .._rules.refine import describe
 from . import hints as _hints
 
 #: jax.numpy / jax.nn function name -> the st.* function with the rule for it
 _REPLACEMENTS: dict[str, str] = {
-    **{n: f"st.numpy.{n}" for n in _rules.NUMPY_FUNCTIONS},
-    **{n: f"st.nn.{n}" for n in _rules.NN_FUNCTIONS},
+    **{r.name: f"st.numpy.{r.name}" for r in _surface.NUMPY},
+    **{r.name: f"st.nn.{r.name}" for r in _surface.NN},
 }
 _JAX_MODULES = ("jax.", "jaxlib.")
 _WRAPPERS = frozenset({"reraise_with_filtered_traceback", "cache_miss", "call_impl", "bind",
@@ -174,6 +174,18 @@ def _scalar(conv: Any) -> Any:
     return method
 
 
+def formatted(self: Any, spec: str) -> str:
+    """`format(x, ".2f")` / f-strings: the value formatted as `jax.Array` does (a scalar's
+    number; JAX's error under tracing); an empty spec is `str(x)`."""
+    return str(self) if not spec else format(self.raw, spec)
+
+
+def contains(self: Any, item: Any) -> bool:
+    """`item in x`: `jax.Array.__contains__` on the raw value (its errors: a 2-d array, a
+    tracer)."""
+    return bool(self.raw.__contains__(getattr(item, "raw", item)))
+
+
 def index(self: Any) -> int:
     return self.raw.__index__()  # type: ignore[no-any-return]
 
@@ -210,5 +222,7 @@ def install(cls: type, *, getitem: Any, vma_off: Any) -> None:
     cls.__int__ = _scalar(int)  # type: ignore[attr-defined]
     cls.__complex__ = _scalar(complex)  # type: ignore[attr-defined]
     cls.__index__ = index  # type: ignore[attr-defined]
+    cls.__format__ = formatted  # type: ignore[method-assign,assignment]
+    cls.__contains__ = contains  # type: ignore[attr-defined,operator]
     cls.__repr__ = represent  # type: ignore[attr-defined]
     _hints.on_state_class(_register_class)

@@ -63,6 +63,26 @@ def fn_name(f: Any) -> str:
     return getattr(f, "__name__", None) or repr(f)
 
 
+def named_like(wrapper: Any, f: Any) -> Any:
+    """`wrapper` with `f`'s name where `functools.wraps` finds none (a `functools.partial`):
+    `jax.jit` names the lowered module after it (`@jit_step`, not `@jit_wrapped`)."""
+    if not hasattr(f, "__name__"):
+        wrapper.__name__ = wrapper.__qualname__ = fn_name(f)
+    return wrapper
+
+
+def raw_outputs(f: Any) -> Any:
+    """`f` whose typed results (spmdtyped's values, from `st.*` calls in a raw body) come back
+    as the JAX values they wrap: they never reach the caller's global code."""
+    from .._typed.array import is_typed, unwrap
+
+    @functools.wraps(f)
+    def body(*args: Any) -> Any:
+        return jax.tree_util.tree_map(unwrap, f(*args), is_leaf=is_typed)
+
+    return named_like(body, f)
+
+
 def resolve_mesh(mesh: Any, where: str, *, concrete: bool = False) -> Any:
     """`mesh`, or (None, as `jax.shard_map` allows) the mesh of `jax.set_mesh`'s context."""
     if mesh is not None:

@@ -11,8 +11,8 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from .. import _compat, _rules
-from .._boundary.shard_map import check_outputs, is_spec_leaf
+from .. import _compat, _rules, _validate
+from .._boundary.shard_map import check_in_structure, check_mesh_specs, check_outputs, is_spec_leaf
 from .._engine.check import check_shard_map, in_program_order, refine_into, shard_map_eqn
 from .._engine.refine_route import routed_autodiff, trace_discarding_outputs
 from .._engine.refine_walk import body_jaxpr
@@ -182,9 +182,16 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
             print(v.source, v.code)
         ```
     """
+    _validate.callable_arg(f, "st.adapters.infer")
+    _validate.given_specs(out_specs, "st.adapters.infer")
+    axis_names = set(_validate.shard_map_args(f, mesh, in_specs, out_specs, axis_names,
+                                              "st.adapters.infer", infer=_compat.INFER))
     where = f"infer({fn_name(f)})"
     mesh = resolve_mesh(mesh, where, concrete=True)
-    rep = run_infer(f, args, mesh=mesh, in_specs=resolve_in_specs(in_specs, tuple(args)),
+    specs = resolve_in_specs(in_specs, tuple(args))
+    check_mesh_specs(mesh, specs, out_specs, axis_names, where)
+    check_in_structure(specs, tuple(args), where, "st.adapters.infer")
+    rep = run_infer(f, args, mesh=mesh, in_specs=specs,
                     out_specs=out_specs, axis_names=axis_names, where=where)
     if not check_vma:
         # the program was written for check_vma=False: each strict-rule violation of its

@@ -28,8 +28,8 @@ from typing import Any
 
 import jax
 
-from .. import _compat
-from .._boundary.shard_map import check_in_structure, check_spec_axes, in_spec_errors
+from .. import _compat, _validate
+from .._boundary.shard_map import check_in_structure, check_mesh_specs, in_spec_errors
 from .._engine.check import check_shard_map, run_checked
 from .._engine.patching import Patch
 from .._engine.walk import function_source
@@ -39,6 +39,8 @@ from ._conventions import (
     checked_lax,
     fn_name,
     manual_axes,
+    named_like,
+    raw_outputs,
     resolve_in_specs,
     resolve_mesh,
     signature_key,
@@ -79,22 +81,22 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
             loss = step(params, batch)
         ```
     """
+    axis_names = set(_validate.shard_map_args(f, mesh, in_specs, out_specs, axis_names,
+                                              "typed_shard_map", infer=_compat.INFER))
+    _validate.given_specs(out_specs, "typed_shard_map")
     if f is None:
         return functools.partial(typed_shard_map, mesh=mesh, in_specs=in_specs,
                                  out_specs=out_specs, axis_names=axis_names, check_vma=check_vma)
     name = fn_name(f)
     where = f"typed_shard_map({name})"
     if mesh is not None:
-        mesh_axes = _compat.mesh_axis_names(mesh)
-        if in_specs is not _compat.INFER:
-            check_spec_axes(in_specs, mesh_axes, where, "in_specs")
-        check_spec_axes(out_specs, mesh_axes, where, "out_specs")
+        check_mesh_specs(mesh, in_specs, out_specs, axis_names, where)
 
     # the program is `jax.shard_map(f)` itself: the jaxpr walk finds what JAX accepts and the
     # strict rules reject; a program JAX rejects is traced again with `jax.lax` routed through
     # `spmdtyped.lax` and its outputs checked (`run_infer`), for spmdtyped's code at the line
-    smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                axis_names=axis_names, check_vma=check_vma)
+    smapped = _compat.shard_map(raw_outputs(f), mesh=mesh, in_specs=in_specs,
+                                out_specs=out_specs, axis_names=axis_names, check_vma=check_vma)
     plain = smapped
     #: input signature -> the checked program (a `jax.jit` of it, its trace cached)
     traced: dict[Any, Callable[..., Any]] = {}
@@ -131,9 +133,13 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
 
     @functools.wraps(f)
     def wrapped(*args: Any) -> Any:
-        if not check_vma:
-            return plain(*args)
         m = resolve_mesh(mesh, where)
+        if mesh is None:
+            check_mesh_specs(m, in_specs, out_specs, axis_names, where)
+        if not check_vma:  # JAX's program unchecked; its boundary errors with codes
+            check_in_structure(resolve_in_specs(in_specs, args), args, where, "typed_shard_map")
+            with in_spec_errors(where, "typed_shard_map"), jax_errors(where):
+                return plain(*args)
         with error_context(function=name, mesh=m, manual=manual_axes(m, axis_names)):
             specs = resolve_in_specs(in_specs, args)
             check_in_structure(specs, args, where, "typed_shard_map")
@@ -141,6 +147,7 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                                key=lambda: (signature_key(args), id(m), str(m)),
                                trace=lambda thunk: trace(m, specs, args, thunk))
 
+    named_like(wrapped, f)
     wrapped.__wrapped_shard_map__ = plain  # type: ignore[attr-defined]
     return wrapped
 

@@ -4,6 +4,8 @@ a direct call's arguments, and a shard_map output that does not fit its out_spec
 
 from typing import Any
 
+import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
@@ -19,6 +21,22 @@ def tables(u: Unreduced["tp"], r: Reduced["tp"], x: Varying["dp"]) -> None:
     st.nn.relu(u)  # E: spmd-nonlinear-unreduced
     st.nn.softmax(r, axis=-1)  # E: spmd-reduced-replicated
     st.nn.one_hot(r, 8)  # E: spmd-reduced-replicated
+
+
+def dtype_spellings(u: Unreduced["tp"], x: Varying["tp"]) -> None:
+    """Every spelling of an integer or bool dtype (issue 26): rounding a partial sum."""
+    u.astype(jnp.int32)  # E: spmd-nonlinear-unreduced
+    u.astype(np.int32)  # E: spmd-nonlinear-unreduced
+    u.astype("int32")  # E: spmd-nonlinear-unreduced
+    u.astype(int)  # E: spmd-nonlinear-unreduced
+    u.astype(bool)  # E: spmd-nonlinear-unreduced
+    u.astype(jnp.bool_)  # E: spmd-nonlinear-unreduced
+    snp.sum(u, dtype=jnp.int32)  # E: spmd-nonlinear-unreduced
+    snp.sum(u, dtype="int32")  # E: spmd-nonlinear-unreduced
+    snp.sum(u, dtype=bool)  # E: spmd-nonlinear-unreduced
+    u.astype(jnp.float16)  # a float: linear
+    snp.sum(u, dtype=np.float32)
+    x.astype(jnp.int32)  # Varying: every device rounds its own value
 
 
 def loss_fn(w: Varying["dp"], x: Varying["dp"]) -> Varying["dp"]:

@@ -1,5 +1,5 @@
 # legs: plugin
-"""Precise results from the function tables (`_rules.NUMPY_FUNCTIONS`, `NN_FUNCTIONS`): numpy
+"""Precise results from the function tables (the `_surface.NUMPY` / `NN` rows): numpy
 aliases and constructors, `st.nn`; gradients of a direct call typed from the arguments;
 `st.shard_map` outputs that fit their out_specs."""
 

@@ -106,6 +106,12 @@ def partial_fix(axis: str) -> str:
             f"the value is local on purpose)")
 
 
+def nonlinear(name: str, axis: str, op: str, *, what: str = "the value", why: str = "") -> Exception:
+    """SPMD211: `name`, which is not linear, applied to a partial sum over `axis` (`what`)."""
+    return fail("SPMD211", op, f"{name} is not linear, but {what} is a partial sum over {axis!r}{why}",
+                axis, None, fix=partial_fix(axis))
+
+
 class Plain(Exception):
     """An allowed refinement error (`st.allow(code)`): the axis falls back to plain Varying."""
 
@@ -265,8 +271,7 @@ def _elementwise_axis(name: str, args: Sequence[Arg], ks: list[Kind | str], a: s
         if n == 1:
             if name in LINEAR_UNARY:
                 return PARTIAL
-            raise fail("SPMD211", op, f"{name} is not linear, but the value is a partial sum "
-                        f"over {a!r} (its true value is the psum)", a, None, fix=partial_fix(a))
+            raise nonlinear(name, a, op, why=" (its true value is the psum)")
         if name in ADDITIVE:
             if all(k is PARTIAL for k in ks):
                 return PARTIAL
@@ -300,8 +305,7 @@ def _elementwise_axis(name: str, args: Sequence[Arg], ks: list[Kind | str], a: s
                             f"or token count computed over a shard)", a, None,
                             fix=f"x / st.psum(d, {a!r})  (reduce the divisor first)")
             return PARTIAL if all(k in (FIXED, REP) for k in others) else None
-        raise fail("SPMD211", op, f"{name} is not linear, but an operand is a partial sum over "
-                    f"{a!r} (its true value is the psum)", a, None, fix=partial_fix(a))
+        raise nonlinear(name, a, op, what="an operand", why=" (its true value is the psum)")
     if n == 1:
         (k,) = ks
         if k is INDEX:
@@ -326,11 +330,9 @@ def _elementwise_axis(name: str, args: Sequence[Arg], ks: list[Kind | str], a: s
 # Reductions over local dims
 
 
-#: reductions that are sums (a Shard dim summed gives a Partial)
-SUMS = frozenset({"sum"})
-#: order-dependent or non-linear reductions: a Shard dim reduced gives plain
-OTHER_REDUCTIONS = frozenset({"max", "min", "argmax", "argmin", "prod", "var", "std",
-                              "any", "all", "logsumexp", "norm"})
+#: the reductions (`_surface` kind "reduction") that are sums: a Shard dim summed gives a
+#: Partial (a mean too: a sum divided by the local count); every other one gives plain
+SUMS = frozenset({"sum", "mean"})
 
 
 def drop_dims(k: Kind, removed: frozenset[int]) -> Kind | None:
@@ -355,15 +357,14 @@ def reduction(name: str, t: SpmdType, ref: Refinement, out: SpmdType, *, ndim: i
     def one(a: str) -> Kind | None:
         k = kind(t, ref, a)
         if k is PARTIAL:
-            if name in SUMS or name == "mean":
+            if name in SUMS:
                 return PARTIAL
-            raise fail("SPMD211", op, f"{name} is not linear, but the value is a partial sum over "
-                        f"{a!r}", a, None, fix=partial_fix(a))
+            raise nonlinear(name, a, op)
         if isinstance(k, Shard):
             if removed is None:
                 return None
             if k.dim in removed:
-                return PARTIAL if name in SUMS or name == "mean" else None
+                return PARTIAL if name in SUMS else None
             return k if keepdims else drop_dims(k, removed)
         return REP if k is REP else None
 
@@ -382,8 +383,7 @@ def along_dim(name: str, t: SpmdType, ref: Refinement, out: SpmdType, *, ndim: i
         if k is PARTIAL:
             if name in LINEAR_UNARY or name == "take":
                 return PARTIAL
-            raise fail("SPMD211", op, f"{name} is not linear, but the value is a partial sum over "
-                        f"{a!r}", a, None, fix=partial_fix(a))
+            raise nonlinear(name, a, op)
         if isinstance(k, Shard):
             return k if dims is not None and axis is not None and k.dim not in dims else None
         return REP if k is REP else None
@@ -485,14 +485,11 @@ def dot_spec(lhs_ndim: int, rhs_ndim: int) -> str:
 # ---------------------------------------------------------------------------------------------
 # Composites
 
-#: softmax-like composites: a max, an exp, a sum and a divide (or a log) over `axis`
-SOFTMAX = frozenset({"softmax", "log_softmax", "logsumexp"})
-
-
 def softmax(name: str, t: SpmdType, ref: Refinement, out: SpmdType, *, ndim: int | None,
             axis: int | Sequence[int] | None, keepdims: bool = False, op: str) -> Refinement:
-    """`softmax` / `log_softmax` / `logsumexp` over local dims `axis`. Over a Shard dim each
-    device normalises by its own slice (the sum of the exponentials is a partial sum over the
+    """The softmax-like composites (`_surface` kind "softmax": a max, an exp, a sum and a
+    divide, or a log): `softmax` / `log_softmax` / `logsumexp` over local dims `axis`. Over a
+    Shard dim each device normalises by its own slice (the sum of the exponentials is a partial sum over the
     axis): SPMD211, as the decomposed program would give SPMD212 at its division. A Partial
     input is non-linear (SPMD211). Elsewhere: the shape-preserving ones keep every kind, and
     `logsumexp` drops the reduced dims like a non-linear reduction."""
@@ -501,8 +498,7 @@ def softmax(name: str, t: SpmdType, ref: Refinement, out: SpmdType, *, ndim: int
     def one(a: str) -> Kind | None:
         k = kind(t, ref, a)
         if k is PARTIAL:
-            raise fail("SPMD211", op, f"{name} is not linear, but the value is a partial sum over "
-                        f"{a!r}", a, None, fix=partial_fix(a))
+            raise nonlinear(name, a, op)
         if isinstance(k, Shard):
             if dims is None:
                 return None

@@ -55,15 +55,24 @@ from spmdtyped import _surface  # plain data; imports no JAX
 
 from .scan import (
     CHECKED,
+    LOOPS,
     SHARD_MAP_MODULES,
     Collect,
+    Defs,
     FunctionLines,
+    Outside,
+    PytreeParams,
     alias_name,
     code_of,
+    collective_of,
     dotted,
     hint_names,
     is_header,
+    lax_function,
     module_name,
+    number_operand,
+    shard_map_decorated,
+    size_idiom,
     spec_hint,
 )
 
@@ -187,7 +196,6 @@ class _Uses(cst.CSTVisitor):
 
 # ------------------------------------------------------------------- pass 2: rewrite
 
-
 class _Port(cst.CSTTransformer):
     def __init__(self, info: Collect, parents: dict[int, cst.CSTNode],
                  typed: dict[int, tuple[dict[str, str], str | None]] | None = None) -> None:
@@ -195,6 +203,8 @@ class _Port(cst.CSTTransformer):
         #: checked mode (`port_source(..., states=...)`): id(FunctionDef) -> (parameter
         #: annotations, return annotation) for every function whose states were observed
         self.typed = typed
+        #: the names of the typed functions (checked mode): a loop over one is spmdtyped's
+        self.typed_names: set[str] = set()
         #: parameters left unannotated in checked mode (no expressible state), as `f.p`
         self.unannotated: list[str] = []
         self.st = info.st_alias or "st"
@@ -208,9 +218,32 @@ class _Port(cst.CSTTransformer):
         #: results, not spmdtyped's typed values
         self._scopes: list[cst.FunctionDef | None] = []
 
+    def _size_annotation(self, original: cst.SimpleStatementLine,
+                         updated: cst.SimpleStatementLine) -> Any:
+        """`n = lax.psum(x.shape[-1], "tp")` in a ported function -> `n: int = ...`: the
+        axis-size idiom is a Python number, which mypy then sees (not `Any`), so what is
+        divided by it stays typed."""
+        stmt, new = original.body[0], updated.body[0]
+        if not (isinstance(stmt, cst.Assign) and isinstance(new, cst.Assign)
+                and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Name)
+                and isinstance(stmt.value, cst.Call)
+                and collective_of(self.info, stmt.value) is not None):
+            return None
+        kind = size_idiom(self.info, stmt.value)
+        if kind is None:
+            return None
+        self.changes.append(f"{stmt.targets[0].target.value}: {kind} (axis-size idiom)")
+        return updated.with_changes(body=[cst.AnnAssign(
+            target=new.targets[0].target, annotation=cst.Annotation(cst.Name(kind)),
+            value=new.value)])
+
     # imports
     def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine,
                                   updated: cst.SimpleStatementLine) -> Any:
+        if len(updated.body) == 1 and self._scopes and self._scopes[-1] is not None:
+            annotated = self._size_annotation(original, updated)
+            if annotated is not None:
+                return annotated
         if len(updated.body) != 1 or not isinstance(updated.body[0], cst.ImportFrom):
             return updated
         node = updated.body[0]
@@ -303,16 +336,33 @@ class _Port(cst.CSTTransformer):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> Any:
         fn = self._scopes[-1] if self._scopes else None
         if self.typed is not None:
-            if dotted(original.func) in ("jax.shard_map", "jax.experimental.shard_map.shard_map") \
-                    and any(a.keyword is not None and a.keyword.value == "check_vma"
-                            and code_of(a.value) != "True" for a in original.args):
+            vma_off = any(a.keyword is not None and a.keyword.value == "check_vma"
+                          and code_of(a.value) != "True" for a in original.args)
+            adapter = cst.parse_expression(f"{self.st}.adapters.typed_shard_map")
+            self.need_st = self.need_st or vma_off
+            if vma_off and dotted(original.func) in self.info.shard_map_names:
                 # code run with check_vma=False: st.shard_map's typed values refuse raw JAX
                 # there (the states are lost); typed_shard_map keeps the body's values raw
-                self.changes.append(f"{self.st}.shard_map -> {self.st}.adapters.typed_shard_map "
-                                    f"(check_vma not literally True)")
-                return updated.with_changes(
-                    func=cst.parse_expression(f"{self.st}.adapters.typed_shard_map"))
+                self.changes.append(f"{dotted(original.func)} -> {self.st}.adapters."
+                                    f"typed_shard_map (check_vma not literally True)")
+                return updated.with_changes(func=adapter)
+            if vma_off and (dotted(original.func) or "").split(".")[-1] == "partial" \
+                    and original.args and dotted(original.args[0].value) in \
+                    self.info.shard_map_names:
+                self.changes.append(f"partial({dotted(original.args[0].value)}) -> partial("
+                                    f"{self.st}.adapters.typed_shard_map) (check_vma not "
+                                    f"literally True)")
+                first = updated.args[0].with_changes(value=adapter)
+                return updated.with_changes(args=[first, *updated.args[1:]])
             return updated if fn is None else self._typed_call(original, updated)
+        real = collective_of(self.info, original)
+        if fn is not None and real is not None and not number_operand(original) \
+                and self._stays.stays(original, fn):
+            # the state is known (the function is annotated) and the result stays in code that
+            # takes typed values: the typed collective, which mypy types
+            self.need_st = True
+            self.changes.append(f"{dotted(original.func)} -> {self.st}.{real}")
+            return updated.with_changes(func=cst.parse_expression(f"{self.st}.{real}"))
         module = self._stays.candidate(original)
         if fn is None or module is None or not self._stays.stays(original, fn):
             return updated
@@ -329,15 +379,15 @@ class _Port(cst.CSTTransformer):
         name = dotted(original.func) or ""
         head, _, last = name.rpartition(".")
         new: str | None = None
-        if (head in self.info.lax_names and last in _surface.LAX_NAMES) or \
-                name in self.info.collective_alias:
-            real = self.info.collective_alias.get(name, last)
-            first = original.args[0].value if original.args else None
+        real = collective_of(self.info, original)
+        loop = lax_function(self.info, original)
+        if real is not None:
             # `lax.psum(1, axis)` / `lax.psum(x.shape[-1], axis)`: the axis-size idiom on a
             # Python number stays the drop-in's
-            if not (isinstance(first, (cst.Integer, cst.Float))
-                    or (first is not None and ".shape" in code_of(first))):
+            if not number_operand(original):
                 new = f"{self.st}.{real}"
+        elif loop in LOOPS:
+            return self._loop(original, updated, loop)
         elif self._stays.candidate(original) is not None:
             new = f"{self.st}.{self._stays.candidate(original)}.{last}"
         elif name in ("jax.grad", "jax.value_and_grad", "jax.vjp"):
@@ -347,6 +397,29 @@ class _Port(cst.CSTTransformer):
         self.need_st = True
         self.changes.append(f"{name} -> {new}")
         return updated.with_changes(func=cst.parse_expression(new))
+
+    def _loop(self, original: cst.Call, updated: cst.Call, loop: str) -> cst.Call:
+        """A `jax.lax` loop in a typed function: spmdtyped's (`st.scan`, ...) when its body is
+        one of the file's typed functions (it returns typed values, which a raw loop's carry
+        does not take); else the raw loop, given the raw values of its carries."""
+        body_at, carried, typed_loop = LOOPS[loop]
+        body = original.args[body_at].value if len(original.args) > body_at else None
+        if isinstance(body, cst.Name) and body.value in self.typed_names and not typed_loop:
+            return updated  # a typed body under jax.lax.scan: its typed carries match
+        if isinstance(body, cst.Name) and body.value in self.typed_names:
+            self.need_st = True
+            self.changes.append(f"{dotted(original.func)} -> {self.st}.{loop}")
+            return updated.with_changes(func=cst.parse_expression(f"{self.st}.{loop}"))
+        args = list(updated.args)
+        for i in carried:
+            if i < len(args) and args[i].keyword is None and code_of(args[i].value) != "None":
+                self.need_st = True
+                call = cst.parse_expression(f"{self.st}.unwrap(x)")
+                assert isinstance(call, cst.Call)
+                args[i] = args[i].with_changes(value=call.with_changes(
+                    args=[cst.Arg(args[i].value)]))
+        self.changes.append(f"{dotted(original.func)}: raw carries ({self.st}.unwrap)")
+        return updated.with_changes(args=args)
 
     def _typed_signature(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> Any:
         assert self.typed is not None
@@ -387,8 +460,15 @@ class _Port(cst.CSTTransformer):
         entries = [e.value for e in in_node.elements] if isinstance(in_node, (cst.Tuple, cst.List)) \
             else [in_node] * len(params)
         new_params = []
+        trees = PytreeParams()
+        original.body.visit(trees)
         for i, p in enumerate(params):
             h = spec_hint(entries[i], consts, used) if i < len(entries) and len(entries) == len(params) else None
+            if h is not None and not h.startswith("tuple[") and p.name.value in trees.names:
+                # one spec for a pytree argument (`params["w"]`): a single array's hint would
+                # be wrong, and the tree's structure is not written here (checked mode knows it)
+                self.unannotated.append(f"{original.name.value}.{p.name.value}")
+                h = None
             if p.annotation is None and h is not None:
                 p = p.with_changes(annotation=cst.Annotation(cst.parse_expression(h)))
             new_params.append(p)
@@ -468,6 +548,25 @@ def port_source(source: str, states: Any = None,
             ret = (declared or {}).get(name, _sanitize(obs.ret)) \
                 if declared and name in declared else _sanitize(obs.ret)
             typed[node_id] = (params, ret)
+    kept: list[str] = []
+    if typed:
+        outside = Outside(typed)
+        module.visit(outside)
+        for node in module.body:
+            if isinstance(node, cst.FunctionDef) and id(node) in typed \
+                    and node.name.value in outside.names \
+                    and not shard_map_decorated(node, info):
+                # also run outside shard_map (global code, a function no trace saw): typed
+                # values would reach global code there; the function and its own defs stay raw
+                inner = Defs()
+                node.visit(inner)
+                for d in inner.ids:
+                    typed.pop(d, None)
+                kept.append(node.name.value)
     port = _Port(info, parents.parent, typed)
+    if typed is not None:
+        port.typed_names = {lines.lines[i][0] for i in typed}
     new = module.visit(port)
-    return new.code, port.changes + [f"unannotated: {p}" for p in port.unannotated]
+    return new.code, (port.changes + [f"unannotated: {p}" for p in port.unannotated]
+                      + [f"kept raw: {k}" for k in kept])
+

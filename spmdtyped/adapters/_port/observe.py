@@ -78,7 +78,8 @@ def tree_hint(value: Any, order: Sequence[str], file: str | None,
             return None
         return cls.__qualname__
     if isinstance(value, tuple):
-        parts = [tree_hint(v, order, file, leaf_type) for v in value]
+        # `None` in a tuple (a scan body's `return carry, None`) is written as such
+        parts = ["None" if v is None else tree_hint(v, order, file, leaf_type) for v in value]
         return None if None in parts or not parts else f"tuple[{', '.join(parts)}]"  # type: ignore[arg-type]
     if isinstance(value, list):
         kinds = {tree_hint(v, order, file, leaf_type) for v in value}
@@ -175,10 +176,11 @@ def _declared(out_specs: Any, out: Any, order: Sequence[str], manual: Sequence[s
     return tree_hint(typed, order, file, leaf_type=lambda t: t if isinstance(t, _rules.SpmdType) else None)
 
 
-def observe_all(runs: Sequence[tuple[Callable[..., Any], Sequence[Any], Any, Any]], *, file: str,
+def observe_all(runs: Sequence[tuple[Any, ...]], *, file: str,
                 mesh: Any = None) -> tuple[dict[tuple[str, int], Observed], dict[str, str]]:
     """`observe` over several entry points of one file (the shard_map'd function and its
-    variants), merged: `runs` is `(f, args, in_specs, out_specs)` per entry point.
+    variants), merged: `runs` is `(f, args, in_specs, out_specs)` per entry point, or
+    `(f, args, in_specs, out_specs, mesh)` for one traced on a mesh of its own.
 
     **Returns:** `(states, declared)` for `_codemod.port_source`: the merged observations
     (a parameter seen with different states is `CONFLICT`) and, per entry function name, the
@@ -186,9 +188,9 @@ def observe_all(runs: Sequence[tuple[Callable[..., Any], Sequence[Any], Any, Any
     disagree)."""
     states: dict[tuple[str, int], Observed] = {}
     declared: dict[str, str | None] = {}
-    for f, args, in_specs, out_specs in runs:
-        seen, out = observe(f, *args, file=file, mesh=mesh, in_specs=in_specs,
-                            out_specs=out_specs)
+    for f, args, in_specs, out_specs, *own in runs:
+        seen, out = observe(f, *args, file=file, mesh=own[0] if own else mesh,
+                            in_specs=in_specs, out_specs=out_specs)
         for key, obs in seen.items():
             if key not in states:
                 states[key] = obs

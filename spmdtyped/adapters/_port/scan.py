@@ -218,3 +218,132 @@ class FunctionLines(cst.CSTVisitor):
         start = self.get_metadata(PositionProvider, node.decorators[0].decorator).start.line \
             if node.decorators else name
         self.lines[id(node)] = (node.name.value, start, name)
+
+
+# ------------------------------------------------------------------- calls pass 2 rewrites
+
+#: `jax.lax` loops -> (position of the body, positions of the carried values, whether a typed
+#: body makes it spmdtyped's). A typed `scan` body stays under `jax.lax.scan`, whose generic
+#: signature types the carry from the body's annotations (the plugin's `st.scan` result is
+#: `Any` for tuple carries)
+LOOPS = {"scan": (0, (1, 2), False), "fori_loop": (2, (3,), True),
+         "while_loop": (1, (2,), True)}
+
+
+def collective_of(info: Collect, call: cst.Call) -> str | None:
+    """The collective a call binds (`jax.lax.psum`, `lax.psum`, `from jax.lax import psum`)."""
+    name = dotted(call.func) or ""
+    head, _, last = name.rpartition(".")
+    if head in info.lax_names and last in _surface.LAX_NAMES:
+        return last
+    return info.collective_alias.get(name)
+
+
+def lax_function(info: Collect, call: cst.Call) -> str | None:
+    """`scan` for `jax.lax.scan(...)` / `lax.scan(...)`: the jax.lax function a call binds."""
+    name = dotted(call.func) or ""
+    head, _, last = name.rpartition(".")
+    return last if head in info.lax_names else None
+
+
+def number_operand(call: cst.Call) -> bool:
+    """A collective whose operand looks like a Python number (`1`, `x.shape[-1]`, ...): it
+    stays the drop-in's (the axis-size idiom `lax.psum(1, axis)`)."""
+    first = call.args[0].value if call.args else None
+    return isinstance(first, (cst.Integer, cst.Float)) or \
+        (first is not None and ".shape" in code_of(first))
+
+
+def size_idiom(info: Collect, call: cst.Call) -> str | None:
+    """`"int"` / `"float"` for the axis-size idiom itself, `psum(1, axis)` /
+    `psum(x.shape[-1], axis)` (a Python number), else None."""
+    if collective_of(info, call) != "psum" or not call.args:
+        return None
+    first = call.args[0].value
+    if isinstance(first, cst.Integer) or (
+            isinstance(first, cst.Subscript) and isinstance(first.value, cst.Attribute)
+            and first.value.attr.value == "shape"):
+        return "int"
+    return "float" if isinstance(first, cst.Float) else None
+
+
+class Defs(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.ids.add(id(node))
+
+
+class Outside(cst.CSTVisitor):
+    """The names global code calls: module-level code, and (transitively) the module-level
+    functions it calls that no trace saw running inside shard_map (not in `typed`)."""
+
+    def __init__(self, typed: Any) -> None:
+        self._typed = typed
+        self._top: list[cst.FunctionDef] = []
+        self._calls: dict[str | None, set[str]] = {}
+        self._defs: dict[str, int] = {}
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if not self._top:
+            self._defs[node.name.value] = id(node)
+        self._top.append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._top.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name):
+            owner = self._top[0].name.value if self._top else None
+            self._calls.setdefault(owner, set()).add(node.func.value)
+
+    @property
+    def names(self) -> set[str]:
+        found: set[str] = set()
+        todo: list[str | None] = [None]
+        while todo:
+            for name in self._calls.get(todo.pop(), set()) - found:
+                found.add(name)
+                if name in self._defs and self._defs[name] not in self._typed:
+                    todo.append(name)
+        return found
+
+class PytreeParams(cst.CSTVisitor):
+    """Names used as pytrees in a body: subscripted with a string (`params["w"]`), unpacked
+    (`w, b = params`), or given to `jax.tree_util` / `jax.tree` functions."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if isinstance(node.value, cst.Name) and len(node.slice) == 1 and \
+                isinstance(node.slice[0].slice, cst.Index) and \
+                isinstance(node.slice[0].slice.value, cst.SimpleString):
+            self.names.add(node.value.value)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Name) and any(
+                isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets):
+            self.names.add(node.value.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = dotted(node.func) or ""
+        if name.startswith(("jax.tree_util.", "jax.tree.", "tree_util.")):
+            self.names |= {a.value.value for a in node.args if isinstance(a.value, cst.Name)}
+
+
+def shard_map_decorated(node: cst.FunctionDef, info: Collect) -> bool:
+    """Whether a decorator of `node` is a shard_map form (its name is then the shard_map'd
+    function, which global code calls)."""
+    for dec in node.decorators:
+        d = dec.decorator
+        if dotted(d) in info.shard_map_names:
+            return True
+        if isinstance(d, cst.Call):
+            if dotted(d.func) in info.shard_map_names:
+                return True
+            if (dotted(d.func) or "").split(".")[-1] == "partial" and d.args \
+                    and dotted(d.args[0].value) in info.shard_map_names:
+                return True
+    return False

@@ -2,7 +2,8 @@
 
 One row per form: operators (`x % y`, `-x`), array methods and properties (`x.sum()`,
 `x.T`), indexing, `.at[i].<method>(v)`, the `st.numpy` and `st.nn` functions, constructors,
-collectives and casts. The runtime builds itself from these rows (`_hints` dunders, `_array`
+collectives and casts (their own table, `collectives.py`: one `Collective` row each with its
+signature, binding and jaxpr primitives). The runtime builds itself from these rows (`_hints` dunders, `_array`
 methods and `.at[]`, `numpy`, `nn`, `lax`, the lazy names of `spmdtyped`); the static view,
 the mypy plugin, the codemod and the docs read them; `tests/test_surface.py` checks every row
 against the runtime. Imports no JAX, only `_rules`.
@@ -13,12 +14,23 @@ against the runtime. Imports no JAX, only `_rules`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
-from ._rules.arguments import DTYPE_KINDS
-from ._rules.axis_ops import AXIS_OPS, all_gather_op, pcast_op
-from ._rules.elementwise import ELEMENTWISE
-from ._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
+from .._rules.arguments import DTYPE_KINDS
+from .._rules.elementwise import ELEMENTWISE
+from .._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
+from .._rules.primitives import PRIMITIVES
+from .collectives import AXIS_PRIMITIVES as AXIS_PRIMITIVES
+from .collectives import COLLECTIVE_NAMES as COLLECTIVE_NAMES
+from .collectives import COLLECTIVES as COLLECTIVES
+from .collectives import LAX_NAMES as LAX_NAMES
+from .collectives import REQUIRED as REQUIRED
+from .collectives import TYPED_COLLECTIVES as TYPED_COLLECTIVES
+from .collectives import Collective as Collective
+from .collectives import Param as Param
+from .collectives import all_collectives as all_collectives
+from .collectives import axis_primitive as axis_primitive
+from .collectives import collective as collective
+from .collectives import registered as registered
 
 #: how a function or method applies its rule to its arguments:
 #: "unary"  -- the first argument only (further arguments are shapes, axes, shifts): `unary`
@@ -231,56 +243,10 @@ NN: tuple[Row, ...] = tuple(
 # ------------------------------------------------------------------------------ collectives
 
 
-@dataclasses.dataclass(frozen=True)
-class Collective:
-    """A collective or cast: its public name (`st.<name>`), the `AXIS_OPS` rows it applies
-    (several when a keyword picks the row: `all_gather(to=...)`, `pcast(to=...)`), JAX's
-    function, and whether `spmdtyped.lax` checks it (the drop-in for `jax.lax`)."""
-
-    name: str
-    ops: tuple[str, ...]
-    jax: str
-    in_lax: bool = True
-    #: `(to, op label) -> AXIS_OPS key` where the `to=` keyword picks the row
-    select: Callable[[object, str], str] | None = None
-
-    def op(self, to: object = None, label: str | None = None) -> str:
-        """The `AXIS_OPS` row this call applies (`to`: the `to=` argument, where it has one);
-        an unknown target is the rule's error (SPMD505)."""
-        if self.select is None:
-            assert len(self.ops) == 1, self
-            return self.ops[0]
-        return self.select(to, label or f"st.{self.name}")
-
-
-COLLECTIVES: tuple[Collective, ...] = (
-    Collective("psum", ("psum",), "jax.lax.psum"),
-    Collective("pmean", ("pmean",), "jax.lax.pmean"),
-    Collective("pmax", ("pmax",), "jax.lax.pmax"),
-    Collective("pmin", ("pmin",), "jax.lax.pmin"),
-    Collective("ppermute", ("ppermute",), "jax.lax.ppermute"),
-    Collective("pshuffle", ("pshuffle",), "jax.lax.pshuffle"),
-    Collective("pbroadcast", ("pbroadcast",), "jax.lax.pbroadcast"),
-    Collective("all_gather", ("all_gather", "all_gather_invarying", "all_gather_reduced"),
-               "jax.lax.all_gather", select=lambda to, _op: all_gather_op(to)),
-    Collective("psum_scatter", ("psum_scatter",), "jax.lax.psum_scatter"),
-    Collective("all_to_all", ("all_to_all",), "jax.lax.all_to_all"),
-    Collective("pcast", ("pcast_varying", "pcast_reduced", "pcast_unreduced"), "jax.lax.pcast",
-               select=pcast_op),
-    # st.pvary: the old spelling of pcast(to="varying"); spmdtyped.lax has pcast only
-    Collective("pvary", ("pvary",), "jax.lax.pcast", in_lax=False),
-    Collective("axis_index", (), "jax.lax.axis_index"),
-    Collective("axis_size", (), "jax.lax.axis_size"),
-)
-#: every public collective/cast name (`st.<name>`), in table order
-COLLECTIVE_NAMES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES)
-#: the names `spmdtyped.lax` checks
-LAX_NAMES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES if c.in_lax)
-#: collectives that take a typed value and apply an `AXIS_OPS` row (not axis_index/axis_size)
-TYPED_COLLECTIVES: tuple[str, ...] = tuple(c.name for c in COLLECTIVES if c.ops)
-
+# The collectives and casts: `collectives.py` (`COLLECTIVES`, re-exported here); as `Row`s
+# for the parity tests:
 COLLECTIVE_ROWS: tuple[Row, ...] = tuple(
-    Row(f"st.{c.name}(x, axes)", "collective", c.name, op, 1, "axis", c.jax, refine="collective")
+    Row(f"st.{c.name}(x, axes)", "collective", c.name, op, 1, "axis", c.jax, refine=c.refine)
     for c in COLLECTIVES for op in c.ops
 )
 
@@ -293,7 +259,6 @@ _BY_DUNDER = {r.name: r for r in (*OPERATORS, *UNARY_OPERATORS)}
 _BY_DUNDER.update({r.reflected: r for r in OPERATORS if r.reflected})
 _BY_ATTR = {r.name: r for r in (*METHODS, *PROPERTIES)}
 _BY_FUNCTION = {**{f"numpy.{r.name}": r for r in NUMPY}, **{f"nn.{r.name}": r for r in NN}}
-_BY_COLLECTIVE = {c.name: c for c in COLLECTIVES}
 
 
 def by_dunder(name: str) -> Row | None:
@@ -311,9 +276,46 @@ def by_function(module: str, name: str) -> Row | None:
     return _BY_FUNCTION.get(f"{module}.{name}")
 
 
-def collective(name: str) -> Collective | None:
-    """The collective/cast `st.<name>`, or None."""
-    return _BY_COLLECTIVE.get(name)
+# ------------------------------------------------------------------------------ refinement kinds
+# The one table of refinement kinds: each row's `refine`. The runtime reads a form's row
+# (`_typed.refining.REFINERS`); the mypy plugin and the jaxpr walk, which see a rule name or a
+# primitive rather than a form, read the two views below.
+
+#: rule name -> the refinement kind of the rows that apply it (one kind per rule: `_check`)
+REFINE_OF_RULE: dict[str, str] = {r.rule: r.refine for r in ROWS if r.rule is not None}
+
+
+def refine_kind(rule: str) -> str:
+    """The refinement kind of the rows that apply `rule`; "elementwise" for a rule no row
+    applies (the static checker's fallback for a one-operand form)."""
+    return REFINE_OF_RULE.get(rule, "elementwise")
+
+
+#: the jaxpr primitives the walk refines by kind that no row's rule stands for: their
+#: (kind, rule name). `reduce_and`/`reduce_or`/`cummax`/`cummin` have no row; the elementwise
+#: primitives are refined by `_rules.refine.elementwise` under the primitive's own name.
+_PRIMITIVE_KINDS: dict[str, tuple[str, str]] = {
+    "reduce_and": ("reduction", "all"), "reduce_or": ("reduction", "any"),
+    "cummax": ("along", "cummax"), "cummin": ("along", "cummin"),
+    **{p: ("elementwise", p) for p in (
+        "add", "add_any", "sub", "mul", "div", "neg", "max", "min", "pow", "atan2", "rem",
+        "clamp", "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor", "not", "exp", "exp2",
+        "log", "tanh", "sin", "cos", "tan", "sqrt", "rsqrt", "abs", "square", "sign", "log1p",
+        "expm1", "logistic", "erf", "erfc", "erf_inv", "floor", "ceil", "round", "is_finite",
+        "integer_pow", "convert_element_type", "reduce_precision", "copy", "copy_p", "conj",
+        "real", "imag", "stop_gradient", "cbrt", "asin", "acos", "atan", "sinh", "cosh",
+        "asinh", "acosh", "atanh", "lgamma", "digamma", "nextafter", "shift_left",
+        "shift_right_logical", "shift_right_arithmetic", "population_count", "select_n")},
+}
+#: jaxpr primitive -> (refinement kind, rule name), for the jaxpr walk (`_engine.refine_walk`):
+#: a primitive whose rule (`_rules.PRIMITIVES`) rows apply as a reduction or along one dim has
+#: their kind (`reduce_sum` -> ("reduction", "sum"), `rev` -> ("along", "flip")); the others
+#: are `_PRIMITIVE_KINDS`
+PRIMITIVE_REFINE: dict[str, tuple[str, str]] = {
+    **{p: (REFINE_OF_RULE[r], r) for p, r in PRIMITIVES.items()
+       if REFINE_OF_RULE.get(r) in ("reduction", "along")},
+    **_PRIMITIVE_KINDS,
+}
 
 
 def _check() -> None:
@@ -323,10 +325,13 @@ def _check() -> None:
     assert not missing, f"surface rows name unknown rules: {missing}"
     bad = sorted({r.refine for r in ROWS} - set(REFINE_KINDS))
     assert not bad, f"surface rows name unknown refinement kinds: {bad}"
+    two = sorted({r.rule for r in ROWS if r.rule is not None and r.refine != REFINE_OF_RULE[r.rule]})
+    assert not two, f"rows of one rule name two refinement kinds: {two}"
+    both = sorted(set(_PRIMITIVE_KINDS) & {p for p, r in PRIMITIVES.items() if r in REFINE_OF_RULE
+                                          and REFINE_OF_RULE[r] in ("reduction", "along")})
+    assert not both, f"primitives whose kind is both a row's and listed: {both}"
     bad = sorted({r.dtypes for r in ROWS if r.dtypes is not None} - set(DTYPE_KINDS))
     assert not bad, f"surface rows name unknown dtype kinds: {bad}"
-    axis = {op for c in COLLECTIVES for op in c.ops}
-    assert axis == set(AXIS_OPS), sorted(axis ^ set(AXIS_OPS))
 
 
 _check()

@@ -1,0 +1,272 @@
+"""The report's flags (SPMD7xx): communication that a different program would not need.
+
+Each detector reads the `Collective`s of the traced walk (their equation and the jaxpr that
+holds it) and, for SPMD703, the compiled ops; none re-traces anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from .. import _compat
+from .._engine import walk as _walk
+from .hlo import CompiledOp
+from .traced import Collective, aval_bytes
+
+#: primitives that pass a value through linearly (a sum can be moved across them)
+LINEAR = frozenset({"convert_element_type", "reshape", "squeeze", "expand_dims",
+                    "broadcast_in_dim", "transpose", "neg", "copy", "copy_p", "pvary", "mul",
+                    "div", "add", "add_any", "sub", "reduce_sum"})
+#: kernels JAX cannot partition
+OPAQUE = frozenset({"pure_callback", "io_callback", "ffi_call", "pallas_call", "custom_call",
+                    "callback", "tpu_custom_call"})
+_SLICES = frozenset({"dynamic_slice", "slice"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """One flag: its code, the user's line, the message and the fix as code."""
+
+    code: str
+    where: str | None
+    message: str
+    fix: str
+    axes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "where": self.where, "message": self.message, "fix": self.fix}
+
+
+#: id(jaxpr) -> (jaxpr, its consumers, its producers), for one `all_flags` call: the flags
+#: of a 128-layer step read the same body jaxpr for each of its ~1500 collectives
+_INDEX: dict[int, tuple[Any, dict[Any, list[Any]], dict[Any, Any]]] = {}
+
+
+def _index(jaxpr: Any) -> tuple[dict[Any, list[Any]], dict[Any, Any]]:
+    hit = _INDEX.get(id(jaxpr))
+    if hit is not None and hit[0] is jaxpr:
+        return hit[1], hit[2]
+    cons: dict[Any, list[Any]] = {}
+    prods: dict[Any, Any] = {}
+    for eqn in jaxpr.eqns:
+        for v in eqn.invars:
+            if hasattr(v, "count") or not hasattr(v, "val"):  # a Var, not a Literal
+                cons.setdefault(v, []).append(eqn)
+        for o in eqn.outvars:
+            prods[o] = eqn
+    _INDEX[id(jaxpr)] = (jaxpr, cons, prods)
+    return cons, prods
+
+
+def _consumers(jaxpr: Any) -> dict[Any, list[Any]]:
+    return _index(jaxpr)[0]
+
+
+def _producers(jaxpr: Any) -> dict[Any, Any]:
+    return _index(jaxpr)[1]
+
+
+def _flow(start: Sequence[Any], jaxpr: Any, passthrough: frozenset[str]
+          ) -> tuple[set[Any], list[Any]]:
+    """The vars reached from `start` through `passthrough` primitives, and the other
+    equations that consume one of them."""
+    cons = _consumers(jaxpr)
+    seen, stack, ends = set(start), list(start), []
+    while stack:
+        v = stack.pop()
+        for eqn in cons.get(v, ()):
+            if _compat.primitive_name(eqn) in passthrough:
+                for o in eqn.outvars:
+                    if o not in seen:
+                        seen.add(o)
+                        stack.append(o)
+            elif eqn not in ends:
+                ends.append(eqn)
+    return seen, ends
+
+
+def _only_accumulated(c: Collective) -> bool:
+    """The collective's result only flows, through linear ops, into `carry_in + value`."""
+    if c.carry is None or c.kind != "all-reduce":
+        return False
+    nconsts, ncarry = c.carry
+    body = c.jaxpr
+    reached, others = _flow(list(c.eqn.outvars), body, LINEAR)
+    if others:
+        return False
+    carry_in = set(body.invars[nconsts:nconsts + ncarry])
+    carry_out = list(body.outvars[:ncarry])
+    ys = set(body.outvars[ncarry:])
+    if reached & ys:
+        return False
+    producers = _producers(body)
+    hits = [v for v in carry_out if v in reached]
+    return bool(hits) and all(
+        _compat.primitive_name(producers[v]) in ("add", "add_any")
+        and any(x in carry_in for x in producers[v].invars) for v in hits if v in producers)
+
+
+def _fmt(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _axes_text(axes: Sequence[str]) -> str:
+    return repr(axes[0]) if len(axes) == 1 else repr(tuple(axes))
+
+
+def in_loop(cols: Sequence[Collective]) -> list[Flag]:
+    out = []
+    for c in cols:
+        if _only_accumulated(c):
+            n = c.loops[0][1] or 1
+            out.append(Flag(
+                "SPMD701", c.where,
+                f"{c.kind} over {_axes_text(c.axes)} inside a loop of {n} iterations is only "
+                f"accumulated into the carry: {n} x {_fmt(c.unit_bytes)} per step where one "
+                f"reduction after the loop sends {_fmt(c.unit_bytes)}",
+                f"accumulate per device (an Unreduced carry: st.pcast(w, {_axes_text(c.axes)}, "
+                f"to='reduced') before the loop), then st.psum(acc, {_axes_text(c.axes)}) once",
+                c.axes))
+    return out
+
+
+def of_invariant(cols: Sequence[Collective]) -> list[Flag]:
+    out = []
+    for c in cols:
+        if c.phase != "forward" or c.eqn is None or c.kind not in ("all-reduce", "all-gather",
+                                                                     "collective-permute"):
+            continue
+        producers = _producers(c.jaxpr)
+        for v in c.eqn.invars:
+            src = producers.get(v)
+            if (src is not None and _compat.primitive_name(src) == "pvary"
+                    and set(src.params.get("axes", ())) & set(c.axes)
+                    and _walk.is_auto_pvary(_compat.eqn_frames(src))):
+                out.append(Flag(
+                    "SPMD702", c.where,
+                    f"{c.kind} over {_axes_text(c.axes)} of a value that is already Invariant "
+                    f"on it: {_fmt(c.bytes)} sent to compute what every device holds",
+                    "drop the collective (or, for the multiplication it makes, "
+                    f"x * jax.lax.axis_size({_axes_text(c.axes)}))", c.axes))
+                break
+    return out
+
+
+def gather_into_opaque(cols: Sequence[Collective], compiled: Sequence[CompiledOp]) -> list[Flag]:
+    out = []
+    for c in cols:
+        if c.kind != "all-gather" or c.eqn is None:
+            continue
+        _, ends = _flow(list(c.eqn.outvars), c.jaxpr, LINEAR - {"add", "sub", "mul", "div"})
+        kernels = [_compat.primitive_name(e) for e in ends
+                   if _compat.primitive_name(e) in OPAQUE]
+        if kernels:
+            out.append(Flag(
+                "SPMD703", c.where,
+                f"all-gather over {_axes_text(c.axes)} ({_fmt(c.bytes)}) feeds the opaque "
+                f"kernel {kernels[0]}: every device gathers the array and runs the kernel on "
+                f"all of it", "run the kernel per shard (st.opaque inside shard_map) or give it "
+                "a sharding rule (custom_partitioning)", c.axes))
+    for op in compiled:
+        if op.kind == "all-gather" and op.origin == "compiler" and (
+                op.primitive in OPAQUE or op.feeds_kernel):
+            out.append(Flag(
+                "SPMD703", op.where,
+                f"the compiler all-gathers {_fmt(op.bytes)} over "
+                f"{_axes_text(op.axes or ('?',))} to feed the opaque kernel "
+                f"{op.feeds_kernel or op.primitive}",
+                "run the kernel per shard (shard_map) or give it a sharding rule",
+                tuple(op.axes or ())))
+    return out
+
+
+def psum_then_slice(cols: Sequence[Collective]) -> list[Flag]:
+    out = []
+    for c in cols:
+        if c.kind != "all-reduce" or c.eqn is None or not c.group or c.group < 2:
+            continue
+        _, ends = _flow(list(c.eqn.outvars), c.jaxpr, frozenset({"convert_element_type", "pvary",
+                                                                "reshape", "squeeze"}))
+        if not ends or any(_compat.primitive_name(e) not in _SLICES for e in ends):
+            continue
+        if all(aval_bytes(e.outvars[0].aval) * c.group <= c.unit_bytes for e in ends):
+            out.append(Flag(
+                "SPMD704", c.where,
+                f"all-reduce over {_axes_text(c.axes)} ({_fmt(c.bytes)}) of which each device "
+                f"keeps a 1/{c.group} slice: a reduce-scatter sends half the bytes",
+                f"jax.lax.psum_scatter(x, {_axes_text(c.axes)}, scatter_dimension=0, "
+                "tiled=True)", c.axes))
+    return out
+
+
+def _reaches_outputs(c: Collective) -> bool:
+    """The result reaches its jaxpr's outputs through linear ops only: a gradient that is
+    returned or applied (`w - lr * g`), not an activation's cotangent fed to a matmul."""
+    reached, _ = _flow(list(c.eqn.outvars), c.jaxpr, LINEAR)
+    return bool(reached & set(c.jaxpr.outvars))
+
+
+def gradient_volume(cols: Sequence[Collective], shard_maps: Sequence[Any]) -> list[Flag]:
+    """Per axis: the backward all-reduces of parameter-shaped values (the gradients of the
+    shard_map inputs that are not Varying on the axis) against those parameters' bytes."""
+    params: dict[str, dict[tuple[Any, ...], int]] = {}
+    for sm in shard_maps:
+        body = sm.params.get("jaxpr")
+        body = getattr(body, "jaxpr", body)
+        for v in getattr(body, "invars", ()):
+            t = _compat.aval_type(v.aval)
+            dtype = getattr(v.aval, "dtype", None)
+            if dtype is None or getattr(dtype, "kind", "f") not in "fc":
+                continue
+            for a in dict(getattr(sm.params.get("mesh"), "shape", {}) or {}):
+                if a not in t.varying:
+                    key = (tuple(v.aval.shape), str(dtype))
+                    params.setdefault(a, {})[key] = params.get(a, {}).get(key, 0) + 1
+    out = []
+    for a, shapes in params.items():
+        grads = [c for c in cols if c.kind == "all-reduce" and c.phase == "backward"
+                 and a in c.axes and c.eqn is not None
+                 and (tuple(c.eqn.outvars[0].aval.shape), str(c.eqn.outvars[0].aval.dtype))
+                 in shapes and _reaches_outputs(c)]
+        if not grads:
+            continue
+        sent = sum(c.bytes for c in grads)
+        ideal = sum(n * _shape_bytes(k) for k, n in shapes.items()
+            if any((tuple(c.eqn.outvars[0].aval.shape), str(c.eqn.outvars[0].aval.dtype)) == k
+                   for c in grads))
+        if sent > ideal:
+            g = next((c.group for c in grads if c.group), None) or 1
+            worst = max(grads, key=lambda c: c.bytes)
+            out.append(Flag(
+                "SPMD705", worst.where,
+                f"gradient all-reduce over {a!r}: {_fmt(sent)} per step for {_fmt(ideal)} of "
+                f"parameters ({sent / ideal:.2f}x the ideal 2(n-1)/n x parameter bytes = "
+                f"{_fmt(2 * (g - 1) / g * ideal)} on the wire per device, n={g})",
+                f"reduce each gradient once per step: st.psum(grads, {a!r}) after the "
+                "accumulation, not inside it", (a,)))
+    return out
+
+
+def _shape_bytes(key: tuple[Any, ...]) -> int:
+    import numpy as np
+
+    shape, dtype = key
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n * int(np.dtype(dtype).itemsize)
+
+
+def all_flags(cols: Sequence[Collective], compiled: Sequence[CompiledOp],
+              shard_maps: Sequence[Any]) -> list[Flag]:
+    try:
+        return [*in_loop(cols), *of_invariant(cols), *gather_into_opaque(cols, compiled),
+                *psum_then_slice(cols), *gradient_volume(cols, shard_maps)]
+    finally:
+        _INDEX.clear()

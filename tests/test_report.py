@@ -1,0 +1,171 @@
+"""`st.report`: gradient accumulation written both ways (same numbers, the volume ratio is the
+number of microbatches, the first flagged at its line), a psum the compiler removes, each
+SPMD7xx flag with a program that raises it and a fixed one that does not, Explicit-mode
+reshards (no shard_map). The examples are in `test_report_examples.py`, the abstract mesh and
+the CLI in `test_report_scale.py`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import _report_programs as rp
+import jax
+import numpy as np
+import pytest
+
+import spmdtyped as st
+
+# ------------------------------------------------------------- gradient accumulation
+
+
+def test_gradient_accumulation_both_ways_same_numbers_ratio_is_microbatches() -> None:
+    (per, per_args), (dfr, dfr_args) = (rp.accumulation(w, concrete=True)
+                                        for w in ("per_micro", "deferred"))
+    np.testing.assert_allclose(np.asarray(per(*per_args)), np.asarray(dfr(*dfr_args)),
+                               rtol=1e-5, atol=1e-6)
+    a, b = st.report(per, *per_args), st.report(dfr, *dfr_args)
+    ar = lambda r: sum(c.bytes for c in r.collectives if c.kind == "all-reduce")  # noqa: E731
+    assert ar(a) == rp.MICRO * ar(b) == rp.MICRO * 4 * rp.D * rp.D
+    assert a.summary() == a.summary("compiled") and b.summary() == b.summary("compiled")
+    (flag,) = a.flags
+    assert flag.code == "SPMD701" and flag.axes == ("dp",)
+    assert flag.where == f"{rp.__file__}:{rp.line_of(rp._accum_per_micro, 'SPMD701')}"
+    assert f"{rp.MICRO} iterations" in flag.message
+    assert b.flags == []
+    (c,) = a.collectives
+    assert c.count == rp.MICRO and c.loops == (("scan", rp.MICRO),)
+
+
+def test_implicit_gradient_psum_per_microbatch_is_flagged_701_and_705() -> None:
+    step, args = rp.accumulation("implicit")
+    rep = st.report(step, *args)
+    assert [f.code for f in rep.flags] == ["SPMD701", "SPMD705"]
+    (c,) = rep.collectives
+    assert (c.phase, c.origin, c.count) == ("backward", "autodiff", rp.MICRO)
+    assert "4.00x the ideal" in rep.flags[1].message
+
+
+def test_typed_deferred_accumulation_is_not_flagged() -> None:
+    step, args = rp.accumulation("typed")
+    rep = st.report(step, *args)
+    assert rep.flags == [] and rep.summary() == rep.summary("compiled")
+    assert rep.summary() == {("all-reduce", ("dp",)): (1, 4 * rp.D * rp.D)}
+
+
+def test_compiler_removes_a_dead_psum() -> None:
+    """The psum of a loss nobody uses: in the jaxpr, not in the compiled program."""
+    def body(w: Any, xs: Any) -> Any:
+        def inner(acc: Any, x: Any) -> Any:
+            g = jax.grad(lambda w: jax.lax.psum(rp._loss(w, x), "dp"))(w)
+            return acc + g, None
+        return jax.lax.scan(inner, jax.numpy.zeros_like(w), xs)[0]
+
+    step = jax.jit(jax.shard_map(body, mesh=rp.mesh_dp(), in_specs=(jax.P(), jax.P(None, "dp")),
+                                 out_specs=jax.P()))
+    _, args = rp.accumulation("implicit")
+    rep = st.report(step, *args)
+    (dead, n), = rep.removed
+    assert (dead.kind, dead.unit_bytes, dead.phase, n) == ("all-reduce", 4, "forward", rp.MICRO)
+    assert rep.summary("compiled") == {("all-reduce", ("dp",)): (rp.MICRO, 4 * rp.MICRO * rp.D ** 2)}
+    assert any(d.startswith("removed by the compiler: all-reduce over dp x4")
+               for d in rep.differences())
+
+
+# ------------------------------------------------------------- flags
+
+
+@pytest.mark.parametrize("code", sorted(rp.FLAGGED))
+def test_flag_raised_and_fixed(code: str) -> None:
+    bad = st.report(*_flat(rp.flagged(code)))
+    good = st.report(*_flat(rp.flagged(code, fixed=True)))
+    assert [f.code for f in bad.flags] == [code]
+    assert bad.flags[0].where == f"{rp.__file__}:{rp.line_of(rp.FLAGGED[code][0], code)}"
+    assert good.flags == []
+    for rep in (bad, good):
+        assert rep.summary() == rep.summary("compiled")
+    with pytest.raises(st.CommunicationError) as info:
+        bad.check()
+    assert info.value.code == code and f"explain {code}" in str(info.value)
+    good.check()
+
+
+def test_psum_scatter_sends_half_of_psum_then_slice() -> None:
+    bad = st.report(*_flat(rp.flagged("SPMD704")))
+    good = st.report(*_flat(rp.flagged("SPMD704", fixed=True)))
+    (a,), (b,) = bad.collectives, good.collectives
+    assert (a.kind, b.kind) == ("all-reduce", "reduce-scatter")
+    # 2(n-1)/n of the array vs (n-1)/n of it on the wire
+    assert bad.wire_bytes(a) == pytest.approx(2 * good.wire_bytes(b))
+
+
+def _flat(made: tuple[Any, tuple[Any, ...]]) -> tuple[Any, ...]:
+    return (made[0], *made[1])
+
+
+# ------------------------------------------------------------- Explicit mode
+
+
+def test_explicit_reshard_is_an_all_gather() -> None:
+    fn, args = rp.explicit("gather")
+    with jax.set_mesh(rp.mesh_explicit()):
+        rep = st.report(fn, *args)
+    (c,) = rep.collectives
+    assert (c.kind, c.axes, c.origin, c.bytes) == ("all-gather", ("dp",), "jax", 16 * 4 * 4)
+    assert c.where == f"{rp.__file__}:{rp.explicit_gather.__code__.co_firstlineno + 1}"
+    assert rep.summary() == rep.summary("compiled")
+
+
+def test_explicit_unreduced_spec_reshard_is_an_all_reduce() -> None:
+    fn, args = rp.explicit("unreduced")
+    with jax.set_mesh(rp.mesh_explicit()):
+        rep = st.report(fn, *args)
+    (c,) = rep.collectives
+    assert (c.kind, c.axes, c.bytes) == ("all-reduce", ("tp",), 8 * 8 * 4)
+    assert rep.summary() == rep.summary("compiled")
+
+
+# ------------------------------------------------------------- loops
+
+
+def _while_program(bound: Any, hoistable: bool = False) -> tuple[Any, tuple[Any, ...]]:
+    def body(x: Any, n: Any) -> Any:
+        def step(c: Any) -> Any:
+            i, v, acc = c
+            # psum(x) does not change in the loop (XLA hoists it); psum(v) does
+            return i + 1, v * 1.5, acc + jax.lax.psum(x if hoistable else v, "dp")
+        upper = 3 if bound == "literal" else n[0]
+        init = (0, x, jax.numpy.zeros(x.shape))
+        return jax.lax.while_loop(lambda c: c[0] < upper, step, init)[2]
+
+    mesh = rp.mesh_dp()
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(jax.P("dp"), jax.P()),
+                              out_specs=jax.P()))
+    n = jax.ShapeDtypeStruct((1,), jax.numpy.int32,
+                             sharding=jax.sharding.NamedSharding(mesh, jax.P()))
+    return f, (jax.ShapeDtypeStruct((64, 4), jax.numpy.float32,
+                                    sharding=jax.sharding.NamedSharding(mesh, jax.P("dp"))), n)
+
+
+def test_while_loop_trip_count_read_from_literals_and_from_xla() -> None:
+    rep = st.report(*_flat(_while_program("literal")))
+    (c,) = rep.collectives
+    assert (c.count, c.loops) == (3, (("while", 3),))
+    assert rep.summary() == rep.summary("compiled") == {("all-reduce", ("dp",)): (3, 3 * 128)}
+    assert rep.unknown_trips == [] and not any(op.unknown_trip for op in rep.compiled)
+
+
+def test_compiler_hoists_a_loop_invariant_psum_out_of_the_loop() -> None:
+    rep = st.report(*_flat(_while_program("literal", hoistable=True)))
+    assert rep.summary() == {("all-reduce", ("dp",)): (3, 3 * 128)}
+    assert rep.summary("compiled") == {("all-reduce", ("dp",)): (1, 128)}
+    ((c, n),) = rep.removed
+    assert n == 2 and c.loops == (("while", 3),)
+
+
+def test_while_loop_with_a_traced_bound_is_counted_once_and_noted() -> None:
+    rep = st.report(*_flat(_while_program("traced")))
+    (c,) = rep.collectives
+    assert (c.count, c.loops) == (1, (("while", None),))
+    assert len(rep.unknown_trips) == 1 and "no readable trip count" in rep.table()
+    (op,) = rep.compiled
+    assert op.unknown_trip and op.count == 1
