@@ -423,13 +423,14 @@ class VmapOfGrad(Generic[_F2, _P]):
 # view does not spell)
 @overload
 def shard_map(f: _F, /, *, out_specs: Any = None, in_specs: Any = ..., mesh: Any = None,
-              axis_names: Any = frozenset(), check_vma: bool = True) -> Callable[..., Any]: ...
+              axis_names: Any = frozenset(), check_vma: bool = True,
+              strict: bool = False) -> Callable[..., Any]: ...
 @overload
 def shard_map(f: None = None, /, *, out_specs: Any = None, in_specs: Any = ..., mesh: Any = None,
-              axis_names: Any = frozenset(),
-              check_vma: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+              axis_names: Any = frozenset(), check_vma: bool = True,
+              strict: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
 def shard_map(f: Any = None, /, *, out_specs: Any = None, in_specs: Any = ..., mesh: Any = None,
-              axis_names: Any = frozenset(), check_vma: bool = True) -> Any:
+              axis_names: Any = frozenset(), check_vma: bool = True, strict: bool = False) -> Any:
     """Typed `jax.shard_map` (decorator form too): the result takes and returns raw arrays."""
     ...
 

@@ -119,8 +119,10 @@ def record_program(program: pg.Program, flavor: str, mesh: Any, args: Any, *, ji
              for k, s in enumerate(program.steps)]
 
     def body(*vals: Any) -> Any:
+        # the records of the body's last trace: st.shard_map traces it again (without the
+        # boundary) to find the cause of an output that fails its out_spec
+        recs[:] = [_ok(v) for v in vals]
         env = list(vals)
-        recs.extend(_ok(v) for v in vals)
         for k, step in enumerate(program.steps):
             scope = {program.value_name(i): v for i, v in enumerate(env)}
             looser = None

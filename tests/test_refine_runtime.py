@@ -328,20 +328,23 @@ def test_psum_of_a_sharded_input_is_accepted_and_of_a_shard_gradient_rejected(me
     over the expert axis), also after ops (the gradient flag flows)."""
     seen: dict[str, Any] = {}
 
-    def body(x: Any, w: Any) -> None:
+    def body(x: Any, w: Any, wrong: bool = False) -> None:
         seen["stack"] = st.typeof(st.psum(x, "dp"))
         g = st.grad(lambda v: snp.sum(st.pcast(v, "dp", to="varying") * 2.0))(w)
         seen["g"] = _array.refinement_of(g)
         seen["g_type"] = st.typeof(g)                 # the dp copies already summed by JAX
-        with pytest.raises(st.AxisStateError) as e:
+        if wrong:
             st.psum(g * 2.0, "tp")                    # still the gradient, still Shard(tp)
-        seen["code"] = e.value.code
 
     trace(mesh_dp_tp, body, (P("dp"), P("tp")))
     assert seen["stack"] == st.SpmdType()
     assert seen["g"].grad and seen["g"].get("tp") == S(-2)
     assert seen["g_type"] == st.SpmdType(varying="tp")
-    assert seen["code"] == "SPMD108"
+    # (a trace of its own: an error caught inside the body would leave its equation in the
+    # program, which the engine reports again when the body returns, docs/runtime.md)
+    with pytest.raises(st.AxisStateError) as e:
+        trace(mesh_dp_tp, lambda x, w: body(x, w, wrong=True), (P("dp"), P("tp")))
+    assert e.value.code == "SPMD108"
 
 
 def test_reductions_across_devices_laid_along_their_shard_are_not_spmd215(mesh_dp_tp: Any) -> None:
@@ -355,12 +358,13 @@ def test_reductions_across_devices_laid_along_their_shard_are_not_spmd215(mesh_d
         seen["shift"] = kinds(x - m)
         seen["scaled"] = kinds(x / (st.psum(x, "tp") ** 2 + 1.0))
         seen["cat"] = kinds(snp.concatenate([x, b], axis=0))
-        with pytest.raises(st.CombineError) as e:
-            x * b
-        seen["code"] = e.value.code
-        with pytest.raises(st.CombineError):
-            x * (b + m)                                # mixed with an input: still laid along
 
     trace(mesh_dp_tp, body, (P("tp"), P()), local=(4, 8))
     assert seen["shift"] == {"tp": S(-2)} and seen["scaled"] == {"tp": S(-2)}
-    assert seen["cat"] == {} and seen["code"] == "SPMD215"
+    assert seen["cat"] == {}
+    # each in a trace of its own (see the test above)
+    with pytest.raises(st.CombineError) as e:
+        trace(mesh_dp_tp, lambda x, b: x * b, (P("tp"), P()), local=(4, 8))
+    assert e.value.code == "SPMD215"
+    with pytest.raises(st.CombineError):                # mixed with an input: still laid along
+        trace(mesh_dp_tp, lambda x, b: x * (b + st.pmax(x, "tp")), (P("tp"), P()), local=(4, 8))

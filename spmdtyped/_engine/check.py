@@ -24,11 +24,12 @@ from typing import Any
 
 import jax
 
-from .. import _compat, _rules
+from .. import _compat, _rules, _surface
 from .._errors import ALLOW_SCOPES, SpmdTypeError
 from .._rules import SpmdType
+from .primitives import FOLLOWED
 from .refine_route import MARK_PRIMITIVE, routed_autodiff
-from .refine_walk import FOLLOWED, check_program
+from .refine_walk import check_program
 from .walk import Walk, boundary_source, user_frame
 
 #: a `(file, line)` of the user's code, or None
@@ -175,9 +176,10 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
     - Inside a caller's trace: `smapped` is bound (its equation staged in the caller's
       jaxpr) and that equation checked; under a trace that stages nothing (an eager
       `jax.grad` / `vmap`), `jax.make_jaxpr` builds it.
-    - Eagerly: per input signature (`key()`), the program `jax.make_jaxpr` traces is checked
-      once; the call runs `smapped` as `jax.shard_map` runs eagerly (the raw program's
-      numbers bit for bit; eager shard_map traces its body on each call anyway).
+    - Eagerly: the first call per input signature (`key()`) traces the program once
+      (`jax.make_jaxpr`), checks it and runs it (its shard_map equation bound as
+      `jax.shard_map` binds it: the raw program's numbers, bit for bit); later calls run
+      `smapped` as `jax.shard_map` runs eagerly (it traces its body on each call).
 
     `trace(thunk)` runs a thunk that traces the body (the face's error translation goes
     there); everything here traces under `routed_autodiff` (the gradient markers of the
@@ -199,11 +201,17 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
         return out
     k = key()
     if k not in cache:
-        eqn = shard_map_eqn(traced(lambda: jax.make_jaxpr(smapped)(*args)))
+        # the first call with this signature: traced once, checked, and that program run (the
+        # shard_map equation bound eagerly, as `jax.shard_map` binds it: the same numbers)
+        closed, shape = traced(lambda: jax.make_jaxpr(smapped, return_shape=True)(*args))
+        eqn = shard_map_eqn(closed)
         if eqn is not None:
             check(eqn)
         cache[k] = smapped
-    # run as `jax.shard_map` runs eagerly (the same numbers as the raw program, bit for bit)
+        flat = jax.tree_util.tree_leaves(args)
+        out = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *flat)
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), out)
+    # later calls run as `jax.shard_map` runs eagerly (it traces the body on each call)
     return trace(lambda: smapped(*args))
 
 
@@ -224,7 +232,7 @@ def unfollowed(eqn: Any) -> list[tuple[str, Any, str]]:
     out = []
     for e in _eqns(getattr(inner, "jaxpr", inner)):
         name = _compat.primitive_name(e)
-        if name in _rules.AXIS_PRIMITIVES or name == MARK_PRIMITIVE:
+        if name in _surface.AXIS_PRIMITIVES or name == MARK_PRIMITIVE:
             continue
         if any(k in name for k in _CALLBACKS):
             reason = ("a host callback or custom call: the engine cannot see inside it; its "

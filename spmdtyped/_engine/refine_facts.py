@@ -7,7 +7,9 @@ zeros, division by an axis size), and the walk's own errors (SPMD303, SPMD407, S
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _rules, _surface
@@ -293,4 +295,26 @@ def per_example_error(primal: Any, loss_axes: Sequence[str]) -> SpmdTypeError | 
                                op="jax.grad")
     except SpmdTypeError as err:
         return err
+    return None
+
+
+def constant_share(name: str, values: Sequence[object], axis_sizes: Mapping[str, int]
+                   ) -> tuple[int, tuple[str, ...]] | None:
+    """`(i, axes)` when `div` / `mul` divides operand `i` by the size of `axes` (`values`: each
+    operand's scalar constant, or None): a constant equal to the size of one group of mesh
+    axes (`b / jax.lax.axis_size("tp")`, `b / 4`, `b * 0.25` on tp=4), the raw spelling of
+    `b / st.axis_size("tp")` (the typed runtime knows the axes; here the number decides, and
+    only when one group has it)."""
+    if name not in ("div", "mul") or len(values) != 2:
+        return None
+    for i in (0, 1) if name == "mul" else (0,):
+        value = values[1 - i]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value:
+            continue
+        n = value if name == "div" else 1 / value
+        sized = sorted(a for a, size in axis_sizes.items() if size > 1)
+        groups = [g for k in range(1, len(sized) + 1) for g in itertools.combinations(sized, k)
+                  if abs(math.prod(axis_sizes[a] for a in g) - n) < 1e-6]
+        if len(groups) == 1:
+            return i, groups[0]
     return None

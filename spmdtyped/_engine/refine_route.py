@@ -15,6 +15,8 @@ from typing import Any
 import jax
 
 from .. import _compat
+from .._typed import array as _array
+from .._typed.hints import is_state_class
 from .patching import Patch
 
 #: markers left in the jaxpr: `spmdtyped_mark(primal, cotangent, name=...) -> cotangent`
@@ -65,8 +67,13 @@ def _mark(primal: Any, ct: Any, name: str) -> Any:
 
 
 def _marked_tree(primals: Any, cts: Any, name: str) -> Any:
+    def one(p: Any, c: Any) -> Any:
+        if is_state_class(type(c)):  # a typed gradient keeps its refinement, its array marked
+            return _array.with_raw(c, _mark(_array.unwrap(p), c.raw, name))
+        return _mark(p, c, name)
+
     try:
-        return jax.tree_util.tree_map(lambda p, c: _mark(p, c, name), primals, cts)
+        return jax.tree_util.tree_map(one, primals, cts, is_leaf=lambda x: is_state_class(type(x)))
     except (ValueError, TypeError):
         return cts
 
@@ -102,15 +109,40 @@ def _routed_value_and_grad(orig: Callable[..., Any], fun: Callable[..., Any],
     return call
 
 
+def _unless_typed(routed: Callable[..., Any], own: Callable[..., Any], fun: Callable[..., Any],
+                  argnums: Any, marked: Callable[[Any, Callable[[Any], Any]], Any]
+                  ) -> Callable[..., Any]:
+    """`routed` for raw arguments; JAX's own for typed ones (`st.Array`s: the typed runtime
+    refines their gradient itself, through `_compat.hook_grad_vjp`, and names `jax.grad`),
+    whose gradients' arrays are marked all the same (`marked(out, mark)` marks the gradients
+    in JAX's result): a raw collective the body applies to them is checked by the walk."""
+    @functools.wraps(fun)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        typed = any(is_state_class(type(leaf)) for leaf in
+                    jax.tree_util.tree_leaves((args, kwargs),
+                                              is_leaf=lambda x: is_state_class(type(x))))
+        if not typed:
+            return routed(*args, **kwargs)
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        prim = args[nums[0]] if isinstance(argnums, int) else tuple(args[k] for k in nums)
+        return marked(own(*args, **kwargs), lambda grads: _marked_tree(prim, grads, CT_MARK))
+
+    return call
+
+
 def _autodiff_routes(originals: Mapping[tuple[Any, str], Any]) -> dict[tuple[Any, str], Any]:
     """`jax.grad` / `jax.value_and_grad` / `jax.vjp` marking each gradient (see
     `routed_autodiff`), each calling JAX's own (`originals`)."""
     vg_orig = originals[(jax, "value_and_grad")]
+    grad_orig = originals[(jax, "grad")]
     vjp_orig = originals[(jax, "vjp")]
 
     def value_and_grad(fun: Callable[..., Any], argnums: Any = 0, has_aux: bool = False,
                        **kw: Any) -> Callable[..., Any]:
-        return _routed_value_and_grad(vg_orig, fun, argnums, has_aux, **kw)
+        routed = _routed_value_and_grad(vg_orig, fun, argnums, has_aux, **kw)
+        own = vg_orig(fun, argnums, has_aux=has_aux, **kw)
+        return _unless_typed(routed, own, fun, argnums,
+                             lambda out, mark: (out[0], mark(out[1])))
 
     def grad(fun: Callable[..., Any], argnums: Any = 0, has_aux: bool = False,
              **kw: Any) -> Callable[..., Any]:
@@ -121,7 +153,8 @@ def _autodiff_routes(originals: Mapping[tuple[Any, str], Any]) -> dict[tuple[Any
             value, grads = vg(*args, **kwargs)
             return (grads, value[1]) if has_aux else grads
 
-        return g
+        return _unless_typed(g, grad_orig(fun, argnums, has_aux=has_aux, **kw), fun, argnums,
+                             lambda out, mark: (mark(out[0]), out[1]) if has_aux else mark(out))
 
     def vjp(fun: Callable[..., Any], *primals: Any, **kw: Any) -> Any:
         res = vjp_orig(fun, *primals, **kw)

@@ -41,10 +41,12 @@ from .._rules import LITERAL, SpmdType
 from .._rules import refine as _r
 from .._rules.refine import FIXED, INDEX, NONE, PARTIAL, REP, Arg, Refinement, Shard
 from .._rules.refine import shape as _rs
+from .primitives import KEEPS_SHARE, KNOWN_PLAIN, STRUCTURAL
 from .refine_facts import (
     Side,
     api_name,
     broadcast_ref,
+    constant_share,
     diverged,
     dot_spec,
     drop_leading,
@@ -65,26 +67,6 @@ Where = "tuple[str, int] | None"
 Report = Callable[[SpmdTypeError, Any, str], None]
 
 
-#: primitives with a rule here (structural) or elsewhere: never "opaque"
-_STRUCTURAL = frozenset({"dot_general", "transpose", "reshape", "broadcast_in_dim", "squeeze",
-                         "expand_dims", "slice", "dynamic_slice", "gather", "concatenate", "pad",
-                         "iota", "sort", "rev", "axis_index", "split", "dynamic_update_slice",
-                         "scatter", "scatter-add", "scatter_add", "full", "empty"})
-#: primitives that compute on their operands without a rule here, whose output states JAX
-#: derives from the inputs (so they never drop an axis): not opaque either
-_KNOWN_PLAIN = frozenset({"eigh", "svd", "qr", "cholesky", "triangular_solve", "lu",
-                          "custom_linear_solve", "while", "cond", "scan", "random_bits",
-                          "random_seed", "random_wrap", "random_unwrap", "threefry2x32",
-                          "erf_inv", "clz", "top_k", "reduce_xor", "reduce_and", "reduce_or",
-                          "conv_general_dilated", "fft", "cumlogsumexp", "select_and_scatter_add",
-                          "reduce_window_sum", "reduce_window_max", "reduce_window_min",
-                          "optimization_barrier", "name", "with_sharding_constraint",
-                          "sharding_constraint", "device_put", "mesh_cast", "reshard",
-                          "pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
-                          "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
-                          "shard_map"})
-#: every primitive the walk follows (the rest: `_opaque`, or plain Varying; strict=True lists them)
-FOLLOWED = set(_surface.PRIMITIVE_REFINE) | _STRUCTURAL | _KNOWN_PLAIN
 
 
 @dataclasses.dataclass
@@ -107,6 +89,8 @@ class RefineWalk:
     report: Report
     axis_sizes: dict[str, int]
     steps: list[tuple[Any, str, str]] = dataclasses.field(default_factory=list)
+    #: var -> the scalar constant it holds (a literal cast by JAX: `pvary 4.0`), for `_share`
+    scalars: dict[Any, object] = dataclasses.field(default_factory=dict)
 
     # ------------------------------------------------------------------ entry points
 
@@ -189,7 +173,14 @@ class RefineWalk:
         if results is None:
             results = [NONE] * len(outs)
         data = any(r.data for r in refs)
+        if name in KEEPS_SHARE and refs and refs[0].share and len(results) == 1:
+            # `b / n` broadcast against the partial sum, or cast by JAX: still b's share
+            results = [_r.with_share(results[0], outs[0], refs[0].share)]
         track_side(side, eqn, name, self.axis_sizes)
+        if name in ("pvary", "convert_element_type", "reduced_vary_cast") and eqn.invars:
+            value = self._scalar(eqn.invars[0])
+            if value is not None:
+                self.scalars.update({v: value for v in eqn.outvars})
         for v, t, r in zip(eqn.outvars, outs, results, strict=False):
             env[v] = r.restrict(t.varying).with_data(r.data or data)
         # opaque values cast back to Varying on the axes they dropped
@@ -292,7 +283,7 @@ class RefineWalk:
             return None
         if subs:
             return self._call(eqn, subs, ins, outs, refs, where, quiet, pending, side)
-        if name not in _STRUCTURAL and name not in _KNOWN_PLAIN and not quiet:
+        if name not in STRUCTURAL and name not in KNOWN_PLAIN and not quiet:
             self._opaque(eqn, name, ins, outs, where, pending)
         return None
 
@@ -339,6 +330,10 @@ class RefineWalk:
         side.after_elementwise(eqn, name)
         res = _r.elementwise(rule, args, out, op=api_name(name), out_ndim=len(out_shape),
                              onehot_fill=onehot_fill)
+        res = _r.with_across(res, refs)
+        share = self._share(name, eqn.invars)
+        if share is not None:
+            res = _r.with_share(res, ins[share[0]], share[1])
         if rule == "where":
             # a choice between offsets derived from axis_index(a) (JAX's clamp of a dynamic
             # index) is still derived from it
@@ -360,6 +355,13 @@ class RefineWalk:
             if idx:
                 res = Refinement.of({**res.as_dict(), **{a: INDEX for a in idx}}, res.data)
         return res
+
+    def _share(self, name: str, invars: Sequence[Any]) -> tuple[int, tuple[str, ...]] | None:
+        return constant_share(name, [self._scalar(v) for v in invars], self.axis_sizes)
+
+    def _scalar(self, v: Any) -> object | None:
+        value = _compat.literal_value(v)
+        return self.scalars.get(v) if value is None and not is_literal(v) else value
 
     def _dynamic_slice(self, ins: list[Any], refs: list[Refinement], out: SpmdType,
                        shapes: list[tuple[int, ...]], sizes: tuple[int, ...]) -> Refinement:

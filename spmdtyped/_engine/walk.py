@@ -200,6 +200,13 @@ class Walk:
     #: id(var) -> its value, for the scalar literals that flow into a nested jit (jnp.pad's
     #: padding value): the rows that depend on arguments read them (`_rules.primitive_rule`)
     _known: dict[int, object] = dataclasses.field(default_factory=dict)
+    #: inside a call whose outputs keep every Unreduced axis of its inputs (jnp.pad's
+    #: reflect / symmetric modes flip unreduced slices and concatenate them back): a
+    #: primitive on which JAX drops the state there computes the right sums (issue 27)
+    _kept_unreduced: int = 0
+    #: id(var) of the values such a primitive made there: JAX types them without the axis
+    #: (`concatenate` of one with an Unreduced slice is the Unreduced value JAX says it is)
+    _dropped: set[int] = dataclasses.field(default_factory=set)
 
     def violation(self, e: SpmdTypeError, where: tuple[str, int] | None, extra: str) -> None:
         key = (e.code, where, e.headline)
@@ -252,7 +259,13 @@ class Walk:
                 self._drops_unreduced(name, ins, outs)
         except SpmdTypeError as e:
             code = e.code
-            self.violation(e, loc.get(), f"primitive: {name}")
+            if self._kept_unreduced and e.code == "SPMD202" \
+                    and _rules.PRIMITIVES.get(name) in _rules.JAX_DROPPING:
+                self._dropped.update(id(v) for v in eqn.outvars)
+            elif not (self._kept_unreduced and e.code == "SPMD201" and all(
+                    t.unreduced or id(v) in self._dropped or _compat.literal_value(v) is not None
+                    for v, t in zip(eqn.invars, ins, strict=True))):
+                self.violation(e, loc.get(), f"primitive: {name}")
         else:
             if predicted is not None and tuple(predicted) != outs[:len(predicted)]:
                 where = loc.get()
@@ -270,6 +283,10 @@ class Walk:
             value = self._value(eqn.invars[0])
             if value is not _rules.UNKNOWN:
                 self._known[id(eqn.outvars[0])] = value
+        unreduced_in = frozenset().union(*(t.unreduced for t in ins))
+        kept = bool(name in _CALLS and unreduced_in and outs
+                    and all(unreduced_in <= t.unreduced for t in outs))
+        self._kept_unreduced += kept
         for sub in subs:
             if len(subs) == 1 and len(sub.invars) == len(eqn.invars) and name in _CALLS:
                 for v, inner in zip(eqn.invars, sub.invars, strict=True):
@@ -277,6 +294,9 @@ class Walk:
                     if value is not _rules.UNKNOWN:
                         self._known[id(inner)] = value
             self.jaxpr(sub, depth + 1, loc)
+        self._kept_unreduced -= kept
+        if self._kept_unreduced and name in _CALLS and unreduced_in and not kept:
+            self._dropped.update(id(v) for v in eqn.outvars)  # jnp.flip's jit, in jnp.pad's
 
     def _value(self, v: Any) -> object:
         """A scalar literal's value (in the jaxpr, or passed into this nested call), else

@@ -12,7 +12,6 @@ SPMD210-213, SPMD215).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
@@ -318,10 +317,7 @@ def refine(kind: str, name: str, operands: Sequence[Any], out: SpmdType, out_raw
             i, axes = share
             ref = rf.with_share(ref, _type(operands[i]), axes)
     # a value computed only from reductions across the devices of an axis stays one
-    across = [set(r.across) for r in refs if r.data]
-    common = set.intersection(*across) if across else set()
-    if common:
-        ref = dataclasses.replace(ref, across=tuple(sorted(common)))
+    ref = rf.with_across(ref, refs)
     return ref.with_grad(True) if grad else ref
 
 

@@ -46,6 +46,15 @@ from .kinds import Refinement as Refinement
 from .kinds import Shard as Shard
 
 
+def with_across(ref: Refinement, refs: Sequence[Refinement]) -> Refinement:
+    """`ref` (an op's result) marked a reduction across the devices of the axes over which
+    every operand that carries data is one (`x / (psum(x, a) ** 2 + 1)`: computed only from
+    psum/pmean/pmax results, so nothing is laid along x's Shard dim, SPMD215)."""
+    across = [set(r.across) for r in refs if r.data]
+    common = set.intersection(*across) if across else set()
+    return dataclasses.replace(ref, across=tuple(sorted(common))) if common else ref
+
+
 def with_share(ref: Refinement, t: Operand, axes: Sequence[str]) -> Refinement:
     """The refinement of a replicated operand of type `t` divided by the size of `axes`: a
     share over `axes` when `t` is equal on every device there (Invariant or Rep)."""
