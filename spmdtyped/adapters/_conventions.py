@@ -1,5 +1,6 @@
 """What every porting tool shares: the routing of `jax.lax`'s collectives through
-`spmdtyped.lax` (`checking()`), and `jax.shard_map`'s calling conventions (a mesh from
+`spmdtyped.lax` (`checked_lax()`; `checking()` also checks raw `jax.shard_map` outputs and
+translates JAX's manual-axis errors), and `jax.shard_map`'s calling conventions (a mesh from
 `jax.set_mesh`, `in_specs` inferred from the arguments, names of partial/jitted bodies)."""
 
 from __future__ import annotations
@@ -13,13 +14,48 @@ import jax
 
 from .. import _compat
 from .. import lax as _slax
+from .._boundary.shard_map import check_outputs
 from .._engine.patching import Patch
-from .._errors import error
+from .._engine.walk import exception_source, function_source, located
+from .._errors import SpmdTypeError, error
+from .._errors.jax_messages import jax_errors
 
 #: `jax.lax.<name>` -> `spmdtyped.lax.<name>` for every collective `spmdtyped.lax` checks
 _LAX_ROUTE = Patch(tuple((jax.lax, name) for name in _slax.CHECKED),
                    lambda _originals: {(jax.lax, name): getattr(_slax, name)
                                        for name in _slax.CHECKED})
+
+
+def _checked_shard_map(original: Any) -> Any:
+    """`jax.shard_map` whose body checks its outputs against `out_specs` (SPMD401 at the
+    function's `def` line, as `typed_shard_map` reports it) before JAX's own check, which
+    misses some (jax 0.10 takes a Varying output under `P(unreduced=...)`) and names no state."""
+
+    @functools.wraps(original)
+    def shard_map(f: Any = None, /, **kw: Any) -> Any:
+        if f is None:  # the decorator form, `@jax.shard_map(mesh=..., out_specs=...)`
+            return functools.partial(shard_map, **kw)
+        if "out_specs" not in kw or not kw.get("check_vma", True):
+            return original(f, **kw)  # JAX's own TypeError; or no states to check
+        out_specs, where = kw["out_specs"], f"jax.shard_map({fn_name(f)})"
+
+        @functools.wraps(f)
+        def body(*args: Any, **kwargs: Any) -> Any:
+            out = f(*args, **kwargs)
+            try:
+                check_outputs(out, out_specs, _compat.current_mesh()[1], where)
+            except SpmdTypeError as e:
+                raise located(e, function_source(f)) from None
+            return out
+
+        return original(named_like(body, f), **kw)
+
+    return shard_map
+
+
+_SHARD_MAP_ROUTE = Patch(((jax, "shard_map"),),
+                         lambda originals: {(jax, "shard_map"):
+                                            _checked_shard_map(originals[(jax, "shard_map")])})
 
 
 @contextlib.contextmanager
@@ -29,6 +65,8 @@ def checked_lax() -> Iterator[None]:
     Code that calls `jax.lax.psum(...)` or `lax.psum(...)` after `from jax import lax` is
     checked; names imported before (`from jax.lax import psum`) are not (the jaxpr walk of
     `typed_shard_map` still sees them). Process-wide while active: meant for tracing.
+    `checking()` is this routing with the outputs of `jax.shard_map` checked and JAX's own
+    manual-axis errors translated.
 
     !!! Example
         ```python
@@ -40,8 +78,35 @@ def checked_lax() -> Iterator[None]:
         yield
 
 
-#: the name the porting guide uses: `with st.adapters.checking(): ...`
-checking = checked_lax
+@contextlib.contextmanager
+def checking() -> Iterator[None]:
+    """Check every raw `jax.shard_map` traced inside the block, its code unchanged.
+
+    `jax.lax`'s collectives are `spmdtyped.lax`'s (as in `checked_lax()`), each output of a
+    `jax.shard_map(f, ...)` created inside the block is checked against its `out_specs`
+    (SPMD401 at `f`'s `def` line), and every manual-axis error JAX raises in the block
+    (`tanh` of an Unreduced value, a loop carry that changes state, ...) is raised as the
+    `SpmdTypeError` of its code (`_errors.jax_messages.TABLE`), JAX's exception chained.
+    Names bound before the block (`from jax import shard_map`, `from jax.lax import psum`)
+    are not routed. Re-entrant, thread-safe, process-wide while active: meant for tracing.
+
+    **Raises:** `SpmdTypeError` (its `.source` the user's line when one is known).
+
+    !!! Example
+        ```python
+        with st.adapters.checking():
+            jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...))(x)
+        ```
+    """
+    try:
+        with _LAX_ROUTE.active(), _SHARD_MAP_ROUTE.active(), jax_errors("checking()"):
+            yield
+    except SpmdTypeError as e:
+        # a routed collective's error carries no line: the traceback has the user's
+        where = exception_source(e) if getattr(e, "source", None) is None else None
+        if where is None:
+            raise
+        raise located(e, where).with_traceback(e.__traceback__) from e.__cause__
 
 
 def manual_axes(mesh: Any, axis_names: Any) -> tuple[str, ...]:
