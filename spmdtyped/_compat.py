@@ -200,16 +200,17 @@ def axis_size(axis_name: Any) -> int:
 # ------------------------------------------------------------------- shard_map
 
 
+#: `jax.shard_map` as imported: `st.adapters.checking()` replaces the module's attribute while
+#: it is active, and spmdtyped's own shard_maps (whose boundaries check themselves) keep JAX's
+JAX_SHARD_MAP = jax.shard_map
+
+
 def shard_map(f: Any, *, mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
               check_vma: bool) -> Any:
     kw: dict[str, Any] = dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma)
     if axis_names:
         kw["axis_names"] = set(axis_names)
-    return _JAX_SHARD_MAP(f, **kw)
-
-
-#: JAX's own `jax.shard_map` (`st.adapters.checking()` routes the attribute to typed_shard_map)
-_JAX_SHARD_MAP = jax.shard_map
+    return JAX_SHARD_MAP(f, **kw)
 
 
 #: `jax.shard_map`'s default `in_specs` (0.10 and 0.12: `jax.sharding.Infer` in its repr, not

@@ -82,6 +82,24 @@ def varying_output(x):
     return x
 
 
+def gather_reduced_invariant(x):
+    s = lax.psum(x, ("dp", "tp"))
+    return lax.all_gather(s, "tp", axis=1, tiled=True, to="reduced")
+
+
+def varying_cotangent(x):
+    # the pullback of all_gather(to="reduced") is JAX's unreduced_psum_scatter: its cotangent
+    # must be Unreduced over tp, and an all_gather's result is Varying
+    full, pull = jax.vjp(lambda v: lax.all_gather(v, "tp", axis=1, tiled=True, to="reduced"), x)
+    (g,) = pull(lax.all_gather(x, "tp", axis=1, tiled=True))
+    return g
+
+
+def unreduced_scaled(x):
+    u = lax.pcast(x, "tp", to="unreduced")
+    return lax.psum(u * 2.0, "tp")
+
+
 _OLD = jax.__version__ < "0.11"
 #: name -> (function, out_specs, the code of JAX's message (`_jax_errors.translate`), the code
 #: typed_shard_map and infer report: spmdtyped's own check, when it fires before JAX's)
@@ -100,4 +118,7 @@ CASES = {
     "scan_carry": (scan_carry, P(), "SPMD302", "SPMD302"),
     "cond_branches": (cond_branches, P(), "SPMD302", "SPMD302"),
     "varying_output": (varying_output, P(), "SPMD401", "SPMD401"),
+    "gather_reduced_invariant": (gather_reduced_invariant, P(), "SPMD103", "SPMD103"),
+    "varying_cotangent": (varying_cotangent, P("dp", "tp"), "SPMD404", "SPMD404"),
+    "unreduced_scaled": (unreduced_scaled, P("dp"), "SPMD201", "SPMD201"),
 }

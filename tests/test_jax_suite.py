@@ -13,7 +13,6 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-
 from jax_suite.load import suite_for
 
 ROOT = pathlib.Path(__file__).parents[1]

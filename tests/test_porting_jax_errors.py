@@ -2,10 +2,12 @@
 runs) is triggered by a raw program (`tests/_jax_error_cases.py`), translated by
 `spmdtyped._errors.jax_messages` into its SPMD code, and reported by `infer` (as a violation, never an
 exception), `typed_shard_map` (an SpmdTypeError at the user's line, JAX's error chained when
-JAX's check fired first) and `st.shard_map`."""
+JAX's check fired first), `st.adapters.checking()` around the unchanged `jax.shard_map` (the
+same, out_specs errors included) and `st.shard_map` (the raw body inside a typed one)."""
 
 from __future__ import annotations
 
+import importlib
 import re
 
 import _jax_error_cases as cases
@@ -78,6 +80,123 @@ def test_typed_shard_map_raises_it_at_the_users_line(name, mesh, x):
         assert _jax_errors.translate(cause) is not None
 
 
+@pytest.mark.parametrize("name", CASES)
+def test_checking_raises_it_around_the_unchanged_shard_map(name, mesh, x):
+    f, out, _code, tool = CASES[name]
+    shard_map = jax.shard_map
+    with pytest.raises(st.SpmdTypeError) as ei, st.adapters.checking():
+        jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=IN, out_specs=out))(x)
+    assert ei.value.code == tool, str(ei.value)
+    assert ei.value.file == cases.__file__
+    assert open(cases.__file__).read().splitlines()[ei.value.line - 1].strip()
+    assert jax.shard_map is shard_map  # restored on exit
+    cause = ei.value.__cause__
+    if cause is not None and not isinstance(cause, st.SpmdTypeError):
+        assert _jax_errors.translate(cause) is not None
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_st_shard_map_raises_it_for_a_raw_body(name, mesh, x):
+    f, out, code, _tool = CASES[name]
+
+    def body(v):
+        return f(v.raw)
+
+    with pytest.raises(st.SpmdTypeError) as ei:
+        st.shard_map(body, mesh=mesh, in_specs=IN, out_specs=out)(x)
+    assert ei.value.code == code, str(ei.value)
+    if code != "SPMD401":  # st.shard_map's own boundary check, at the shard_map call
+        assert ei.value.file == cases.__file__
+        assert _jax_errors.translate(ei.value.__cause__) is not None
+
+
+def _varying_as_unreduced(x):
+    return x
+
+
+def _invariant_as_reduced(x):
+    return jax.lax.psum(x, "tp")
+
+
+def _unreduced_as_replicated(x):
+    return jax.lax.pcast(x, "tp", to="unreduced")
+
+
+def _reduced_as_replicated(x):
+    return jax.lax.pcast(jax.lax.psum(x, "tp"), "tp", to="reduced")
+
+
+#: outputs whose state differs from their out_spec's: JAX raises a ValueError (or, on jax 0.10,
+#: accepts a Varying output under P(unreduced=...)); checking() reports each as SPMD401
+OUT_SPEC_BUGS = {
+    "varying_as_replicated": (cases.varying_output, P("dp")),
+    "varying_as_unreduced": (_varying_as_unreduced, P("dp", unreduced={"tp"})),
+    "invariant_as_unreduced": (_invariant_as_reduced, P("dp", unreduced={"tp"})),
+    "invariant_as_reduced": (_invariant_as_reduced, P("dp", reduced={"tp"})),
+    "unreduced_as_replicated": (_unreduced_as_replicated, P("dp")),
+    "reduced_as_replicated": (_reduced_as_replicated, P("dp")),
+}
+
+
+@pytest.mark.parametrize("name", OUT_SPEC_BUGS)
+def test_checking_checks_every_out_spec(name, mesh, x):
+    f, out = OUT_SPEC_BUGS[name]
+    with pytest.raises(st.SpmdTypeError) as ei, st.adapters.checking():
+        jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=IN, out_specs=out))(x)
+    assert ei.value.code == "SPMD401", str(ei.value)
+    assert ei.value.file == __file__ or ei.value.file == cases.__file__
+    assert "def " in open(ei.value.file).read().splitlines()[ei.value.line - 1]
+    # outside the block the program is JAX's again
+    try:
+        jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=IN, out_specs=out))(x)
+    except st.SpmdTypeError:
+        raise AssertionError("jax.shard_map still checked after the block") from None
+    except Exception:  # noqa: S110 - JAX's ValueError (jax 0.10 accepts varying_as_unreduced)
+        pass
+
+
+def test_checking_leaves_correct_programs_and_the_decorator_form_alone(mesh, x):
+    def ok(v):
+        return jax.lax.psum(v, "tp")
+
+    shard_map = jax.shard_map
+    want = jax.shard_map(ok, mesh=mesh, in_specs=IN, out_specs=P("dp"))(x)
+    with st.adapters.checking():
+        dec = jax.shard_map(mesh=mesh, in_specs=IN, out_specs=P("dp"))(ok)
+        got = jax.jit(dec)(x)
+        typed = st.adapters.typed_shard_map(ok, mesh=mesh, in_specs=IN, out_specs=P("dp"))(x)
+    assert (got == want).all() and (typed == want).all()
+    assert jax.shard_map is shard_map
+
+
+def test_scaling_an_unreduced_value_from_either_side(mesh, x):
+    def left(v):
+        return jax.lax.psum(2.0 * jax.lax.pcast(v, "tp", to="unreduced"), "tp")
+
+    err = _jax_errors.translate(_jax_error(left, P("dp"), mesh, x))
+    assert err is not None and err.code == "SPMD201"
+    assert "LHS should be reduced" in err.jax_message
+
+
+def test_unreduced_psum_scatter_of_a_varying_value():
+    """JAX's `unreduced_psum_scatter` (the pullback of `all_gather(to="reduced")`) has no public
+    name, and the public routes check the cotangent before it (`varying_cotangent`): its own
+    messages, as JAX raises them on this leg, are SPMD404 too."""
+    parallel = importlib.import_module("jax._src.lax.parallel")
+    if not hasattr(parallel, "unreduced_psum_scatter"):
+        pytest.skip(f"jax {jax.__version__} has no unreduced_psum_scatter")
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"))
+
+    def f(v):
+        return parallel.unreduced_psum_scatter(v, "tp", scatter_dimension=1, tiled=True)
+
+    y = jax.ShapeDtypeStruct((8, 32), jnp.float32, sharding=NamedSharding(mesh, IN))
+    with pytest.raises(Exception) as ei:  # noqa: PT011 - JAX's ValueError
+        jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=IN, out_specs=IN))(y)
+    err = _jax_errors.translate(ei.value)
+    assert err is not None and err.code == "SPMD404", str(ei.value)
+
+
 def test_every_table_row_is_documented_and_distinct():
     doc = open(__file__.replace("tests/test_porting_jax_errors.py", "docs/porting.md")).read()
     for row in _jax_errors.TABLE:
@@ -96,7 +215,7 @@ def test_cases_cover_each_message_this_jax_raises(mesh, x):
         text = str(_jax_error(f, out, mesh, x))
         row = next(r for r in _jax_errors.TABLE if re.search(r.pattern, text, re.DOTALL))
         hit.setdefault(row.pattern, name)
-    assert len(hit) >= 12
+    assert len(hit) >= 15
 
 
 def test_st_shard_map_translates_raw_jax_inside_a_typed_body(mesh, x):

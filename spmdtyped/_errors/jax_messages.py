@@ -58,6 +58,18 @@ TABLE: tuple[JaxMessage, ...] = (
                "SPMD102", "ppermute cannot accept args which are unreduced. Got f32[4]{U:tp} and axes={'tp'}",
                "{op} over an axis on which its input is Unreduced (partial sums)",
                "finish the reduction first: jax.lax.psum(x, axis) (or psum_scatter)"),
+    JaxMessage(r"(?P<op>all_gather_reduced) (?:only accepts inputs that are varying|is a "
+               r"Varying -> Reduced collective)",
+               "SPMD103", "all_gather_reduced only accepts inputs that are varying. Got f32[4,2]",
+               "jax.lax.all_gather(to='reduced') of a value that is Invariant over the axis "
+               "(it gathers the shards of a Varying value)",
+               "drop the gather if x is already whole on every device (jax.lax.pcast(x, axis, "
+               "to='reduced') types it Reduced); else gather the value from before the reduction"),
+    JaxMessage(r"(?P<op>all_gather_reduced)'s input cannot be reduced",
+               "SPMD101", "all_gather_reduced's input cannot be reduced across the axis_name "
+               "provided. Got x=... and axis_name=...",
+               "jax.lax.all_gather(to='reduced') of a value that is already Reduced over the axis",
+               "drop the gather: the value is already gathered (Reduced) over the axis"),
     JaxMessage(r"(?P<op>\w+) cannot accept args with unreduced_kind",
                "SPMD106", "psum cannot accept args with unreduced_kind=... Expected unreduced_kind=...",
                "{op} was given an Unreduced value of another unreduced kind (sum vs max/min)",
@@ -86,6 +98,13 @@ TABLE: tuple[JaxMessage, ...] = (
                "a matmul of an Unreduced value with a value that is not Reduced on its axes",
                "psum the Unreduced operand first, or make the other operand Reduced "
                "(jax.lax.pcast(w, axis, to='reduced'))"),
+    JaxMessage(r"(?:RHS|LHS) should be reduced along the same axes (?:LHS|RHS) is unreduced on",
+               "SPMD201", "RHS should be reduced along the same axes LHS is unreduced on. Got "
+               "lhs=float32[4,2]{V:dp, U:tp} and rhs=float32[]{V:dp}",
+               "an Unreduced value multiplied by a factor that is not Reduced on its unreduced "
+               "axes (a constant too: JAX types it Invariant)",
+               "scale after the reduction: jax.lax.psum(u, axis) * c; or cast the factor: "
+               "u * jax.lax.pcast(jnp.asarray(c, u.dtype), axis, to='reduced')"),
     JaxMessage(r"denominator cannot be unreduced",
                "SPMD202", "The denominator cannot be unreduced passed to `div`. Got y=...",
                "division by an Unreduced value (1/Σb is not Σ(1/b))",
@@ -167,6 +186,23 @@ TABLE: tuple[JaxMessage, ...] = (
                "mesh passed to shard_map contains axis names of type `Manual`",
                "an Unreduced/Reduced spec on an axis that is not manual in this shard_map",
                "make the axis manual (drop axis_names) or drop the unreduced/reduced spec"),
+    JaxMessage(r"unexpected JAX type \(e\.g\. shape/dtype\) for argument to VJP function: got "
+               r"(\w+\[[^\]]*\])\S*, but expected \1\{",
+               "SPMD404", "unexpected JAX type (e.g. shape/dtype) for argument to VJP function: got "
+               "float32[4,8]{V:(dp,tp)}, but expected float32[4,8]{V:dp, U:tp} ...",
+               "a cotangent given to a vjp pullback is not in the state of its output's "
+               "cotangent (a Reduced output needs an Unreduced one: the pullback of "
+               "all_gather(to='reduced') is unreduced_psum_scatter)",
+               "give the cotangent the output's state with Unreduced and Reduced swapped: "
+               "jax.lax.pcast(ct, axis, to='unreduced') for a Reduced output"),
+    JaxMessage(r"(?P<op>unreduced_psum_scatter)(?: only accepts inputs that are unreduced|'s "
+               r"input cannot be varying| is a Unreduced -> Varying collective)",
+               "SPMD404", "unreduced_psum_scatter only accepts inputs that are unreduced. Got "
+               "f32[4,8]{V:(dp,tp)}",
+               "unreduced_psum_scatter (the pullback of all_gather(to='reduced')) got a "
+               "cotangent that is not Unreduced over the axis",
+               "give the cotangent the output's state with Unreduced and Reduced swapped: "
+               "jax.lax.pcast(ct, axis, to='unreduced') for a Reduced output"),
     JaxMessage(r"unbound axis name: (?P<op>\S+)",
                "SPMD501", "unbound axis name: dq",
                "a collective names an axis that is not a manual axis of the enclosing shard_map",
@@ -178,9 +214,12 @@ _COLLECTIVE_CALL = r"\b(" + "|".join(
     c.name for c in _surface.COLLECTIVES
     if c.ops and not all(AXIS_OPS[op].is_cast for op in c.ops)) + r")\s*\("
 _UNREDUCED_COLLECTIVE = next(r for r in TABLE if r.code == "SPMD102")
+_IMPLICIT_PVARY = next(r for r in TABLE if r.pattern.startswith("(?P<op>pvary)"))
 
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# the package's root (this module is in `_errors/`): a frame in any of its modules is not the
+# user's (the routed `jax.vjp` of `_engine` calls JAX's pullback for the user's call)
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
 
 
@@ -209,7 +248,7 @@ def translate(e: BaseException, where: str | None = None) -> SpmdTypeError | Non
             continue
         op = m.groupdict().get("op") or "the operation"
         frame = _user_frame(e)
-        if row.code == "SPMD201" and frame is not None:
+        if row is _IMPLICIT_PVARY and frame is not None:
             # JAX's implicit pvary of an Unreduced value: a collective needing a Varying input
             # (SPMD102) or an op combining it with a Varying value (SPMD201); the user's line
             # tells which

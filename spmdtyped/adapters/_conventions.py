@@ -1,5 +1,5 @@
 """What every porting tool shares: the routing of `jax.lax`'s collectives through
-`spmdtyped.lax` (`checking()`), and `jax.shard_map`'s calling conventions (a mesh from
+`spmdtyped.lax` (`checked_lax()`, which `checking()` extends), and `jax.shard_map`'s calling conventions (a mesh from
 `jax.set_mesh`, `in_specs` inferred from the arguments, names of partial/jitted bodies)."""
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ def checked_lax() -> Iterator[None]:
     Code that calls `jax.lax.psum(...)` or `lax.psum(...)` after `from jax import lax` is
     checked; names imported before (`from jax.lax import psum`) are not (the jaxpr walk of
     `typed_shard_map` still sees them). Process-wide while active: meant for tracing.
+    `checking()` is this routing with every `jax.shard_map` the engine's `typed_shard_map`
+    and JAX's own manual-axis errors translated.
 
     !!! Example
         ```python
@@ -38,10 +40,6 @@ def checked_lax() -> Iterator[None]:
     """
     with _LAX_ROUTE.active():
         yield
-
-
-#: the name the porting guide uses: `with st.adapters.checking(): ...`
-checking = checked_lax
 
 
 def manual_axes(mesh: Any, axis_names: Any) -> tuple[str, ...]:

@@ -32,7 +32,7 @@ from .. import _compat, _validate
 from .._boundary.shard_map import check_in_structure, check_mesh_specs, in_spec_errors
 from .._engine.check import check_shard_map, run_checked
 from .._engine.patching import Patch
-from .._engine.walk import function_source
+from .._engine.walk import exception_source, function_source, located
 from .._errors import SpmdTypeError, error_context
 from .._errors.jax_messages import jax_errors
 from ._conventions import (
@@ -163,8 +163,15 @@ def checking() -> Iterator[None]:
     called in it is `typed_shard_map` (the engine `infer` runs, on the program JAX stages),
     and `jax.lax`'s collectives are routed through `spmdtyped.lax` (`checked_lax()`).
 
-    Process-wide while active (meant for a test or a porting session); a function wrapped by
-    `jax.shard_map` before the block is checked by the routed collectives only.
+    Every manual-axis error JAX raises in the block (`tanh` of an Unreduced value, a loop
+    carry that changes state, ...) is raised as the `SpmdTypeError` of its code
+    (`_errors.jax_messages.TABLE`), JAX's exception chained, at the user's line when the
+    traceback has it. Process-wide while active (meant for a test or a porting session); a
+    function wrapped by `jax.shard_map` before the block, or names bound before it
+    (`from jax import shard_map`, `from jax.lax import psum`), are checked by the routed
+    collectives only.
+
+    **Raises:** `SpmdTypeError` (its `.source` the user's line when one is known).
 
     !!! Example
         ```python
@@ -172,5 +179,12 @@ def checking() -> Iterator[None]:
             loss = train_step(params, batch)   # its jax.shard_map bodies are checked
         ```
     """
-    with checked_lax(), _SHARD_MAP_ROUTE.active():
-        yield
+    try:
+        with checked_lax(), _SHARD_MAP_ROUTE.active(), jax_errors("checking()"):
+            yield
+    except SpmdTypeError as e:
+        # a routed collective's error carries no line: the traceback has the user's
+        where = exception_source(e) if getattr(e, "source", None) is None else None
+        if where is None:
+            raise
+        raise located(e, where).with_traceback(e.__traceback__) from e.__cause__
