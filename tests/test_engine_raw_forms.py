@@ -1,0 +1,117 @@
+"""One engine (issue 27): raw spellings of forms the typed runtime knows by their `st.*` name,
+read from the jaxpr the same way by `infer`, `typed_shard_map` and `checking()`; each right
+form computes the single-device numbers, each wrong one is caught with its code.
+
+- a row-parallel bias pre-divided by the axis size, written `b / jax.lax.axis_size("tp")` or
+  `b * 0.25` (tp=4): this device's share, right; divided by another number: still SPMD210;
+- `jnp.pad(u, mode="reflect")` of an Unreduced value (JAX drops the state on the `rev` inside
+  jnp.pad and restores it on the result): linear, right; `jnp.flip(u)` alone returned as a
+  replicated value: SPMD202;
+- `x - lax.pmax(x, "tp")` of a sharded x: a reduction across the devices, not SPMD215.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import spmdtyped as st
+
+H = jax.random.normal(jax.random.key(300), (4, 16), dtype=jnp.float32)
+W2 = jax.random.normal(jax.random.key(301), (16, 8), dtype=jnp.float32)
+B = jax.random.normal(jax.random.key(302), (8,), dtype=jnp.float32)
+ROW_IN = (P("dp", "tp"), P("tp", None), P())
+ROW_OUT = P("dp", None)
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return jax.make_mesh((2, 4), ("dp", "tp"))
+
+
+def _faces(body, mesh, in_specs, out_specs, *args):
+    """(infer's first code or None, typed_shard_map's result or code, checking()'s)."""
+    rep = st.adapters.infer(body, *args, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+    got = [rep.violations[0].code if rep.violations else None]
+    for face in ("typed_shard_map", "checking"):
+        try:
+            if face == "typed_shard_map":
+                f = st.adapters.typed_shard_map(body, mesh=mesh, in_specs=in_specs,
+                                                out_specs=out_specs)
+                got.append(np.asarray(jax.jit(f)(*args)))
+            else:
+                with st.adapters.checking():
+                    f = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+                    got.append(np.asarray(jax.jit(f)(*args)))
+        except st.SpmdTypeError as e:
+            got.append(e.code)
+    return got
+
+
+def _placed(mesh, x, spec):
+    return jax.device_put(x, NamedSharding(mesh, spec))
+
+
+ROW_FORMS = {
+    "b / axis_size": (lambda h, w, b: lax.psum(h @ w + b / lax.axis_size("tp"), "tp"), None),
+    "b * 0.25": (lambda h, w, b: lax.psum(h @ w + b * 0.25, "tp"), None),
+    "0.25 * b": (lambda h, w, b: lax.psum(0.25 * b + h @ w, "tp"), None),
+    "b / 2 (the dp size, not tp's)": (lambda h, w, b: lax.psum(h @ w + b / 2, "tp"), "SPMD210"),
+    "b": (lambda h, w, b: lax.psum(h @ w + b, "tp"), "SPMD210"),
+}
+
+
+@pytest.mark.parametrize("form", ROW_FORMS)
+def test_row_parallel_bias_pre_divided_by_the_axis_size(mesh, form):
+    body, want = ROW_FORMS[form]
+    args = (_placed(mesh, H, P("dp", "tp")), _placed(mesh, W2, P("tp", None)), B)
+    got = _faces(body, mesh, ROW_IN, ROW_OUT, *args)
+    if want is None:
+        assert got[0] is None, got[0]
+        for res in got[1:]:
+            np.testing.assert_allclose(res, np.asarray(H @ W2 + B), rtol=1e-5, atol=1e-5)
+    else:
+        assert got == [want, want, want]
+
+
+def test_pad_reflect_of_an_unreduced_value_is_linear(mesh):
+    x = jax.random.normal(jax.random.key(5), (4, 16), dtype=jnp.float32)
+
+    def body(v):
+        u = lax.pcast(v, "tp", to="unreduced")
+        return lax.psum(jnp.pad(u, 1, mode="reflect"), "tp")
+
+    got = _faces(body, mesh, P(None, "tp"), P(), _placed(mesh, x, P(None, "tp")))
+    want = np.asarray(jnp.pad(x.reshape(4, 4, 4).sum(1), 1, mode="reflect"))
+    assert got[0] is None
+    for res in got[1:]:
+        np.testing.assert_allclose(res, want, rtol=1e-5, atol=1e-5)
+
+
+def test_flip_of_an_unreduced_value_alone_is_spmd202(mesh):
+    x = jax.random.normal(jax.random.key(6), (4, 16), dtype=jnp.float32)
+
+    def body(v):
+        u = lax.pcast(v, "tp", to="unreduced")
+        return jnp.flip(u, 0)     # JAX types it replicated: each device returns its partial
+
+    got = _faces(body, mesh, P(None, "tp"), P(), _placed(mesh, x, P(None, "tp")))
+    assert got == ["SPMD202"] * 3
+
+
+def test_shift_by_a_reduction_across_the_devices_is_not_spmd215(mesh):
+    x = jax.random.normal(jax.random.key(7), (8, 8), dtype=jnp.float32)
+
+    def body(v):
+        return v - lax.pmax(v, "tp")
+
+    got = _faces(body, mesh, P("tp"), P("tp"), _placed(mesh, x, P("tp")))
+    want = np.asarray(x - x.reshape(4, 2, 8).max(0)[None].repeat(4, 0).reshape(8, 8))
+    assert got[0] is None
+    for res in got[1:]:
+        np.testing.assert_allclose(res, want, rtol=1e-6)
