@@ -237,3 +237,10 @@ def test_lax_dropin_translates_inside_its_calls(mesh, x):
     with pytest.raises(st.SpmdTypeError) as ei:
         jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=IN, out_specs=P()))(x)
     assert ei.value.code == "SPMD104"
+
+
+def test_every_row_formats():
+    """Each row's headline and fix format with the primitive's name (a brace in a fix once
+    crashed `translate` on JAX's reduced-out_spec message)."""
+    for row in _jax_errors.TABLE:
+        assert row.headline.format(op="psum") and row.fix.format(op="psum")

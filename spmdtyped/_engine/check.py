@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from .. import _compat, _rules, _surface
 from .._errors import ALLOW_SCOPES, SpmdTypeError
@@ -163,6 +164,12 @@ def signature_key(args: Any) -> Any:
                        if hasattr(leaf, "shape") else repr(leaf) for leaf in leaves)
 
 
+def _is_array(x: Any) -> bool:
+    """An argument `jax.make_jaxpr` takes as an input (the rest are closed over)."""
+    return isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, complex, bool)) \
+        or hasattr(x, "__jax_array__")
+
+
 def is_tracer(x: Any) -> bool:
     return isinstance(x, jax.core.Tracer)
 
@@ -179,7 +186,9 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
     - Eagerly: the first call per input signature (`key()`) traces the program once
       (`jax.make_jaxpr`), checks it and runs it (its shard_map equation bound as
       `jax.shard_map` binds it: the raw program's numbers, bit for bit); later calls run
-      `smapped` as `jax.shard_map` runs eagerly (it traces its body on each call).
+      `smapped` as `jax.shard_map` runs eagerly (it traces its body on each call). A body
+      that cannot be traced (Python control flow on its per-device values, which eager
+      shard_map allows) runs as JAX runs it, unchecked.
 
     `trace(thunk)` runs a thunk that traces the body (the face's error translation goes
     there); everything here traces under `routed_autodiff` (the gradient markers of the
@@ -203,13 +212,31 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
     if k not in cache:
         # the first call with this signature: traced once, checked, and that program run (the
         # shard_map equation bound eagerly, as `jax.shard_map` binds it: the same numbers)
-        closed, shape = traced(lambda: jax.make_jaxpr(smapped, return_shape=True)(*args))
+        # arguments that are not arrays (an in_spec of None: any Python object, passed as is)
+        # are closed over, as JAX's eager shard_map passes them
+        flat, tree = jax.tree_util.tree_flatten(args)
+        arrays = [i for i, x in enumerate(flat) if _is_array(x)]
+
+        def on_arrays(*xs: Any) -> Any:
+            full = list(flat)
+            for i, x in zip(arrays, xs, strict=True):
+                full[i] = x
+            return smapped(*jax.tree_util.tree_unflatten(tree, full))
+
+        try:
+            closed, shape = traced(lambda: jax.make_jaxpr(on_arrays, return_shape=True)(
+                *(flat[i] for i in arrays)))
+        except SpmdTypeError:
+            raise
+        except Exception:  # noqa: BLE001 - see below
+            # a body that only runs eagerly (Python control flow on its per-device values,
+            # `bool(axis_index(...) == 0)`): run as JAX runs it, unchecked (nothing to walk)
+            return trace(lambda: smapped(*args))
         eqn = shard_map_eqn(closed)
         if eqn is not None:
             check(eqn)
         cache[k] = smapped
-        flat = jax.tree_util.tree_leaves(args)
-        out = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *flat)
+        out = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *(flat[i] for i in arrays))
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), out)
     # later calls run as `jax.shard_map` runs eagerly (it traces the body on each call)
     return trace(lambda: smapped(*args))

@@ -170,7 +170,7 @@ TABLE: tuple[JaxMessage, ...] = (
                "SPMD401", "out_specs passed to shard_map should be equal to the unreduced present "
                "on the out_aval. Got out_specs=... and out_aval=...",
                "an output's Unreduced/Reduced state differs from its out_spec's",
-               "psum the output, or declare P(unreduced={...}) / P(reduced={...}) as it is"),
+               "psum the output, or declare P(unreduced={{...}}) / P(reduced={{...}}) as it is"),
     JaxMessage(r"out_specs which require replication which can't be statically",
                "SPMD401", "shard_map applied to the function 'f' was given out_specs which "
                "require replication which can't be statically inferred given the mesh ...",

@@ -136,8 +136,10 @@ def abstract_args(args: Sequence[Any], in_specs: Any, mesh: Any) -> tuple[Any, .
     def one(spec: Any, sub: Any) -> Any:
         spec = PartitionSpec() if spec is None else spec
         sharding = NamedSharding(mesh, spec)
+        # a leaf that is no array (an in_spec of None: any Python object) is passed as is
         return jax.tree_util.tree_map(
-            lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), sub)
+            lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+            if hasattr(leaf, "shape") and hasattr(leaf, "dtype") else leaf, sub)
 
     return tuple(jax.tree_util.tree_map(one, specs, tuple(args), is_leaf=is_spec_leaf))
 

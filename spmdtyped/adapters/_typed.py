@@ -83,7 +83,7 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
     """
     axis_names = set(_validate.shard_map_args(f, mesh, in_specs, out_specs, axis_names,
                                               "typed_shard_map", infer=_compat.INFER))
-    _validate.given_specs(out_specs, "typed_shard_map")
+    # (out_specs=None is JAX's empty pytree: a body that returns None, as jax.shard_map takes it)
     if f is None:
         return functools.partial(typed_shard_map, mesh=mesh, in_specs=in_specs,
                                  out_specs=out_specs, axis_names=axis_names, check_vma=check_vma)
@@ -103,8 +103,13 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
 
     def first_violation(m: Any, specs: Any, args: tuple[Any, ...],
                         fallback: SpmdTypeError | None) -> SpmdTypeError | None:
-        rep = run_infer(f, args, mesh=m, in_specs=specs, out_specs=out_specs,
-                        axis_names=axis_names, where=where)
+        try:
+            rep = run_infer(f, args, mesh=m, in_specs=specs, out_specs=out_specs,
+                            axis_names=axis_names, where=where)
+        except SpmdTypeError:
+            raise
+        except Exception:  # noqa: BLE001 - the routed trace fails too (an argument JAX
+            return fallback  # refused, e.g. a dim its mesh axis does not divide): JAX's stands
         return rep.violations[0] if rep.violations else fallback
 
     def trace(m: Any, specs: Any, args: tuple[Any, ...], thunk: Callable[[], Any]) -> Any:
