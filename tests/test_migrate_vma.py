@@ -145,6 +145,36 @@ if __name__ == "__main__":
     print(attention(q, k, v))
 '''
 
+#: pytree outputs and carries on a (dp, tp) mesh: one component of a cond output, of a
+#: fori_loop carry (two components, over different axes) and of a while_loop carry
+PYTREES = HEAD + '''from jax import lax
+
+mesh = jax.make_mesh((2, 4), ("dp", "tp"))
+x = jax.device_put(jnp.arange(64.0).reshape(8, 8) / 64, NamedSharding(mesh, P("dp", "tp")))
+
+
+@jax.shard_map(mesh=mesh, in_specs=P("dp", "tp"), out_specs=P("dp", "tp"), check_vma=False)
+def many(x):
+    a, b = lax.cond(x.sum() > 0, lambda: (x, jnp.zeros((4, 2))), lambda: (x * 2, x))
+    c = lax.fori_loop(0, 3, lambda i, c: (c[0] + a, c[1] + lax.psum(b, "tp")),
+                      (jnp.zeros((4, 2)), jnp.ones((4, 2))))
+    d = lax.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, c[1] + x),
+                       (0, jnp.zeros((4, 2))))[1]
+    return a + b + c[0] + c[1] + d
+
+
+def run(m):
+    return m.many(m.x)
+
+
+if __name__ == "__main__":
+    print(many(x))
+'''
+
+#: the data-parallel step with a pmean of the gradient (the mean becomes the sum)
+DP_MEAN = DP_STEP.replace('g = jax.lax.psum(g, "dp")', 'g = jax.lax.pmean(g, "dp")').replace(
+    "g / n", "g")
+
 #: a while_loop carry that no source edit reaches: the initial carry is a call's result
 UNFIXABLE = HEAD + '''mesh = jax.make_mesh((4,), ("dp",))
 x = jax.device_put(jnp.arange(32.0).reshape(8, 4) / 32, NamedSharding(mesh, P("dp")))
@@ -209,7 +239,11 @@ def _migrated(tmp_path, text, capsys, status=0):
     (RING, [_compat.vary_cast_source("jnp.zeros(q.shape)", ("sp",)),
             _compat.vary_cast_source("jnp.full(q.shape[:1], -jnp.inf)", ("sp",)),
             _compat.vary_cast_source("jnp.zeros(q.shape[:1])", ("sp",)) + ", k, v)"]),
-], ids=["fori_loop", "cond_switch", "ring_attention"])
+    (PYTREES, ["lambda: (x, " + _compat.vary_cast_source("jnp.zeros((4, 2))", ("dp", "tp")) + ")",
+               "(" + _compat.vary_cast_source("jnp.zeros((4, 2))", ("dp", "tp")) + ", "
+               + _compat.vary_cast_source("jnp.ones((4, 2))", ("dp",)) + ")",
+               "(0, " + _compat.vary_cast_source("jnp.zeros((4, 2))", ("dp", "tp")) + ")"]),
+], ids=["fori_loop", "cond_switch", "ring_attention", "pytrees"])
 def test_migrated_program_is_accepted_and_computes_the_same(tmp_path, capsys, text, edits):
     original, migrated, new, err, path = _migrated(tmp_path, text, capsys)
     for edit in edits:
@@ -255,6 +289,19 @@ def test_gradient_psum_of_a_replicated_parameter_is_reported(tmp_path, capsys):
     assert not np.allclose(want, got)
     # the fix the report names gives the original's numbers back
     fixed = _write(tmp_path, new.replace('    g = jax.lax.psum(g, "dp")\n', "    g = g\n"))
+    np.testing.assert_allclose(np.asarray(_load(fixed).run(_load(fixed))), want, rtol=1e-6)
+
+
+def test_gradient_pmean_of_a_replicated_parameter_is_reported(tmp_path, capsys):
+    """With the checks on, the pmean of a gradient JAX already summed gives the sum: the fix
+    the report names (divide by the axis size) gives the original's numbers back."""
+    original, migrated, new, err, path = _migrated(tmp_path, DP_MEAN, capsys, status=1)
+    line = _line(DP_MEAN, "pmean(g,")
+    assert f"{path}:{line}: SPMD103: pmean of a value that is already Invariant" in err
+    assert "fix: divide by the axis size instead: g / jax.lax.axis_size(axis)" in err
+    want = np.asarray(original.run(original))
+    assert not np.allclose(np.asarray(migrated.run(migrated)), want)
+    fixed = _write(tmp_path, new.replace('jax.lax.pmean(g, "dp")', 'g / jax.lax.axis_size("dp")'))
     np.testing.assert_allclose(np.asarray(_load(fixed).run(_load(fixed))), want, rtol=1e-6)
 
 

@@ -205,11 +205,15 @@ def parse_error(e: BaseException, file: str, mesh_order: Sequence[str] = ()) -> 
         for m in _BRANCH.finditer(text):
             va, vb = _varying(m.group("ta")), _varying(m.group("tb"))
             name, axes = (m.group("a"), vb - va) if vb - va else (m.group("b"), va - vb)
-            if axes:
-                index = re.fullmatch(r"branch ?(\d+)", name.strip())
-                branch: str | int = int(index.group(1)) if index else name.strip()
+            # a pytree output: "true_fun at path [1]"
+            at = re.fullmatch(r"(.+?) at path ((?:\[\d+\])+)", name.strip())
+            path = tuple(int(i) for i in re.findall(r"\d+", at.group(2))) if at else ()
+            name = at.group(1) if at else name.strip()
+            if axes and " at path " not in name:
+                index = re.fullmatch(r"branch ?(\d+)", name)
+                branch: str | int = int(index.group(1)) if index else name
                 fixes.append(Fix("branch", (head.group(1),), line, _ordered(axes, mesh_order),
-                                 branch=branch))
+                                 path=path, branch=branch))
     return fixes
 
 
@@ -277,7 +281,8 @@ def apply_fix(source: str, fix: Fix) -> tuple[str, Change] | None:
                            f"body makes it Varying over {', '.join(fix.axes)}",
                            cast.replace("{}", f"init{part}", 1) + " on the initial carry")
     if name == "cond":
-        node = _arg(call, {"true_fun": 1, "false_fun": 2}.get(str(fix.branch), -1), str(fix.branch))
+        where = {"true_fun": 1, "false_fun": 2}.get(str(fix.branch))
+        node = _arg(call, where, str(fix.branch)) if where is not None else None
     else:
         branches = _arg(call, 1, "branches")
         node = branches.elts[fix.branch] if isinstance(branches, (ast.Tuple, ast.List)) \
@@ -286,12 +291,20 @@ def apply_fix(source: str, fix: Fix) -> tuple[str, Change] | None:
         return None
     if isinstance(node, ast.Lambda):
         node = node.body
+        for i in fix.path:  # a component of a literal tuple the branch returns
+            if isinstance(node, (ast.Tuple, ast.List)) and i < len(node.elts):
+                node = node.elts[i]
+            else:
+                return None
         new = _replace(source, node, lambda text: cast.replace("{}", text, 1))
+    elif fix.path:
+        return None  # a component of a named branch's output: not in this call's text
     else:
         simple = isinstance(node, (ast.Name, ast.Attribute))
         new = _replace(source, node, lambda text: "lambda *a: " + cast.replace(
             "{}", f"{text}(*a)" if simple else f"({text})(*a)", 1))
     which = fix.branch if isinstance(fix.branch, str) else f"branch {fix.branch}"
+    which += "".join(f"[{i}]" for i in fix.path)
     return new, Change(node.lineno, f"{name}: the output of {which} is Invariant and the other "
                        f"branch's is Varying over {', '.join(fix.axes)}",
                        cast.replace("{}", "out", 1) + f" on the output of {which}")
