@@ -338,6 +338,31 @@ def test_docs_show_the_report(tmp_path, capsys):
     assert same(shown) == same(report)
 
 
+def test_flags_fill_in_what_the_module_does_not_say(tmp_path, capsys):
+    """A shard_map made in a function the import does not run: `--mesh` and `--shapes`."""
+    text = LOOP.split("@jax.shard_map")[0] + '''def power_sum(x):
+    def body(i, acc):
+        return acc + x * i
+
+    return jax.lax.fori_loop(0, 4, body, jnp.zeros(x.shape))
+
+
+def build(mesh):
+    return jax.shard_map(power_sum, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"),
+                         check_vma=False)
+'''
+    path = _write(tmp_path, text)
+    assert _infer_cli.main([str(path), "--vma-changes"]) == 2
+    assert "cannot tell its mesh, shapes: pass --mesh --shapes" in capsys.readouterr().err
+    args = ["--mesh", "dp=4", "--shapes", "f32[8,4]"]
+    assert _port_cli.main(["--enable-vma", "--write", str(path), *args]) == 0
+    err = capsys.readouterr().err
+    assert f"{path}:{_line(text, 'fori_loop(')}: fori_loop: the initial carry is Invariant" in err
+    migrated, original = _load(path), _load(_write(tmp_path, text))
+    np.testing.assert_allclose(np.asarray(migrated.build(migrated.mesh)(migrated.x)),
+                               np.asarray(original.build(original.mesh)(original.x)))
+
+
 def test_nothing_to_migrate(tmp_path, capsys):
     path = _write(tmp_path, LOOP.replace("check_vma=False", "check_vma=True").replace(
         "jnp.zeros(x.shape)", "jnp.zeros_like(x)"))

@@ -40,7 +40,8 @@ class Change:
     """One line of the report: where, what changes when the checks are turned on, the fix.
 
     `kind`: "edit" (made by the migration), "error" (JAX still rejects the program: no fix
-    applies), "numbers" (the migrated program computes other numbers, or would)."""
+    applies), "numbers" (the migrated program computes other numbers, or would), "note"
+    (something that could not be checked: the programs did not run)."""
 
     line: int | None
     what: str
