@@ -363,6 +363,14 @@ def build(mesh):
                                np.asarray(original.build(original.mesh)(original.x)))
 
 
+def test_a_module_that_runs_its_shard_map_at_import(tmp_path, capsys):
+    """The candidate's import raises JAX's error (the call at module level): fixed the same."""
+    text = LOOP.replace("def run(m):", "OUT = power_sum(x)\n\n\ndef run(m):")
+    original, migrated, new, err, path = _migrated(tmp_path, text, capsys)
+    assert f"{path}:{_line(text, 'fori_loop(')}: fori_loop: the initial carry" in err
+    np.testing.assert_allclose(np.asarray(migrated.OUT), np.asarray(original.OUT))
+
+
 def test_nothing_to_migrate(tmp_path, capsys):
     path = _write(tmp_path, LOOP.replace("check_vma=False", "check_vma=True").replace(
         "jnp.zeros(x.shape)", "jnp.zeros_like(x)"))

@@ -33,7 +33,8 @@ def _jobs(path: str, flags: Any) -> tuple[list[Any], list[str]]:
     from . import discover as _discover
 
     _module, sites = _discover.discover(path)
-    jobs, errors = [], []
+    jobs: list[Any] = []
+    errors: list[Any] = []
     for site in sites:
         if site.check_vma is not False:
             continue
@@ -73,7 +74,10 @@ def run(path: str, args: argparse.Namespace) -> tuple[str, str, list[Any], int]:
         folder = os.path.dirname(os.path.abspath(path))
         if folder not in sys.path:
             sys.path.insert(0, folder)
-        _module, sites = _discover.discover(candidate)
+        try:
+            _module, sites = _discover.discover(candidate)
+        except Exception as e:  # noqa: BLE001 - a module that runs its shard_map at import
+            return [e]          # raises JAX's error there: the same error, the same edits
         out = []
         with mesh_context(flags.mesh_obj):
             for site in sites:
