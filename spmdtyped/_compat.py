@@ -192,6 +192,16 @@ def pcast(x: Any, axis_name: Any, *, to: str) -> Any:
     return lax.pcast(x, axis_name, to=to)
 
 
+def vary_cast_source(expr: str, axes: tuple[str, ...], lax_name: str = "jax.lax") -> str:
+    """The source text that casts `expr` to Varying over `axes` in the installed JAX, for code
+    that `port --enable-vma` writes (`lax_name`: how the module names `jax.lax`)."""
+    # jax.lax.pcast(x, axes, to="varying") is public in 0.10 and 0.12; older JAX (0.6-0.7)
+    # spelled the same cast jax.lax.pvary(x, axes)
+    if hasattr(lax, "pcast"):
+        return f"{lax_name}.pcast({expr}, {axes!r}, to='varying')"
+    return f"{lax_name}.pvary({expr}, {axes!r})"  # pragma: no cover - jax < 0.8
+
+
 def axis_size(axis_name: Any) -> int:
     # jax.lax.axis_size is public in 0.10 and 0.12 and returns a Python int.
     return int(lax.axis_size(axis_name))

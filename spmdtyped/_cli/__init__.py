@@ -15,7 +15,8 @@ _COMMANDS = {
     "demo": ("spmdtyped._cli.demo", "a typed dp x tp model on 8 simulated CPU devices"),
     "check": ("spmdtyped._cli.check", "run mypy with the spmdtyped plugin on PATH..."),
     "infer": ("spmdtyped._cli.infer", "infer the typed signature of a raw shard_map function"),
-    "port": ("spmdtyped._cli.port", "rewrite raw shard_map code to spmdtyped (libcst)"),
+    "port": ("spmdtyped._cli.port", "rewrite raw shard_map code to spmdtyped (libcst); "
+                                    "--enable-vma: turn check_vma=False code to check_vma=True"),
     "explain": ("spmdtyped._cli.explain", "print the page of an error code, e.g. SPMD101"),
     "report": ("spmdtyped._cli.report", "the communication report of a step (FILE[:FUNC])"),
     "stubgen": ("spmdtyped._cli.stubgen", "write typings/spmdtyped/ for pyright / Pylance (--axes dp,tp)"),

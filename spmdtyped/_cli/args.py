@@ -1,9 +1,12 @@
 """The command line's shared inputs: `--mesh`, `--shapes` and `--in-specs` / `--out-specs`
-texts, and `FILE:FUNC` / `module:function` targets (read by `infer` and `port`)."""
+texts, and `FILE:FUNC` / `module:function` targets (read by `infer` and `port`), parsed
+(`Flags`), and the command line's mesh made current (`mesh_context`)."""
 
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -75,3 +78,24 @@ def _spec_value(text: str, P: Any) -> Any:
 def parse_specs(text: str, P: Any) -> Any:
     """A `--in-specs` / `--out-specs` expression (only `P` / `PartitionSpec` in scope)."""
     return _spec_value(text, P)
+
+
+class Flags:
+    """The command line's mesh, specs and shapes, parsed (None where not given)."""
+
+    def __init__(self, args: argparse.Namespace, mesh_sizes: Any) -> None:
+        import jax
+
+        names, sizes = mesh_sizes
+        self.mesh_obj = jax.make_mesh(sizes, names) if names else None
+        self.in_specs, self.out_specs = args.in_specs, args.out_specs
+        self.sds = None if not args.shapes else tuple(
+            jax.ShapeDtypeStruct(shape, dtype) for dtype, shape in parse_shapes(args.shapes))
+
+
+def mesh_context(mesh: Any) -> Any:
+    """The command line's mesh made current: a module's `jax.set_mesh` mesh would otherwise
+    disagree with it (axis types, sizes)."""
+    import jax
+
+    return jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()

@@ -16,12 +16,15 @@ and `--shapes` are traced as given (the target may be decorated: `@jax.shard_map
 Exit status: 0 when every checked body is clean, 1 when one has violations, 2 for bad usage or
 a crash (the module fails to import, a body whose mesh, specs or shapes cannot be told, JAX
 rejects the program for a reason that is not a manual-axis type); 2 wins over 1.
+
+`--vma-changes FILE` (`vma.py`): for code written with `jax.shard_map(..., check_vma=False)`,
+what turning JAX's checks on changes (the report of `port --enable-vma`, no rewrite); exit 0
+when nothing changes, 1 when something does.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import inspect
 import linecache
@@ -30,7 +33,7 @@ import os
 import sys
 from typing import Any
 
-from .args import load_function, parse_mesh, parse_shapes
+from .args import Flags, load_function, mesh_context, parse_mesh, parse_shapes
 
 
 def setup_devices(sizes: tuple[int, ...]) -> None:
@@ -62,27 +65,6 @@ def module_file(name: str) -> str:
     if spec is None or not spec.origin:
         raise ValueError(f"no module {name!r}")
     return spec.origin
-
-
-class Flags:
-    """The command line's mesh, specs and shapes, parsed (None where not given)."""
-
-    def __init__(self, args: argparse.Namespace, mesh_sizes: Any) -> None:
-        import jax
-
-        names, sizes = mesh_sizes
-        self.mesh_obj = jax.make_mesh(sizes, names) if names else None
-        self.in_specs, self.out_specs = args.in_specs, args.out_specs
-        self.sds = None if not args.shapes else tuple(
-            jax.ShapeDtypeStruct(shape, dtype) for dtype, shape in parse_shapes(args.shapes))
-
-
-def mesh_context(mesh: Any) -> Any:
-    """The command line's mesh made current: a module's `jax.set_mesh` mesh would otherwise
-    disagree with it (axis types, sizes)."""
-    import jax
-
-    return jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
 
 
 def home_file(fn: Any) -> str | None:
@@ -188,6 +170,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="list equations from every file, not only the function's")
     parser.add_argument("--casts", action="store_true",
                         help="also list the pvary casts JAX inserts by itself")
+    parser.add_argument("--vma-changes", action="store_true",
+                        help="for code written with jax.shard_map(..., check_vma=False): what "
+                             "turning JAX's checks on changes (the edits `port --enable-vma` "
+                             "makes, the lines whose numbers change), without rewriting FILE; "
+                             "exit 1 when something changes")
     args = parser.parse_args(argv)
 
     try:
@@ -198,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     setup_devices(sizes[1])
+    if args.vma_changes:
+        from .vma import vma_changes
+
+        return vma_changes(module_file(split_target(args.target)[0]), args)
     try:
         flags = Flags(args, sizes)
         jobs, errors = _jobs(args, flags)

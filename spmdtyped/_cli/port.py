@@ -8,7 +8,11 @@ code with the states JAX observed (the checked mode); `--entry FUNC` (repeatable
 bodies to trace (any function of FILE, with `--in-specs`, `--out-specs`, `--shapes` when the
 module does not shard_map it). Otherwise, or with `--static` (no import), the spec-driven
 mode: annotations from the literal specs. Exit status 0, or 1 with `--check` when a file would
-change; 2 for bad usage (an `--entry` that cannot be traced, a file that cannot be read)."""
+change; 2 for bad usage (an `--entry` that cannot be traced, a file that cannot be read).
+
+`--enable-vma` (`vma.py`): turn JAX's checks on in code written for `check_vma=False` instead
+of porting it to typed code; exit 1 also when JAX still rejects the result or its numbers
+change (the report names the lines)."""
 
 from __future__ import annotations
 
@@ -79,8 +83,10 @@ def _observed_states(path: str, args: argparse.Namespace) -> tuple[Any, Any, lis
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .vma import EPILOG
+
     parser = argparse.ArgumentParser(
-        prog="python -m spmdtyped port",
+        prog="python -m spmdtyped port", epilog=EPILOG,
         description="Rewrite raw jax.shard_map code to spmdtyped. The module's shard_map calls "
                     "(mesh, specs, module-level arrays) are traced and the code ported to typed "
                     "code with the states JAX observed; the flags fill in what the module does "
@@ -92,6 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="exit 1 if any file would change (prints the diff)")
     parser.add_argument("--static", action="store_true",
                         help="do not import the module: annotations from the literal specs only")
+    parser.add_argument("--enable-vma", action="store_true",
+                        help="turn JAX's checks on in code written for jax.shard_map(..., "
+                             "check_vma=False): the check_vma=True program JAX accepts, with "
+                             "the same numbers, and a report of what changes (see below)")
     checked = parser.add_argument_group("what the module does not say (one FILE)")
     checked.add_argument("--entry", action="append", default=[], metavar="FUNC",
                          help="a function of FILE to trace (repeatable; default: every body "
@@ -112,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.enable_vma:
+        return _enable_vma(args)
     # after the device count is set: the adapters import JAX
     from ..adapters._port.codemod import port_source
 
@@ -165,6 +177,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     if changed == 0:
         print("nothing to port", file=sys.stderr)
     return 1 if args.check and changed else 0
+
+
+def _enable_vma(args: argparse.Namespace) -> int:
+    """`port --enable-vma FILE...`: the diff (or `--write`), the report on stderr."""
+    from .vma import print_report, run
+
+    if args.entry or args.static:
+        print("error: --enable-vma reads the module's own shard_map calls (no --entry, "
+              "--static)", file=sys.stderr)
+        return 2
+    status = changed = 0
+    for path in args.files:
+        try:
+            old, new, changes, got = run(path, args)
+        except Exception as e:  # noqa: BLE001 - the module's own failure is exit 2
+            print(f"error: cannot migrate {path}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        print_report(path, changes, sys.stderr)
+        status = max(status, got)
+        if new == old:
+            continue
+        changed += 1
+        if args.write:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(new)
+            print(f"migrated {path} to check_vma=True")
+        else:
+            sys.stdout.writelines(difflib.unified_diff(
+                old.splitlines(keepends=True), new.splitlines(keepends=True),
+                fromfile=f"a/{path}", tofile=f"b/{path}"))
+    if changed == 0:
+        print("nothing to migrate (no jax.shard_map(..., check_vma=False) call)", file=sys.stderr)
+    return max(status, 1 if args.check and changed else 0)
 
 
 if __name__ == "__main__":

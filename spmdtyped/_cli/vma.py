@@ -1,0 +1,192 @@
+"""`port --enable-vma FILE` and `infer --vma-changes FILE`: a module written for
+`jax.shard_map(..., check_vma=False)` migrated to the checks on (`adapters/_port/vma.py`), with
+the report of what changes.
+
+The module's shard_map calls are read as `port` and `infer` read them (`discover`: mesh, specs,
+module-level arrays; `--mesh`, `--in-specs`, `--out-specs`, `--shapes` fill in the rest). The
+report lists `FILE:LINE: what changes; fix: ...`, one line each: the edits made (`check_vma`
+turned on, the Varying casts of loop carries and branch outputs JAX asked for), the errors no
+edit fixes, and the semantic changes (the outputs of the original and the migrated program on
+the same random inputs, a psum / pmean of a gradient JAX now sums itself, `psum(1, axis)`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+EPILOG = ("--enable-vma: turn JAX's manual-axis checks on in code written for "
+          "jax.shard_map(..., check_vma=False): check_vma=True, a "
+          "jax.lax.pcast(..., to='varying') on each initial loop carry / cond or switch branch "
+          "output JAX rejects, and a report of what changes the numbers (an explicit psum of a "
+          "gradient JAX now sums itself, psum(1, axis) for the axis size). Exit 1 when JAX "
+          "still rejects the result or its numbers change; `infer --vma-changes FILE` prints "
+          "the report without rewriting.")
+
+
+def _jobs(path: str, flags: Any) -> tuple[list[Any], list[str]]:
+    """The shard_map bodies of `path` written with `check_vma=False` (as `discover.Job`s, in
+    line order), and the messages of those that cannot be traced."""
+    from jax.sharding import PartitionSpec
+
+    from . import discover as _discover
+
+    _module, sites = _discover.discover(path)
+    jobs: list[Any] = []
+    errors: list[Any] = []
+    for site in sites:
+        if site.check_vma is not False:
+            continue
+        made = _discover.job(site, flags, PartitionSpec, f"{os.path.basename(path)}:{site.line}")
+        (errors if isinstance(made, str) else jobs).append(made)
+    return jobs, errors
+
+
+def _job_line(job: Any) -> int | None:
+    tail = job.where.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else None
+
+
+def run(path: str, args: argparse.Namespace) -> tuple[str, str, list[Any], int]:
+    """`(old source, new source, report lines (Changes), status)`: status 0 (JAX accepts the
+    migrated module), 1 (an error no edit fixes, or the numbers change), 2 (cannot be read or
+    traced)."""
+    from ..adapters._port import vma
+    from .args import Flags, mesh_context, parse_mesh
+
+    with open(path, encoding="utf-8") as fh:
+        old = fh.read()
+    sizes = parse_mesh(args.mesh) if args.mesh else ((), ())
+    flags = Flags(args, sizes)
+    original, errors = _jobs(path, flags)
+    if errors:
+        raise ValueError("; ".join(errors))
+    if not original:
+        return old, old, [], 0
+    lines = {_job_line(j) for j in original}
+    order = tuple(original[0].mesh.axis_names)
+
+    def trace(candidate: str) -> list[BaseException]:
+        from . import discover as _discover
+
+        # the candidate is imported from a temporary folder: its siblings are the original's
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        try:
+            _module, sites = _discover.discover(candidate)
+        except Exception as e:  # noqa: BLE001 - a module that runs its shard_map at import
+            return [e]          # raises JAX's error there: the same error, the same edits
+        out = []
+        with mesh_context(flags.mesh_obj):
+            for site in sites:
+                if site.line not in lines:
+                    continue
+                made = _discover.job(site, flags, _P(), f"{path}:{site.line}")
+                if isinstance(made, str):
+                    raise ValueError(made)
+                e = vma.trace_job(made)
+                if e is not None:
+                    out.append(e)
+        return out
+
+    with mesh_context(flags.mesh_obj):
+        migration = vma.migrate(path, old, trace, mesh_order=order)
+    changes = list(migration.changes)
+    status = 1 if any(c.kind == "error" for c in changes) else 0
+    if status == 0:
+        semantic, notes = _semantic(path, migration.source, original, flags, lines)
+        changes += semantic + notes
+        status = 1 if semantic else 0
+    return old, migration.source, changes, status
+
+
+def _P() -> Any:
+    from jax.sharding import PartitionSpec
+
+    return PartitionSpec
+
+
+def _semantic(path: str, new: str, original: list[Any], flags: Any,
+              lines: set[Any]) -> tuple[list[Any], list[Any]]:
+    """The semantic changes of the migrated source `new` (its shard_maps run against the
+    original's, the SPMD103 psums of its bodies, its `psum(1, axis)`), and the notes of what
+    could not be checked."""
+    import tempfile
+
+    from ..adapters._port import vma
+    from . import discover as _discover
+    from .args import mesh_context
+
+    out: list[Any] = []
+    notes: list[Any] = []
+    with tempfile.TemporaryDirectory(prefix="spmdtyped-vma-") as tmp:
+        candidate = os.path.join(tmp, os.path.basename(path))
+        with open(candidate, "w", encoding="utf-8") as fh:
+            fh.write(new)
+        _module, sites = _discover.discover(candidate)
+        by_line = {s.line: s for s in sites}
+        with mesh_context(flags.mesh_obj):
+            for job in original:
+                line = _job_line(job)
+                site = by_line.get(line)
+                if site is None:
+                    continue
+                made = _discover.job(site, flags, _P(), f"{path}:{line}")
+                if isinstance(made, str):
+                    continue
+                try:
+                    differs = vma.compare(job, made, line)
+                except Exception as e:  # noqa: BLE001 - the program's own failure to run
+                    notes.append(vma.Change(line, f"jax.shard_map({job.name}): not compared "
+                                            f"({type(e).__name__}: {str(e)[:200]})",
+                                            "run both versions by hand", "note"))
+                    differs = None
+                if differs is not None:
+                    out.append(differs)
+                try:
+                    out += vma.gradient_psums(made, candidate, new)
+                except Exception as e:  # noqa: BLE001 - infer's own failure: say so
+                    notes.append(vma.Change(line, f"jax.shard_map({job.name}): the gradient "
+                                            f"psums not checked ({type(e).__name__})",
+                                            f"python -m spmdtyped infer {path}", "note"))
+    out += vma.axis_size_idioms(new)
+    seen: set[tuple[Any, str]] = set()
+    unique = []
+    for c in out:
+        if (c.line, c.what) not in seen:
+            seen.add((c.line, c.what))
+            unique.append(c)
+    return unique, notes
+
+
+def print_report(path: str, changes: list[Any], stream: Any) -> None:
+    """One `FILE:LINE: what; fix: ...` line per change, the kinds in groups."""
+    titles = {"edit": "edits (turning the checks on)", "error": "JAX still rejects",
+              "numbers": "what changes the numbers", "note": "not checked"}
+    for kind, title in titles.items():
+        mine = [c for c in changes if c.kind == kind]
+        if mine:
+            print(f"{title}:", file=stream)
+            for c in mine:
+                print(f"  {c.render(path)}", file=stream)
+
+
+def vma_changes(path: str, args: argparse.Namespace) -> int:
+    """`infer --vma-changes FILE`: the report, no rewrite. Exit 0 when turning the checks on
+    changes nothing (no check_vma=False call, or JAX accepts it as it is and the numbers
+    agree), 1 when it changes something, 2 when the module cannot be read or traced."""
+    try:
+        old, new, changes, status = run(path, args)
+    except Exception as e:  # noqa: BLE001 - the module's own failure is exit 2
+        print(f"error: cannot migrate {path}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    if not [c for c in changes if c.kind != "note"]:
+        print(f"{path}: nothing changes with check_vma=True")
+        print_report(path, changes, sys.stdout)
+        return 0
+    print_report(path, changes, sys.stdout)
+    if new != old:
+        print(f"(python -m spmdtyped port --enable-vma --write {path} makes the edits)")
+    return 1

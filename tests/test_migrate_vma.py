@@ -1,0 +1,417 @@
+"""`port --enable-vma FILE` and `infer --vma-changes FILE`: code written for
+`jax.shard_map(..., check_vma=False)` migrated to the checks on. For each program: after
+`port --enable-vma --write` the module imports, JAX accepts it with `check_vma=True`, and its
+numbers equal the original's; the gradient psum that the checks double is reported with its
+line and fix; an error no edit fixes is reported with its line."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import pathlib
+import re
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from spmdtyped import _compat
+from spmdtyped._cli import infer as _infer_cli
+from spmdtyped._cli import port as _port_cli
+from spmdtyped.adapters._port import vma
+
+HEAD = '''import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+'''
+
+#: (a) a fori_loop whose carry starts Invariant and leaves the body Varying
+LOOP = HEAD + '''mesh = jax.make_mesh((4,), ("dp",))
+x = jax.device_put(jnp.arange(32.0).reshape(8, 4) / 32, NamedSharding(mesh, P("dp")))
+
+
+@jax.shard_map(mesh=mesh, in_specs=P("dp"), out_specs=P("dp"), check_vma=False)
+def power_sum(x):
+    def body(i, acc):
+        return acc + x * i
+
+    return jax.lax.fori_loop(0, 4, body, jnp.zeros(x.shape))
+
+
+def run(m):
+    return m.power_sum(m.x)
+
+
+if __name__ == "__main__":
+    print(power_sum(x))
+'''
+
+#: (b) cond / switch branches in different states (a lambda and a named branch)
+BRANCHES = HEAD + '''from functools import partial
+
+from jax import lax
+
+mesh = jax.make_mesh((4,), ("dp",))
+x = jax.device_put(jnp.arange(32.0).reshape(8, 4) / 32 - 0.3, NamedSharding(mesh, P("dp")))
+
+
+def zeros(v):
+    return jnp.zeros((2, 4))
+
+
+@partial(jax.shard_map, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"), check_vma=False)
+def gate(x):
+    total = lax.psum(jnp.sum(x), "dp")
+    y = lax.cond(total > 0, lambda v: v * 2.0, lambda v: jnp.zeros((2, 4)), x)
+    return y + lax.switch(1, [lambda v: v + 1.0, zeros], x)
+
+
+def run(m):
+    return m.gate(m.x)
+
+
+if __name__ == "__main__":
+    print(gate(x))
+'''
+
+#: (c) a data-parallel step: the explicit psum of a replicated parameter's gradient and
+#: psum(1, "dp") for the axis size
+DP_STEP = HEAD + '''mesh = jax.make_mesh((4,), ("dp",))
+w = jax.device_put(jnp.ones((4, 2)) / 4, NamedSharding(mesh, P()))
+x = jax.device_put(jnp.arange(32.0).reshape(8, 4) / 32, NamedSharding(mesh, P("dp")))
+
+
+def loss(w, x):
+    return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+
+def step(w, x):
+    g = jax.grad(loss)(w, x)
+    g = jax.lax.psum(g, "dp")
+    n = jax.lax.psum(1, "dp")
+    return w - 0.1 * g / n
+
+
+train_step = jax.shard_map(step, mesh=mesh, in_specs=(P(), P("dp")), out_specs=P(),
+                           check_vma=False)
+
+
+def run(m):
+    return m.train_step(m.w, m.x)
+
+
+if __name__ == "__main__":
+    print(train_step(w, x))
+'''
+
+#: (d) ring attention: a scan whose carry holds Invariant accumulators and ppermuted k / v
+RING = HEAD + '''mesh = jax.make_mesh((4,), ("sp",))
+spec = NamedSharding(mesh, P("sp"))
+q = jax.device_put(jnp.sin(jnp.arange(128.0)).reshape(16, 8), spec)
+k = jax.device_put(jnp.cos(jnp.arange(128.0)).reshape(16, 8), spec)
+v = jax.device_put(jnp.arange(128.0).reshape(16, 8) / 128, spec)
+PERM = [(i, (i + 1) % 4) for i in range(4)]
+
+
+def ring_attention(q, k, v):
+    def step(carry, _):
+        o, m, l, k, v = carry
+        s = q @ k.T
+        m_new = jnp.maximum(m, s.max(axis=-1))
+        p = jnp.exp(s - m_new[:, None])
+        corr = jnp.exp(m - m_new)
+        l = l * corr + p.sum(axis=-1)
+        o = o * corr[:, None] + p @ v
+        k = jax.lax.ppermute(k, "sp", PERM)
+        v = jax.lax.ppermute(v, "sp", PERM)
+        return (o, m_new, l, k, v), None
+
+    init = (jnp.zeros(q.shape), jnp.full(q.shape[:1], -jnp.inf), jnp.zeros(q.shape[:1]), k, v)
+    (o, m, l, _, _), _ = jax.lax.scan(step, init, None, length=4)
+    return o / l[:, None]
+
+
+attention = jax.shard_map(ring_attention, mesh=mesh, in_specs=(P("sp"), P("sp"), P("sp")),
+                          out_specs=P("sp"), check_vma=False)
+
+
+def run(m):
+    return m.attention(m.q, m.k, m.v)
+
+
+if __name__ == "__main__":
+    print(attention(q, k, v))
+'''
+
+#: pytree outputs and carries on a (dp, tp) mesh: one component of a cond output, of a
+#: fori_loop carry (two components, over different axes) and of a while_loop carry
+PYTREES = HEAD + '''from jax import lax
+
+mesh = jax.make_mesh((2, 4), ("dp", "tp"))
+x = jax.device_put(jnp.arange(64.0).reshape(8, 8) / 64, NamedSharding(mesh, P("dp", "tp")))
+
+
+@jax.shard_map(mesh=mesh, in_specs=P("dp", "tp"), out_specs=P("dp", "tp"), check_vma=False)
+def many(x):
+    a, b = lax.cond(x.sum() > 0, lambda: (x, jnp.zeros((4, 2))), lambda: (x * 2, x))
+    c = lax.fori_loop(0, 3, lambda i, c: (c[0] + a, c[1] + lax.psum(b, "tp")),
+                      (jnp.zeros((4, 2)), jnp.ones((4, 2))))
+    d = lax.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, c[1] + x),
+                       (0, jnp.zeros((4, 2))))[1]
+    return a + b + c[0] + c[1] + d
+
+
+def run(m):
+    return m.many(m.x)
+
+
+if __name__ == "__main__":
+    print(many(x))
+'''
+
+#: the data-parallel step with a pmean of the gradient (the mean becomes the sum)
+DP_MEAN = DP_STEP.replace('g = jax.lax.psum(g, "dp")', 'g = jax.lax.pmean(g, "dp")').replace(
+    "g / n", "g")
+
+#: a while_loop carry that no source edit reaches: the initial carry is a call's result
+UNFIXABLE = HEAD + '''mesh = jax.make_mesh((4,), ("dp",))
+x = jax.device_put(jnp.arange(32.0).reshape(8, 4) / 32, NamedSharding(mesh, P("dp")))
+
+
+def start(x):
+    return (0, jnp.zeros(x.shape))
+
+
+@jax.shard_map(mesh=mesh, in_specs=P("dp"), out_specs=P("dp"), check_vma=False)
+def accumulate(x):
+    return jax.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] + x), start(x))[1]
+
+
+def run(m):
+    return m.accumulate(m.x)
+
+
+if __name__ == "__main__":
+    print(accumulate(x))
+'''
+
+_names = itertools.count()
+
+
+def _line(text, fragment):
+    """The line of `fragment` in the program `text` (as written to its file)."""
+    lines = textwrap.dedent(text).splitlines()
+    return next(i for i, t in enumerate(lines, 1) if fragment in t)
+
+
+def _write(tmp_path, text):
+    path = tmp_path / f"vma_prog_{next(_names)}.py"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _load(path):
+    spec = importlib.util.spec_from_file_location(f"loaded_{next(_names)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _migrated(tmp_path, text, capsys, status=0):
+    """Port the program, load the original and the migrated module; `(original, migrated,
+    new text, stderr)`."""
+    path = _write(tmp_path, text)
+    original = _load(_write(tmp_path, text))
+    assert _port_cli.main(["--enable-vma", "--write", str(path)]) == status
+    err = capsys.readouterr().err
+    new = path.read_text()
+    assert "check_vma=False" not in new and "check_vma=True" in new
+    return original, _load(path), new, err, path
+
+
+@pytest.mark.parametrize("text,edits", [
+    (LOOP, ["jax.lax.fori_loop(0, 4, body, " + _compat.vary_cast_source(
+        "jnp.zeros(x.shape)", ("dp",)) + ")"]),
+    (BRANCHES, ["lambda v: " + _compat.vary_cast_source("jnp.zeros((2, 4))", ("dp",)),
+                "lambda *a: " + _compat.vary_cast_source("zeros(*a)", ("dp",))]),
+    (RING, [_compat.vary_cast_source("jnp.zeros(q.shape)", ("sp",)),
+            _compat.vary_cast_source("jnp.full(q.shape[:1], -jnp.inf)", ("sp",)),
+            _compat.vary_cast_source("jnp.zeros(q.shape[:1])", ("sp",)) + ", k, v)"]),
+    (PYTREES, ["lambda: (x, " + _compat.vary_cast_source("jnp.zeros((4, 2))", ("dp", "tp")) + ")",
+               "(" + _compat.vary_cast_source("jnp.zeros((4, 2))", ("dp", "tp")) + ", "
+               + _compat.vary_cast_source("jnp.ones((4, 2))", ("dp",)) + ")",
+               "(0, " + _compat.vary_cast_source("jnp.zeros((4, 2))", ("dp", "tp")) + ")"]),
+], ids=["fori_loop", "cond_switch", "ring_attention", "pytrees"])
+def test_migrated_program_is_accepted_and_computes_the_same(tmp_path, capsys, text, edits):
+    original, migrated, new, err, path = _migrated(tmp_path, text, capsys)
+    for edit in edits:
+        assert edit in new
+    # the edits never add a line: the module's line numbers stay the original's
+    assert len(new.splitlines()) == len(textwrap.dedent(text).splitlines())
+    # the migrated module runs with check_vma=True (JAX accepts it) and computes the same
+    np.testing.assert_allclose(np.asarray(migrated.run(migrated)),
+                               np.asarray(original.run(original)), rtol=1e-6, atol=1e-6)
+    assert "edits (turning the checks on):" in err
+    assert f"{path}:" in err and "what changes the numbers" not in err
+    # a second run finds nothing left to migrate
+    assert _port_cli.main(["--enable-vma", str(path)]) == 0
+    assert "nothing to migrate" in capsys.readouterr().err
+
+
+def test_fori_loop_report_names_the_loop_line(tmp_path, capsys):
+    path = _write(tmp_path, LOOP)
+    assert _port_cli.main(["--enable-vma", str(path)]) == 0   # the diff only
+    out, err = capsys.readouterr()
+    assert path.read_text() == textwrap.dedent(LOOP)
+    assert out.startswith("--- a/") and "+    return jax.lax.fori_loop(0, 4, body, " in out
+    assert f"{path}:{_line(LOOP, 'check_vma=False')}: jax.shard_map(..., check_vma=False)" in err
+    assert f"{path}:{_line(LOOP, 'fori_loop(')}: fori_loop: the initial carry is Invariant and the body makes it " \
+           f"Varying over dp; fix: " in err
+    # --check: exit 1 when the file would change
+    assert _port_cli.main(["--enable-vma", "--check", str(path)]) == 1
+
+
+def test_gradient_psum_of_a_replicated_parameter_is_reported(tmp_path, capsys):
+    """(c): with the checks on JAX's transpose already sums the gradient of `w`
+    (replicated over dp): the explicit psum multiplies it by 4; the report names line 17 and
+    the fix, and the outputs of the two programs differ."""
+    original, migrated, new, err, path = _migrated(tmp_path, DP_STEP, capsys, status=1)
+    assert "what changes the numbers:" in err
+    psum_line, size_line = _line(DP_STEP, "psum(g,"), _line(DP_STEP, "psum(1,")
+    assert f"{path}:{psum_line}: SPMD103: psum of a value that is already Invariant" in err
+    assert "fix: drop the psum: the gradient is already summed over the axis" in err
+    assert f"{path}:{size_line}: psum(1, axis) for the axis size" in err
+    assert 'fix: jax.lax.axis_size("dp")' in err
+    assert f"{path}:{_line(DP_STEP, 'train_step = ')}: jax.shard_map(step): with check_vma=True the outputs differ" in err
+    want, got = np.asarray(original.run(original)), np.asarray(migrated.run(migrated))
+    assert not np.allclose(want, got)
+    # the fix the report names gives the original's numbers back
+    fixed = _write(tmp_path, new.replace('    g = jax.lax.psum(g, "dp")\n', "    g = g\n"))
+    np.testing.assert_allclose(np.asarray(_load(fixed).run(_load(fixed))), want, rtol=1e-6)
+
+
+def test_gradient_pmean_of_a_replicated_parameter_is_reported(tmp_path, capsys):
+    """With the checks on, the pmean of a gradient JAX already summed gives the sum: the fix
+    the report names (divide by the axis size) gives the original's numbers back."""
+    original, migrated, new, err, path = _migrated(tmp_path, DP_MEAN, capsys, status=1)
+    line = _line(DP_MEAN, "pmean(g,")
+    assert f"{path}:{line}: SPMD103: pmean of a value that is already Invariant" in err
+    assert "fix: divide by the axis size instead: g / jax.lax.axis_size(axis)" in err
+    want = np.asarray(original.run(original))
+    assert not np.allclose(np.asarray(migrated.run(migrated)), want)
+    fixed = _write(tmp_path, new.replace('jax.lax.pmean(g, "dp")', 'g / jax.lax.axis_size("dp")'))
+    np.testing.assert_allclose(np.asarray(_load(fixed).run(_load(fixed))), want, rtol=1e-6)
+
+
+def test_vma_changes_reports_without_rewriting(tmp_path, capsys):
+    path = _write(tmp_path, DP_STEP)
+    assert _infer_cli.main([str(path), "--vma-changes"]) == 1
+    out = capsys.readouterr().out
+    assert path.read_text() == textwrap.dedent(DP_STEP)
+    assert f"{path}:{_line(DP_STEP, 'psum(g,')}: SPMD103" in out
+    assert f"{path}:{_line(DP_STEP, 'psum(1,')}: psum(1, axis)" in out
+    assert f"{path}:{_line(DP_STEP, 'check_vma=False')}: jax.shard_map(..., check_vma=False)" in out
+    assert "port --enable-vma --write" in out
+
+    loop = _write(tmp_path, RING)
+    assert _infer_cli.main([str(loop), "--vma-changes"]) == 1
+    out = capsys.readouterr().out
+    assert out.count(f"{loop}:{_line(RING, 'init = ')}: scan: the initial carry[") == 3
+    assert loop.read_text() == textwrap.dedent(RING)
+
+
+def test_docs_show_the_report(tmp_path, capsys):
+    """docs/porting.md ("Turning JAX's checks on") shows the report of DP_STEP, as train.py."""
+    path = _write(tmp_path, DP_STEP)
+    assert _infer_cli.main([str(path), "--vma-changes"]) == 1
+    report = capsys.readouterr().out.replace(str(path), "train.py")
+    report = report.split("(python -m spmdtyped port", 1)[0].strip()
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "porting.md").read_text()
+    shown = doc.split("### Turning JAX's checks on", 1)[1].split("```text\n", 1)[1]
+    shown = shown.split("```", 1)[0].strip()
+
+    def same(t):
+        return re.sub(r"max \|diff\| [0-9.e+-]+", "max |diff| N", t)
+
+    assert same(shown) == same(report)
+
+
+def test_flags_fill_in_what_the_module_does_not_say(tmp_path, capsys):
+    """A shard_map made in a function the import does not run: `--mesh` and `--shapes`."""
+    text = LOOP.split("@jax.shard_map")[0] + '''def power_sum(x):
+    def body(i, acc):
+        return acc + x * i
+
+    return jax.lax.fori_loop(0, 4, body, jnp.zeros(x.shape))
+
+
+def build(mesh):
+    return jax.shard_map(power_sum, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"),
+                         check_vma=False)
+'''
+    path = _write(tmp_path, text)
+    assert _infer_cli.main([str(path), "--vma-changes"]) == 2
+    assert "cannot tell its mesh, shapes: pass --mesh --shapes" in capsys.readouterr().err
+    args = ["--mesh", "dp=4", "--shapes", "f32[8,4]"]
+    assert _port_cli.main(["--enable-vma", "--write", str(path), *args]) == 0
+    err = capsys.readouterr().err
+    assert f"{path}:{_line(text, 'fori_loop(')}: fori_loop: the initial carry is Invariant" in err
+    migrated, original = _load(path), _load(_write(tmp_path, text))
+    np.testing.assert_allclose(np.asarray(migrated.build(migrated.mesh)(migrated.x)),
+                               np.asarray(original.build(original.mesh)(original.x)))
+
+
+def test_a_module_that_runs_its_shard_map_at_import(tmp_path, capsys):
+    """The candidate's import raises JAX's error (the call at module level): fixed the same."""
+    text = LOOP.replace("def run(m):", "OUT = power_sum(x)\n\n\ndef run(m):")
+    original, migrated, new, err, path = _migrated(tmp_path, text, capsys)
+    assert f"{path}:{_line(text, 'fori_loop(')}: fori_loop: the initial carry" in err
+    np.testing.assert_allclose(np.asarray(migrated.OUT), np.asarray(original.OUT))
+
+
+def test_nothing_to_migrate(tmp_path, capsys):
+    path = _write(tmp_path, LOOP.replace("check_vma=False", "check_vma=True").replace(
+        "jnp.zeros(x.shape)", "jnp.zeros_like(x)"))
+    assert _infer_cli.main([str(path), "--vma-changes"]) == 0
+    assert "nothing changes with check_vma=True" in capsys.readouterr().out
+    assert _port_cli.main(["--enable-vma", str(path)]) == 0
+    assert "nothing to migrate" in capsys.readouterr().err
+
+
+def test_an_error_no_edit_fixes_is_reported_with_its_line(tmp_path, capsys):
+    path = _write(tmp_path, UNFIXABLE)
+    assert _port_cli.main(["--enable-vma", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "JAX still rejects:" in err
+    line = _line(UNFIXABLE, "while_loop(")
+    assert f"{path}:{line}: SPMD302: JAX rejects it with check_vma=True: while_loop body" in err
+    assert "fix: give the value the state JAX asks for where it is made" in err
+
+
+def test_parse_error_reads_jax_messages():
+    """The carry and branch messages of the installed JAX give the component and the axes."""
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"))
+    P = jax.sharding.PartitionSpec
+    sds = jax.ShapeDtypeStruct((8, 8), np.float32, sharding=jax.NamedSharding(mesh, P("dp", "tp")))
+
+    def scan_body(x):
+        def step(c, _):
+            return (c[0] + x, c[1]), None
+        return jax.lax.scan(step, (np.zeros((4, 2), np.float32), x), None, length=2)[0][0]
+
+    def cond_body(x):
+        return jax.lax.cond(True, lambda: np.zeros((4, 2), np.float32), lambda: x)
+
+    for body, want in [(scan_body, vma.Fix("carry", ("scan", "fori_loop"), None, ("dp", "tp"),
+                                           path=(0,))),
+                       (cond_body, vma.Fix("branch", ("cond",), None, ("dp", "tp"),
+                                           branch="true_fun"))]:
+        f = jax.shard_map(body, mesh=mesh, in_specs=P("dp", "tp"), out_specs=P("dp", "tp"))
+        with pytest.raises(Exception) as e:
+            jax.make_jaxpr(f)(sds)
+        fixes = vma.parse_error(e.value, __file__, ("dp", "tp"))
+        assert [(f.kind, f.calls, f.axes, f.path, f.branch) for f in fixes] == \
+            [(want.kind, want.calls, want.axes, want.path, want.branch)]
+        assert fixes[0].line is not None
