@@ -7,7 +7,9 @@ form computes the single-device numbers, each wrong one is caught with its code.
 - `jnp.pad(u, mode="reflect")` of an Unreduced value (JAX drops the state on the `rev` inside
   jnp.pad and restores it on the result): linear, right; `jnp.flip(u)` alone returned as a
   replicated value: SPMD202;
-- `x - lax.pmax(x, "tp")` of a sharded x: a reduction across the devices, not SPMD215.
+- `x - lax.pmax(x, "tp")` of a sharded x: a reduction across the devices, not SPMD215;
+- the strict rows JAX's own tests hit (docs/porting.md): each caught in a raw body, and
+  accepted, with JAX's numbers, under one `with st.allow(code):`.
 """
 
 from __future__ import annotations
@@ -115,3 +117,34 @@ def test_shift_by_a_reduction_across_the_devices_is_not_spmd215(mesh):
     assert got[0] is None
     for res in got[1:]:
         np.testing.assert_allclose(res, want, rtol=1e-6)
+
+
+STRICT_ROWS = {
+    # (body, in_specs, out_specs, global input shapes, the code), as JAX's own tests write them
+    # (docs/porting.md, "JAX's own test suite")
+    "psum of an Invariant value (SPMD103)":
+        (lambda x: lax.psum(lax.psum(x, "tp"), "tp"), (P(None, "tp"),), P(), [(2, 8)], "SPMD103"),
+    "a replicated array as long as a shard (SPMD215)":
+        (lambda x, y: x * y, (P("tp"), P()), P("tp"), [(8,), (2,)], "SPMD215"),
+    "exp of a local sum of a shard (SPMD211)":
+        (lambda x: jnp.exp(x.sum()) + x, (P("tp"),), P("tp"), [(8,)], "SPMD211"),
+}
+
+
+@pytest.mark.parametrize("row", STRICT_ROWS)
+def test_a_strict_row_is_accepted_with_one_allow_in_a_raw_body(mesh, row):
+    body, in_specs, out_specs, shapes, code = STRICT_ROWS[row]
+    args = [_placed(mesh, jnp.arange(float(np.prod(s))).reshape(s), spec)
+            for s, spec in zip(shapes, in_specs, strict=True)]
+    f = st.adapters.typed_shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+    with pytest.raises(st.SpmdTypeError) as e:
+        jax.jit(f).trace(*args)
+    assert e.value.code == code
+
+    def allowed(*a):
+        with st.allow(code):
+            return body(*a)
+
+    g = st.adapters.typed_shard_map(allowed, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+    want = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs))(*args)
+    np.testing.assert_array_equal(np.asarray(jax.jit(g)(*args)), np.asarray(want))

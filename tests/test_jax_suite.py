@@ -48,6 +48,7 @@ KNOWN: dict[str, tuple[str, str]] = {
         "test_replication_checker_eager": "SPMD401", "test_replication_checker_jit": "SPMD401",
         "test_scan_pvary_errors": "SPMD302", "test_scan_pvary_errors2": "SPMD302",
         "test_scan_rep_rule": "SPMD401", "test_shmap_empty_mesh_error": "SPMD501",
+        "test_shmap_auto_unreduced_error": "SPMD403",
         "test_sin_unreduced_error": "SPMD202", "test_temporary_error_suppression_flag": "SPMD403",
         "test_tree_prefix_error": "SPMD402", "test_vma_out_specs_error_check": "SPMD401",
         "test_vmap_spmd_axis_name_error": "SPMD403", "test_while_rep_rule": "SPMD401",
