@@ -13,6 +13,9 @@ three mistakes (each on one line, marked `# MISTAKE: <name>`):
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import jax
 import jax.numpy as jnp
 
@@ -100,3 +103,20 @@ def mistake_line(name: str) -> int:
     import inspect
     src, start = inspect.getsourcelines(mlp)
     return next(start + i for i, t in enumerate(src) if t.rstrip().endswith(f"# MISTAKE: {name}"))
+
+
+def line_in(path: str, name: str) -> int:
+    """The line of `path` that ends with `# MISTAKE: name` (a test file's own mistake)."""
+    with open(path) as fh:
+        return next(i for i, t in enumerate(fh.read().splitlines(), 1)
+                    if t.rstrip().endswith(f"# MISTAKE: {name}"))
+
+
+@contextlib.contextmanager
+def tensor_parallel() -> Iterator[None]:
+    """The decoder on the tp axis, without a mistake, for the duration of a test."""
+    CONFIG.update(TP="tp", MISTAKE=None)
+    try:
+        yield
+    finally:
+        CONFIG.update(TP=None, MISTAKE=None)

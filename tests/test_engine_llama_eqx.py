@@ -92,15 +92,13 @@ def make_step(grad: str, mistake: str | None, sspecs):
     return step
 
 
-PMEAN_LINE = next(i for i, t in enumerate(open(__file__).read().splitlines(), 1)
-                  if t.rstrip().endswith("# MISTAKE: pmean_reduced_grads"))
+PMEAN_LINE = L.line_in(__file__, "pmean_reduced_grads")
 
 
 @pytest.fixture(autouse=True)
 def _tp():
-    L.CONFIG.update(TP="tp", MISTAKE=None)
-    yield
-    L.CONFIG.update(TP=None, MISTAKE=None)
+    with L.tensor_parallel():
+        yield
 
 
 def _inputs():

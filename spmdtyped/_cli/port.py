@@ -166,17 +166,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if new == old:
             continue
         changed += 1
-        if args.write:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(new)
-            print(f"ported {path}")
-        else:
-            sys.stdout.writelines(difflib.unified_diff(
-                old.splitlines(keepends=True), new.splitlines(keepends=True),
-                fromfile=f"a/{path}", tofile=f"b/{path}"))
+        _write_or_diff(path, old, new, args.write, f"ported {path}")
     if changed == 0:
         print("nothing to port", file=sys.stderr)
     return 1 if args.check and changed else 0
+
+
+def _write_or_diff(path: str, old: str, new: str, write: bool, done: str) -> None:
+    """`new` written over `path` (and `done` printed) with `--write`, else the unified diff."""
+    if write:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(new)
+        print(done)
+    else:
+        sys.stdout.writelines(difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True),
+            fromfile=f"a/{path}", tofile=f"b/{path}"))
 
 
 def _enable_vma(args: argparse.Namespace) -> int:
@@ -199,14 +204,7 @@ def _enable_vma(args: argparse.Namespace) -> int:
         if new == old:
             continue
         changed += 1
-        if args.write:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(new)
-            print(f"migrated {path} to check_vma=True")
-        else:
-            sys.stdout.writelines(difflib.unified_diff(
-                old.splitlines(keepends=True), new.splitlines(keepends=True),
-                fromfile=f"a/{path}", tofile=f"b/{path}"))
+        _write_or_diff(path, old, new, args.write, f"migrated {path} to check_vma=True")
     if changed == 0:
         print("nothing to migrate (no jax.shard_map(..., check_vma=False) call)", file=sys.stderr)
     return max(status, 1 if args.check and changed else 0)
