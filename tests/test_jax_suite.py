@@ -32,8 +32,6 @@ ROOT = pathlib.Path(__file__).parents[1]
 #: - "strict": the test computes per device on purpose, or relies on JAX accepting what a
 #:   rule of `_rules.STRICTER_THAN_JAX` refuses (that code's row there, on docs/refinement.md
 #:   and docs/porting.md); the program runs under `with st.allow(code):` in its body;
-#: - "eager": the test inspects its values inside an eager call (`str(x)` shows the devices'
-#:   data): typed_shard_map traces the first eager call to check it (docs/runtime.md).
 KNOWN: dict[str, tuple[str, str]] = {
     **{f"ShardMapTest::{t}": ("caught", code) for t, code in {
         "test_close_over_explicit_sharded_input_error": "SPMD215",
@@ -73,7 +71,6 @@ KNOWN: dict[str, tuple[str, str]] = {
         "test_matmul_full_unreduced_out": "SPMD401", "test_matmul_unreduced": "SPMD401",
         "test_unreduced_replicated_bitcast": "SPMD401",
     }.items()},
-    "ShardMapTest::test_eager_repr": ("eager", ""),
 }
 
 
@@ -107,7 +104,7 @@ def classify(raw: dict[str, tuple[str, str]], typed: dict[str, tuple[str, str]]
     caught / strict (a KNOWN row), crash (typed raised something that is not ours),
     false_positive (an SpmdTypeError that no KNOWN row explains)."""
     got: dict[str, list[str]] = {k: [] for k in ("passed", "skipped", "failing_raw", "caught",
-                                                 "strict", "eager", "crash", "false_positive")}
+                                                 "strict", "crash", "false_positive")}
     for tid, (status, _) in sorted(raw.items()):
         t_status, t_text = typed.get(tid, ("failed", "missing from the typed run"))
         if status == "skipped":
@@ -116,7 +113,7 @@ def classify(raw: dict[str, tuple[str, str]], typed: dict[str, tuple[str, str]]
             got["failing_raw"].append(tid)
         elif t_status == "passed":
             got["passed"].append(tid)
-        elif tid in KNOWN and (not KNOWN[tid][1] or f"[{KNOWN[tid][1]}]" in t_text):
+        elif tid in KNOWN and f"[{KNOWN[tid][1]}]" in t_text:
             got[KNOWN[tid][0]].append(tid)
         elif "SPMD" in t_text and "spmdtyped" in t_text:
             got["false_positive"].append(f"{tid}: {_headline(t_text)}")
@@ -168,7 +165,7 @@ def test_jax_shard_map_suite_through_typed_shard_map(tmp_path: pathlib.Path) -> 
     for k in ("crash", "false_positive"):
         for line in got[k]:
             print(f"  {k}: {line}")
-    stale = sorted(set(KNOWN) - {t for k in ("caught", "strict", "eager") for t in got[k]})
+    stale = sorted(set(KNOWN) - {t for k in ("caught", "strict") for t in got[k]})
     assert not got["crash"] and not got["false_positive"], got["crash"] + got["false_positive"]
     assert not stale, f"KNOWN rows that no longer differ: {stale}"
     strict = {code for kind, code in KNOWN.values() if kind == "strict"}

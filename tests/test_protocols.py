@@ -109,7 +109,8 @@ _BOUNDED = textwrap.dedent("""
         return v
     st.shard_map(body, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"))(
         jax.device_put(jnp.ones((8, 3)), NamedSharding(mesh, P("dp"))))
-    assert seen == [4], seen
+    # (the first eager call traces the body for the check, then runs it as JAX does)
+    assert seen and set(seen) == {4}, seen
     print("ok")
 """)
 

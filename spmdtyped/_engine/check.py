@@ -183,12 +183,11 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
     - Inside a caller's trace: `smapped` is bound (its equation staged in the caller's
       jaxpr) and that equation checked; under a trace that stages nothing (an eager
       `jax.grad` / `vmap`), `jax.make_jaxpr` builds it.
-    - Eagerly: the first call per input signature (`key()`) traces the program once
-      (`jax.make_jaxpr`), checks it and runs it (its shard_map equation bound as
-      `jax.shard_map` binds it: the raw program's numbers, bit for bit); later calls run
-      `smapped` as `jax.shard_map` runs eagerly (it traces its body on each call). A body
-      that cannot be traced (Python control flow on its per-device values, which eager
-      shard_map allows) runs as JAX runs it, unchecked.
+    - Eagerly: the first call per input signature (`key()`) traces the program
+      (`jax.make_jaxpr`) and checks it; every call then runs `smapped` as `jax.shard_map`
+      runs eagerly (the raw program's numbers, bit for bit, on both JAX versions; the body
+      runs twice on that first call). A body that cannot be traced (Python control flow on
+      its per-device values, which eager shard_map allows) runs as JAX runs it, unchecked.
 
     `trace(thunk)` runs a thunk that traces the body (the face's error translation goes
     there); everything here traces under `routed_autodiff` (the gradient markers of the
@@ -210,8 +209,7 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
         return out
     k = key()
     if k not in cache:
-        # the first call with this signature: traced once, checked, and that program run (the
-        # shard_map equation bound eagerly, as `jax.shard_map` binds it: the same numbers)
+        # the first call with this signature: traced and checked before it runs
         # arguments that are not arrays (an in_spec of None: any Python object, passed as is)
         # are closed over, as JAX's eager shard_map passes them
         flat, tree = jax.tree_util.tree_flatten(args)
@@ -224,8 +222,7 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
             return smapped(*jax.tree_util.tree_unflatten(tree, full))
 
         try:
-            closed, shape = traced(lambda: jax.make_jaxpr(on_arrays, return_shape=True)(
-                *(flat[i] for i in arrays)))
+            closed = traced(lambda: jax.make_jaxpr(on_arrays)(*(flat[i] for i in arrays)))
         except SpmdTypeError:
             raise
         except Exception:  # noqa: BLE001 - see below
@@ -236,9 +233,8 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
         if eqn is not None:
             check(eqn)
         cache[k] = smapped
-        out = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *(flat[i] for i in arrays))
-        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), out)
-    # later calls run as `jax.shard_map` runs eagerly (it traces the body on each call)
+    # run as `jax.shard_map` runs eagerly: jax 0.12 runs the body op by op on each device,
+    # whose numbers a compiled run of the traced program does not reproduce to the last bit
     return trace(lambda: smapped(*args))
 
 
