@@ -18,6 +18,8 @@ jaxpr (`refine_route`), which lowers to nothing: the compiled program is the raw
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,7 +28,7 @@ import jax
 import numpy as np
 
 from .. import _compat, _rules, _surface
-from .._errors import ALLOW_SCOPES, SpmdTypeError
+from .._errors import ALLOW_SCOPES, SpmdTypeError, built_errors
 from .._rules import SpmdType
 from .primitives import FOLLOWED
 from .refine_route import MARK_PRIMITIVE, routed_autodiff
@@ -86,9 +88,41 @@ def check_shard_map(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, 
     if refine:
         refine_into(walk, eqn, manual, mesh)
     if walk.violations:
+        caught = _CAUGHT_IN_BODY.value
         walk.violations[:] = [v for v in in_program_order(inner, walk.violations, source)
-                              if not opted_out(v, inner)]
+                              if not opted_out(v, inner) and not raised_before(v, caught)]
     return Checked(walk, in_types, out_types)
+
+
+class _Caught:
+    """The errors a typed value's check built while the body was traced (`run_checked`)."""
+
+    def __init__(self) -> None:
+        self._var: contextvars.ContextVar[Sequence[tuple[str, frozenset[tuple[str, int]]]]] = \
+            contextvars.ContextVar("spmdtyped_caught_in_body", default=())
+
+    @property
+    def value(self) -> Sequence[tuple[str, frozenset[tuple[str, int]]]]:
+        return self._var.get()
+
+    @contextlib.contextmanager
+    def set_to(self, built: Sequence[tuple[str, frozenset[tuple[str, int]]]]) -> Any:
+        token = self._var.set(tuple(built))
+        try:
+            yield
+        finally:
+            self._var.reset(token)
+
+
+_CAUGHT_IN_BODY = _Caught()
+
+
+def raised_before(v: SpmdTypeError, caught: Sequence[tuple[str, frozenset[tuple[str, int]]]]
+                  ) -> bool:
+    """Whether a typed value's check built the error `v` reports (its code, at its line) while
+    the body traced: the body caught it, and its equations are still in the program."""
+    where = (getattr(v, "file", None), getattr(v, "line", None))
+    return any(code == v.code and where in lines for code, lines in caught)
 
 
 _ALLOW_SCOPE = "spmdtyped_allow_"
@@ -193,11 +227,20 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
     there); everything here traces under `routed_autodiff` (the gradient markers of the
     refinement walk, identities in the program).
     """
+    built: list[tuple[str, frozenset[tuple[str, int]]]] = []
+
     def traced(thunk: Callable[[], Any]) -> Any:
         def routed() -> Any:
-            with routed_autodiff():
-                return thunk()
+            with routed_autodiff(), built_errors() as got:
+                try:
+                    return thunk()
+                finally:
+                    built.extend(got)
         return trace(routed)
+
+    def check_once(eqn: Any) -> None:
+        with _CAUGHT_IN_BODY.set_to(built):
+            check(eqn)
 
     if any(is_tracer(x) for x in jax.tree_util.tree_leaves(args)):
         out = traced(lambda: smapped(*args))
@@ -205,7 +248,7 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
         if eqn is None:
             eqn = shard_map_eqn(traced(lambda: jax.make_jaxpr(smapped)(*args)))
         if eqn is not None:
-            check(eqn)
+            check_once(eqn)
         return out
     k = key()
     if k not in cache:
@@ -231,7 +274,7 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
             return trace(lambda: smapped(*args))
         eqn = shard_map_eqn(closed)
         if eqn is not None:
-            check(eqn)
+            check_once(eqn)
         cache[k] = smapped
     # run as `jax.shard_map` runs eagerly: jax 0.12 runs the body op by op on each device,
     # whose numbers a compiled run of the traced program does not reproduce to the last bit

@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import functools
 import re
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import ParamSpec, TypedDict, TypeVar, Unpack
 
@@ -275,8 +276,30 @@ def _where(err: SpmdTypeError, head: str) -> str:
 
 
 def error(code: str, headline: str, **fields: Unpack[ErrorFields]) -> SpmdTypeError:
-    """Build (not raise) the exception of `code`'s category."""
+    """Build (not raise) the exception of `code`'s category (noted, with the lines of the
+    Python stack, while `built_errors()` collects)."""
+    built = _BUILT.get()
+    if built is not None:
+        built.append((code, frozenset((f.filename, f.lineno) for f in traceback.extract_stack())))
     return REGISTRY[code].category(headline, code=code, **fields)
+
+
+#: `(code, {(file, line) of the stack}) for each error built while `built_errors()` is active
+_BUILT: contextvars.ContextVar[list[tuple[str, frozenset[tuple[str, int]]]] | None] = \
+    contextvars.ContextVar("spmdtyped_built_errors", default=None)
+
+
+@contextlib.contextmanager
+def built_errors() -> Iterator[list[tuple[str, frozenset[tuple[str, int]]]]]:
+    """The errors built (by a typed value's check) while a face traces a body: one the body
+    caught itself (`try: ... except st.SpmdTypeError:`) left its equations in the program, and
+    the engine does not report them again (`_engine.check`)."""
+    got: list[tuple[str, frozenset[tuple[str, int]]]] = []
+    token = _BUILT.set(got)
+    try:
+        yield got
+    finally:
+        _BUILT.reset(token)
 
 
 def render(err: SpmdTypeError) -> str:
