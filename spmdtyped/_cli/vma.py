@@ -78,7 +78,7 @@ def run(path: str, args: argparse.Namespace) -> tuple[str, str, list[Any], int]:
             _module, sites = _discover.discover(candidate)
         except Exception as e:  # noqa: BLE001 - a module that runs its shard_map at import
             return [e]          # raises JAX's error there: the same error, the same edits
-        out = []
+        out: list[BaseException] = []
         with mesh_context(flags.mesh_obj):
             for site in sites:
                 if site.line not in lines:
@@ -86,9 +86,9 @@ def run(path: str, args: argparse.Namespace) -> tuple[str, str, list[Any], int]:
                 made = _discover.job(site, flags, _P(), f"{path}:{site.line}")
                 if isinstance(made, str):
                     raise ValueError(made)
-                e = vma.trace_job(made)
-                if e is not None:
-                    out.append(e)
+                failed = vma.trace_job(made)
+                if failed is not None:
+                    out.append(failed)
         return out
 
     with mesh_context(flags.mesh_obj):

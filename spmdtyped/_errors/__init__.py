@@ -280,7 +280,8 @@ def error(code: str, headline: str, **fields: Unpack[ErrorFields]) -> SpmdTypeEr
     Python stack, while `built_errors()` collects)."""
     built = _BUILT.get()
     if built is not None:
-        built.append((code, frozenset((f.filename, f.lineno) for f in traceback.extract_stack())))
+        built.append((code, frozenset((f.filename, f.lineno or 0)
+                                      for f in traceback.extract_stack())))
     return REGISTRY[code].category(headline, code=code, **fields)
 
 
