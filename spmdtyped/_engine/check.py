@@ -18,7 +18,6 @@ jaxpr (`refine_route`), which lowers to nothing: the compiled program is the raw
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import dataclasses
 from collections.abc import Callable, Sequence
@@ -88,33 +87,16 @@ def check_shard_map(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, 
     if refine:
         refine_into(walk, eqn, manual, mesh)
     if walk.violations:
-        caught = _CAUGHT_IN_BODY.value
+        caught = _CAUGHT_IN_BODY.get()
         walk.violations[:] = [v for v in in_program_order(inner, walk.violations, source)
                               if not opted_out(v, inner) and not raised_before(v, caught)]
     return Checked(walk, in_types, out_types)
 
 
-class _Caught:
-    """The errors a typed value's check built while the body was traced (`run_checked`)."""
-
-    def __init__(self) -> None:
-        self._var: contextvars.ContextVar[Sequence[tuple[str, frozenset[tuple[str, int]]]]] = \
-            contextvars.ContextVar("spmdtyped_caught_in_body", default=())
-
-    @property
-    def value(self) -> Sequence[tuple[str, frozenset[tuple[str, int]]]]:
-        return self._var.get()
-
-    @contextlib.contextmanager
-    def set_to(self, built: Sequence[tuple[str, frozenset[tuple[str, int]]]]) -> Any:
-        token = self._var.set(tuple(built))
-        try:
-            yield
-        finally:
-            self._var.reset(token)
-
-
-_CAUGHT_IN_BODY = _Caught()
+#: the errors a typed value's check built while the body traced (`run_checked` sets it
+#: around the check): `(code, {(file, line) of the stack})`, as `_errors.built_errors` notes them
+_CAUGHT_IN_BODY: contextvars.ContextVar[Sequence[tuple[str, frozenset[tuple[str, int]]]]] = \
+    contextvars.ContextVar("spmdtyped_caught_in_body", default=())
 
 
 def raised_before(v: SpmdTypeError, caught: Sequence[tuple[str, frozenset[tuple[str, int]]]]
@@ -239,8 +221,11 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
         return trace(routed)
 
     def check_once(eqn: Any) -> None:
-        with _CAUGHT_IN_BODY.set_to(built):
+        token = _CAUGHT_IN_BODY.set(tuple(built))
+        try:
             check(eqn)
+        finally:
+            _CAUGHT_IN_BODY.reset(token)
 
     if any(is_tracer(x) for x in jax.tree_util.tree_leaves(args)):
         out = traced(lambda: smapped(*args))
