@@ -186,16 +186,6 @@ def test_typed_shard_map_sees_names_routing_cannot(mesh_dp_tp):
     assert ei.value.code == "SPMD103" and ei.value.line == line_of(f, "# BUG")
 
 
-def test_checked_lax_routes_and_restores(mesh_dp_tp):
-    original = jax.lax.psum
-    with st.adapters.checked_lax():
-        assert jax.lax.psum is st.lax.psum
-        with st.adapters.checked_lax():
-            assert jax.lax.psum is st.lax.psum
-        assert jax.lax.psum is st.lax.psum
-    assert jax.lax.psum is original
-
-
 def test_typed_shard_map_decorator_and_results(mesh_dp_tp):
     @st.adapters.typed_shard_map(mesh=mesh_dp_tp, in_specs=(P("dp", "tp"), P("tp", None)),
                                  out_specs=P("dp"))

@@ -83,13 +83,13 @@ KNOWN_GAPS = {("ring_attention", "attention_bug_axis_typo", "st.shard_map")}
 
 
 def test_checking_runs_the_engine_on_raw_shard_map_calls():
-    """`st.adapters.checking()`: a `jax.shard_map` called in the block is checked by the engine
-    (the bias-before-psum bug, which no collective check sees), and plain again after it."""
+    """`st.adapters.checking(step)`: the `jax.shard_map` of the step is checked by the engine
+    (the bias-before-psum bug, which no collective check sees); the step unwrapped is JAX's."""
     m = importlib.import_module("bugs.row_parallel_bias")
     path, line = bugs.bug_location(m)
-    with st.adapters.checking(), pytest.raises(st.SpmdTypeError) as ei:
-        jax.jit(jax.shard_map(m.buggy_body, mesh=m.mesh, in_specs=m.IN_SPECS,
-                              out_specs=m.OUT_SPECS))(*m.make_inputs())
+    with pytest.raises(st.SpmdTypeError) as ei:
+        st.adapters.checking(jax.jit(jax.shard_map(m.buggy_body, mesh=m.mesh, in_specs=m.IN_SPECS,
+                                                   out_specs=m.OUT_SPECS)))(*m.make_inputs())
     assert (ei.value.code, ei.value.line) == ("SPMD210", line)
     jax.jit(jax.shard_map(m.buggy_body, mesh=m.mesh, in_specs=m.IN_SPECS,
                           out_specs=m.OUT_SPECS))(*m.make_inputs())   # unchecked again

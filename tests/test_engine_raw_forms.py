@@ -47,9 +47,8 @@ def _faces(body, mesh, in_specs, out_specs, *args):
                                                 out_specs=out_specs)
                 got.append(np.asarray(jax.jit(f)(*args)))
             else:
-                with st.adapters.checking():
-                    f = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
-                    got.append(np.asarray(jax.jit(f)(*args)))
+                f = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+                got.append(np.asarray(st.adapters.checking(jax.jit(f))(*args)))
         except st.SpmdTypeError as e:
             got.append(e.code)
     return got

@@ -17,7 +17,6 @@ from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped._engine import refine_route as _refine_route
 
 
 @pytest.fixture(scope="module")
@@ -132,21 +131,24 @@ def test_gradient_of_a_rep_parameter_is_partial_through_routed_grad(mesh):
     assert ("SPMD212", _line(f, "# divide")) in _codes(rep), _codes(rep)
 
 
-def test_routing_restores_jax_and_keeps_the_numbers(mesh):
+def test_checked_gradient_program_is_jaxs(mesh):
+    """A gradient in the body is read from the jaxpr JAX traced: `jax.grad` is JAX's own while
+    `typed_shard_map` and `infer` trace it, and the checked program lowers to the raw one."""
     grad, vjp, vg = jax.grad, jax.vjp, jax.value_and_grad
+    seen = []
 
     def body(w, x):
-        return lax.psum(jax.grad(lambda w: jnp.sum(jnp.sin(x @ w)))(w), "dp")
+        seen.append((jax.grad, jax.vjp, jax.value_and_grad) == (grad, vjp, vg))
+        return jax.grad(lambda w: jnp.sum(jnp.sin(x @ w)))(w)   # JAX sums it over dp
 
-    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P("dp")), out_specs=P()))
     w, x = jnp.arange(8.0) / 8, jnp.ones((4, 8))
-    plain = f(w, x)
-    with _refine_route.routed_autodiff():
-        assert jax.grad is not grad
-        routed = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P("dp")),
-                                       out_specs=P()))(w, x)
-    assert (jax.grad, jax.vjp, jax.value_and_grad) == (grad, vjp, vg)
-    np.testing.assert_allclose(routed, plain, rtol=1e-6)
+    raw = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P("dp")), out_specs=P()))
+    typed = jax.jit(st.adapters.typed_shard_map(body, mesh=mesh, in_specs=(P(), P("dp")),
+                                                out_specs=P()))
+    assert typed.lower(w, x).as_text() == raw.lower(w, x).as_text()
+    st.adapters.infer(body, w, x, mesh=mesh, in_specs=(P(), P("dp")), out_specs=P())
+    np.testing.assert_allclose(typed(w, x), raw(w, x), rtol=1e-6)
+    assert seen and all(seen)
 
 
 def test_collectives_give_shards_and_reps(mesh):

@@ -1,7 +1,8 @@
 """JAX's calling conventions in the porting tools: `typed_shard_map`, `infer` and `st.shard_map`
 take `jax.shard_map`'s arguments and defaults (mesh from `jax.set_mesh`, `in_specs` inferred),
-work as decorators, accept `functools.partial` and jitted bodies; `st.adapters.checking()`
-routes unmodified `jax.lax` calls; `typed_shard_map` traces once; pytree collectives bind as
+work as decorators, accept `functools.partial` and jitted bodies; `st.adapters.checking(step)`
+checks the unmodified `jax.lax` calls of its shard_maps, from threads too, replacing nothing in
+JAX; `typed_shard_map` traces once; pytree collectives bind as
 `jax.lax`'s."""
 
 from __future__ import annotations
@@ -146,46 +147,56 @@ def test_typed_shard_map_jaxpr_is_the_raw_one(mesh):
         jax.shard_map(body, mesh=mesh, in_specs=P("dp"), out_specs=P()))(x))
 
 
-def test_checking_routes_restores_and_nests(mesh):
-    orig = jax.lax.psum
-    with st.adapters.checking():
-        assert jax.lax.psum is slax.psum
-        with st.adapters.checking():
-            assert jax.lax.psum is slax.psum
-        assert jax.lax.psum is slax.psum
-    assert jax.lax.psum is orig
+def test_checking_checks_the_unmodified_step(mesh):
+    """A double psum JAX accepts (its auto-pvary hides it): `checking(step)` reports SPMD103 at
+    the line, jitted or not, a shard_map seen before included (JAX's cached trace is walked);
+    nothing in `jax` or `jax.lax` is replaced, and the same call unwrapped still runs."""
+    orig = (jax.lax.psum, jax.shard_map, jax.grad)
 
     def bug(x):
         return jax.lax.psum(jax.lax.psum(x, "dp"), "dp")
 
     x = _put(mesh, jnp.ones((8, 2)), P("dp"))
-    jax.make_jaxpr(jax.shard_map(bug, mesh=mesh, in_specs=P("dp"), out_specs=P()))(x)  # JAX accepts it
-    # a fresh function: JAX caches the trace of one it has seen (traced before routing)
-    smapped = jax.shard_map(lambda x: bug(x), mesh=mesh, in_specs=P("dp"), out_specs=P())
-    with st.adapters.checking(), pytest.raises(st.SpmdTypeError) as ei:
-        jax.make_jaxpr(smapped)(x)
-    assert ei.value.code == "SPMD103"
-    assert jax.lax.psum is orig
+    smapped = jax.shard_map(bug, mesh=mesh, in_specs=P("dp"), out_specs=P())
+    jax.make_jaxpr(smapped)(x)  # JAX accepts it
+    for step in (smapped, jax.jit(smapped), jax.jit(lambda x: smapped(x) * 2)):
+        with pytest.raises(st.SpmdTypeError) as ei:
+            st.adapters.checking(step)(x)
+        assert ei.value.code == "SPMD103"
+        assert ei.value.line == bug.__code__.co_firstlineno + 1
+    assert (jax.lax.psum, jax.shard_map, jax.grad) == orig
+    np.testing.assert_allclose(smapped(x), np.full((4, 2), 4.0))   # dp=2: summed twice
 
 
 def test_checking_from_threads(mesh):
-    """Concurrent blocks keep the routing until the last one exits, then restore."""
-    orig = jax.lax.psum
+    """Checked steps called from several threads at once: each checked, nothing shared."""
     inside = threading.Barrier(4)
     seen = []
 
-    def worker():
-        with st.adapters.checking():
-            inside.wait()
-            seen.append(jax.lax.psum is slax.psum)
-            inside.wait()
+    def ok(x):
+        return jax.lax.psum(x, "dp")
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
+    def bug(x):
+        return jax.lax.psum(jax.lax.psum(x, "dp"), "dp")
+
+    x = _put(mesh, jnp.ones((8, 2)), P("dp"))
+
+    def worker(i):
+        body = ok if i % 2 else bug
+        step = st.adapters.checking(jax.shard_map(body, mesh=mesh, in_specs=P("dp"),
+                                                  out_specs=P()))
+        inside.wait()
+        try:
+            seen.append((i, float(step(x)[0, 0])))
+        except st.SpmdTypeError as e:
+            seen.append((i, e.code))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert seen == [True] * 4 and jax.lax.psum is orig
+    assert sorted(seen) == [(0, "SPMD103"), (1, 2.0), (2, "SPMD103"), (3, 2.0)]
 
 
 def test_pytree_collectives_lower_like_jax_lax(mesh):
@@ -215,11 +226,6 @@ def test_pytree_collective_still_checks_every_leaf(mesh):
     a = _put(mesh, jnp.ones((8, 4)), P("dp"))
     b = _put(mesh, jnp.ones((8,)), P("dp"))
     with pytest.raises(st.SpmdTypeError) as ei:
-        jax.make_jaxpr(jax.shard_map(functools.partial(_with_slax, bug), mesh=mesh,
-                                     in_specs=(P("dp"), P("dp")), out_specs=P()))(a, b)
+        st.adapters.checking(jax.shard_map(bug, mesh=mesh, in_specs=(P("dp"), P("dp")),
+                                           out_specs=P()))(a, b)
     assert ei.value.code == "SPMD103"
-
-
-def _with_slax(f, *args):
-    with st.adapters.checking():
-        return f(*args)

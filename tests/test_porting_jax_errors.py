@@ -84,12 +84,12 @@ def test_typed_shard_map_raises_it_at_the_users_line(name, mesh, x):
 def test_checking_raises_it_around_the_unchanged_shard_map(name, mesh, x):
     f, out, _code, tool = CASES[name]
     shard_map = jax.shard_map
-    with pytest.raises(st.SpmdTypeError) as ei, st.adapters.checking():
-        jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=IN, out_specs=out))(x)
+    with pytest.raises(st.SpmdTypeError) as ei:
+        st.adapters.checking(jax.shard_map(f, mesh=mesh, in_specs=IN, out_specs=out))(x)
     assert ei.value.code == tool, str(ei.value)
     assert ei.value.file == cases.__file__
     assert open(cases.__file__).read().splitlines()[ei.value.line - 1].strip()
-    assert jax.shard_map is shard_map  # restored on exit
+    assert jax.shard_map is shard_map  # nothing replaced
     cause = ei.value.__cause__
     if cause is not None and not isinstance(cause, st.SpmdTypeError):
         assert _jax_errors.translate(cause) is not None
@@ -141,8 +141,8 @@ OUT_SPEC_BUGS = {
 @pytest.mark.parametrize("name", OUT_SPEC_BUGS)
 def test_checking_checks_every_out_spec(name, mesh, x):
     f, out = OUT_SPEC_BUGS[name]
-    with pytest.raises(st.SpmdTypeError) as ei, st.adapters.checking():
-        jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=IN, out_specs=out))(x)
+    with pytest.raises(st.SpmdTypeError) as ei:
+        st.adapters.checking(jax.shard_map(f, mesh=mesh, in_specs=IN, out_specs=out))(x)
     assert ei.value.code == "SPMD401", str(ei.value)
     assert ei.value.file == __file__ or ei.value.file == cases.__file__
     assert "def " in open(ei.value.file).read().splitlines()[ei.value.line - 1]
@@ -161,10 +161,9 @@ def test_checking_leaves_correct_programs_and_the_decorator_form_alone(mesh, x):
 
     shard_map = jax.shard_map
     want = jax.shard_map(ok, mesh=mesh, in_specs=IN, out_specs=P("dp"))(x)
-    with st.adapters.checking():
-        dec = jax.shard_map(mesh=mesh, in_specs=IN, out_specs=P("dp"))(ok)
-        got = jax.jit(dec)(x)
-        typed = st.adapters.typed_shard_map(ok, mesh=mesh, in_specs=IN, out_specs=P("dp"))(x)
+    dec = jax.shard_map(mesh=mesh, in_specs=IN, out_specs=P("dp"))(ok)
+    got = st.adapters.checking(jax.jit(dec))(x)
+    typed = st.adapters.typed_shard_map(ok, mesh=mesh, in_specs=IN, out_specs=P("dp"))(x)
     assert (got == want).all() and (typed == want).all()
     assert jax.shard_map is shard_map
 

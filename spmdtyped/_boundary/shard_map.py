@@ -22,7 +22,6 @@ from .._engine.check import (
     signature_key,
     unfollowed,
 )
-from .._engine.refine_route import routed_autodiff
 from .._engine.walk import exception_source, function_source, locate
 from .._errors import SpmdTypeError, error, error_context
 from .._errors.jax_messages import jax_errors
@@ -241,8 +240,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
     def engine_cause(m: Any, specs: Any, raw_args: list[Any],
                      manual: tuple[str, ...]) -> SpmdTypeError | None:
         try:
-            with routed_autodiff():
-                closed = jax.make_jaxpr(build(m, specs, outputs=False))(*raw_args)
+            closed = jax.make_jaxpr(build(m, specs, outputs=False))(*raw_args)
         except Exception:  # noqa: BLE001 - the body fails for another reason: the error stands
             return None
         eqn = shard_map_eqn(closed)

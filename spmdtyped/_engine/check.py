@@ -5,15 +5,15 @@ the `jax.shard_map`s run inside `st.adapters.checking()`.
 `check_shard_map(eqn, ...)` walks the shard_map equation JAX staged (its body jaxpr, with
 every nested jaxpr): the four states (`walk.Walk`: collectives, elementwise ops, JAX's hidden
 casts), the outputs against out_specs (SPMD401 at the function's `def`), then Shard / Partial /
-Rep (`refine_walk.check_program`: control flow, autodiff markers, vmap, custom_vjp/jvp, opaque
-calls and custom ops). Violations come out in that order, each located at the user's line
+Rep (`refine_walk.check_program`: control flow, the gradients the body computes, vmap,
+custom_vjp/jvp, opaque calls and custom ops). Violations come out in that order, each located at the user's line
 (the equation's `source_info`); the runtimes raise the first, `infer` lists them all.
 
 `run_checked(...)` is how a runtime gets the jaxpr without tracing the body twice: inside a
 caller's trace (`jax.jit`, `jax.grad` under jit, ...) the shard_map equation the call just
 staged is walked; called eagerly, the program is traced and checked once per input signature.
-A `jax.grad` / `jax.value_and_grad` / `jax.vjp` in the body leaves an identity marker in the
-jaxpr (`refine_route`), which lowers to nothing: the compiled program is the raw one.
+Nothing is routed or patched while the body traces: a `jax.grad` in the body is a set of
+equations of the jaxpr (`gradients`), and the compiled program is the raw one.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from .. import _compat, _rules, _surface
 from .._errors import ALLOW_SCOPES, SpmdTypeError, built_errors
 from .._rules import SpmdType
 from .primitives import FOLLOWED
-from .refine_route import MARK_PRIMITIVE, routed_autodiff
 from .refine_walk import check_program
 from .walk import Walk, boundary_source, user_frame
 
@@ -66,10 +65,10 @@ def shard_map_eqn(closed_or_eqn: Any) -> Any:
 
 def check_shard_map(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: str,
                     steps: bool = False, refine: bool = True) -> Checked:
-    """Check the shard_map equation `eqn` (traced under `routed_autodiff`, see `run_checked`)
-    with every rule of the engine; `source` is the function's `def` (boundary errors),
-    `where` names the API in boundary messages (`st.shard_map(f)`). `refine=False` walks the
-    four states only (never used by a face: kept for measuring the refinement's cost)."""
+    """Check the shard_map equation `eqn` (see `run_checked`) with every rule of the engine;
+    `source` is the function's `def` (boundary errors), `where` names the API in boundary
+    messages (`st.shard_map(f)`). `refine=False` walks the four states only (never used by a
+    face: kept for measuring the refinement's cost)."""
     walk = Walk(record_steps=steps)
     inner = eqn.params["jaxpr"]
     inner = getattr(inner, "jaxpr", inner)
@@ -91,6 +90,33 @@ def check_shard_map(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, 
         walk.violations[:] = [v for v in in_program_order(inner, walk.violations, source)
                               if not opted_out(v, inner) and not raised_before(v, caught)]
     return Checked(walk, in_types, out_types)
+
+
+def staged_shard_maps(jaxpr: Any) -> Any:
+    """Every shard_map equation of a traced program (a ClosedJaxpr or Jaxpr) that JAX checks
+    (`check_vma=True`: under `check_vma=False` JAX types every value Invariant, nothing to
+    walk), in program order, at any depth (inside `jax.jit`, `scan`, `cond`, ...; not inside
+    another's body)."""
+    for e in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        if _compat.primitive_name(e) == "shard_map":
+            if e.params.get("check_vma", True):
+                yield e
+            continue
+        for sub in _compat.sub_jaxprs(e):
+            yield from staged_shard_maps(sub)
+
+
+def check_staged(jaxpr: Any, *, where: str) -> list[SpmdTypeError]:
+    """The violations of every shard_map a traced program stages (`staged_shard_maps`), each
+    checked by `check_shard_map` with its own mesh and manual axes; `where` names the API in
+    boundary messages."""
+    found: list[SpmdTypeError] = []
+    for eqn in staged_shard_maps(jaxpr):
+        got = check_shard_map(eqn, manual=_compat.shard_map_manual_axes(eqn),
+                              mesh=eqn.params["mesh"],
+                              source=_compat.jaxpr_source(eqn.params["jaxpr"]), where=where)
+        found.extend(got.violations)
+    return found
 
 
 #: the errors a typed value's check built while the body traced (`run_checked` sets it
@@ -180,7 +206,7 @@ def signature_key(args: Any) -> Any:
                        if hasattr(leaf, "shape") else repr(leaf) for leaf in leaves)
 
 
-def _is_array(x: Any) -> bool:
+def is_array(x: Any) -> bool:
     """An argument `jax.make_jaxpr` takes as an input (the rest are closed over)."""
     return isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, complex, bool)) \
         or hasattr(x, "__jax_array__")
@@ -206,14 +232,13 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
       its per-device values, which eager shard_map allows) runs as JAX runs it, unchecked.
 
     `trace(thunk)` runs a thunk that traces the body (the face's error translation goes
-    there); everything here traces under `routed_autodiff` (the gradient markers of the
-    refinement walk, identities in the program).
+    there).
     """
     built: list[tuple[str, frozenset[tuple[str, int]]]] = []
 
     def traced(thunk: Callable[[], Any]) -> Any:
         def routed() -> Any:
-            with routed_autodiff(), built_errors() as got:
+            with built_errors() as got:
                 try:
                     return thunk()
                 finally:
@@ -241,7 +266,7 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
         # arguments that are not arrays (an in_spec of None: any Python object, passed as is)
         # are closed over, as JAX's eager shard_map passes them
         flat, tree = jax.tree_util.tree_flatten(args)
-        arrays = [i for i, x in enumerate(flat) if _is_array(x)]
+        arrays = [i for i, x in enumerate(flat) if is_array(x)]
 
         def on_arrays(*xs: Any) -> Any:
             full = list(flat)
@@ -283,7 +308,7 @@ def unfollowed(eqn: Any) -> list[tuple[str, Any, str]]:
     out = []
     for e in _eqns(getattr(inner, "jaxpr", inner)):
         name = _compat.primitive_name(e)
-        if name in _surface.AXIS_PRIMITIVES or name == MARK_PRIMITIVE:
+        if name in _surface.AXIS_PRIMITIVES:
             continue
         if any(k in name for k in _CALLBACKS):
             reason = ("a host callback or custom call: the engine cannot see inside it; its "

@@ -161,7 +161,7 @@ class Side:
         self.const: set[Any] = set()
         self.zero: set[Any] = set()
         self.scaled: dict[Any, frozenset[str]] = {}
-        #: values computed from a gradient (a cotangent marker of `routed_autodiff`)
+        #: values computed from a gradient the body computes (`gradients.read`)
         self.grad: set[Any] = set()
 
     def export(self, v: Any) -> tuple[Any, ...]:

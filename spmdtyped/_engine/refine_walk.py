@@ -16,10 +16,11 @@ walk reports what only a jaxpr shows:
 - SPMD408 `opaque-drops-axis`: an opaque computation (a callback, an FFI call, or a call of
   one) whose output is less varying than its inputs: JAX types a per-device result replicated
   (jax-finufft#226), reported at the outermost call the user wrote;
-- SPMD407 `vmap-grad-invariant` and the cotangents' refinements: `jax.grad` / `jax.vjp` are
-  routed while infer traces (`routed_autodiff`) so that each gradient is marked with its primal,
-  and typed by the cotangent rule (Rep <-> Partial, Shard kept) instead of by walking the
-  transposed equations (which lose the Shard at any constant index).
+- SPMD407 `vmap-grad-invariant` and the cotangents' refinements, read from the jaxpr
+  (`gradients`): a gradient the body computes is typed by the cotangent rule of its primal
+  (Rep <-> Partial, Shard kept) instead of by walking the transposed equations (which lose
+  the Shard at any constant index); the psum JAX inserts into `jax.vmap(jax.grad(f))` of a
+  parameter Invariant where the loss varies is SPMD407 at the `jax.vmap` line.
 
 A few correct idioms that the strict runtime rules reject need the typed program's opt-outs;
 the walk of a raw program cannot see those, so it accepts them where the jaxpr says which one
@@ -41,6 +42,7 @@ from .._rules import LITERAL, SpmdType
 from .._rules import refine as _r
 from .._rules.refine import FIXED, INDEX, NONE, PARTIAL, REP, Arg, Refinement, Shard
 from .._rules.refine import shape as _rs
+from . import gradients as _gradients
 from .primitives import KEEPS_SHARE, KNOWN_PLAIN, STRUCTURAL
 from .refine_facts import (
     Side,
@@ -61,7 +63,7 @@ from .refine_facts import (
     track_side,
     varying_predicate_error,
 )
-from .refine_route import CT_MARK, MARK_PRIMITIVE, PER_EXAMPLE_MARK
+from .walk import call_site, user_frame
 
 Where = "tuple[str, int] | None"
 Report = Callable[[SpmdTypeError, Any, str], None]
@@ -124,8 +126,12 @@ class RefineWalk:
                 if not is_literal(v):
                     uses.setdefault(v, []).append(eqn)
         pending: dict[Any, _Pending] = {}
+        grads = _gradients.read(jaxpr.eqns, jaxpr.outvars, _line_of)
         for eqn in jaxpr.eqns:
-            self.eqn(eqn, env, side, pending, parent=parent, quiet=quiet)
+            self.eqn(eqn, env, side, pending, grads, parent=parent, quiet=quiet)
+            for v in eqn.outvars:
+                if v in grads.links:
+                    _gradients.type_gradient(v, grads.links[v], env, side)
         outvars = [v for v in jaxpr.outvars if not is_literal(v)]
         left: list[_Pending] = []
         for v, p in pending.items():
@@ -144,15 +150,16 @@ class RefineWalk:
     # ------------------------------------------------------------------ one equation
 
     def eqn(self, eqn: Any, env: dict[Any, Refinement], side: Side,
-            pending: dict[Any, _Pending], *, parent: Any, quiet: bool) -> None:
-        from .walk import user_frame
-
+            pending: dict[Any, _Pending], grads: _gradients.Gradients, *, parent: Any,
+            quiet: bool) -> None:
         name = _compat.primitive_name(eqn)
         frames = _compat.eqn_frames(eqn)
         where = user_frame(frames) or parent
+        summed = not quiet and _gradients.per_example_sum(eqn, grads)
         if from_autodiff(frames, where):
-            # a tangent or transposed equation: typed by the cotangent rule at the grad
-            # (routed_autodiff's markers), not by walking what JAX generated (class 7, G5)
+            # a tangent or transposed equation: the gradients it computes are typed by the
+            # cotangent rule of their primals (`gradients`), not by walking what JAX
+            # generated (class 7, G5)
             quiet = True
         ins = [LITERAL if is_literal(v) else _compat.aval_type(v.aval) for v in eqn.invars]
         outs = [_compat.aval_type(v.aval) for v in eqn.outvars]
@@ -172,6 +179,11 @@ class RefineWalk:
                     self.report(e, where, f"primitive: {op}")
         if results is None:
             results = [NONE] * len(outs)
+        if summed:   # jax.vmap(jax.grad(f)) w.r.t. a parameter Invariant where the loss varies
+            e = per_example_error(outs[0], eqn_axes(eqn))
+            if e is not None:
+                pending[eqn.outvars[0]] = _Pending(e, call_site(frames, "vmap") or where,
+                                                   "jax.grad under jax.vmap", "per_example")
         data = any(r.data for r in refs)
         if name in KEEPS_SHARE and refs and refs[0].share and len(results) == 1:
             # `b / n` broadcast against the partial sum, or cast by JAX: still b's share
@@ -183,12 +195,15 @@ class RefineWalk:
                 self.scalars.update({v: value for v in eqn.outvars})
         for v, t, r in zip(eqn.outvars, outs, results, strict=False):
             env[v] = r.restrict(t.varying).with_data(r.data or data)
-        # opaque values cast back to Varying on the axes they dropped
+        # opaque values cast back to Varying on the axes they dropped; a per-example gradient
+        # cast back by JAX after its sum (the uses of the cast decide)
         if name in ("pvary", "reduced_vary_cast") or _surface.AXIS_PRIMITIVES.get(name) == "pvary":
             for v in eqn.invars:
                 p = None if is_literal(v) else pending.get(v)
                 if p is not None and p.kind == "opaque" and p.axes <= outs[0].varying:
                     del pending[v]
+                elif p is not None and p.kind == "per_example" and eqn.outvars:
+                    pending[eqn.outvars[0]] = pending.pop(v)
         self.steps.append((where, name, ", ".join(str(r) for r in results)))
 
     def _rule(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
@@ -201,17 +216,6 @@ class RefineWalk:
         p = eqn.params
         subs = _compat.sub_jaxprs(eqn)
 
-        mark = str(p.get("name", "")) if name == MARK_PRIMITIVE else ""
-        if mark == CT_MARK or mark.startswith(PER_EXAMPLE_MARK):
-            ct = _rs.cotangent(refs[0]).restrict(out.varying)
-            side.grad.update(eqn.outvars)
-            if mark.startswith(PER_EXAMPLE_MARK) and not quiet:
-                loss_axes = [a for a in mark[len(PER_EXAMPLE_MARK):].split("__") if a]
-                e = per_example_error(ins[0], loss_axes)
-                if e is not None:
-                    pending[eqn.outvars[0]] = _Pending(e, where, "jax.grad under jax.vmap",
-                                                       "per_example")
-            return [ct.with_data(True)]
         if name in _surface.AXIS_PRIMITIVES:
             if _surface.AXIS_PRIMITIVES[name] == "psum":
                 # a psum of a Shard over its axis (SPMD108) is reported for gradients only:
@@ -533,6 +537,10 @@ class RefineWalk:
         return Refinement.of(kept, any(r.data for r in refs))
 
 
+def _line_of(eqn: Any) -> tuple[str, int] | None:
+    return user_frame(_compat.eqn_frames(eqn))
+
+
 def _excused(p: _Pending, uses: list[Any]) -> bool:
     if not uses:
         return False
@@ -578,9 +586,8 @@ def body_jaxpr(closed: Any) -> Any | None:
 
 
 def check_program(eqn: Any, manual: Sequence[str], mesh: Any, report: Report) -> RefineWalk:
-    """Walk the body of the shard_map equation `eqn` (traced under `routed_autodiff` for the
-    cotangent markers) with refinements seeded from its in_specs (one per flat input); each
-    violation goes to `report(e, where, extra)`."""
+    """Walk the body of the shard_map equation `eqn` with refinements seeded from its in_specs
+    (one per flat input); each violation goes to `report(e, where, extra)`."""
     inner = eqn.params["jaxpr"]
     inner = inner.jaxpr if hasattr(inner, "jaxpr") else inner
     refs = in_refinements(list(eqn.params["in_specs"]), [v.aval for v in inner.invars], manual)

@@ -59,6 +59,18 @@ def user_frame(frames: Sequence[tuple[str, int, str]]) -> tuple[str, int] | None
     return None
 
 
+def call_site(frames: Sequence[tuple[str, int, str]], api: str) -> tuple[str, int] | None:
+    """The user's frame that called the library function named like `api` (`"vmap"`: the
+    `jax.vmap(...)(...)` line), outward from the bind; None when the stack has no such call."""
+    seen = False
+    for file, line, fn in frames:
+        if _is_library(file):
+            seen = seen or api in fn
+        elif seen:
+            return file, line
+    return None
+
+
 def _library_functions(frames: Sequence[tuple[str, int, str]]) -> list[str]:
     """Function names of the library frames between the bind and the user's code."""
     out = []

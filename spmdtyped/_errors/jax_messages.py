@@ -132,6 +132,14 @@ TABLE: tuple[JaxMessage, ...] = (
                "pcast cannot make this state change (the value is {op})",
                "the free casts are Invariant -> Varying/Reduced, Reduced -> Varying and "
                "Varying -> Unreduced; out of Unreduced only jax.lax.psum leads"),
+    JaxMessage(r"(?P<op>vary_unreduced_cast) is a Varying->Unreduced collective",
+               "SPMD401", "vary_unreduced_cast is a Varying->Unreduced collective. This means "
+               "that the axis names mentioned in `axes` passed to `vary_unreduced_cast` must be "
+               "present in `jax.typeof(x).mat.varying`. Got axes=('tp',) and ...",
+               "an output that is not Varying over an axis its out_spec says is Unreduced (at "
+               "the boundary only a Varying value becomes partial sums)",
+               "return the value before its reduction, or drop the axis from the out_spec's "
+               "unreduced="),
     JaxMessage(r"Primitive (?P<op>\w+) requires varying manual axes to match",
                "SPMD205", "Primitive foo requires varying manual axes to match, but got "
                "[{'dp'}, set()] ...",
@@ -215,6 +223,8 @@ _COLLECTIVE_CALL = r"\b(" + "|".join(
     if c.ops and not all(AXIS_OPS[op].is_cast for op in c.ops)) + r")\s*\("
 _UNREDUCED_COLLECTIVE = next(r for r in TABLE if r.code == "SPMD102")
 _IMPLICIT_PVARY = next(r for r in TABLE if r.pattern.startswith("(?P<op>pvary)"))
+_UNREDUCED_OUT = next(r for r in TABLE if r.pattern.startswith("(?P<op>vary_unreduced_cast) is"))
+_UNSUPPORTED_PCAST = next(r for r in TABLE if r.pattern.startswith("Unsupported pcast"))
 
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 # the package's root (this module is in `_errors/`): a frame in any of its modules is not the
@@ -255,6 +265,9 @@ def translate(e: BaseException, where: str | None = None) -> SpmdTypeError | Non
             call = re.search(_COLLECTIVE_CALL, linecache.getline(*frame))
             if call is not None:
                 row, op = _UNREDUCED_COLLECTIVE, call.group(1)
+        if row is _UNREDUCED_OUT and frame is not None and "pcast" in linecache.getline(*frame):
+            # the user's own cast, not the boundary's
+            row, op = _UNSUPPORTED_PCAST, "not Varying"
         states = re.findall(r"\w+\[[^\]]*\]\{[^}]*\}", head)
         details = [f"JAX: {text.splitlines()[0][:300]}"]
         if states:

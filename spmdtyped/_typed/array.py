@@ -58,12 +58,6 @@ def with_refinement(x: Any, refinement: Refinement) -> Any:
     return _new(type(x), x.raw, refinement.restrict(type(x)._spmd_type.varying))
 
 
-def with_raw(x: Any, raw: Any) -> Any:
-    """The typed value `x` (same state and refinement) around another JAX value of the same
-    aval: the engine's gradient marker (`_engine.refine_route`) on a typed gradient."""
-    return _new(type(x), raw, x.refinement)
-
-
 def _unflatten(cls: type, raw: Any) -> Any:
     if is_state_class(type(raw)):
         # a tree_map whose function returned a typed value (`p - lr * g` with a typed `lr`):

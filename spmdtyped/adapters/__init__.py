@@ -5,7 +5,8 @@
    checks at its inputs, outputs and collectives, no edit of `f`.
 3. `infer(f, *args, mesh=, in_specs=, out_specs=)`: trace `f`, check every equation with the
    strict rules, and get the typed signature to paste (`python -m spmdtyped infer`).
-4. `python -m spmdtyped port FILE...`: a codemod that rewrites the imports and shard_map
+4. `checking(step)`: `step` with every shard_map it stages checked by the engine.
+5. `python -m spmdtyped port FILE...`: a codemod that rewrites the imports and shard_map
    calls and inserts the annotations the specs determine.
 
 The guide is `docs/porting.md`.
@@ -19,12 +20,11 @@ from typing import TYPE_CHECKING, Any
 # JAX loads on first use (as for `spmdtyped`): `python -m spmdtyped infer` must configure
 # the device count before JAX is imported.
 _LAZY = {"InferReport": "._infer", "hint": "._infer", "infer": "._infer",
-         "checked_lax": "._conventions", "checking": "._typed", "typed_shard_map": "._typed",
+         "checking": "._typed", "typed_shard_map": "._typed",
          "Step": ".._engine.walk"}
 
 if TYPE_CHECKING:
     from .._engine.walk import Step as Step
-    from ._conventions import checked_lax as checked_lax
     from ._infer import InferReport as InferReport
     from ._infer import hint as hint
     from ._infer import infer as infer

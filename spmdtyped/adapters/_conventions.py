@@ -1,45 +1,15 @@
-"""What every porting tool shares: the routing of `jax.lax`'s collectives through
-`spmdtyped.lax` (`checked_lax()`, which `checking()` extends), and `jax.shard_map`'s calling conventions (a mesh from
+"""What every porting tool shares: `jax.shard_map`'s calling conventions (a mesh from
 `jax.set_mesh`, `in_specs` inferred from the arguments, names of partial/jitted bodies)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Iterator
 from typing import Any
 
 import jax
 
 from .. import _compat
-from .. import lax as _slax
-from .._engine.patching import Patch
 from .._errors import error
-
-#: `jax.lax.<name>` -> `spmdtyped.lax.<name>` for every collective `spmdtyped.lax` checks
-_LAX_ROUTE = Patch(tuple((jax.lax, name) for name in _slax.CHECKED),
-                   lambda _originals: {(jax.lax, name): getattr(_slax, name)
-                                       for name in _slax.CHECKED})
-
-
-@contextlib.contextmanager
-def checked_lax() -> Iterator[None]:
-    """Route `jax.lax`'s collectives through `spmdtyped.lax` inside the block.
-
-    Code that calls `jax.lax.psum(...)` or `lax.psum(...)` after `from jax import lax` is
-    checked; names imported before (`from jax.lax import psum`) are not (the jaxpr walk of
-    `typed_shard_map` still sees them). Process-wide while active: meant for tracing.
-    `checking()` is this routing with every `jax.shard_map` the engine's `typed_shard_map`
-    and JAX's own manual-axis errors translated.
-
-    !!! Example
-        ```python
-        with st.adapters.checked_lax():
-            jax.make_jaxpr(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...))(x)
-        ```
-    """
-    with _LAX_ROUTE.active():
-        yield
 
 
 def manual_axes(mesh: Any, axis_names: Any) -> tuple[str, ...]:

@@ -11,16 +11,15 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from .. import _compat, _rules, _validate
+from .. import _compat, _rules, _surface, _validate
 from .._boundary.shard_map import check_in_structure, check_mesh_specs, check_outputs, is_spec_leaf
 from .._engine.check import check_shard_map, in_program_order, refine_into, shard_map_eqn
-from .._engine.refine_route import routed_autodiff, trace_discarding_outputs
 from .._engine.refine_walk import body_jaxpr
 from .._engine.walk import Step, Walk, exception_source, function_source, located
 from .._errors import SpmdTypeError
 from .._errors.jax_messages import translate
 from .._rules import SpmdType
-from ._conventions import checked_lax, fn_name, manual_axes, resolve_in_specs, resolve_mesh
+from ._conventions import fn_name, manual_axes, resolve_in_specs, resolve_mesh
 
 
 @dataclasses.dataclass
@@ -205,6 +204,40 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
     return rep
 
 
+def _trace_discarding_outputs(f: Callable[..., Any], sds: Sequence[Any], *, mesh: Any,
+                             in_specs: Any, axis_names: Any) -> Any | None:
+    """The jaxpr of `f`'s body when JAX rejects the program at its out_specs (e.g. a loss
+    that still varies, class 8): traced with the outputs replaced by a replicated zero, so
+    the refinement walk still sees every equation. None when even that fails."""
+    def body(*a: Any) -> Any:
+        f(*a)
+        return jax.numpy.zeros((), jax.numpy.float32)
+
+    try:
+        return jax.make_jaxpr(_compat.shard_map(body, mesh=mesh, in_specs=in_specs,
+                                                out_specs=PartitionSpec(),
+                                                axis_names=axis_names, check_vma=True))(*sds)
+    except Exception:  # noqa: BLE001 - a program JAX rejects for another reason: nothing to walk
+        return None
+
+
+def unknown_axis(e: BaseException, mesh: Any, manual: Sequence[str]) -> SpmdTypeError | None:
+    """SPMD501 / SPMD503 at the user's line when `e` (caught inside the traced body, before
+    JAX filters its traceback) was raised in a `jax.lax` collective over an axis the mesh
+    lacks or that is not manual (jax 0.10 raises a bare AssertionError there)."""
+    call = _compat.collective_call(e, _surface.LAX_NAMES)
+    if call is None:
+        return None
+    op, axis_name = call
+    try:
+        _rules.check_axes_known(_rules.normalize_axes(axis_name, f"jax.lax.{op}"),
+                                f"jax.lax.{op}", manual, _compat.mesh_axis_names(mesh))
+    except SpmdTypeError as err:
+        where = exception_source(e)
+        return located(err, where) if where is not None else err
+    return None
+
+
 def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs: Any,
               out_specs: Any, axis_names: Any, where: str) -> InferReport:
     """`infer`, with `where` naming the API in boundary messages (`typed_shard_map(f)`)."""
@@ -215,14 +248,13 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
     smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 axis_names=axis_names, check_vma=True)
     try:
-        with routed_autodiff():   # gradients marked for the refinement walk's cotangent rule
-            closed, out_shape = jax.make_jaxpr(smapped, return_shape=True)(*sds)
+        closed, out_shape = jax.make_jaxpr(smapped, return_shape=True)(*sds)
     except SpmdTypeError as e:  # f already uses spmdtyped.lax / st.*
         return _failed(f, args, spec_types, e, order)
     except Exception as jax_error:  # noqa: BLE001 - JAX rejected it: find spmdtyped's code
         def rejected(rep: InferReport) -> InferReport:
             # the refinement walk still sees every equation when only the outputs failed
-            refined = trace_discarding_outputs(f, sds, mesh=mesh, in_specs=in_specs,
+            refined = _trace_discarding_outputs(f, sds, mesh=mesh, in_specs=in_specs,
                                                axis_names=axis_names)
             eqn = body_jaxpr(refined) if refined is not None else None
             if eqn is not None:
@@ -236,8 +268,15 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
             return rep
 
         def body(*a: Any) -> Any:
-            with checked_lax():
+            try:
                 out = f(*a)
+            except SpmdTypeError:
+                raise
+            except Exception as e:  # an axis the mesh lacks in a raw collective: SPMD501
+                unknown = unknown_axis(e, mesh, manual)
+                if unknown is None:
+                    raise
+                raise unknown from e
             check_outputs(out, out_specs, _compat.current_mesh()[1], where)
             return out
 

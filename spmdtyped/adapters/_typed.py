@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,13 +31,11 @@ import jax
 
 from .. import _compat, _validate
 from .._boundary.shard_map import check_in_structure, check_mesh_specs, in_spec_errors
-from .._engine.check import check_shard_map, run_checked
-from .._engine.patching import Patch
+from .._engine.check import check_shard_map, check_staged, is_array, run_checked
 from .._engine.walk import exception_source, function_source, located
-from .._errors import SpmdTypeError, error_context
-from .._errors.jax_messages import jax_errors
+from .._errors import SpmdTypeError, error, error_context
+from .._errors.jax_messages import jax_errors, translate
 from ._conventions import (
-    checked_lax,
     fn_name,
     manual_axes,
     named_like,
@@ -157,38 +156,98 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
     return wrapped
 
 
-#: `jax.shard_map` -> `typed_shard_map` while `checking()` is active
-_SHARD_MAP_ROUTE = Patch(((jax, "shard_map"),),
-                         lambda _originals: {(jax, "shard_map"): typed_shard_map})
+def checking(fn: Callable[..., Any] | None = None, /) -> Any:
+    """Check existing raw shard_map code, unedited: `st.adapters.checking(step)` is `step`
+    with every shard_map it stages checked by the engine (the one `infer`, `typed_shard_map`
+    and `st.shard_map` run) before it runs: the `jax.shard_map(...)` calls of `step` and of
+    the functions it calls, jitted or not, wherever they were written.
 
+    The first call per input signature traces `step` (`jax.make_jaxpr`; arguments that are
+    not arrays are closed over), checks each staged shard_map equation with its mesh, manual
+    axes and specs, and raises the first violation at the user's line; then `step` runs as
+    it is (a `jax.jit` reuses that trace). Every manual-axis error JAX raises (`tanh` of an
+    Unreduced value, a loop carry that changes state, ...) is raised as the `SpmdTypeError`
+    of its code (`_errors.jax_messages.TABLE`), JAX's exception chained. Nothing in JAX is
+    replaced: a step that can only run eagerly (Python control flow on per-device values)
+    runs unchecked, as `typed_shard_map` runs such a body.
 
-@contextlib.contextmanager
-def checking() -> Iterator[None]:
-    """Check the raw shard_map code run inside the block, unedited: every `jax.shard_map(...)`
-    called in it is `typed_shard_map` (the engine `infer` runs, on the program JAX stages),
-    and `jax.lax`'s collectives are routed through `spmdtyped.lax` (`checked_lax()`).
-
-    Every manual-axis error JAX raises in the block (`tanh` of an Unreduced value, a loop
-    carry that changes state, ...) is raised as the `SpmdTypeError` of its code
-    (`_errors.jax_messages.TABLE`), JAX's exception chained, at the user's line when the
-    traceback has it. Process-wide while active (meant for a test or a porting session); a
-    function wrapped by `jax.shard_map` before the block, or names bound before it
-    (`from jax import shard_map`, `from jax.lax import psum`), are checked by the routed
-    collectives only.
+    `with st.adapters.checking():` (no function) translates JAX's errors raised in the block
+    only, and warns: the engine needs the step (it used to replace `jax.shard_map`
+    process-wide, which it no longer does).
 
     **Raises:** `SpmdTypeError` (its `.source` the user's line when one is known).
 
     !!! Example
         ```python
-        with st.adapters.checking():
-            loss = train_step(params, batch)   # its jax.shard_map bodies are checked
+        train_step = st.adapters.checking(train_step)
+        loss = train_step(params, batch)   # its shard_map bodies are checked
         ```
     """
+    if fn is None:
+        warnings.warn("st.adapters.checking() as a block only translates JAX's errors: pass "
+                      "the step to check its shard_maps: st.adapters.checking(step)(...)",
+                      DeprecationWarning, stacklevel=2)
+        return _translating()
+    if not callable(fn):
+        raise error("SPMD509", f"st.adapters.checking(fn): fn must be a function, not "
+                    f"{type(fn).__name__}", fix="st.adapters.checking(step)(*args)")
+    seen: set[Any] = set()
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        with _translating():
+            key = signature_key((args, kwargs))
+            if key not in seen:
+                closed = _traced(fn, args, kwargs)
+                found = [] if closed is None else check_staged(closed, where="checking()")
+                if found:
+                    raise found[0]
+                seen.add(key)
+            return fn(*args, **kwargs)
+
+    return checked
+
+
+def _traced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """`fn`'s program, traced on its array arguments (the others closed over); None when it
+    cannot be traced (a step that only runs eagerly): it then runs unchecked."""
+    flat, tree = jax.tree_util.tree_flatten((args, kwargs))
+    # (Python numbers too are closed over: a step may use them as static values)
+    arrays = [i for i, x in enumerate(flat)
+              if is_array(x) and not isinstance(x, (int, float, complex, bool))]
+
+    def on_arrays(*xs: Any) -> Any:
+        full = list(flat)
+        for i, x in zip(arrays, xs, strict=True):
+            full[i] = x
+        a, kw = jax.tree_util.tree_unflatten(tree, full)
+        return fn(*a, **kw)
+
     try:
-        with checked_lax(), _SHARD_MAP_ROUTE.active(), jax_errors("checking()"):
+        return jax.make_jaxpr(on_arrays)(*(flat[i] for i in arrays))
+    except SpmdTypeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - JAX's manual-axis errors are raised translated
+        found = translate(e, "checking()")
+        if found is None:
+            return None
+        if found.code.startswith("SPMD4"):
+            # a boundary error (an output against its out_spec): at the `def` of the body
+            # JAX traced last, found by tracing again (this error path only)
+            bodies = _compat.shard_map_bodies(
+                lambda: jax.make_jaxpr(on_arrays)(*(flat[i] for i in arrays)))
+            if bodies:
+                found = located(found, bodies[-1])
+        raise found from e
+
+
+@contextlib.contextmanager
+def _translating() -> Iterator[None]:
+    """JAX's manual-axis errors raised in the block as spmdtyped's, at the user's line."""
+    try:
+        with jax_errors("checking()"):
             yield
     except SpmdTypeError as e:
-        # a routed collective's error carries no line: the traceback has the user's
         where = exception_source(e) if getattr(e, "source", None) is None else None
         if where is None:
             raise

@@ -29,7 +29,9 @@ def ring_sum_bug(x):
         msg = jax.lax.ppermute(msg, "tp", PERM)  # BUG: SPMD103
         return acc + msg, msg
 
-    acc, _ = jax.lax.fori_loop(0, TP - 1, body, (total, total))
+    # JAX rejects the program here (the carry leaves the body varying over tp): the raw
+    # tools report JAX's error, translated, at this line
+    acc, _ = jax.lax.fori_loop(0, TP - 1, body, (total, total))  # REJECTED: SPMD302
     return acc
 
 

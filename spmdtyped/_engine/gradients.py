@@ -1,0 +1,138 @@
+"""Gradients read from the jaxpr (issue 27, item 2): which values of a shard_map body are the
+gradients its own `jax.grad` / `jax.value_and_grad` / `jax.vjp` (or any library's:
+`eqx.filter_value_and_grad`, `nnx.value_and_grad`, optax inside the step) computed, and of
+which primal each may be the cotangent. Nothing is routed or patched while the body traces:
+JAX names the equations it generates (`jvp` in the name stack of a gradient's forward pass,
+`transpose` in its backward pass), and a transposed equation keeps the source line of the
+forward equation it transposes.
+
+- **The cotangent of a primal** (`read`): a value that a backward equation defines
+  and that an equation outside the backward pass uses (or the jaxpr returns) is a gradient.
+  The backward equation that defines it (or, through the `add_any` that sums the
+  contributions of several uses, each one that does) transposes a forward equation at the
+  same line; the primals are the values that forward equations at that line take from outside
+  the forward pass with the gradient's shape and dtype. The refinement walk types the gradient
+  by the cotangent rule of their refinement when they all have the same one, and leaves it
+  to the rules otherwise (never a new false error).
+- **A per-example gradient summed over the devices** (`per_example_sum`): the psum JAX
+  inserts as the transpose of an implicit pvary (`psum_invariant`), under a `jax.vmap` that
+  batches the forward pass as well: `jax.vmap(jax.grad(f))` of a per-device loss with respect
+  to a parameter Invariant there (SPMD407, jax#36886). `jax.jacrev` / `jax.hessian` vmap
+  the pullback only (over the cotangent basis): their forward pass is not under the vmap.
+
+Out of reach (docs/refinement.md, "How the gradients are read"): a gradient whose primal
+is used at one line together with another value of the same shape and dtype but another
+refinement is typed by the transposed equations' rules only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from .. import _compat
+from .._rules.refine import NONE, Refinement
+from .._rules.refine import shape as _rs
+from .refine_facts import Side, is_literal, shape_of
+
+#: the `add_any` that sums the cotangent contributions of a value used several times
+_ACCUMULATE = "add_any"
+
+
+def is_backward(eqn: Any) -> bool:
+    """Whether `eqn` belongs to a gradient's backward pass (a transposed equation)."""
+    return "transpose" in _compat.eqn_transforms(eqn)
+
+
+def _is_forward(eqn: Any) -> bool:
+    t = _compat.eqn_transforms(eqn)
+    return "jvp" in t and "transpose" not in t
+
+
+def _key(v: Any) -> tuple[Any, ...]:
+    return shape_of(v), str(getattr(getattr(v, "aval", None), "dtype", ""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Gradients:
+    """What one jaxpr's own autodiff computed (`read`)."""
+
+    #: each gradient -> the primal values it may be the cotangent of
+    links: dict[Any, tuple[Any, ...]]
+    #: the transformations around the forward passes traced under a `jax.vmap`
+    #: (`("vmap",)`): a backward pass under the same ones is per example
+    batched: frozenset[tuple[str, ...]]
+
+
+def read(eqns: Sequence[Any], outvars: Sequence[Any], line_of: Any) -> Gradients:
+    """The gradients computed by the equations `eqns` of a jaxpr returning `outvars` (see the
+    module docstring); `line_of(eqn)` is the user's `(file, line)` of an equation, or None."""
+    batched: set[tuple[str, ...]] = set()
+    forward_defined: set[Any] = set()
+    primals_at: dict[tuple[Any, ...], list[Any]] = {}
+    producer: dict[Any, Any] = {}
+    used_outside: set[Any] = {v for v in outvars if not is_literal(v)}
+    for eqn in eqns:
+        if is_backward(eqn):
+            for v in eqn.outvars:
+                producer[v] = eqn
+            continue
+        ins = [v for v in eqn.invars if not is_literal(v)]
+        used_outside.update(v for v in ins if v in producer)
+        if _is_forward(eqn):
+            t = _compat.eqn_transforms(eqn)
+            if "vmap" in t[:t.index("jvp")]:
+                batched.add(t[:t.index("jvp")])
+            line = line_of(eqn)
+            if line is not None:
+                for v in ins:
+                    if v not in forward_defined and v not in producer:
+                        primals_at.setdefault((line, *_key(v)), []).append(v)
+            forward_defined.update(eqn.outvars)
+    if not primals_at:
+        return Gradients({}, frozenset(batched))
+
+    def primals(v: Any, depth: int = 0) -> tuple[Any, ...] | None:
+        eqn = producer.get(v)
+        if eqn is None or depth > 64:
+            return None
+        if _compat.primitive_name(eqn) == _ACCUMULATE:
+            found: list[Any] = []
+            for u in eqn.invars:
+                got = None if is_literal(u) else primals(u, depth + 1)
+                if got is None:
+                    return None
+                found.extend(g for g in got if g not in found)
+            return tuple(found)
+        line = line_of(eqn)
+        cands = primals_at.get((line, *_key(v))) if line is not None else None
+        return tuple(dict.fromkeys(cands)) if cands else None
+
+    links = {}
+    for v in used_outside:
+        got = primals(v)
+        if got:
+            links[v] = got
+    return Gradients(links, frozenset(batched))
+
+
+def type_gradient(v: Any, primals: Sequence[Any], env: dict[Any, Refinement], side: Side
+                  ) -> None:
+    """Type `v`, a gradient of one of `primals` (`read`), in the refinement walk's `env` by the
+    cotangent rule, when they all have the same refinement (else the rules' typing stands)."""
+    refs = [env.get(p, NONE) for p in primals]
+    if any(r != refs[0] for r in refs[1:]):
+        return
+    env[v] = _rs.cotangent(refs[0]).restrict(_compat.aval_type(v.aval).varying).with_data(True)
+    side.grad.add(v)
+
+
+def per_example_sum(eqn: Any, gradients: Gradients) -> bool:
+    """Whether `eqn` is the psum JAX inserts, as the transpose of an implicit pvary, into a
+    gradient traced under a `jax.vmap` of its forward pass too (a per-example gradient summed
+    over the devices)."""
+    if _compat.primitive_name(eqn) != "psum_invariant":
+        return False
+    t = _compat.eqn_transforms(eqn)
+    return "transpose" in t and t[:t.index("transpose")] in gradients.batched
