@@ -228,7 +228,7 @@ _UNSUPPORTED_PCAST = next(r for r in TABLE if r.pattern.startswith("Unsupported 
 
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 # the package's root (this module is in `_errors/`): a frame in any of its modules is not the
-# user's (the routed `jax.vjp` of `_engine` calls JAX's pullback for the user's call)
+# user's (its typed autodiff calls JAX's pullback for the user's call)
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
 

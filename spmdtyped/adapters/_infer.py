@@ -154,9 +154,10 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
     the programs JAX accepts and computes wrongly: a double psum or a pmean of gradients
     that are already summed (JAX auto-inserts a `pvary`: SPMD103), cumsum/`**`/flip of an
     Unreduced value (SPMD202), a Varying output declared unreduced on jax 0.10 (SPMD401).
-    If JAX rejects the program, it is traced again with `jax.lax` routed through
-    `spmdtyped.lax`, and JAX's manual-axis errors are translated (`_jax_errors.TABLE`), so the
-    report carries spmdtyped's code instead of JAX's exception: no manual-axis error escapes.
+    If JAX rejects the program, its manual-axis error is translated (`_jax_errors.TABLE`) and
+    the body traced again with its outputs checked against `out_specs` (an unknown axis named
+    from the collective's call: SPMD501), so the report carries spmdtyped's code instead of
+    JAX's exception: no manual-axis error escapes.
 
     **Arguments:**
 
@@ -287,7 +288,7 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
                                              check_vma=True))(*sds)
         except SpmdTypeError as e:
             return rejected(_failed(f, args, spec_types, e, order))
-        except Exception:  # noqa: BLE001, S110 - the first (unrouted) error is translated
+        except Exception:  # noqa: BLE001, S110 - the first error is translated
             pass
         translated = translate(jax_error, where)
         if translated is None:

@@ -11,9 +11,9 @@ Design (one trace for programs JAX accepts):
    projection, a cond on a varying predicate, ...). The first violation in program order is
    raised, at the user's line.
 2. **Programs JAX rejects**: JAX's error is translated (`_jax_errors`), and the program is
-   traced again with `jax.lax`'s collectives routed through `spmdtyped.lax` (`checked_lax()`)
-   and the outputs checked against `out_specs` (`run_infer`, as `infer` does), so the error
-   names spmdtyped's code at the user's line instead of JAX's exception (chained).
+   traced again with the outputs checked against `out_specs` (`run_infer`, as `infer` does),
+   so the error names spmdtyped's code at the user's line instead of JAX's exception
+   (chained).
 
 Inputs are checked against `in_specs` (structure SPMD402, unknown axes SPMD501, JAX's
 sharding mismatch as SPMD403). The executed program is `jax.shard_map(f)`'s.
@@ -92,8 +92,8 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
         check_mesh_specs(mesh, in_specs, out_specs, axis_names, where)
 
     # the program is `jax.shard_map(f)` itself: the jaxpr walk finds what JAX accepts and the
-    # strict rules reject; a program JAX rejects is traced again with `jax.lax` routed through
-    # `spmdtyped.lax` and its outputs checked (`run_infer`), for spmdtyped's code at the line
+    # strict rules reject; a program JAX rejects is traced again with its outputs checked
+    # (`run_infer`), for spmdtyped's code at the line
     smapped = _compat.shard_map(raw_outputs(f), mesh=mesh, in_specs=in_specs,
                                 out_specs=out_specs, axis_names=axis_names, check_vma=check_vma)
     plain = smapped
@@ -107,7 +107,7 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                             axis_names=axis_names, where=where)
         except SpmdTypeError:
             raise
-        except Exception:  # noqa: BLE001 - the routed trace fails too (an argument JAX
+        except Exception:  # noqa: BLE001 - the second trace fails too (an argument JAX
             return fallback  # refused, e.g. a dim its mesh axis does not divide): JAX's stands
         return rep.violations[0] if rep.violations else fallback
 
@@ -118,11 +118,11 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                     return thunk()
             except SpmdTypeError as e:
                 # a rejected program: report its first violation in program order (the jaxpr
-                # walk, when JAX accepts the unrouted program), else the routed one
+                # walk, when JAX accepts the program), else the second trace's
                 raise first_violation(m, specs, args, e) or e from e.__cause__
             except Exception as jax_error:
                 # JAX's error without a manual-axis message (e.g. the bare AssertionError of
-                # an unknown axis on jax 0.10): the routed trace names it, or JAX's stands
+                # an unknown axis on jax 0.10): the second trace names it, or JAX's stands
                 found = first_violation(m, specs, args, None)
                 if found is None:
                     raise
