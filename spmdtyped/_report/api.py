@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 
+from .. import _compat
 from .._engine import walk as _walk
 from . import flags as _flags
 from . import hlo, render
@@ -137,15 +138,15 @@ class Report:
 
 
 def _mesh_of(walk: TracedWalk, args: Sequence[Any]) -> Any:
-    for sm in walk.shard_maps:
-        mesh = sm.params.get("mesh")
-        if mesh is not None:
-            return mesh
-    for a in jax.tree_util.tree_leaves(args):
-        mesh = getattr(getattr(a, "sharding", None), "mesh", None)
-        if mesh is not None:
-            return mesh
-    return None
+    """The step's mesh: a shard_map's, an argument sharding's or `jax.set_mesh`'s, the first
+    one with devices (a shard_map under `jax.set_mesh` holds only the abstract mesh, its
+    arguments the concrete one); an abstract mesh when none has devices."""
+    found = [sm.params.get("mesh") for sm in walk.shard_maps]
+    found += [getattr(getattr(a, "sharding", None), "mesh", None)
+              for a in jax.tree_util.tree_leaves(args)]
+    found.append(_compat.context_mesh(concrete=True))
+    found = [m for m in found if m is not None]
+    return next((m for m in found if _has_devices(m)), found[0] if found else None)
 
 
 def _has_devices(mesh: Any) -> bool:
