@@ -169,3 +169,43 @@ def test_while_loop_with_a_traced_bound_is_counted_once_and_noted() -> None:
     assert len(rep.unknown_trips) == 1 and "no readable trip count" in rep.table()
     (op,) = rep.compiled
     assert op.unknown_trip and op.count == 1
+
+
+# ------------------------------------------------------------- progress
+
+
+class _Tty(__import__("io").StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_writes_each_phase_with_counts_to_stderr(capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    step, args = rp.accumulation("per_micro", concrete=True)
+    quiet = st.report(step, *args)
+    assert capsys.readouterr().err == ""               # off by default
+    loud = st.report(step, *args, progress=True)
+    err = capsys.readouterr().err
+    assert loud.to_json() == quiet.to_json()
+    lines = err.splitlines()
+    assert [line.split("] ")[1].split(":")[0].split(" (")[0] for line in lines[:-1]] == \
+        ["trace", "walk", "lower", "compile", "parse HLO", "match", "flags"]
+    assert f"walk: {loud.equations} equations, 1 collectives" in err
+    assert "parse HLO: 1 collectives" in err and "match: 0 added, 0 removed" in err
+    assert f"flags: {len(loud.flags)} flags" in err and "lines of HLO" in err
+    assert lines[-1].startswith("st.report: 1 collectives, 1 compiled in ")
+    assert "\r" not in err                              # not a terminal: finished lines only
+    st.report(step, *args, progress=False)
+    st.report(step, *args, progress=None)               # None: only on a terminal
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_on_a_terminal_by_default_and_without_compile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    step, args = rp.accumulation("per_micro")           # shapes only: nothing to compile
+    tty = _Tty()
+    monkeypatch.setattr("sys.stderr", tty)
+    st.report(step, *args, compile=False, progress=None)
+    err = tty.getvalue()
+    assert "\r" in err and "trace ..." in err           # the running phase, overwritten
+    assert "walk:" in err and "flags:" in err and "compile" not in err

@@ -99,3 +99,16 @@ def test_cli_is_a_subcommand() -> None:
     assert _cli._COMMANDS["report"][0] == "spmdtyped._cli.report"
     assert cli.main(["/no/such/file.py"]) == 2
     assert "spmdtyped._cli.report" in sys.modules
+
+
+def test_cli_progress_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    example = str(ROOT / "examples" / "megatron_mlp.py")
+    assert cli.main([example, "--json"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == ""                              # not a terminal: off by default
+    assert cli.main([example, "--json", "--progress"]) == 0
+    loud = capsys.readouterr()
+    assert json.loads(loud.out) == json.loads(quiet.out)
+    assert "] compile:" in loud.err and "] parse HLO: 1 collectives" in loud.err
+    assert cli.main([example, "--json", "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""
