@@ -242,7 +242,7 @@ def report(fn: Callable[..., Any], /, *args: Any, compile: bool | None = None,
             note += [f"{sum(op.origin == 'compiler' for op in ops)} added",
                      f"{len(removed)} removed"]
     with show.phase("flags") as note:
-        flags = _flags.all_flags(walk.collectives, ops, walk.shard_maps)
+        flags = _flags.all_flags(walk.collectives, ops, walk.shard_maps, walk.parents)
         note.append(f"{len(flags)} flags")
     show.done(f"{len(walk.collectives)} collectives" + (f", {len(ops)} compiled" if do_compile
                                                           else ""))

@@ -174,6 +174,8 @@ class TracedWalk:
         self.shard_maps: list[Any] = []
         self.unknown_trips: list[str | None] = []
         self.equations = 0
+        #: id(a nested jaxpr) -> (the equation that holds it, the jaxpr that holds that)
+        self.parents: dict[int, tuple[Any, Any]] = {}
 
     def run(self, closed: Any, sizes: dict[str, int] | None = None) -> TracedWalk:
         self._jaxpr(closed.jaxpr, _Context(dict(sizes or {}), False, (), 1, None))
@@ -221,6 +223,7 @@ class TracedWalk:
                 carry = _compat.scan_counts(eqn)
             elif name == "while":
                 carry = (int(eqn.params.get("body_nconsts", 0)), len(sub.outvars))
+            self.parents[id(sub)] = (eqn, jaxpr)
             self._jaxpr(sub, _Context(sizes, backward, loops, count, where, sub, carry))
 
     def _record(self, eqn: Any, jaxpr: Any, ctx: _Context, kind: str, axes: tuple[str, ...],
