@@ -25,6 +25,7 @@ from jax.sharding import PartitionSpec as P
 import spmdtyped as st
 
 UNREDUCED = P(unreduced={"tp"})
+BATCH = P("dp")
 
 
 def _operands() -> tuple[Any, Any]:
@@ -146,7 +147,7 @@ def _mlp_loss(w1: Any, w2: Any, x: Any, y: Any, spec: P | None) -> Any:
     return jnp.mean((out - y) ** 2)                     # a sum over the dp-sharded batch
 
 
-def _train_step(w1: Any, w2: Any, x: Any, y: Any, spec: P | None = P("dp")) -> Any:
+def _train_step(w1: Any, w2: Any, x: Any, y: Any, spec: P | None = BATCH) -> Any:
     loss, (g1, g2) = jax.value_and_grad(_mlp_loss, argnums=(0, 1))(w1, w2, x, y, spec)
     return w1 - 0.1 * g1, w2 - 0.1 * g2, loss
 
