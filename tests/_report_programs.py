@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -159,6 +160,87 @@ def line_of(fn: Any, marker: str) -> int:
 
     lines, start = inspect.getsourcelines(fn)
     return start + next(i for i, t in enumerate(lines) if f"flag: {marker}" in t)
+
+
+# ------------------------------------------------------------- SPMD705: data-parallel volume
+# An MLP's parameters as a dict, replicated over dp; the batch split over dp. Each step returns
+# the SGD update and the loss; every version computes the same numbers.
+
+
+def mlp_loss(p: Any, x: Any, y: Any) -> Any:
+    h = jax.nn.relu(x @ p["w1"] + p["b1"])
+    return jnp.mean((h @ p["w2"] - y) ** 2)
+
+
+def _sgd(p: Any, g: Any) -> Any:
+    return jax.tree.map(lambda w, d: w - 0.1 * d, p, g)
+
+
+def _dp_tree(p: Any, x: Any, y: Any) -> Any:
+    """The classic data-parallel step (check_vma=False): local gradients, one pmean each."""
+    loss, grads = jax.value_and_grad(mlp_loss)(p, x, y)
+    grads = jax.tree.map(lambda g: jax.lax.pmean(g, "dp"), grads)
+    return _sgd(p, grads), jax.lax.pmean(loss, "dp")
+
+
+def _dp_tree_twice(p: Any, x: Any, y: Any) -> Any:
+    """With the checks on, autodiff already sums the gradients of the replicated parameters
+    (the pmean'd loss); the habit of pmean'ing them again reduces every gradient twice, and
+    changes no number: a pmean of an Invariant value is the value."""
+    loss, grads = jax.value_and_grad(lambda p: jax.lax.pmean(mlp_loss(p, x, y), "dp"))(p)
+    grads = jax.tree.map(lambda g: jax.lax.pmean(g, "dp"), grads)   # flag: SPMD705
+    return _sgd(p, grads), loss
+
+
+def _dp_flat(p: Any, x: Any, y: Any) -> Any:
+    """One flattened buffer for all gradients (check_vma=False), reduced once."""
+    loss, grads = jax.value_and_grad(mlp_loss)(p, x, y)
+    flat, unravel = ravel_pytree(grads)
+    return _sgd(p, unravel(jax.lax.pmean(flat, "dp"))), jax.lax.pmean(loss, "dp")
+
+
+def _dp_flat_micro(p: Any, x: Any, y: Any) -> Any:
+    """Gradient accumulation over MICRO microbatches, the flattened buffer reduced in each."""
+    xs = x.reshape(MICRO, -1, x.shape[-1])
+    ys = y.reshape(MICRO, -1, y.shape[-1])
+    flat0, unravel = ravel_pytree(jax.tree.map(jnp.zeros_like, p))
+
+    def body(carry: Any, batch: Any) -> Any:
+        acc, total = carry
+        loss, grads = jax.value_and_grad(mlp_loss)(p, *batch)
+        flat, _ = ravel_pytree(grads)
+        acc = acc + jax.lax.pmean(flat, "dp")   # flag: SPMD705
+        return (acc, total + loss), None
+
+    (acc, total), _ = jax.lax.scan(body, (flat0, jnp.zeros(())), (xs, ys))
+    return _sgd(p, unravel(acc / MICRO)), jax.lax.pmean(total / MICRO, "dp")
+
+
+#: name -> (body, check_vma)
+DP_STEPS = {"tree": (_dp_tree, False), "tree_twice": (_dp_tree_twice, True),
+            "flat": (_dp_flat, False), "flat_micro": (_dp_flat_micro, False)}
+
+
+def dp_params() -> dict[str, Any]:
+    k = jax.random.split(jax.random.key(3), 3)
+    return {"w1": jax.random.normal(k[0], (D, 2 * D)) / 4, "b1": jnp.zeros((2 * D,)),
+            "w2": jax.random.normal(k[1], (2 * D, 4)) / 4}
+
+
+def dp_batch() -> tuple[Any, Any]:
+    k = jax.random.split(jax.random.key(4), 2)
+    return jax.random.normal(k[0], (128, D)), jax.random.normal(k[1], (128, 4))
+
+
+def dp_step(which: str) -> tuple[Any, tuple[Any, ...]]:
+    """A data-parallel step over dp=8 with placed arguments (params, x, y)."""
+    body, check_vma = DP_STEPS[which]
+    mesh = mesh_dp()
+    step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P("dp"), P("dp")),
+                                 out_specs=P(), check_vma=check_vma))
+    x, y = dp_batch()
+    return step, (_placed(mesh, dp_params(), P()), _placed(mesh, x, P("dp")),
+                  _placed(mesh, y, P("dp")))
 
 
 # ------------------------------------------------------------- data x fsdp x tp

@@ -27,8 +27,10 @@ def test_gradient_accumulation_both_ways_same_numbers_ratio_is_microbatches() ->
     ar = lambda r: sum(c.bytes for c in r.collectives if c.kind == "all-reduce")  # noqa: E731
     assert ar(a) == rp.MICRO * ar(b) == rp.MICRO * 4 * rp.D * rp.D
     assert a.summary() == a.summary("compiled") and b.summary() == b.summary("compiled")
-    (flag,) = a.flags
+    flag, volume = a.flags
     assert flag.code == "SPMD701" and flag.axes == ("dp",)
+    # the user's psum of each microbatch's gradient: 4x the parameter bytes per step
+    assert volume.code == "SPMD705" and f"{rp.MICRO:.2f}x the ideal" in volume.message
     assert flag.where == f"{rp.__file__}:{rp.line_of(rp._accum_per_micro, 'SPMD701')}"
     assert f"{rp.MICRO} iterations" in flag.message
     assert b.flags == []
@@ -169,3 +171,103 @@ def test_while_loop_with_a_traced_bound_is_counted_once_and_noted() -> None:
     assert len(rep.unknown_trips) == 1 and "no readable trip count" in rep.table()
     (op,) = rep.compiled
     assert op.unknown_trip and op.count == 1
+
+
+# ------------------------------------------------------------- SPMD705 beyond parameter shapes
+
+
+def _single_device_sgd() -> Any:
+    p, (x, y) = rp.dp_params(), rp.dp_batch()
+    loss, g = jax.value_and_grad(rp.mlp_loss)(p, x, y)
+    return jax.tree.map(lambda w, d: w - 0.1 * d, p, g), loss
+
+
+def _param_bytes() -> int:
+    return sum(int(v.size) * 4 for v in jax.tree.leaves(rp.dp_params()))
+
+
+@pytest.mark.parametrize("which", list(rp.DP_STEPS))
+def test_data_parallel_steps_compute_the_single_device_update(which: str) -> None:
+    step, args = rp.dp_step(which)
+    (new, loss), (want, want_loss) = step(*args), _single_device_sgd()
+    for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(float(loss), float(want_loss), rtol=2e-5)
+
+
+@pytest.mark.parametrize("which", ["tree", "flat"])
+def test_gradients_reduced_once_per_step_are_not_flagged(which: str) -> None:
+    rep = st.report(*_flat_made(rp.dp_step(which)))
+    assert rep.summary() == rep.summary("compiled")
+    grads = sum(c.bytes for c in rep.collectives if c.unit_bytes > 4)   # not the loss
+    assert grads == _param_bytes()                   # exactly the ideal
+    assert rep.flags == []
+
+
+def test_gradients_pmeaned_again_after_autodiff_summed_them_are_flagged() -> None:
+    rep = st.report(*_flat_made(rp.dp_step("tree_twice")))
+    assert rep.summary() == rep.summary("compiled")
+    volume = [f for f in rep.flags if f.code == "SPMD705"]
+    assert len(volume) == 1 and volume[0].axes == ("dp",)
+    assert "2.00x the ideal" in volume[0].message and "6 reductions" in volume[0].message
+    assert volume[0].where == f"{rp.__file__}:{rp.line_of(rp._dp_tree_twice, 'SPMD705')}"
+    assert "autodiff already sums" in volume[0].fix
+    # the user's pmeans are the forward phase: only the gradient's origin makes them count
+    assert {c.phase for c in rep.collectives if c.origin == "user"} == {"forward"}
+
+
+def test_a_flattened_gradient_buffer_reduced_per_microbatch_is_flagged() -> None:
+    rep = st.report(*_flat_made(rp.dp_step("flat_micro")))
+    assert rep.summary() == rep.summary("compiled")
+    (buf,) = [c for c in rep.collectives if c.unit_bytes > 4]
+    shapes = {tuple(v.shape) for v in jax.tree.leaves(rp.dp_params())}
+    assert tuple(buf.eqn.outvars[0].aval.shape) not in shapes   # one flat f32[n] buffer
+    assert (buf.count, buf.unit_bytes) == (rp.MICRO, _param_bytes())
+    (volume,) = [f for f in rep.flags if f.code == "SPMD705"]
+    assert f"{rp.MICRO:.2f}x the ideal" in volume.message
+    assert volume.where == f"{rp.__file__}:{rp.line_of(rp._dp_flat_micro, 'SPMD705')}"
+    assert "once per step" in volume.fix
+
+
+def _flat_made(made: tuple[Any, tuple[Any, ...]]) -> tuple[Any, ...]:
+    return (made[0], *made[1])
+
+
+# ------------------------------------------------------------- progress
+
+
+class _Tty(__import__("io").StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_writes_each_phase_with_counts_to_stderr(capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    step, args = rp.accumulation("per_micro", concrete=True)
+    quiet = st.report(step, *args)
+    assert capsys.readouterr().err == ""               # off by default
+    loud = st.report(step, *args, progress=True)
+    err = capsys.readouterr().err
+    assert loud.to_json() == quiet.to_json()
+    lines = err.splitlines()
+    assert [line.split("] ")[1].split(":")[0].split(" (")[0] for line in lines[:-1]] == \
+        ["trace", "walk", "lower", "compile", "parse HLO", "match", "flags"]
+    assert f"walk: {loud.equations} equations, 1 collectives" in err
+    assert "parse HLO: 1 collectives" in err and "match: 0 added, 0 removed" in err
+    assert f"flags: {len(loud.flags)} flags" in err and "lines of HLO" in err
+    assert lines[-1].startswith("st.report: 1 collectives, 1 compiled in ")
+    assert "\r" not in err                              # not a terminal: finished lines only
+    st.report(step, *args, progress=False)
+    st.report(step, *args, progress=None)               # None: only on a terminal
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_on_a_terminal_by_default_and_without_compile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    step, args = rp.accumulation("per_micro")           # shapes only: nothing to compile
+    tty = _Tty()
+    monkeypatch.setattr("sys.stderr", tty)
+    st.report(step, *args, compile=False, progress=None)
+    err = tty.getvalue()
+    assert "\r" in err and "trace ..." in err           # the running phase, overwritten
+    assert "walk:" in err and "flags:" in err and "compile" not in err

@@ -47,9 +47,12 @@ def test_abstract_mesh_report_from_shapes_only() -> None:
     assert rep.mesh == {"data": 64, "fsdp": 8, "tp": 8}
     got = rep.summary()
     assert got == _expected(rep.mesh, batch=64 * 8 * 4, d=512, h=1024), got
-    # SPMD705 compares parameter-shaped gradients only: the gathered-size psum over data is
-    # out of its reach (see docs/report.md)
-    assert [f.code for f in rep.flags] == []
+    # SPMD705: the psums over data of both weights run at their gathered size, fsdp times the
+    # parameter bytes replicated over data (the fix: pvary the shard before the gather)
+    (flag,) = rep.flags
+    assert (flag.code, flag.axes) == ("SPMD705", ("data",))
+    assert f"{rep.mesh['fsdp']:.2f}x the ideal" in flag.message and "2 reductions" in flag.message
+    assert "before gathering" in flag.fix
     totals = rep.totals()["axes"]
     assert totals["fsdp"] == 2 * 512 * 128 * 4 + 2 * 64 * 128 * 4
 
@@ -89,7 +92,7 @@ def test_cli_func_json_and_flags_exit_1(tmp_path: Path, capsys: pytest.CaptureFi
     page = tmp_path / "r.html"
     assert cli.main([f"{src}:bad", "--json", "--html", str(page)]) == 1
     out = json.loads(capsys.readouterr().out)
-    assert [f["code"] for f in out["flags"]] == ["SPMD701"]
+    assert [f["code"] for f in out["flags"]] == ["SPMD701", "SPMD705"]
     assert page.read_text().startswith("<!doctype html>")
 
 
@@ -99,3 +102,16 @@ def test_cli_is_a_subcommand() -> None:
     assert _cli._COMMANDS["report"][0] == "spmdtyped._cli.report"
     assert cli.main(["/no/such/file.py"]) == 2
     assert "spmdtyped._cli.report" in sys.modules
+
+
+def test_cli_progress_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    example = str(ROOT / "examples" / "megatron_mlp.py")
+    assert cli.main([example, "--json"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == ""                              # not a terminal: off by default
+    assert cli.main([example, "--json", "--progress"]) == 0
+    loud = capsys.readouterr()
+    assert json.loads(loud.out) == json.loads(quiet.out)
+    assert "] compile:" in loud.err and "] parse HLO: 1 collectives" in loud.err
+    assert cli.main([example, "--json", "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""

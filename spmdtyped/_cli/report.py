@@ -3,7 +3,8 @@
 The module is loaded from FILE; FUNC (default `report_step`) names a function of it that
 returns `(step, args)` or `(step, args, kwargs)`; or, when the module has
 `make_mesh`, `make_inputs` and `programs` (the shape of `examples/`), FUNC may be omitted and
-the first program of `programs(make_mesh())` is reported on `make_inputs(mesh)`.
+the first program of `programs(make_mesh())` is reported on `make_inputs(mesh)`. The phases
+of the report are written to stderr on a terminal (`--progress` / `--no-progress`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-compile", action="store_true", help="the traced program only")
     parser.add_argument("--devices", type=int, default=8,
                         help="simulated CPU devices when JAX is not imported yet (default 8)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="write each phase (trace, walk, lower, compile, parse HLO, match, "
+                             "flags) with its count and time to stderr (default: when stderr "
+                             "is a terminal)")
     args = parser.parse_args(argv)
     if "jax" not in sys.modules:
         flags = os.environ.get("XLA_FLAGS", "")
@@ -69,7 +74,8 @@ def main(argv: list[str]) -> int:
     from .._report.api import report
 
     step, a, kw = _target(_load(path), func or None)
-    rep = report(step, *a, compile=False if args.no_compile else None, **kw)
+    rep = report(step, *a, compile=False if args.no_compile else None,
+                 progress=args.progress, **kw)
     print(json.dumps(rep.to_json(), indent=1) if args.json else rep.table())
     if args.html:
         Path(args.html).write_text(rep.html())

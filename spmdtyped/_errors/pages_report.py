@@ -99,6 +99,9 @@ PAGES: tuple[ErrorPage, ...] = (
         solutions=(
             "Defer the reduction out of the microbatch loop (see SPMD701).",
             "Remove the second reduction of already-reduced gradients.",
+            "Reduce a gathered weight's gradient at the shard's size: pvary the shard before "
+            "the all_gather.",
+            "Make a parameter used by several layers Varying once, before its uses.",
         ),
         before='def step(w, x):\n    loss = lambda w, x: jnp.sum(x @ w)\n    return jax.grad(loss)(w, x[:2]) + jax.grad(loss)(w, x[2:])   # two gradient psums\nst.report(jax.shard_map(step, mesh=mesh, in_specs=(P(), P("dp")), out_specs=P()), w,\n          x).check()',
         after='def step(w, x):\n    return jax.grad(lambda w: jnp.sum(x @ w))(w)   # one gradient psum\nst.report(jax.shard_map(step, mesh=mesh, in_specs=(P(), P("dp")), out_specs=P()), w,\n          x).check()',

@@ -15,11 +15,13 @@ from typing import Any
 
 import jax
 
+from .. import _compat
 from .._engine import walk as _walk
 from . import flags as _flags
 from . import hlo, render
 from .flags import Flag
 from .hlo import CompiledOp
+from .progress import Progress
 from .traced import Collective, TracedWalk
 
 #: what one byte of a collective's result costs on the wire per device, for a group of n
@@ -137,15 +139,15 @@ class Report:
 
 
 def _mesh_of(walk: TracedWalk, args: Sequence[Any]) -> Any:
-    for sm in walk.shard_maps:
-        mesh = sm.params.get("mesh")
-        if mesh is not None:
-            return mesh
-    for a in jax.tree_util.tree_leaves(args):
-        mesh = getattr(getattr(a, "sharding", None), "mesh", None)
-        if mesh is not None:
-            return mesh
-    return None
+    """The step's mesh: a shard_map's, an argument sharding's or `jax.set_mesh`'s, the first
+    one with devices (a shard_map under `jax.set_mesh` holds only the abstract mesh, its
+    arguments the concrete one); an abstract mesh when none has devices."""
+    found = [sm.params.get("mesh") for sm in walk.shard_maps]
+    found += [getattr(getattr(a, "sharding", None), "mesh", None)
+              for a in jax.tree_util.tree_leaves(args)]
+    found.append(_compat.context_mesh(concrete=True))
+    found = [m for m in found if m is not None]
+    return next((m for m in found if _has_devices(m)), found[0] if found else None)
 
 
 def _has_devices(mesh: Any) -> bool:
@@ -185,7 +187,7 @@ def match(traced: Sequence[Collective], compiled: Sequence[CompiledOp]
 
 
 def report(fn: Callable[..., Any], /, *args: Any, compile: bool | None = None,
-           **kwargs: Any) -> Report:
+           progress: bool | None = False, **kwargs: Any) -> Report:
     """Every collective of a step, forward and backward, against the compiled program.
 
     **Arguments:**
@@ -194,6 +196,8 @@ def report(fn: Callable[..., Any], /, *args: Any, compile: bool | None = None,
     - `*args`, `**kwargs`: its arguments: arrays or `jax.ShapeDtypeStruct`s (with a
       `sharding` on a `Mesh` or an `AbstractMesh`).
     - `compile`: read the compiled program too (default: when the mesh has devices).
+    - `progress`: write each phase (trace, walk, lower, compile, parse HLO, match, flags)
+      with its count and time to stderr; `None`: when stderr is a terminal; off by default.
 
     **Returns:** a `Report`: `.collectives` (kind in the compiled program's op names, mesh
     axes, count per step with loop trip counts multiplied, bytes per device and per step,
@@ -209,21 +213,38 @@ def report(fn: Callable[..., Any], /, *args: Any, compile: bool | None = None,
         rep.to_json()["collectives"][0]   # {"kind": "all-reduce", "axes": ["dp"], ...}
         ```
     """
-    traced = jax.jit(fn).trace(*args, **kwargs)
+    show = Progress(progress)
+    with show.phase("trace"):
+        traced = jax.jit(fn).trace(*args, **kwargs)
     closed = traced.jaxpr
-    walk = TracedWalk().run(closed)
-    mesh = _mesh_of(walk, args)
-    sizes = dict(getattr(mesh, "shape", {}) or {}) if mesh is not None else {}
-    if any(c.group is None for c in walk.collectives) and sizes:
-        walk = TracedWalk().run(closed, sizes)
+    with show.phase("walk") as note:
+        walk = TracedWalk().run(closed)
+        mesh = _mesh_of(walk, args)
+        sizes = dict(getattr(mesh, "shape", {}) or {}) if mesh is not None else {}
+        if any(c.group is None for c in walk.collectives) and sizes:
+            walk = TracedWalk().run(closed, sizes)
+        note += [f"{walk.equations} equations", f"{len(walk.collectives)} collectives"]
     do_compile = _has_devices(mesh) if compile is None else compile
     ops: list[CompiledOp] = []
     removed: list[tuple[Collective, int]] = []
     if do_compile:
-        text = traced.lower().compile().as_text()
-        names = tuple(sizes)
-        ops = hlo.parse(text, names, tuple(sizes[a] for a in names), _where)
-        ops, removed = match(walk.collectives, ops)
-    flags = _flags.all_flags(walk.collectives, ops, walk.shard_maps)
+        with show.phase("lower"):
+            lowered = traced.lower()
+        with show.phase("compile") as note:
+            text = lowered.compile().as_text()
+            note.append(f"{text.count(chr(10)) + 1} lines of HLO")
+        with show.phase("parse HLO") as note:
+            names = tuple(sizes)
+            ops = hlo.parse(text, names, tuple(sizes[a] for a in names), _where)
+            note.append(f"{len(ops)} collectives")
+        with show.phase("match") as note:
+            ops, removed = match(walk.collectives, ops)
+            note += [f"{sum(op.origin == 'compiler' for op in ops)} added",
+                     f"{len(removed)} removed"]
+    with show.phase("flags") as note:
+        flags = _flags.all_flags(walk.collectives, ops, walk.shard_maps, walk.parents)
+        note.append(f"{len(flags)} flags")
+    show.done(f"{len(walk.collectives)} collectives" + (f", {len(ops)} compiled" if do_compile
+                                                          else ""))
     return Report(walk.collectives, ops, removed, flags, sizes, do_compile, walk.unknown_trips,
                   walk.equations)

@@ -205,68 +205,123 @@ def psum_then_slice(cols: Sequence[Collective]) -> list[Flag]:
     return out
 
 
-def _reaches_outputs(c: Collective) -> bool:
-    """The result reaches its jaxpr's outputs through linear ops only: a gradient that is
-    returned or applied (`w - lr * g`), not an activation's cotangent fed to a matmul."""
-    reached, _ = _flow(list(c.eqn.outvars), c.jaxpr, LINEAR)
-    return bool(reached & set(c.jaxpr.outvars))
+#: what a gradient passes through between autodiff and the update: linear arithmetic, the
+#: reshapes, concatenations and slices of a flattened buffer (`ravel_pytree` and its unravel)
+#: and other sum-like collectives
+GRAD_PATH = LINEAR | frozenset({
+    "concatenate", "slice", "dynamic_slice", "split", "pad", "squeeze", "select_n",
+    "psum", "psum_invariant", "psum2", "unreduced_psum", "reduce_scatter", "psum_scatter",
+    "unreduced_reduce_scatter", "all_gather", "all_gather_invariant", "pcast"})
+#: the all-reduces that sum (a pmax of gradients is no gradient reduction)
+_SUMS = frozenset({"psum", "psum_invariant", "psum2", "unreduced_psum"})
 
 
-def gradient_volume(cols: Sequence[Collective], shard_maps: Sequence[Any]) -> list[Flag]:
-    """Per axis: the backward all-reduces of parameter-shaped values (the gradients of the
-    shard_map inputs that are not Varying on the axis) against those parameters' bytes."""
-    params: dict[str, dict[tuple[Any, ...], int]] = {}
+def _reaches_outputs(c: Collective, parents: dict[int, tuple[Any, Any]]) -> bool:
+    """The result reaches the step's outputs along a gradient's path: a gradient that is
+    returned or applied (`w - lr * g`), not an activation's cotangent fed to a matmul. An
+    output of a nested jaxpr (a remat, scan or shard_map body) goes on as the output of its
+    equation in the enclosing jaxpr (`parents`: id(jaxpr) -> (its equation, that jaxpr))."""
+    start, jaxpr = list(c.eqn.outvars), c.jaxpr
+    for _ in range(64):
+        reached, _ = _flow(start, jaxpr, GRAD_PATH)
+        hits = [k for k, v in enumerate(jaxpr.outvars) if v in reached]
+        up = parents.get(id(jaxpr))
+        if not hits or up is None:
+            return bool(hits)
+        eqn, jaxpr = up
+        start = [eqn.outvars[k] for k in hits if k < len(eqn.outvars)]
+    return False
+
+
+def _backward(eqn: Any) -> bool:
+    return "transpose" in str(getattr(eqn.source_info, "name_stack", ""))
+
+
+def _of_gradient(c: Collective) -> bool:
+    """A reduction of the gradient phase: made by transposition, or of a value the backward
+    pass computed (`jax.tree.map(lambda g: jax.lax.pmean(g, "dp"), grads)`, the flat buffer
+    of `ravel_pytree(grads)`), followed back through `GRAD_PATH` equations."""
+    if c.phase == "backward":
+        return True
+    producers = _producers(c.jaxpr)
+    seen: set[Any] = set()
+    stack = [v for v in c.eqn.invars if not hasattr(v, "val")]   # Vars, not Literals
+    while stack:
+        src = producers.get(stack.pop())
+        if src is None or id(src) in seen:
+            continue
+        seen.add(id(src))
+        if _backward(src):
+            return True
+        if _compat.primitive_name(src) in GRAD_PATH:
+            stack.extend(v for v in src.invars if not hasattr(v, "val"))
+    return False
+
+
+def parameter_bytes(shard_maps: Sequence[Any]) -> dict[str, list[int]]:
+    """Per mesh axis: the bytes per device of each floating-point shard_map input replicated
+    along it (its in_spec does not name it): the parameters data parallelism reduces."""
+    out: dict[str, list[int]] = {}
     for sm in shard_maps:
         body = sm.params.get("jaxpr")
         body = getattr(body, "jaxpr", body)
-        for v in getattr(body, "invars", ()):
-            t = _compat.aval_type(v.aval)
+        specs = sm.params.get("in_specs") or ()
+        axes = tuple(dict(getattr(sm.params.get("mesh"), "shape", {}) or {}))
+        for v, spec in zip(getattr(body, "invars", ()), specs, strict=False):
             dtype = getattr(v.aval, "dtype", None)
             if dtype is None or getattr(dtype, "kind", "f") not in "fc":
                 continue
-            for a in dict(getattr(sm.params.get("mesh"), "shape", {}) or {}):
-                if a not in t.varying:
-                    key = (tuple(v.aval.shape), str(dtype))
-                    params.setdefault(a, {})[key] = params.get(a, {}).get(key, 0) + 1
-    out = []
-    for a, shapes in params.items():
-        grads = [c for c in cols if c.kind == "all-reduce" and c.phase == "backward"
-                 and a in c.axes and c.eqn is not None
-                 and (tuple(c.eqn.outvars[0].aval.shape), str(c.eqn.outvars[0].aval.dtype))
-                 in shapes and _reaches_outputs(c)]
-        if not grads:
-            continue
-        sent = sum(c.bytes for c in grads)
-        ideal = sum(n * _shape_bytes(k) for k, n in shapes.items()
-            if any((tuple(c.eqn.outvars[0].aval.shape), str(c.eqn.outvars[0].aval.dtype)) == k
-                   for c in grads))
-        if sent > ideal:
-            g = next((c.group for c in grads if c.group), None) or 1
-            worst = max(grads, key=lambda c: c.bytes)
-            out.append(Flag(
-                "SPMD705", worst.where,
-                f"gradient all-reduce over {a!r}: {_fmt(sent)} per step for {_fmt(ideal)} of "
-                f"parameters ({sent / ideal:.2f}x the ideal 2(n-1)/n x parameter bytes = "
-                f"{_fmt(2 * (g - 1) / g * ideal)} on the wire per device, n={g})",
-                f"reduce each gradient once per step: st.psum(grads, {a!r}) after the "
-                "accumulation, not inside it", (a,)))
+            named = {a for e in _compat.spec_entries(spec) if e is not None
+                     for a in ((e,) if isinstance(e, str) else e)}
+            for a in axes:
+                if a not in named:
+                    out.setdefault(a, []).append(aval_bytes(v.aval))
     return out
 
 
-def _shape_bytes(key: tuple[Any, ...]) -> int:
-    import numpy as np
-
-    shape, dtype = key
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n * int(np.dtype(dtype).itemsize)
+def gradient_volume(cols: Sequence[Collective], shard_maps: Sequence[Any],
+                    parents: dict[int, tuple[Any, Any]] | None = None) -> list[Flag]:
+    """Per axis: every sum all-reduce of the gradient phase over it whose result reaches the
+    outputs (per parameter, per pytree, or as one flattened buffer; once, per microbatch or
+    twice) against the bytes of the parameters replicated along it."""
+    out = []
+    for a, params in parameter_bytes(shard_maps).items():
+        ideal = sum(params)
+        grads = [c for c in cols if c.kind == "all-reduce" and a in c.axes and c.eqn is not None
+                 and c.primitive in _SUMS and _of_gradient(c)
+                 and _reaches_outputs(c, parents or {})]
+        sent = sum(c.bytes for c in grads)
+        if not grads or not ideal or sent <= ideal:
+            continue
+        g = next((c.group for c in grads if c.group), None) or 1
+        worst = max(grads, key=lambda c: (c.bytes, c.origin == "user"))
+        if any(c.count > 1 for c in grads):
+            fix = (f"reduce each gradient once per step: st.psum(grads, {a!r}) after the "
+                   "accumulation, not inside it")
+        elif {c.origin for c in grads} >= {"user", "autodiff"}:
+            fix = ("drop the user's reduction: autodiff already sums the gradient of a "
+                   f"parameter replicated over {a!r} (the transpose of its implicit pvary)")
+        elif max(c.unit_bytes for c in grads) > max(params):
+            fix = (f"reduce the gradient at its parameter's size: pvary the shard over {a!r} "
+                   "before gathering it (the all-reduce then runs on the shard)")
+        else:
+            fix = (f"a parameter used several times is reduced once per use: make it Varying "
+                   f"once, jax.lax.pcast(w, {a!r}, to='varying'), before its uses, and reduce "
+                   "its gradient once")
+        out.append(Flag(
+            "SPMD705", worst.where,
+            f"gradient all-reduce over {a!r}: {_fmt(sent)} per step for {_fmt(ideal)} of "
+            f"parameters ({sent / ideal:.2f}x the ideal 2(n-1)/n x parameter bytes = "
+            f"{_fmt(2 * (g - 1) / g * ideal)} on the wire per device, n={g}; "
+            f"{len(grads)} reduction{'s' if len(grads) > 1 else ''})", fix, (a,)))
+    return out
 
 
 def all_flags(cols: Sequence[Collective], compiled: Sequence[CompiledOp],
-              shard_maps: Sequence[Any]) -> list[Flag]:
+              shard_maps: Sequence[Any], parents: dict[int, tuple[Any, Any]] | None = None
+              ) -> list[Flag]:
     try:
         return [*in_loop(cols), *of_invariant(cols), *gather_into_opaque(cols, compiled),
-                *psum_then_slice(cols), *gradient_volume(cols, shard_maps)]
+                *psum_then_slice(cols), *gradient_volume(cols, shard_maps, parents)]
     finally:
         _INDEX.clear()

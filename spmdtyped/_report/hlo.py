@@ -72,15 +72,24 @@ def _groups(line: str) -> list[list[int]] | None:
     m = re.search(r"source_target_pairs=\{(.*?)\}\}", line)
     if m:
         return [[int(x) for x in p.split(",")] for p in re.findall(r"\{(\d+,\d+)", m.group(0))]
-    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line)
-    if m:  # the mesh form: mesh['axis_0'=2,'axis_1'=4] {'axis_0'}
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\(([^)]*\)?)\))?"
+                  r"\s*\{([^}]*)\}", line)
+    if m:  # the mesh form: mesh['axis_0'=2,'axis_1'=4] {'axis_0'}, with the devices in
+        # mesh order given as an iota when they are not 0..n-1: device_ids=([2,4]T(1,0))
         import numpy as np
 
         dims = re.findall(r"'?([\w.]+)'?\s*=\s*(\d+)", m.group(1))
         names_ = [d for d, _ in dims]
-        picked = [names_.index(a) for a in re.findall(r"'?([\w.]+)'?", m.group(2))
+        picked = [names_.index(a) for a in re.findall(r"'?([\w.]+)'?", m.group(3))
                   if a in names_]
-        ids = np.arange(math.prod(int(n) for _, n in dims)).reshape([int(n) for _, n in dims])
+        shape_ = [int(n) for _, n in dims]
+        ids = np.arange(math.prod(shape_))
+        it = re.match(r"\[([\d,]+)\](?:T\(([\d,]+)\))?", m.group(2) or "")
+        if it:
+            ids = ids.reshape([int(x) for x in it.group(1).split(",")])
+            if it.group(2):
+                ids = ids.transpose([int(x) for x in it.group(2).split(",")])
+        ids = ids.reshape(shape_)
         rest = [k for k in range(len(dims)) if k not in picked]
         ids = ids.transpose(rest + picked)
         size = math.prod(int(dims[k][1]) for k in picked)

@@ -6,7 +6,9 @@ primitive becomes a `Collective` named with the compiled program's op name (`all
 `all-gather`, ...), its mesh axes, its bytes per device (the result's size, as the compiled
 program's shapes give it), its phase (an equation made by transposition has `transpose` in its
 name stack) and its origin (the user called a collective of that kind, autodiff made it, or
-JAX did). Explicit-mode `reshard`s are priced from their input and output `PartitionSpec`s.
+JAX did). Explicit-mode `reshard`s are priced from their input and output `PartitionSpec`s, and
+so are the partial sums of a `dot_general` contracting (or a `reduce_sum` over) sharded
+dimensions, which the compiled program all-reduces.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ API_KINDS = {"psum": "all-reduce", "pmean": "all-reduce", "pmax": "all-reduce",
              "all_to_all": "all-to-all", "pbroadcast": "collective-permute"}
 #: Explicit-mode primitives whose communication follows from their in and out shardings
 RESHARDS = ("reshard", "sharding_constraint")
+#: Explicit-mode primitives that sum (or take the max / min) over dimensions: when the operands
+#: shard those dimensions, each device holds a partial result that the compiled program reduces
+PARTIALS = ("dot_general", "reduce_sum", "reduce_max", "reduce_min")
 #: loops: the parameter that holds the trip count
 _LOOPS = {"scan": "length"}
 
@@ -153,6 +158,39 @@ def reshard_collectives(eqn: Any) -> list[tuple[str, tuple[str, ...], int]]:
     return out
 
 
+def partial_collectives(eqn: Any) -> list[tuple[str, tuple[str, ...], int]]:
+    """(kind, axes, result bytes per device) of an Explicit-mode `dot_general` whose contracted
+    dimensions both operands shard over the same mesh axes, or of a `reduce_sum` / `_max` /
+    `_min` over sharded dimensions: each device holds a partial result, and the compiled
+    program all-reduces it over those axes (at the result's size before it is split over them:
+    the SPMD partitioner reduces, then slices), unless the result's spec keeps them
+    `unreduced` (the reduction is deferred to its reshard)."""
+    name = _compat.primitive_name(eqn)
+    out_aval = eqn.outvars[0].aval
+    dst = _spec_axes(getattr(out_aval, "sharding", None))
+    if dst is None:
+        return []
+    if name == "dot_general":
+        (lc, rc), _ = eqn.params["dimension_numbers"]
+        lhs = _spec_axes(getattr(eqn.invars[0].aval, "sharding", None))
+        rhs = _spec_axes(getattr(eqn.invars[1].aval, "sharding", None))
+        if lhs is None or rhs is None:
+            return []
+        axes = set().union(*(lhs[0][i] & rhs[0][j] for i, j in zip(lc, rc, strict=True)))
+    else:
+        src = _spec_axes(getattr(eqn.invars[0].aval, "sharding", None))
+        if src is None:
+            return []
+        axes = set().union(*(src[0][d] for d in eqn.params.get("axes", ()) if d < len(src[0])))
+    axes -= dst[1]
+    if not axes:
+        return []
+    sizes = dict(getattr(getattr(out_aval.sharding, "mesh", None), "shape", {}) or {})
+    split = math.prod(sizes.get(a, 1) for d in dst[0] for a in d if a not in axes)
+    ordered = tuple(a for a in sizes if a in axes) or tuple(sorted(axes))
+    return [("all-reduce", ordered, aval_bytes(out_aval) // max(split, 1))]
+
+
 @dataclasses.dataclass
 class _Context:
     sizes: dict[str, int]
@@ -174,6 +212,8 @@ class TracedWalk:
         self.shard_maps: list[Any] = []
         self.unknown_trips: list[str | None] = []
         self.equations = 0
+        #: id(a nested jaxpr) -> (the equation that holds it, the jaxpr that holds that)
+        self.parents: dict[int, tuple[Any, Any]] = {}
 
     def run(self, closed: Any, sizes: dict[str, int] | None = None) -> TracedWalk:
         self._jaxpr(closed.jaxpr, _Context(dict(sizes or {}), False, (), 1, None))
@@ -195,6 +235,9 @@ class TracedWalk:
                              aval_bytes(v.aval))
         elif name in RESHARDS:
             for kind, axes, nbytes in reshard_collectives(eqn):
+                self._record(eqn, jaxpr, ctx, kind, axes, backward, nbytes, origin="jax")
+        elif name in PARTIALS:
+            for kind, axes, nbytes in partial_collectives(eqn):
                 self._record(eqn, jaxpr, ctx, kind, axes, backward, nbytes, origin="jax")
         subs = _compat.sub_jaxprs(eqn)
         if not subs:
@@ -221,6 +264,7 @@ class TracedWalk:
                 carry = _compat.scan_counts(eqn)
             elif name == "while":
                 carry = (int(eqn.params.get("body_nconsts", 0)), len(sub.outvars))
+            self.parents[id(sub)] = (eqn, jaxpr)
             self._jaxpr(sub, _Context(sizes, backward, loops, count, where, sub, carry))
 
     def _record(self, eqn: Any, jaxpr: Any, ctx: _Context, kind: str, axes: tuple[str, ...],
