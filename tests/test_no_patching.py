@@ -116,3 +116,42 @@ def test_the_package_writes_one_jax_attribute():
         if writes:
             found[str(path.relative_to(PKG))] = writes
     assert found == {"_compat.py": ["api.vjp = hooked"]}, found
+
+
+def _dp_mesh():
+    return jax.make_mesh((8,), ("dp",), axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def test_per_example_gradients_read_from_the_jaxpr():
+    """`jax.vmap(jax.grad(f))` w.r.t. a replicated parameter of a per-device loss: SPMD407 at
+    the `jax.vmap` line (JAX sums each per-example gradient over the devices); summed over the
+    batch right away it is the total gradient, accepted and equal to one device's; `jax.jacrev`
+    (a vmap of the pullback only) is not per example."""
+    mesh = _dp_mesh()
+    w, xs = jnp.linspace(0.1, 0.8, 3), jnp.linspace(-1, 1, 48).reshape(16, 3)
+
+    def net(p, x):
+        return jnp.sin(jnp.dot(p, x))
+
+    def per_example(p, x):
+        return jax.vmap(jax.grad(net), in_axes=(None, 0))(p, x)  # per-example (BUG)
+
+    def total(p, x):   # summed over the batch right away: JAX's sum over devices is right
+        return jax.vmap(jax.grad(net), in_axes=(None, 0))(p, x).sum(0)
+
+    def jac(p, x):
+        return jax.jacrev(lambda p: jnp.sin(x @ p))(p)
+
+    specs = dict(mesh=mesh, in_specs=(P(), P("dp")))
+    with pytest.raises(st.SpmdTypeError) as ei:
+        jax.jit(st.adapters.typed_shard_map(per_example, out_specs=P("dp"), **specs))(w, xs)
+    assert ei.value.code == "SPMD407"
+    assert ei.value.line == per_example.__code__.co_firstlineno + 1
+    got = jax.jit(st.adapters.typed_shard_map(total, out_specs=P(), **specs))(w, xs)
+    ref = jax.grad(lambda p: jnp.sum(jax.vmap(net, in_axes=(None, 0))(p, xs)))(w)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-5)
+    # not read as per example (the forward pass is not under the vmap): JAX's own numbers
+    # (which sum the rows of the devices' Jacobians: docs/refinement.md, out of reach)
+    jacobian = jax.jit(st.adapters.typed_shard_map(jac, out_specs=P("dp"), **specs))(w, xs)
+    raw = jax.jit(jax.shard_map(jac, out_specs=P("dp"), **specs))(w, xs)
+    np.testing.assert_array_equal(np.asarray(jacobian), np.asarray(raw))
