@@ -288,3 +288,53 @@ def test_ring_attention_with_custom_vjp_scan_and_cond(tmp_path, capsys):
            for i in inits for j in range(3)])
     assert len(conds) == len(inits) == 2 and reported == want_lines, err
     assert "what changes the numbers" not in err
+
+
+def _walk_blocks():
+    """The fenced blocks of docs/porting.md's "One program all the way", in order."""
+    doc = (TESTS.parent / "docs" / "porting.md").read_text()
+    part = doc.split("### One program all the way", 1)[1].split("\n## ", 1)[0]
+    return [textwrap.dedent(b) for b in re.findall(r"\n( *)```\w+\n(.*?)\n\1```", part, re.S)
+            for b in [b[1]]]
+
+
+def test_docs_walk_migrate_port_mypy(tmp_path, capsys):
+    """docs/porting.md walks test_migrate_vma.DP_STEP (check_vma=False) through
+    `port --enable-vma`, the fixes its report names, `port` and mypy with the plugin: each
+    step's output is the one shown, and the numbers stay the original's."""
+    from test_migrate_vma import DP_STEP
+    from test_typing_cli import check
+
+    diff, ported, mypy_kept = _walk_blocks()
+    text = textwrap.dedent(DP_STEP)
+    train = tmp_path / "train.py"
+    train.write_text(text)
+    original = _load(_write(tmp_path, text))
+    assert _port_cli.main(["--enable-vma", "--write", str(train)]) == 1
+    migrated = train.read_text()
+    capsys.readouterr()
+    # 1. the fixes the report names, as the diff shows them
+    removed = [t[1:] for t in diff.splitlines() if t.startswith("-")]
+    added = [t[1:] for t in diff.splitlines() if t.startswith("+")]
+    assert "\n".join(removed) in migrated
+    fixed = migrated.replace("\n".join(removed), "\n".join(added))
+    train.write_text(fixed)
+    (tmp_path / "kept.py").write_text(migrated)
+    mod = _load(_write(tmp_path, fixed))
+    np.testing.assert_allclose(np.asarray(mod.run(mod)), np.asarray(original.run(original)),
+                               rtol=1e-6)
+    # 2. port: the typed functions shown
+    for name in ("train.py", "kept.py"):
+        assert _port_cli.main(["--write", str(tmp_path / name)]) == 0
+    typed = train.read_text()
+    assert ported.strip() in typed, typed
+    out = _load(_write(tmp_path, typed))
+    np.testing.assert_allclose(np.asarray(out.run(out)), np.asarray(original.run(original)),
+                               rtol=1e-6)
+    # 3. mypy with the plugin: train.py clean, kept.py's psum at its line
+    proc = check(tmp_path, "train.py", "kept.py")
+    errors = [t for t in proc.stdout.splitlines() if ": error: " in t]
+    assert errors == [mypy_kept.strip()], proc.stdout + proc.stderr
+    kept_line = int(mypy_kept.split(":")[1])
+    assert (tmp_path / "kept.py").read_text().splitlines()[kept_line - 1].strip() == \
+        'g = st.psum(g, "dp")'
