@@ -70,7 +70,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 SLOW_MODULES = frozenset({
     "test_stubgen_oracle", "test_stubgen", "test_stubgen_examples", "test_parity",
     "test_plugin_differential", "test_differential", "test_lowering_scan", "test_fuzz_api",
-    "test_report_examples", "test_report_porting", "test_stubgen_docs", "test_typing_examples", "test_jax_suite",
+    "test_report_examples", "test_report_porting", "test_stubgen_docs", "test_typing_examples",
+    "test_jax_suite", "test_porting_tools", "test_migrate_vma_suites",
 })
 
 

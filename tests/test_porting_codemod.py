@@ -191,8 +191,11 @@ def _marker(source: str, region: tuple[tuple[int, int], ...]) -> tuple[str, int]
     return None
 
 
-def test_mypy_rejects_the_bugs_infer_finds(ported, tmp_path, capsys):
-    pytest.importorskip("mypy")
+def mypy_counts(ported, tmp_path) -> dict:
+    """One mypy run (with the plugin) over the ported programs: `clean` programs (no error
+    outside the buggy variants) of `total`, bugs `found` by mypy at their line (`found_code`
+    with infer's code) of the `infer_found` bugs infer finds, the parameters left unannotated,
+    and the `report` lines of what was missed."""
     control = tmp_path / "control_mistake.py"
     control.write_text("import spmdtyped as st\nfrom spmdtyped import Reduced\n\n\n"
                        "def f(w: Reduced['dp']) -> None:\n    st.psum(w, 'dp')\n")
@@ -239,11 +242,20 @@ def test_mypy_rejects_the_bugs_infer_finds(ported, tmp_path, capsys):
                     report.append(f"  {name}.{bug}: {code} at line {line} found as: {hits[0][1][:160]}")
             else:
                 report.append(f"  {name}.{bug}: {code} at line {line} not found by mypy")
-    total = len(ported)
+    return {"clean": clean, "total": len(ported), "found": found, "found_code": found_code,
+            "infer_found": infer_found, "unannotated": unannotated, "report": report}
+
+
+def test_mypy_rejects_the_bugs_infer_finds(ported, tmp_path, capsys):
+    pytest.importorskip("mypy")
+    n = mypy_counts(ported, tmp_path)
+    clean, total, found, infer_found, report = (n["clean"], n["total"], n["found"],
+                                                n["infer_found"], n["report"])
     with capsys.disabled():
         print(f"\ncodemod (checked mode): {total} programs; mypy-clean correct code "
               f"{clean}/{total}; bugs found by mypy {found}/{infer_found} found by infer "
-              f"({found_code} with infer's code); parameters left unannotated: {unannotated}")
+              f"({n['found_code']} with infer's code); parameters left unannotated: "
+              f"{n['unannotated']}")
         print("\n".join(report))
     assert infer_found >= 20
     assert found >= 0.9 * infer_found, report

@@ -67,7 +67,7 @@ def run(path: str, args: argparse.Namespace) -> tuple[str, str, list[Any], int]:
     lines = {_job_line(j) for j in original}
     order = tuple(original[0].mesh.axis_names)
 
-    def trace(candidate: str) -> list[BaseException]:
+    def trace(candidate: str) -> list[tuple[BaseException, int | None]]:
         from . import discover as _discover
 
         # the candidate is imported from a temporary folder: its siblings are the original's
@@ -77,8 +77,8 @@ def run(path: str, args: argparse.Namespace) -> tuple[str, str, list[Any], int]:
         try:
             _module, sites = _discover.discover(candidate)
         except Exception as e:  # noqa: BLE001 - a module that runs its shard_map at import
-            return [e]          # raises JAX's error there: the same error, the same edits
-        out: list[BaseException] = []
+            return [(e, None)]  # raises JAX's error there: the same error, the same edits
+        out: list[tuple[BaseException, int | None]] = []
         with mesh_context(flags.mesh_obj):
             for site in sites:
                 if site.line not in lines:
@@ -88,7 +88,7 @@ def run(path: str, args: argparse.Namespace) -> tuple[str, str, list[Any], int]:
                     raise ValueError(made)
                 failed = vma.trace_job(made)
                 if failed is not None:
-                    out.append(failed)
+                    out.append((failed, site.line))
         return out
 
     with mesh_context(flags.mesh_obj):
@@ -146,7 +146,7 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
                 if differs is not None:
                     out.append(differs)
                 try:
-                    out += vma.gradient_psums(made, candidate, new)
+                    out += vma.gradient_psums(made, candidate, new, differs is not None)
                 except Exception as e:  # noqa: BLE001 - infer's own failure: say so
                     notes.append(vma.Change(line, f"jax.shard_map({job.name}): the gradient "
                                             f"psums not checked ({type(e).__name__})",
@@ -158,13 +158,14 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
         if (c.line, c.what) not in seen:
             seen.add((c.line, c.what))
             unique.append(c)
-    return unique, notes
+    return [c for c in unique if c.kind == "numbers"], notes + [c for c in unique
+                                                                 if c.kind == "note"]
 
 
 def print_report(path: str, changes: list[Any], stream: Any) -> None:
     """One `FILE:LINE: what; fix: ...` line per change, the kinds in groups."""
     titles = {"edit": "edits (turning the checks on)", "error": "JAX still rejects",
-              "numbers": "what changes the numbers", "note": "not checked"}
+              "numbers": "what changes the numbers", "note": "notes (the numbers do not change)"}
     for kind, title in titles.items():
         mine = [c for c in changes if c.kind == kind]
         if mine:

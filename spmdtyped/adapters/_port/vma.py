@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from ... import _compat
+from ..._errors import SpmdTypeError
 from ..._errors.jax_messages import translate
 from .._infer import abstract_args, infer
 
@@ -175,6 +176,10 @@ _CARRY = re.compile(r"the input carry (?:component )?(?P<name>\w+)(?P<path>(?:\[
 _BRANCHES = re.compile(r"(cond|switch) branches must have equal output types")
 _BRANCH = re.compile(r"the output of (?P<a>.+?) has type (?P<ta>.+?) but the corresponding "
                      r"output of (?P<b>.+?) has type (?P<tb>.+?), so the manual", re.IGNORECASE)
+
+
+def _same_file(a: str | None, b: str) -> bool:
+    return a is not None and os.path.abspath(a) == os.path.abspath(b)
 
 
 def error_line(e: BaseException, file: str) -> int | None:
@@ -324,13 +329,15 @@ def trace_job(job: Any) -> BaseException | None:
     return None
 
 
-def migrate(path: str, source: str, trace: Callable[[str], Sequence[BaseException]],
+def migrate(path: str, source: str,
+            trace: Callable[[str], Sequence[tuple[BaseException, int | None]]],
             mesh_order: Sequence[str] = (), max_steps: int = 64) -> Migration:
     """Turn the checks on in `source` (the text of `path`) and fix what JAX rejects.
 
     `trace(candidate_path)` imports the candidate (written next to nothing: a temporary
     folder, under `path`'s file name) and returns the exceptions its shard_map bodies raise
-    with the checks on."""
+    with the checks on, each with the line of its shard_map call (the line reported when the
+    traceback names none of the file's: an out_specs error, raised where JAX checks them)."""
     source, changes = enable_checks(source)
     remaining: list[Change] = []
     with tempfile.TemporaryDirectory(prefix="spmdtyped-vma-") as tmp:
@@ -341,7 +348,7 @@ def migrate(path: str, source: str, trace: Callable[[str], Sequence[BaseExceptio
             errors = trace(candidate)
             remaining = []
             progressed = False
-            for e in errors:
+            for e, site in errors:
                 for fix in parse_error(e, candidate, mesh_order):
                     made = apply_fix(source, fix)
                     if made is not None:
@@ -350,15 +357,23 @@ def migrate(path: str, source: str, trace: Callable[[str], Sequence[BaseExceptio
                         progressed = True
                 if progressed:
                     break  # trace again: the next error may be a consequence of this one
-                remaining.append(_unfixed(e, candidate))
+                remaining.append(_unfixed(e, candidate, site))
             if not progressed:
                 break
     return Migration(source, changes + remaining)
 
 
-def _unfixed(e: BaseException, file: str) -> Change:
+def _unfixed(e: BaseException, file: str, site: int | None = None) -> Change:
+    if isinstance(e, SpmdTypeError):
+        # spmdtyped.lax in the body: its strict check, with the checks on (SPMD103: a psum of
+        # a value that is already Invariant; the same numbers as before, but said so)
+        line = getattr(e, "line", None) if _same_file(getattr(e, "file", None), file) else None
+        return Change(line or error_line(e, file) or site,
+                      f"{e.code}: spmdtyped.lax rejects it with check_vma=True: "
+                      f"{str(e).strip().splitlines()[0][:300]}",
+                      e.fix or f"see python -m spmdtyped explain {e.code}", "error")
     err = translate(e)
-    line = error_line(e, file)
+    line = error_line(e, file) or site
     said = [t.strip() for t in str(e).strip().splitlines() if t.strip()]
     first = said[0] if said else type(e).__name__
     if first.endswith(":") and len(said) > 1:
@@ -425,10 +440,14 @@ def compare(original: Any, migrated: Any, line: int | None, seed: int = 0) -> Ch
                   "gradient JAX now sums itself)", "numbers")
 
 
-def gradient_psums(job: Any, file: str, source: str) -> list[Change]:
+def gradient_psums(job: Any, file: str, source: str, outputs_differ: bool = True) -> list[Change]:
     """The psum / pmean of an Invariant value (SPMD103) in the migrated body: with the checks
     on, the gradient of a parameter replicated over the axis is already summed by JAX's
-    transpose, and the explicit psum multiplies it by the axis size again."""
+    transpose, and the explicit psum multiplies it by the axis size again.
+
+    A forward psum of a replicated value multiplies it by the axis size with the checks on and
+    off alike: only a gradient's changes. When the outputs agree (`outputs_differ` False:
+    `compare` found none) each one is a "note", not a change of the numbers."""
     rep = infer(job.fn, *job.args, mesh=job.mesh, in_specs=job.in_specs,
                 out_specs=job.out_specs, axis_names=job.axis_names)
     lines = source.splitlines()
@@ -443,6 +462,13 @@ def gradient_psums(job: Any, file: str, source: str) -> list[Change]:
         if _AXIS_SIZE.search(text):
             continue  # psum(1, axis): axis_size_idioms reports it
         mean = "pmean" in text
+        if not outputs_differ:
+            out.append(Change(
+                line, f"SPMD103: {'pmean' if mean else 'psum'} of a value that is already "
+                "Invariant: the outputs agree with check_vma=False's (a replicated value, not "
+                "a gradient JAX now sums)", "st.pvary it first to say so, or "
+                "x * jax.lax.axis_size(axis)" if not mean else "drop the pmean", "note"))
+            continue
         out.append(Change(
             line, f"SPMD103: {'pmean' if mean else 'psum'} of a value that is already Invariant "
             f"(a gradient of a replicated parameter: with check_vma=True JAX's transpose sums "
