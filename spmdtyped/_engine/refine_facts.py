@@ -7,6 +7,7 @@ zeros, division by an axis size), and the walk's own errors (SPMD303, SPMD407, S
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,17 @@ AUTODIFF_FUNCTIONS = ("tangent_fun", "backward_pass", "transpose", "_linear_jvp"
 def from_autodiff(frames: Sequence[tuple[str, int, str]], user: Any) -> bool:
     """Whether JAX's autodiff generated the equation (a tangent or a transposed equation):
     one of the library functions between the bind and the user's frame says so."""
+    if isinstance(frames, tuple) and (user is None or isinstance(user, tuple)):
+        return _from_autodiff(frames, user)
+    return _scan_autodiff(frames, user)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _from_autodiff(frames: tuple[tuple[str, int, str], ...], user: Any) -> bool:
+    return _scan_autodiff(frames, user)
+
+
+def _scan_autodiff(frames: Sequence[tuple[str, int, str]], user: Any) -> bool:
     for file, line, fn in frames:
         if user is not None and (file, line) == tuple(user):
             return False

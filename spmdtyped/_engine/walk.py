@@ -53,6 +53,17 @@ def _is_library(file: str) -> bool:
 
 def user_frame(frames: Sequence[tuple[str, int, str]]) -> tuple[str, int] | None:
     """The innermost frame outside JAX, spmdtyped and the standard library."""
+    # an equation's frames are one tuple per traceback (`_compat.eqn_frames`): every walk of
+    # the program asks for each equation's
+    return _user_frame(frames) if isinstance(frames, tuple) else _scan_user_frame(frames)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _user_frame(frames: tuple[tuple[str, int, str], ...]) -> tuple[str, int] | None:
+    return _scan_user_frame(frames)
+
+
+def _scan_user_frame(frames: Sequence[tuple[str, int, str]]) -> tuple[str, int] | None:
     for file, line, _fn in frames:
         if not _is_library(file):
             return file, line
