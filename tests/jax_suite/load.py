@@ -1,9 +1,19 @@
 """JAX's own `tests/shard_map_test.py`, loaded with its `shard_map` replaced by spmdtyped's.
 
-The file is JAX's, unchanged (Apache-2.0, `LICENSE` beside it), for the JAX version named in
-its file name: JAX's wheels and sdists do not ship their tests, and CI reaches only package
-registries. `load(flavor)` executes it as a module; with `flavor="typed"` its two spellings of
-the transform, the module-level `shard_map` (imported from `jax._src.shard_map`) and
+Each file is JAX's, unchanged (Apache-2.0, `LICENSE` beside it), for the JAX version named in
+its file name (`SUITES` maps an installed version to its file, exact version strings only: a
+version without a row skips, as its raw record would be missing too). JAX's wheels and sdists
+do not ship their tests, and CI reaches only package registries:
+
+- `jax_0_10_2_shard_map.py`: jax 0.10.2's own `tests/shard_map_test.py`;
+- `jax_main_cec06d1_shard_map.py`: JAX's main at commit cec06d116c05f0d52adfceee3d3b730fdbcb0ce5
+  (2026-08-08, version string 0.11.1-dev), the newest JAX source reachable here, run on jax
+  0.12.0.1 (whose own file is not): 9 of its tests fail as JAX 0.12.0.1 runs them (behaviour
+  that changed between the two, recorded in `raw_0_12_0_1.json`), none for want of a test
+  utility, so no shim is injected.
+
+`load(flavor)` executes the file as a module; with `flavor="typed"` its two spellings of the
+transform, the module-level `shard_map` (imported from `jax._src.shard_map`) and
 `jax.shard_map`, are `st.adapters.typed_shard_map` in that module only (its `jax` is a view of
 the real module with that one attribute different): nothing in JAX is modified.
 """
@@ -19,7 +29,8 @@ import jax
 
 HERE = pathlib.Path(__file__).parent
 #: the vendored suites, by the JAX version they were written for
-SUITES = {"0.10.2": HERE / "jax_0_10_2_shard_map.py"}
+SUITES = {"0.10.2": HERE / "jax_0_10_2_shard_map.py",
+          "0.12.0.1": HERE / "jax_main_cec06d1_shard_map.py"}
 
 
 def suite_for(version: str = jax.__version__) -> pathlib.Path | None:
