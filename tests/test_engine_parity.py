@@ -93,3 +93,18 @@ def test_checking_runs_the_engine_on_raw_shard_map_calls():
     assert (ei.value.code, ei.value.line) == ("SPMD210", line)
     jax.jit(jax.shard_map(m.buggy_body, mesh=m.mesh, in_specs=m.IN_SPECS,
                           out_specs=m.OUT_SPECS))(*m.make_inputs())   # unchecked again
+
+
+def test_checking_names_an_unknown_axis(mesh_dp_tp):
+    """An axis typo in a raw collective (jax 0.10: JAX's bare AssertionError) under
+    `checking(step)` is SPMD501 at the collective's line, the closest mesh axis suggested."""
+    mod = load("ring_attention")
+    bug = "attention_bug_axis_typo"
+    in_specs, out_specs = mod.BUGS[bug]
+    step = jax.jit(jax.shard_map(getattr(mod, bug), mesh=mesh_dp_tp, in_specs=in_specs,
+                                 out_specs=out_specs))
+    with pytest.raises(st.SpmdTypeError) as ei:
+        st.adapters.checking(step)(*mod.make_args(mesh_dp_tp))
+    assert ei.value.code == "SPMD501", str(ei.value)
+    assert "# BUG: SPMD501" in open(ei.value.file).read().splitlines()[ei.value.line - 1]
+

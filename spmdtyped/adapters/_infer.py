@@ -20,6 +20,7 @@ from .._errors import SpmdTypeError
 from .._errors.jax_messages import translate
 from .._rules import SpmdType
 from ._conventions import fn_name, manual_axes, resolve_in_specs, resolve_mesh
+from ._tracebacks import collective_call
 
 
 @dataclasses.dataclass
@@ -226,7 +227,7 @@ def unknown_axis(e: BaseException, mesh: Any, manual: Sequence[str]) -> SpmdType
     """SPMD501 / SPMD503 at the user's line when `e` (caught inside the traced body, before
     JAX filters its traceback) was raised in a `jax.lax` collective over an axis the mesh
     lacks or that is not manual (jax 0.10 raises a bare AssertionError there)."""
-    call = _compat.collective_call(e, _surface.LAX_NAMES)
+    call = collective_call(e, _surface.LAX_NAMES)
     if call is None:
         return None
     op, axis_name = call

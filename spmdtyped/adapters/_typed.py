@@ -44,7 +44,8 @@ from ._conventions import (
     resolve_mesh,
     signature_key,
 )
-from ._infer import run_infer
+from ._infer import run_infer, unknown_axis
+from ._tracebacks import shard_map_bodies, traceback_mesh
 
 
 def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
@@ -221,7 +222,17 @@ def _traced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
         for i, x in zip(arrays, xs, strict=True):
             full[i] = x
         a, kw = jax.tree_util.tree_unflatten(tree, full)
-        return fn(*a, **kw)
+        try:
+            return fn(*a, **kw)
+        except SpmdTypeError:
+            raise
+        except Exception as e:  # an axis the mesh lacks in a raw collective: SPMD501
+            mesh = traceback_mesh(e)
+            unknown = None if mesh is None else unknown_axis(
+                e, mesh, _compat.mesh_axis_names(mesh))
+            if unknown is None:
+                raise
+            raise unknown from e
 
     try:
         return jax.make_jaxpr(on_arrays)(*(flat[i] for i in arrays))
@@ -234,7 +245,7 @@ def _traced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
         if found.code.startswith("SPMD4"):
             # a boundary error (an output against its out_spec): at the `def` of the body
             # JAX traced last, found by tracing again (this error path only)
-            bodies = _compat.shard_map_bodies(
+            bodies = shard_map_bodies(
                 lambda: jax.make_jaxpr(on_arrays)(*(flat[i] for i in arrays)))
             if bodies:
                 found = located(found, bodies[-1])
