@@ -86,10 +86,6 @@ KNOWN_BY_SUITE: dict[str, dict[str, tuple[str, str]]] = {
             "test_matmul_full_unreduced_out", "test_matmul_unreduced",
             "test_unreduced_replicated_bitcast")},
     },
-    "jax_main_cec06d1_shard_map.py": {
-        # a `zip` as ppermute's perm: JAX's TypeError expected, st.ppermute's check is SPMD509
-        "ShardMapTest::test_ppermute_zip_error": ("caught", "SPMD509"),
-    },
 }
 
 
