@@ -180,9 +180,9 @@ class RefineWalk:
         if results is None:
             results = [NONE] * len(outs)
         if summed:   # jax.vmap(jax.grad(f)) w.r.t. a parameter Invariant where the loss varies
-            e = per_example_error(outs[0], eqn_axes(eqn))
-            if e is not None:
-                pending[eqn.outvars[0]] = _Pending(e, call_site(frames, "vmap") or where,
+            found = per_example_error(outs[0], eqn_axes(eqn))
+            if found is not None:
+                pending[eqn.outvars[0]] = _Pending(found, call_site(frames, "vmap") or where,
                                                    "jax.grad under jax.vmap", "per_example")
         data = any(r.data for r in refs)
         if name in KEEPS_SHARE and refs and refs[0].share and len(results) == 1:

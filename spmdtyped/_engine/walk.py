@@ -193,11 +193,11 @@ class _Where:
 
     def __init__(self, eqn: Any, parent: _Where | tuple[str, int] | None) -> None:
         self._eqn, self._parent = eqn, parent
-        self._frames: list[tuple[str, int, str]] | None = None
+        self._frames: tuple[tuple[str, int, str], ...] | None = None
         self._value: Any = _Where._UNSET
 
     @property
-    def frames(self) -> list[tuple[str, int, str]]:
+    def frames(self) -> tuple[tuple[str, int, str], ...]:
         if self._frames is None:
             self._frames = _compat.eqn_frames(self._eqn)
         return self._frames
