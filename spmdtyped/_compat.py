@@ -210,8 +210,7 @@ def axis_size(axis_name: Any) -> int:
 # ------------------------------------------------------------------- shard_map
 
 
-#: `jax.shard_map` as imported: `st.adapters.checking()` replaces the module's attribute while
-#: it is active, and spmdtyped's own shard_maps (whose boundaries check themselves) keep JAX's
+#: `jax.shard_map` as imported (spmdtyped's own shard_maps are JAX's, bound once)
 JAX_SHARD_MAP = jax.shard_map
 
 

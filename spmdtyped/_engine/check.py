@@ -1,6 +1,6 @@
 """THE checking engine's entry points (issue 27): one function checks a traced shard_map
 program, and every face calls it: `st.adapters.infer`, `typed_shard_map`, `st.shard_map` and
-the `jax.shard_map`s run inside `st.adapters.checking()`.
+every shard_map a step wrapped by `st.adapters.checking(step)` stages (`check_staged`).
 
 `check_shard_map(eqn, ...)` walks the shard_map equation JAX staged (its body jaxpr, with
 every nested jaxpr): the four states (`walk.Walk`: collectives, elementwise ops, JAX's hidden
