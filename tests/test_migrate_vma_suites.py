@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib.util
-import itertools
 import pathlib
 import re
 import textwrap
@@ -34,11 +32,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_migrate_vma import _load, _write
 
 from spmdtyped._cli import port as _port_cli
 
 TESTS = pathlib.Path(__file__).resolve().parent
-_names = itertools.count()
 
 
 def nested(file: str, test: str, *names: str) -> str:
@@ -184,19 +182,6 @@ mesh_ij = _mesh_ij()
         (("old = shard_map(", CHECK_ON), ("old = shard_map(", "SPMD401")),
         flags=("--mesh", "dp=2,tp=4", "--shapes", "f32[8,4]"), status=1),
 ]
-
-
-def _write(tmp_path, text):
-    path = tmp_path / f"vma_suite_{next(_names)}.py"
-    path.write_text(text)
-    return path
-
-
-def _load(path):
-    spec = importlib.util.spec_from_file_location(f"vma_suite_loaded_{next(_names)}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _line(text, fragment):
