@@ -212,6 +212,24 @@ def is_array(x: Any) -> bool:
         or hasattr(x, "__jax_array__")
 
 
+def over_arrays(call: Callable[[Any], Any], tree: Any, *, numbers: bool = True
+                ) -> tuple[Callable[..., Any], list[Any]]:
+    """`(g, leaves)` with `g(*leaves) == call(tree)`: `leaves` are the array leaves of the
+    pytree `tree` (`is_array`; Python numbers too unless `numbers=False`), every other leaf
+    closed over, so that `jax.make_jaxpr(g)(*leaves)` traces `call` on any arguments."""
+    flat, treedef = jax.tree_util.tree_flatten(tree)
+    arrays = [i for i, x in enumerate(flat) if is_array(x)
+              and (numbers or not isinstance(x, (int, float, complex, bool)))]
+
+    def g(*xs: Any) -> Any:
+        full = list(flat)
+        for i, x in zip(arrays, xs, strict=True):
+            full[i] = x
+        return call(jax.tree_util.tree_unflatten(treedef, full))
+
+    return g, [flat[i] for i in arrays]
+
+
 def is_tracer(x: Any) -> bool:
     return isinstance(x, jax.core.Tracer)
 
@@ -265,17 +283,9 @@ def run_checked(smapped: Callable[..., Any], args: tuple[Any, ...], *,
         # the first call with this signature: traced and checked before it runs
         # arguments that are not arrays (an in_spec of None: any Python object, passed as is)
         # are closed over, as JAX's eager shard_map passes them
-        flat, tree = jax.tree_util.tree_flatten(args)
-        arrays = [i for i, x in enumerate(flat) if is_array(x)]
-
-        def on_arrays(*xs: Any) -> Any:
-            full = list(flat)
-            for i, x in zip(arrays, xs, strict=True):
-                full[i] = x
-            return smapped(*jax.tree_util.tree_unflatten(tree, full))
-
+        on_arrays, leaves = over_arrays(lambda a: smapped(*a), args)
         try:
-            closed = traced(lambda: jax.make_jaxpr(on_arrays)(*(flat[i] for i in arrays)))
+            closed = traced(lambda: jax.make_jaxpr(on_arrays)(*leaves))
         except SpmdTypeError:
             raise
         except Exception:  # noqa: BLE001 - see below

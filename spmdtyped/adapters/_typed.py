@@ -31,7 +31,7 @@ import jax
 
 from .. import _compat, _validate
 from .._boundary.shard_map import check_in_structure, check_mesh_specs, in_spec_errors
-from .._engine.check import check_shard_map, check_staged, is_array, run_checked
+from .._engine.check import check_shard_map, check_staged, over_arrays, run_checked
 from .._engine.walk import exception_source, function_source, located
 from .._errors import SpmdTypeError, error, error_context
 from .._errors.jax_messages import jax_errors, translate
@@ -212,16 +212,8 @@ def checking(fn: Callable[..., Any] | None = None, /) -> Any:
 def _traced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """`fn`'s program, traced on its array arguments (the others closed over); None when it
     cannot be traced (a step that only runs eagerly): it then runs unchecked."""
-    flat, tree = jax.tree_util.tree_flatten((args, kwargs))
-    # (Python numbers too are closed over: a step may use them as static values)
-    arrays = [i for i, x in enumerate(flat)
-              if is_array(x) and not isinstance(x, (int, float, complex, bool))]
-
-    def on_arrays(*xs: Any) -> Any:
-        full = list(flat)
-        for i, x in zip(arrays, xs, strict=True):
-            full[i] = x
-        a, kw = jax.tree_util.tree_unflatten(tree, full)
+    def call(tree: Any) -> Any:
+        a, kw = tree
         try:
             return fn(*a, **kw)
         except SpmdTypeError:
@@ -234,8 +226,10 @@ def _traced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
                 raise
             raise unknown from e
 
+    # (Python numbers too are closed over: a step may use them as static values)
+    on_arrays, leaves = over_arrays(call, (args, kwargs), numbers=False)
     try:
-        return jax.make_jaxpr(on_arrays)(*(flat[i] for i in arrays))
+        return jax.make_jaxpr(on_arrays)(*leaves)
     except SpmdTypeError:
         raise
     except Exception as e:  # noqa: BLE001 - JAX's manual-axis errors are raised translated
@@ -245,8 +239,7 @@ def _traced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
         if found.code.startswith("SPMD4"):
             # a boundary error (an output against its out_spec): at the `def` of the body
             # JAX traced last, found by tracing again (this error path only)
-            bodies = shard_map_bodies(
-                lambda: jax.make_jaxpr(on_arrays)(*(flat[i] for i in arrays)))
+            bodies = shard_map_bodies(lambda: jax.make_jaxpr(on_arrays)(*leaves))
             if bodies:
                 found = located(found, bodies[-1])
         raise found from e
