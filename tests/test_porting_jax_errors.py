@@ -138,6 +138,28 @@ OUT_SPEC_BUGS = {
 }
 
 
+def test_checking_places_a_boundary_error_at_the_body_while_gc_callbacks_run(mesh, x):
+    """A gc callback runs wherever an allocation triggers a collection, JAX's frames included
+    (hypothesis installs one): it is not the body JAX called (CI, stop 23)."""
+    import gc
+
+    def on_gc(phase, info):
+        return None
+
+    f, out = OUT_SPEC_BUGS["invariant_as_unreduced"]
+    old = gc.get_threshold()
+    gc.callbacks.append(on_gc)
+    gc.set_threshold(1, 1, 1)   # a collection on (nearly) every allocation
+    try:
+        with pytest.raises(st.SpmdTypeError) as ei:
+            st.adapters.checking(jax.shard_map(f, mesh=mesh, in_specs=IN, out_specs=out))(x)
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(on_gc)
+    assert ei.value.code == "SPMD401", str(ei.value)
+    assert (ei.value.file, ei.value.line) == (f.__code__.co_filename, f.__code__.co_firstlineno)
+
+
 @pytest.mark.parametrize("name", OUT_SPEC_BUGS)
 def test_checking_checks_every_out_spec(name, mesh, x):
     f, out = OUT_SPEC_BUGS[name]

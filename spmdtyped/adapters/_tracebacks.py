@@ -8,6 +8,7 @@ locals by the public parameter names and types (`axis_name`, a `Mesh`); nothing 
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import Any
@@ -52,12 +53,16 @@ def shard_map_bodies(thunk: Any) -> list[tuple[str, int]]:
     here = os.path.join(jax_dir, "_src", "shard_map.py")
     lib = (jax_dir, os.path.dirname(os.path.abspath(os.__file__)) + os.sep)
     seen: list[tuple[str, int]] = []
+    # code Python runs wherever an allocation or a release happens, not called by JAX: a gc
+    # callback (hypothesis installs one) or a finalizer
+    interrupts = {getattr(cb, "__code__", None) for cb in gc.callbacks}
 
     def passes(code: Any) -> bool:   # JAX's, the standard library's or generated code
         return code.co_filename.startswith("<") or os.path.abspath(code.co_filename).startswith(lib)
 
     def hook(frame: Any, event: str, _arg: Any) -> None:
-        if event != "call" or passes(frame.f_code):
+        if event != "call" or passes(frame.f_code) or frame.f_code in interrupts \
+                or frame.f_code.co_name == "__del__":
             return
         back = frame.f_back
         while back is not None and passes(back.f_code):
