@@ -93,21 +93,27 @@ def read(eqns: Sequence[Any], outvars: Sequence[Any], line_of: Any) -> Gradients
     if not primals_at:
         return Gradients({}, frozenset(batched))
 
+    shared: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
     def primals(v: Any, depth: int = 0) -> tuple[Any, ...] | None:
         eqn = producer.get(v)
         if eqn is None or depth > 64:
             return None
         if _compat.primitive_name(eqn) == _ACCUMULATE:
-            found: list[Any] = []
+            found: dict[Any, None] = {}
             for u in eqn.invars:
                 got = None if is_literal(u) else primals(u, depth + 1)
                 if got is None:
                     return None
-                found.extend(g for g in got if g not in found)
+                found.update(dict.fromkeys(got))
             return tuple(found)
         line = line_of(eqn)
-        cands = primals_at.get((line, *_key(v))) if line is not None else None
-        return tuple(dict.fromkeys(cands)) if cands else None
+        key = (line, *_key(v))
+        if line is None or key not in primals_at:
+            return None
+        if key not in shared:   # one tuple per line and key: `type_gradient` memoizes on it
+            shared[key] = tuple(dict.fromkeys(primals_at[key]))
+        return shared[key]
 
     links = {}
     for v in used_outside:
@@ -117,14 +123,24 @@ def read(eqns: Sequence[Any], outvars: Sequence[Any], line_of: Any) -> Gradients
     return Gradients(links, frozenset(batched))
 
 
-def type_gradient(v: Any, primals: Sequence[Any], env: dict[Any, Refinement], side: Side
-                  ) -> None:
+def type_gradient(v: Any, primals: Sequence[Any], env: dict[Any, Refinement], side: Side,
+                  memo: dict[int, tuple[Any, Refinement | None]] | None = None) -> None:
     """Type `v`, a gradient of one of `primals` (`read`), in the refinement walk's `env` by the
-    cotangent rule, when they all have the same refinement (else the rules' typing stands)."""
-    refs = [env.get(p, NONE) for p in primals]
-    if any(r != refs[0] for r in refs[1:]):
+    cotangent rule, when they all have the same refinement (else the rules' typing stands).
+    `memo` (one per walk of a jaxpr) keeps that refinement per tuple of primals once all of
+    them are walked (a line in a loop over layers has a primal per layer, shared by the
+    gradient of each: compared once, not once per gradient)."""
+    hit = memo.get(id(primals)) if memo is not None else None
+    if hit is not None and hit[0] is primals:
+        same = hit[1]
+    else:
+        refs = [env.get(p, NONE) for p in primals]
+        same = None if any(r != refs[0] for r in refs[1:]) else refs[0]
+        if memo is not None and all(p in env for p in primals):
+            memo[id(primals)] = (primals, same)
+    if same is None:
         return
-    env[v] = _rs.cotangent(refs[0]).restrict(_compat.aval_type(v.aval).varying).with_data(True)
+    env[v] = _rs.cotangent(same).restrict(_compat.aval_type(v.aval).varying).with_data(True)
     side.grad.add(v)
 
 

@@ -7,7 +7,6 @@ zeros, division by an axis size), and the walk's own errors (SPMD303, SPMD407, S
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -16,9 +15,33 @@ from typing import Any
 from .. import _rules, _surface
 from .._errors import SpmdTypeError, error
 from .._rules import LITERAL, SpmdType
-from .._rules.refine import Refinement, Shard
+from .._rules import refine as _r
+from .._rules.refine import FIXED, INDEX, REP, Refinement, Shard
+from .._rules.refine import shape as _rs
 
 AUTODIFF_FUNCTIONS = ("tangent_fun", "backward_pass", "transpose", "_linear_jvp")
+
+
+class ByIdentity:
+    """A memo of `fn(obj, *rest)` keyed by `obj`'s identity and `rest`: for an equation's
+    frames (`_compat.eqn_frames`: one tuple per traceback, which hashing would walk frame by
+    frame at every equation of every walk). Each entry holds `obj`, so its id stays its own;
+    the memo is emptied when it reaches `size` entries."""
+
+    def __init__(self, fn: Any, size: int = 1 << 16) -> None:
+        self.fn, self.size = fn, size
+        self.memo: dict[Any, tuple[Any, Any]] = {}
+
+    def __call__(self, obj: Any, *rest: Any) -> Any:
+        key = (id(obj), *rest)
+        hit = self.memo.get(key)
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        got = self.fn(obj, *rest)
+        if len(self.memo) >= self.size:
+            self.memo.clear()
+        self.memo[key] = (obj, got)
+        return got
 
 
 def from_autodiff(frames: Sequence[tuple[str, int, str]], user: Any) -> bool:
@@ -26,11 +49,6 @@ def from_autodiff(frames: Sequence[tuple[str, int, str]], user: Any) -> bool:
     one of the library functions between the bind and the user's frame says so."""
     if isinstance(frames, tuple) and (user is None or isinstance(user, tuple)):
         return _from_autodiff(frames, user)
-    return _scan_autodiff(frames, user)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _from_autodiff(frames: tuple[tuple[str, int, str], ...], user: Any) -> bool:
     return _scan_autodiff(frames, user)
 
 
@@ -43,13 +61,16 @@ def _scan_autodiff(frames: Sequence[tuple[str, int, str]], user: Any) -> bool:
     return False
 
 
+_from_autodiff = ByIdentity(_scan_autodiff)
+
+
 def is_literal(v: Any) -> bool:
     return type(v).__name__ == "Literal"
 
 
 def shape_of(v: Any) -> tuple[int, ...]:
     aval = getattr(v, "aval", None)
-    return tuple(int(d) for d in getattr(aval, "shape", ()) or ())
+    return tuple(map(int, getattr(aval, "shape", ()) or ()))
 
 
 def eqn_axes(eqn: Any) -> tuple[str, ...]:
@@ -330,3 +351,35 @@ def constant_share(name: str, values: Sequence[object], axis_sizes: Mapping[str,
         if len(groups) == 1:
             return i, groups[0]
     return None
+
+
+def dynamic_slice_ref(ins: list[Any], refs: list[Refinement], out: SpmdType,
+                      shapes: list[tuple[int, ...]], sizes: tuple[int, ...]) -> Refinement:
+    """A full dim keeps a Shard, a partial slice drops it; slicing a replicated value at
+    an offset made from `axis_index(a)` gives Shard(a) on that dim (rule 1)."""
+    shape = shapes[0]
+    items = ["slice:full" if sz == n else "slice:part" for sz, n in zip(sizes, shape, strict=True)]
+    res = _rs.index(ins[0], refs[0], out, len(shape), items, len(shape)).as_dict()
+    for d, (idx_t, idx_r) in enumerate(zip(ins[1:], refs[1:], strict=False)):
+        if sizes[d] == shape[d] or idx_t is LITERAL:
+            continue
+        for a in out.varying:
+            if _r.kind(idx_t, idx_r, a) is INDEX and _r.kind(ins[0], refs[0], a) in (FIXED, REP):
+                res[a] = Shard(d - len(shape))
+    return Refinement.of(res, refs[0].data)
+
+
+def gather_ref(ins: list[Any], refs: list[Refinement], out: SpmdType,
+               shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], p: Any) -> Refinement:
+    """An array index drops Shards; a replicated value gathered at indices made from
+    `axis_index(a)` (`jnp.take(t, axis_index * n + arange(n))`) is Shard(a) there."""
+    res = _rs.index(ins[0], refs[0], out, len(shapes[0]), ["array"], len(out_shape)).as_dict()
+    dnums = p.get("dimension_numbers")
+    offset = tuple(getattr(dnums, "offset_dims", ()) or ())
+    batch = [d for d in range(len(out_shape)) if d not in offset]
+    if len(batch) == 1 and len(ins) > 1 and ins[1] is not LITERAL:
+        for a in out.varying:
+            if _r.kind(ins[1], refs[1], a) is INDEX \
+                    and _r.kind(ins[0], refs[0], a) in (FIXED, REP):
+                res[a] = Shard(batch[0] - len(out_shape))
+    return Refinement.of(res, refs[0].data)

@@ -52,8 +52,10 @@ from .refine_facts import (
     diverged,
     dot_spec,
     drop_leading,
+    dynamic_slice_ref,
     eqn_axes,
     from_autodiff,
+    gather_ref,
     is_literal,
     opaque_error,
     pad_ref,
@@ -66,9 +68,15 @@ from .refine_facts import (
 from .walk import call_site, user_frame
 
 Where = "tuple[str, int] | None"
+
+#: the primitives whose rule is a function of the equation's params and its operands' types,
+#: refinements and shapes only (no side facts, no sub-jaxpr): `RefineWalk._pure` memoizes them
+#: (collectives are added from `_surface.AXIS_PRIMITIVES`, reductions and per-dim ops from
+#: `_surface.PRIMITIVE_REFINE`)
+_PURE = frozenset({"axis_index", "sort", "rev", "dot_general", "transpose", "reshape",
+                   "squeeze", "expand_dims", "broadcast_in_dim", "slice", "dynamic_slice",
+                   "gather", "concatenate", "pad", "iota"})
 Report = Callable[[SpmdTypeError, Any, str], None]
-
-
 
 
 @dataclasses.dataclass
@@ -90,9 +98,10 @@ class RefineWalk:
 
     report: Report
     axis_sizes: dict[str, int]
-    steps: list[tuple[Any, str, str]] = dataclasses.field(default_factory=list)
     #: var -> the scalar constant it holds (a literal cast by JAX: `pvary 4.0`), for `_share`
     scalars: dict[Any, object] = dataclasses.field(default_factory=dict)
+    #: the pure rules' memo (`_pure`, `_elementwise`): their inputs -> their results
+    memo: dict[Any, Any] = dataclasses.field(default_factory=dict)
 
     # ------------------------------------------------------------------ entry points
 
@@ -120,20 +129,22 @@ class RefineWalk:
             env[v] = r
         for v, f in zip(jaxpr.invars, facts or (), strict=False):
             side.seed(v, f)
-        uses: dict[Any, list[Any]] = {}
-        for eqn in jaxpr.eqns:
-            for v in eqn.invars:
-                if not is_literal(v):
-                    uses.setdefault(v, []).append(eqn)
         pending: dict[Any, _Pending] = {}
         grads = _gradients.read(jaxpr.eqns, jaxpr.outvars, _line_of)
+        typed: dict[int, Any] = {}
         for eqn in jaxpr.eqns:
             self.eqn(eqn, env, side, pending, grads, parent=parent, quiet=quiet)
             for v in eqn.outvars:
                 if v in grads.links:
-                    _gradients.type_gradient(v, grads.links[v], env, side)
+                    _gradients.type_gradient(v, grads.links[v], env, side, typed)
         outvars = [v for v in jaxpr.outvars if not is_literal(v)]
         left: list[_Pending] = []
+        uses: dict[Any, list[Any]] = {}
+        if pending and not quiet:   # the uses of the values pending violations are about
+            for eqn in jaxpr.eqns:
+                for v in eqn.invars:
+                    if not is_literal(v) and v in pending:
+                        uses.setdefault(v, []).append(eqn)
         for v, p in pending.items():
             if quiet:
                 continue
@@ -204,7 +215,6 @@ class RefineWalk:
                     del pending[v]
                 elif p is not None and p.kind == "per_example" and eqn.outvars:
                     pending[eqn.outvars[0]] = pending.pop(v)
-        self.steps.append((where, name, ", ".join(str(r) for r in results)))
 
     def _rule(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
               refs: list[Refinement], env: dict[Any, Refinement], side: Side,
@@ -213,9 +223,6 @@ class RefineWalk:
         shapes = [shape_of(v) for v in eqn.invars]
         out_shape = shape_of(eqn.outvars[0]) if eqn.outvars else ()
         op = name
-        p = eqn.params
-        subs = _compat.sub_jaxprs(eqn)
-
         if name in _surface.AXIS_PRIMITIVES:
             if _surface.AXIS_PRIMITIVES[name] == "psum":
                 # a psum of a Shard over its axis (SPMD108) is reported for gradients only:
@@ -226,12 +233,60 @@ class RefineWalk:
                         Refinement.of({a: k for a, k in r.items
                                        if not (a in axes and isinstance(k, Shard))}, r.data)
                         for v, r in zip(eqn.invars, refs, strict=True)]
-            return self._collective(eqn, name, ins, outs, refs, shapes)
-        if name == "axis_index":
-            return [_rs.axis_index(eqn_axes(eqn))]
+            return self._pure(eqn, name, ins, outs, refs, shapes, out_shape)
+        if name in _PURE or _surface.PRIMITIVE_REFINE.get(name, (None,))[0] in ("reduction", "along"):
+            return self._pure(eqn, name, ins, outs, refs, shapes, out_shape)
         kind, rule = _surface.PRIMITIVE_REFINE.get(name, (None, name))
         if kind == "elementwise":
             return [self._elementwise(eqn, name, ins, out, refs, shapes, out_shape, side, op)]
+        if name == "cond":
+            return self._cond(eqn, ins, outs, refs, where, quiet, pending)
+        if name == "while":
+            return self._while(eqn, ins, outs, refs, where, quiet, pending)
+        if name == "scan":
+            return self._scan(eqn, outs, refs, shapes, where, quiet, pending)
+        if name == "shard_map":
+            return None
+        subs = _compat.sub_jaxprs(eqn)
+        if subs:
+            return self._call(eqn, subs, ins, outs, refs, where, quiet, pending, side)
+        if name not in STRUCTURAL and name not in KNOWN_PLAIN and not quiet:
+            self._opaque(eqn, name, ins, outs, where, pending)
+        return None
+
+    def _pure(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
+              refs: list[Refinement], shapes: list[tuple[int, ...]],
+              out_shape: tuple[int, ...]) -> list[Refinement]:
+        """The rule of an equation whose result depends only on the primitive, its params and
+        its operands' types, refinements and shapes (`_PURE`: collectives, structural ops,
+        reductions): memoized per walk, so a program's repeated layers pay for each distinct
+        equation once. A rule's error is never memoized (raised again at each equation)."""
+        try:
+            key: Any = (name, tuple(eqn.params.items()), tuple(ins), tuple(outs), tuple(refs),
+                        tuple(shapes), out_shape)
+            hash(key)
+        except TypeError:   # a param JAX does not make hashable: no memo
+            key = None
+        if key is not None:
+            got = self.memo.get(key)
+            if got is not None:
+                return list(got)
+        res = self._pure_rule(eqn, name, ins, outs, refs, shapes, out_shape)
+        if key is not None:
+            self.memo[key] = tuple(res)
+        return res
+
+    def _pure_rule(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
+                   refs: list[Refinement], shapes: list[tuple[int, ...]],
+                   out_shape: tuple[int, ...]) -> list[Refinement]:
+        out = outs[0] if outs else SpmdType()
+        op = name
+        p = eqn.params
+        if name in _surface.AXIS_PRIMITIVES:
+            return self._collective(eqn, name, ins, outs, refs, shapes)
+        kind, rule = _surface.PRIMITIVE_REFINE.get(name, (None, name))
+        if name == "axis_index":
+            return [_rs.axis_index(eqn_axes(eqn))]
         if kind == "reduction":
             return [_r.reduction(rule, ins[0], refs[0], out, ndim=len(shapes[0]),
                                  axis=tuple(p.get("axes", ())), op=op)]
@@ -266,9 +321,9 @@ class RefineWalk:
                                  p.get("strides"))
             return [_rs.index(ins[0], refs[0], out, len(shapes[0]), items, len(out_shape))]
         if name == "dynamic_slice":
-            return [self._dynamic_slice(ins, refs, out, shapes, tuple(p["slice_sizes"]))]
+            return [dynamic_slice_ref(ins, refs, out, shapes, tuple(p["slice_sizes"]))]
         if name == "gather":
-            return [self._gather(ins, refs, out, shapes, out_shape, p)]
+            return [gather_ref(ins, refs, out, shapes, out_shape, p)]
         if name == "concatenate":
             args = [Arg(t, r, s) for t, r, s in zip(ins, refs, shapes, strict=True)]
             return [_rs.concatenate(args, out, axis=int(p["dimension"]), out_ndim=len(out_shape),
@@ -277,19 +332,7 @@ class RefineWalk:
             return [pad_ref(ins[0], refs[0], out, shapes[0], p.get("padding_config", ()))]
         if name == "iota":
             return [NONE]
-        if name == "cond":
-            return self._cond(eqn, ins, outs, refs, where, quiet, pending)
-        if name == "while":
-            return self._while(eqn, ins, outs, refs, where, quiet, pending)
-        if name == "scan":
-            return self._scan(eqn, outs, refs, shapes, where, quiet, pending)
-        if name == "shard_map":
-            return None
-        if subs:
-            return self._call(eqn, subs, ins, outs, refs, where, quiet, pending, side)
-        if name not in STRUCTURAL and name not in KNOWN_PLAIN and not quiet:
-            self._opaque(eqn, name, ins, outs, where, pending)
-        return None
+        raise AssertionError(f"{name} is not a pure rule")   # `_PURE` lists the branches above
 
     # ------------------------------------------------------------------ families
 
@@ -332,9 +375,13 @@ class RefineWalk:
             onehot_fill = side.is_zero(eqn.invars[1])
             rule = "where"
         side.after_elementwise(eqn, name)
-        res = _r.elementwise(rule, args, out, op=api_name(name), out_ndim=len(out_shape),
-                             onehot_fill=onehot_fill)
-        res = _r.with_across(res, refs)
+        key = ("elementwise", rule, tuple(args), out, name, len(out_shape), onehot_fill)
+        res = self.memo.get(key)
+        if res is None:   # the rule is pure (see `_pure`); a rule's error is never memoized
+            res = _r.elementwise(rule, args, out, op=api_name(name), out_ndim=len(out_shape),
+                                 onehot_fill=onehot_fill)
+            res = _r.with_across(res, refs)
+            self.memo[key] = res
         share = self._share(name, eqn.invars)
         if share is not None:
             res = _r.with_share(res, ins[share[0]], share[1])
@@ -366,36 +413,6 @@ class RefineWalk:
     def _scalar(self, v: Any) -> object | None:
         value = _compat.literal_value(v)
         return self.scalars.get(v) if value is None and not is_literal(v) else value
-
-    def _dynamic_slice(self, ins: list[Any], refs: list[Refinement], out: SpmdType,
-                       shapes: list[tuple[int, ...]], sizes: tuple[int, ...]) -> Refinement:
-        """A full dim keeps a Shard, a partial slice drops it; slicing a replicated value at
-        an offset made from `axis_index(a)` gives Shard(a) on that dim (rule 1)."""
-        shape = shapes[0]
-        items = ["slice:full" if sz == n else "slice:part" for sz, n in zip(sizes, shape, strict=True)]
-        res = _rs.index(ins[0], refs[0], out, len(shape), items, len(shape)).as_dict()
-        for d, (idx_t, idx_r) in enumerate(zip(ins[1:], refs[1:], strict=False)):
-            if sizes[d] == shape[d] or idx_t is LITERAL:
-                continue
-            for a in out.varying:
-                if _r.kind(idx_t, idx_r, a) is INDEX and _r.kind(ins[0], refs[0], a) in (FIXED, REP):
-                    res[a] = Shard(d - len(shape))
-        return Refinement.of(res, refs[0].data)
-
-    def _gather(self, ins: list[Any], refs: list[Refinement], out: SpmdType,
-                shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], p: Any) -> Refinement:
-        """An array index drops Shards; a replicated value gathered at indices made from
-        `axis_index(a)` (`jnp.take(t, axis_index * n + arange(n))`) is Shard(a) there."""
-        res = _rs.index(ins[0], refs[0], out, len(shapes[0]), ["array"], len(out_shape)).as_dict()
-        dnums = p.get("dimension_numbers")
-        offset = tuple(getattr(dnums, "offset_dims", ()) or ())
-        batch = [d for d in range(len(out_shape)) if d not in offset]
-        if len(batch) == 1 and len(ins) > 1 and ins[1] is not LITERAL:
-            for a in out.varying:
-                if _r.kind(ins[1], refs[1], a) is INDEX \
-                        and _r.kind(ins[0], refs[0], a) in (FIXED, REP):
-                    res[a] = Shard(batch[0] - len(out_shape))
-        return Refinement.of(res, refs[0].data)
 
     def _call(self, eqn: Any, subs: list[Any], ins: list[Any], outs: list[SpmdType],
               refs: list[Refinement], where: Any, quiet: bool,
@@ -567,28 +584,12 @@ def in_refinements(specs: Sequence[Any], avals: Sequence[Any], manual: Sequence[
     return out
 
 
-def walk_refinements(body: Any, in_refs: Sequence[Refinement], axis_sizes: dict[str, int],
-                     report: Report) -> RefineWalk:
-    """Walk the shard_map body jaxpr `body`; every violation goes to `report`."""
-    w = RefineWalk(report, axis_sizes)
-    w.top(body, in_refs)
-    return w
-
-
-def body_jaxpr(closed: Any) -> Any | None:
-    """The shard_map equation of a traced program (its body is `eqn.params["jaxpr"]`)."""
-    for e in closed.jaxpr.eqns:
-        if _compat.primitive_name(e) == "shard_map":
-            return e
-    return None
-
-
-
-
 def check_program(eqn: Any, manual: Sequence[str], mesh: Any, report: Report) -> RefineWalk:
     """Walk the body of the shard_map equation `eqn` with refinements seeded from its in_specs
     (one per flat input); each violation goes to `report(e, where, extra)`."""
     inner = eqn.params["jaxpr"]
     inner = inner.jaxpr if hasattr(inner, "jaxpr") else inner
     refs = in_refinements(list(eqn.params["in_specs"]), [v.aval for v in inner.invars], manual)
-    return walk_refinements(inner, refs, _compat.mesh_axis_sizes(mesh), report)
+    w = RefineWalk(report, _compat.mesh_axis_sizes(mesh))
+    w.top(inner, refs)
+    return w

@@ -30,7 +30,7 @@ import jax
 from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
-from .refine_facts import from_autodiff
+from .refine_facts import ByIdentity, from_autodiff
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: frames in these directories are library code: JAX, jaxlib, spmdtyped, the standard library
@@ -58,16 +58,14 @@ def user_frame(frames: Sequence[tuple[str, int, str]]) -> tuple[str, int] | None
     return _user_frame(frames) if isinstance(frames, tuple) else _scan_user_frame(frames)
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _user_frame(frames: tuple[tuple[str, int, str], ...]) -> tuple[str, int] | None:
-    return _scan_user_frame(frames)
-
-
 def _scan_user_frame(frames: Sequence[tuple[str, int, str]]) -> tuple[str, int] | None:
     for file, line, _fn in frames:
         if not _is_library(file):
             return file, line
     return None
+
+
+_user_frame = ByIdentity(_scan_user_frame)
 
 
 def call_site(frames: Sequence[tuple[str, int, str]], api: str) -> tuple[str, int] | None:

@@ -14,7 +14,6 @@ from jax.sharding import NamedSharding, PartitionSpec
 from .. import _compat, _rules, _surface, _validate
 from .._boundary.shard_map import check_in_structure, check_mesh_specs, check_outputs, is_spec_leaf
 from .._engine.check import check_shard_map, in_program_order, refine_into, shard_map_eqn
-from .._engine.refine_walk import body_jaxpr
 from .._engine.walk import Step, Walk, exception_source, function_source, located
 from .._errors import SpmdTypeError
 from .._errors.jax_messages import translate
@@ -258,7 +257,7 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
             # the refinement walk still sees every equation when only the outputs failed
             refined = _trace_discarding_outputs(f, sds, mesh=mesh, in_specs=in_specs,
                                                axis_names=axis_names)
-            eqn = body_jaxpr(refined) if refined is not None else None
+            eqn = shard_map_eqn(refined) if refined is not None else None
             if eqn is not None:
                 extra = Walk(record_steps=False)
                 refine_into(extra, eqn, manual, mesh)

@@ -88,7 +88,8 @@ class Refinement:
 
     def restrict(self, varying: Iterable[str]) -> Refinement:
         keep = frozenset(varying)
-        return dataclasses.replace(self, items=tuple((a, k) for a, k in self.items if a in keep))
+        items = tuple((a, k) for a, k in self.items if a in keep)
+        return self if len(items) == len(self.items) else dataclasses.replace(self, items=items)
 
     def with_data(self, data: bool) -> Refinement:
         return self if data == self.data else dataclasses.replace(self, data=data)
