@@ -2,7 +2,9 @@
 jax.lax inside the modules, typed hints only at the `st.shard_map` step, optax.adamw), under
 `eqx.filter_value_and_grad` and `jax.value_and_grad` (issue 27): the three mistakes of
 tests/_llama.py are each caught by st.shard_map at the mistake's line with the right fix, and
-the correct model trains equal to a single-device run."""
+the correct model trains equal to a single-device run. The same step with no spmdtyped in it
+(`jax.shard_map`, `eqx.filter_value_and_grad`) under `st.adapters.checking(step)` and the
+drop-in `typed_shard_map`: the same codes at the same lines, the same numbers as JAX."""
 
 from __future__ import annotations
 
@@ -159,3 +161,64 @@ def test_correct_model_trains_equal_to_one_device(grad):
            "g_out": model.g_out}
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# The same model and step with no spmdtyped in them: `jax.shard_map` checked by
+# `st.adapters.checking(step)` (nothing edited) and `st.adapters.typed_shard_map` (the drop-in).
+# One engine: each mistake is caught at the same line with the same code as in st.shard_map.
+
+def raw_body(mistake: str | None):
+    def step(model, state, x, y):
+        def loss_fn(m):
+            return jax.lax.pmean(L.loss_of(m(x), y), "dp")
+
+        loss, grads = eqx.filter_value_and_grad(loss_fn)(model)
+        if mistake == "pmean_reduced_grads":
+            grads = jax.tree.map(lambda g: jax.lax.pmean(g, "dp"), grads)  # MISTAKE: raw_pmean
+        updates, state = OPT.update(grads, state, model)
+        return eqx.apply_updates(model, updates), state, loss
+
+    return step
+
+
+def make_raw_step(face: str, mistake: str | None, sspecs):
+    shard_map = {"checking": jax.shard_map, "typed_shard_map": st.adapters.typed_shard_map,
+                 "jax": jax.shard_map}[face]
+    program = jax.jit(shard_map(raw_body(mistake), mesh=mesh,
+                                in_specs=(SPECS, sspecs, P("dp"), P("dp")),
+                                out_specs=(SPECS, sspecs, P())))
+    return st.adapters.checking(program) if face == "checking" else program
+
+
+RAW_PMEAN_LINE = L.line_in(__file__, "raw_pmean")
+
+
+@pytest.mark.parametrize("face", ["checking", "typed_shard_map"])
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_raw_step_mistake_caught_at_its_line(mistake, face):
+    code, line, fix = MISTAKES[mistake]
+    if mistake == "pmean_reduced_grads":
+        line = lambda: RAW_PMEAN_LINE  # noqa: E731
+    L.CONFIG["MISTAKE"] = None if mistake == "pmean_reduced_grads" else mistake
+    model, state, x, y = _inputs()
+    step = make_raw_step(face, mistake, state_specs(state))
+    with pytest.raises(st.SpmdTypeError) as ei:
+        step(model, state, x, y)
+    e = ei.value
+    assert (e.code, e.line) == (code, line()), str(e)
+    assert fix in (e.fix or ""), e.fix
+
+
+@pytest.mark.parametrize("face", ["checking", "typed_shard_map"])
+def test_raw_correct_step_trains_as_jax_shard_map(face):
+    model, state, x, y = _inputs()
+    sspecs = state_specs(state)
+    checked, raw = make_raw_step(face, None, sspecs), make_raw_step("jax", None, sspecs)
+    got = want = (model, state)
+    for _ in range(2):
+        *got, loss_got = checked(*got, x, y)
+        *want, loss_want = raw(*want, x, y)
+        np.testing.assert_array_equal(np.asarray(loss_got), np.asarray(loss_want))
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

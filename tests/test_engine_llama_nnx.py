@@ -1,7 +1,9 @@
 """The Llama-style decoder of tests/_llama.py as a flax nnx module (jnp / jax.nn / jax.lax
 inside, typed hints only at the `st.shard_map` step, optax.adamw), under `nnx.value_and_grad`
 and `jax.value_and_grad` (issue 27): the three mistakes are each caught by st.shard_map at the
-mistake's line with the right fix, and the correct model trains equal to a single-device run."""
+mistake's line with the right fix, and the correct model trains equal to a single-device run.
+The same step with no spmdtyped in it under `st.adapters.checking(step)` and the drop-in
+`typed_shard_map`: the same codes at the same lines, the same numbers as JAX."""
 
 from __future__ import annotations
 
@@ -83,7 +85,7 @@ def _tp():
         yield
 
 
-def _setup(grad, mistake):
+def _setup(grad, mistake, build=None):
     graphdef, params = nnx.split(Decoder(L.init_params()), nnx.Param)
     specs = jax.tree_util.tree_map_with_path(spec_of, params)
     params = put(params, specs)
@@ -92,7 +94,7 @@ def _setup(grad, mistake):
                                    transform_non_params=lambda _: P(),
                                    is_leaf=lambda x: isinstance(x, P))
     x, y = L.batch()
-    return (make_step(graphdef, grad, mistake, specs, sspecs),
+    return ((build or make_step)(graphdef, grad, mistake, specs, sspecs),
             (params, state, put(x, P("dp")), put(y, P("dp"))))
 
 
@@ -136,3 +138,55 @@ def test_correct_model_trains_equal_to_one_device(grad):
     np.testing.assert_allclose(losses, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(params["embed"][...]), np.asarray(ref["embed"]),
                                rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# The same model and step with no spmdtyped in them (`nnx.value_and_grad`), under
+# `st.adapters.checking(step)` and the drop-in `st.adapters.typed_shard_map`: each mistake at the
+# same line with the same code as in st.shard_map (one engine).
+
+def make_raw_step(graphdef, face: str, mistake: str | None, specs, sspecs):
+    def step(params, state, x, y):
+        def loss_fn(m):
+            return jax.lax.pmean(L.loss_of(m(x), y), "dp")
+
+        loss, grads = nnx.value_and_grad(loss_fn)(nnx.merge(graphdef, params))
+        if mistake == "pmean_reduced_grads":
+            grads = jax.tree.map(lambda g: jax.lax.pmean(g, "dp"), grads)  # MISTAKE: raw_pmean
+        updates, state = OPT.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    shard_map = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
+    program = jax.jit(shard_map(step, mesh=mesh, in_specs=(specs, sspecs, P("dp"), P("dp")),
+                                out_specs=(specs, sspecs, P())))
+    return st.adapters.checking(program) if face == "checking" else program
+
+
+RAW_PMEAN_LINE = L.line_in(__file__, "raw_pmean")
+
+
+@pytest.mark.parametrize("face", ["checking", "typed_shard_map"])
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_raw_step_mistake_caught_at_its_line(mistake, face):
+    code, line, fix = MISTAKES[mistake]
+    if mistake == "pmean_reduced_grads":
+        line = lambda: RAW_PMEAN_LINE  # noqa: E731
+    L.CONFIG["MISTAKE"] = None if mistake == "pmean_reduced_grads" else mistake
+    step, args = _setup(face, mistake, build=make_raw_step)
+    with pytest.raises(st.SpmdTypeError) as ei:
+        step(*args)
+    e = ei.value
+    assert (e.code, e.line) == (code, line()), str(e)
+    assert fix in (e.fix or ""), e.fix
+
+
+def test_raw_correct_step_under_checking_runs_as_jax_shard_map():
+    step, (params, state, x, y) = _setup("checking", None, build=make_raw_step)
+    raw, _ = _setup("jax", None, build=make_raw_step)
+    got = want = (params, state)
+    for _ in range(2):
+        *got, loss_got = step(*got, x, y)
+        *want, loss_want = raw(*want, x, y)
+        np.testing.assert_array_equal(np.asarray(loss_got), np.asarray(loss_want))
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

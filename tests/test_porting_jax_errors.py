@@ -140,7 +140,9 @@ OUT_SPEC_BUGS = {
 
 def test_checking_places_a_boundary_error_at_the_body_while_gc_callbacks_run(mesh, x):
     """A gc callback runs wherever an allocation triggers a collection, JAX's frames included
-    (hypothesis installs one): it is not the body JAX called (CI, stop 23)."""
+    (hypothesis installs one): the boundary error is still at the body's `def` (CI, stop 23:
+    a profile hook then took the callback for the body; the rejected call is now read from
+    JAX's frame, `_tracebacks.shard_map_call`)."""
     import gc
 
     def on_gc(phase, info):

@@ -1,16 +1,16 @@
 """What a traceback says about the program JAX was tracing when it raised (the error paths of
 the porting tools): the `jax.lax` collective an error was raised in (jax 0.10's bare
 AssertionError for an axis the mesh lacks), the mesh of the shard_map around it, and which
-shard_map body JAX rejected. Frames of JAX's modules are read by file and function name
-(jax/_src/lax/parallel.py, jax/_src/shard_map.py; the same in jax 0.10 and 0.12) and their
-locals by the public parameter names and types (`axis_name`, a `Mesh`); nothing is replaced.
+shard_map call JAX rejected (its function, mesh, specs and arguments). Frames of JAX's modules
+are read by file and function name (jax/_src/lax/parallel.py, jax/_src/shard_map.py; the same
+in jax 0.10 and 0.12) and their locals by the public parameter names and types (`axis_name`,
+a `Mesh`, `jax.shard_map`'s own parameter names); nothing is replaced.
 """
 
 from __future__ import annotations
 
-import gc
+import dataclasses
 import os
-import sys
 from typing import Any
 
 import jax
@@ -45,39 +45,30 @@ def traceback_mesh(exc: BaseException) -> Any:
     return found
 
 
-def shard_map_bodies(thunk: Any) -> list[tuple[str, int]]:
-    """Run `thunk` (which raises): the `(file, def line)` of each shard_map body JAX called, in
-    order, seen by a profile hook of this thread set for the call only, below JAX's `f_wrapped`
-    (jax/_src/shard_map.py, 0.10 and 0.12). For an error path: which body JAX rejected."""
-    jax_dir = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
-    here = os.path.join(jax_dir, "_src", "shard_map.py")
-    lib = (jax_dir, os.path.dirname(os.path.abspath(os.__file__)) + os.sep)
-    seen: list[tuple[str, int]] = []
-    # code Python runs wherever an allocation or a release happens, not called by JAX: a gc
-    # callback (hypothesis installs one) or a finalizer
-    interrupts = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+@dataclasses.dataclass(frozen=True)
+class ShardMapCall:
+    """A `jax.shard_map(f, ...)(*args)` call as JAX's frame holds it (its `wrapped`)."""
 
-    def passes(code: Any) -> bool:   # JAX's, the standard library's or generated code
-        return code.co_filename.startswith("<") or os.path.abspath(code.co_filename).startswith(lib)
+    f: Any
+    mesh: Any
+    in_specs: Any
+    out_specs: Any
+    axis_names: Any
+    args: tuple[Any, ...]
 
-    def hook(frame: Any, event: str, _arg: Any) -> None:
-        if event != "call" or passes(frame.f_code) or frame.f_code in interrupts \
-                or frame.f_code.co_name == "__del__":
-            return
-        back = frame.f_back
-        while back is not None and passes(back.f_code):
-            if back.f_code.co_name == "f_wrapped" and \
-                    os.path.abspath(back.f_code.co_filename) == here:
-                seen.append((frame.f_code.co_filename, frame.f_code.co_firstlineno))
-                return
-            back = back.f_back
 
-    old = sys.getprofile()
-    sys.setprofile(hook)
-    try:
-        thunk()
-    except Exception:  # noqa: BLE001, S110 - the error is the caller's; only the bodies matter
-        pass
-    finally:
-        sys.setprofile(old)
-    return seen
+def shard_map_call(exc: BaseException) -> ShardMapCall | None:
+    """The innermost shard_map call `exc` was raised in, read from the locals of the
+    `wrapped` function of jax/_src/shard_map.py in its traceback (0.10 and 0.12; catch the
+    exception inside the traced function, before JAX filters its traceback); None if none."""
+    here = os.path.join(os.path.dirname(os.path.abspath(jax.__file__)), "_src", "shard_map.py")
+    found, tb = None, exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        loc = frame.f_locals
+        if frame.f_code.co_name == "wrapped" and os.path.abspath(frame.f_code.co_filename) == here \
+                and all(k in loc for k in ("f", "mesh", "in_specs", "out_specs", "args")):
+            found = ShardMapCall(loc["f"], loc["mesh"], loc["in_specs"], loc["out_specs"],
+                                 loc.get("axis_names", frozenset()), tuple(loc["args"]))
+        tb = tb.tb_next
+    return found

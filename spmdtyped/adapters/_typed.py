@@ -45,7 +45,7 @@ from ._conventions import (
     signature_key,
 )
 from ._infer import run_infer, unknown_axis
-from ._tracebacks import shard_map_bodies, traceback_mesh
+from ._tracebacks import ShardMapCall, shard_map_call, traceback_mesh
 
 
 def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
@@ -212,6 +212,8 @@ def checking(fn: Callable[..., Any] | None = None, /) -> Any:
 def _traced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """`fn`'s program, traced on its array arguments (the others closed over); None when it
     cannot be traced (a step that only runs eagerly): it then runs unchecked."""
+    rejected: list[ShardMapCall] = []   # the shard_map call JAX's error was raised in
+
     def call(tree: Any) -> Any:
         a, kw = tree
         try:
@@ -219,6 +221,9 @@ def _traced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
         except SpmdTypeError:
             raise
         except Exception as e:  # an axis the mesh lacks in a raw collective: SPMD501
+            got = shard_map_call(e)
+            if got is not None:
+                rejected.append(got)
             mesh = traceback_mesh(e)
             unknown = None if mesh is None else unknown_axis(
                 e, mesh, _compat.mesh_axis_names(mesh))
@@ -236,13 +241,30 @@ def _traced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
         found = translate(e, "checking()")
         if found is None:
             return None
-        if found.code.startswith("SPMD4"):
-            # a boundary error (an output against its out_spec): at the `def` of the body
-            # JAX traced last, found by tracing again (this error path only)
-            bodies = shard_map_bodies(lambda: jax.make_jaxpr(on_arrays)(*leaves))
-            if bodies:
-                found = located(found, bodies[-1])
+        if found.code.startswith("SPMD4") and rejected:
+            # a boundary error (an output against its out_spec): the rejected shard_map
+            # traced again as `typed_shard_map` does (`run_infer`: its outputs checked by the
+            # engine), for the first violation in program order, the cause (the psum missing
+            # after a row-parallel projection) rather than its symptom at the boundary
+            found = _first_violation(rejected[-1], found)
         raise found from e
+
+
+def _first_violation(c: ShardMapCall, boundary: SpmdTypeError) -> SpmdTypeError:
+    """The first violation of the rejected shard_map call `c` in program order; else JAX's
+    boundary error `boundary`, at the `def` of the body."""
+    fallback = located(boundary, function_source(c.f)) \
+        if getattr(boundary, "source", None) is None else boundary
+    if c.in_specs is _compat.INFER:
+        return fallback
+    try:
+        rep = run_infer(c.f, c.args, mesh=c.mesh, in_specs=c.in_specs, out_specs=c.out_specs,
+                        axis_names=set(c.axis_names or ()), where="checking()")
+    except SpmdTypeError as e:
+        return e
+    except Exception:  # noqa: BLE001 - the second trace fails too: JAX's error stands
+        return fallback
+    return rep.violations[0] if rep.violations else fallback
 
 
 @contextlib.contextmanager
