@@ -1,5 +1,6 @@
-"""Trace + lower time, typed / raw: `examples/transformer.py` with `layers=32` (dp=2 x tp=4),
-forward and backward, `jax.jit(...).lower(*inputs)`.
+"""Trace + lower time, typed / raw: `examples/transformer.py` with `layers=32` and 128 (dp=2 x
+tp=4), forward and backward, `jax.jit(...).lower(*inputs)`; and the engine's check alone
+(`walk_cost`: per equation, and as a share of one raw trace + lower).
 
 Each measurement lowers a program built fresh by `programs(mesh, layers=...)` (untimed), so
 no jit cache has seen it; JAX's own per-primitive caches are warm for both after one warm-up
@@ -81,6 +82,33 @@ def profile(layers: int = 32) -> tuple[float, float]:
     return calls[0] / calls[1], own / total
 
 
+def walk_cost(layers: int = 32, rounds: int = 5) -> tuple[int, float, float]:
+    """The engine's share, measured alone: `(equations, seconds, raw trace + lower seconds)`:
+    the check of the typed program's staged shard_map (`_engine.check.check_staged`: the
+    four-state walk, the boundary and the refinement walk, as every face runs it; minimum over
+    `rounds` checks of the same traced program, thread CPU) next to one raw lowering."""
+    import jax
+
+    from spmdtyped._engine import check as engine
+
+    m = import_example("transformer")
+    mesh = m.make_mesh()
+    args = m.make_inputs(mesh, layers=layers)
+    closed = jax.make_jaxpr(m.programs(mesh, layers=layers)[0])(*args)
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.thread_time()
+        engine.check_staged(closed, where="bench")
+        best = min(best, time.thread_time() - t0)
+    raw = m.programs(mesh, layers=layers)[1]
+    t0 = time.thread_time()
+    raw.lower(*args)
+    raw_s = time.thread_time() - t0
+    n = sum(len(getattr(e.params["jaxpr"], "jaxpr", e.params["jaxpr"]).eqns)
+            for e in engine.staged_shard_maps(closed))
+    return n, best, raw_s
+
+
 if __name__ == "__main__":
     import os
     import sys
@@ -100,3 +128,6 @@ if __name__ == "__main__":
     big = run(layers=128, rounds=max(2, rounds // 3), check_off_rounds=1)
     print(f"128 layers, engine on: cpu typed/raw {big.cpu.ratio:.3f}  "
           f"typed min {min(big.cpu.a):.3f}s raw min {min(big.cpu.b):.3f}s  {big.cpu.spread()}")
+    n, walk_s, raw_s = walk_cost(32)
+    print(f"engine alone, 32 layers: {n} equations, {walk_s * 1e3:.1f} ms "
+          f"({walk_s / n * 1e6:.1f} us per equation; {walk_s / raw_s:.1%} of one raw trace + lower)")
