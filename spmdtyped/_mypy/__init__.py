@@ -9,6 +9,8 @@ full names to. None imports JAX: the rules come from `spmdtyped._rules`.
 - `codes`: one mypy `ErrorCode` per registry entry; reporting an `SpmdTypeError`; hook guards.
 - `convert`: mypy types <-> `_rules.SpmdType` operands; literal axis and argument reading.
 - `hints`: `Varying["dp"]` & co. (type-analyze hook), bare strings, axis vocabulary, aliases.
+- `meshes`: the axis names of the module's `jax.make_mesh` / `Mesh` calls (SPMD501 for
+  another axis in a hint or a collective).
 - `collectives`: `st.psum` & co.
 - `operators`: operators, array methods and properties, `x[idx]`, `x.at[idx].op(v)`, `abs`.
 - `functions`: `st.numpy` / `st.nn` functions and constructors.
