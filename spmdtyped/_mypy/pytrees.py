@@ -12,8 +12,9 @@ a dataclass or a NamedTuple say, and the leaves of a tree's static type.
 - **Leaves** (`leaves`): the types of the array leaves of a static type: a typed value, a
   `jax.Array`, a tuple / NamedTuple / list / dict / `Sequence` / `Mapping` of them, an
   `Optional`, a flax `Variable` (`nnx.Param[Varying["tp"]]`) and the fields of the classes above
-  (nested). Fields of other types (ints, dtypes, callables: static in equinox) are not array
-  leaves.
+  (nested; a dataclass is taken to be registered as a pytree, `jax.tree_util.register_dataclass`,
+  which mypy cannot see once the class comes from the cache). Fields of other types (ints,
+  dtypes, callables: static in equinox) are not array leaves.
 - **`jax.tree.map(f, tree, *rest)`** (and `jax.tree_util.tree_map`, the `_with_path` forms:
   `tree_map_signature`, `tree_map`): a `lambda` `f` takes the union of each tree's leaf types, so
   its body is checked (`jax.tree.map(lambda g: st.pmean(g, "dp"), grads)`); the result is the
@@ -204,7 +205,9 @@ def tree_map_signature(ctx: FunctionSigContext, lead: int) -> FunctionLike:
                        named(ctx.api, "builtins.function", []))
     # the first tree keeps its own type as its context (a `{"w": w}` display is `dict[Any, Any]`
     # in JAX's `Any` context: the result's structure is read from it)
-    formals = {f: fun, tree: types[0]}
+    formals: dict[int, Type] = {f: fun}
+    if leaf_types[0] is not None:
+        formals[tree] = types[0]
     return sig.copy_modified(arg_types=[formals.get(i, t) for i, t in enumerate(sig.arg_types)])
 
 

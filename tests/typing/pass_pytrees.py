@@ -44,6 +44,7 @@ class Dense(nnx.Module):
         return x @ self.w + self.b.value
 
 
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class Adam:
     mu: Varying["tp"]
