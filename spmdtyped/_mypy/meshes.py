@@ -1,6 +1,6 @@
 """The mesh axis names a module declares: every `jax.make_mesh(shape, ("dp", "tp"))` /
-`jax.sharding.Mesh(devices, ("dp", "tp"))` call in it (at any depth: a `run()` function, a
-`with jax.set_mesh(jax.make_mesh(...))`), when each names its axes as string literals.
+`jax.sharding.Mesh(devices, ("dp", "tp"))` call in it (in any statement at any depth: a `run()` function,
+a `with jax.set_mesh(jax.make_mesh(...))`, an argument of a call), when each names its axes as string literals.
 
 With them, an axis a hint or a collective names that no mesh of the module has is SPMD501
 (`spmd-unknown-axis`, `_rules.check_axes_known`: the closest axis suggested) where it is
@@ -49,12 +49,14 @@ def _callee_name(call: CallExpr) -> str | None:
 
 
 class _Collect:
-    """Walks a module's statements and expressions for mesh calls (no mypy visitor: the
-    plugin reads only the attributes it needs, in every node that has them)."""
+    """Walks a module's statements, and the calls in their expressions, for mesh calls (no mypy
+    visitor: the plugin reads only the attributes it needs, in every node that has them)."""
 
-    _CHILDREN: Final = ("defs", "body", "else_body", "finally_body", "handlers", "func", "expr",
-                        "rvalue", "callee", "args", "items", "index", "left", "right", "operands",
-                        "cond", "if_expr", "else_expr", "target", "decorators")
+    #: where statements hold statements and expressions (blocks, bodies, handlers, decorators)
+    _STATEMENT: Final = ("defs", "body", "else_body", "finally_body", "handlers", "func", "expr",
+                         "rvalue", "decorators")
+    #: where an expression holds the calls followed (`jax.set_mesh(jax.make_mesh(...))`)
+    _CALL: Final = ("args", "callee")
 
     def __init__(self) -> None:
         self.axes: set[str] = set()
@@ -68,13 +70,20 @@ class _Collect:
             for n in node:
                 self.visit(n, depth + 1)
             return
-        if not isinstance(node, Node):
-            return
         if isinstance(node, CallExpr):
             name = _callee_name(node)
             if name in _MESH_CALLS:
                 self._mesh(node, *_MESH_CALLS[name])
-        for attr in self._CHILDREN:
+            children: tuple[str, ...] = self._CALL
+        elif isinstance(node, Expression):
+            if not isinstance(node, MemberExpr):
+                return  # an operator, a literal, a name: no mesh call followed inside
+            children = ("expr",)  # `jax.make_mesh(...).shape`
+        elif isinstance(node, Node):
+            children = self._STATEMENT
+        else:
+            return
+        for attr in children:
             child = getattr(node, attr, None)
             if child is not None and child is not node:
                 self.visit(child, depth + 1)
