@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from mypy.nodes import CallExpr, Decorator, RefExpr
+from mypy.nodes import CallExpr, Decorator, RefExpr, TypeInfo
 from mypy.options import Options
 from mypy.plugin import (
     AnalyzeTypeContext,
@@ -133,6 +133,8 @@ class SpmdPlugin(Plugin):
                 functools.partial(_feature("boundary").analyze, feature="shard_map")))
         if fullname in names.CUSTOM_OP:
             return guarded(_feature("custom").custom_op_instance)
+        if fullname in names.TREE_MAPS:
+            return guarded(functools.partial(_feature("pytrees").tree_map, lead=names.TREE_MAPS[fullname]))
         return None
 
     def _node(self, fullname: str) -> Any:
@@ -155,6 +157,13 @@ class SpmdPlugin(Plugin):
             return p
         return None
 
+    def _pytree_class(self, fullname: str) -> bool:
+        """Whether a user name is a dataclass, `eqx.Module`, NamedTuple or nnx Module."""
+        if fullname.startswith(_NOT_USER) or "." not in fullname:
+            return False
+        node = self._node(fullname)
+        return isinstance(node, TypeInfo) and _feature("pytrees").is_pytree_class(node)  # type: ignore[no-any-return]
+
     def _custom_op(self, fullname: str) -> custom.Decl | None:
         """The declaration of a function decorated with `@st.custom_op(...)`."""
         if "." not in fullname or fullname.startswith(("builtins.", "typing", "jax", "numpy.")):
@@ -173,6 +182,11 @@ class SpmdPlugin(Plugin):
         if fullname in names.CONTROL:
             return guarded_sig(functools.partial(_feature("control").signature,
                                                  name=names.CONTROL[fullname]))
+        if fullname in names.TREE_MAPS:
+            return guarded_sig(functools.partial(_feature("pytrees").tree_map_signature,
+                                                 lead=names.TREE_MAPS[fullname]))
+        if self._pytree_class(fullname):  # its state-hinted fields also take global arrays
+            return guarded_sig(_feature("pytrees").constructor)
         # a name of the static tables is spmdtyped's own API, never a declared custom op
         if self._table("function", fullname, self._function_table) is None \
                 and self._custom_op(fullname) is not None:

@@ -203,3 +203,68 @@ def test_shard_hints_that_give_no_layout_are_spmd402(mesh_dp_tp):
     assert info.value.code == "SPMD402"
     with pytest.raises(st.BoundaryError, match=r"shards dim 0 over \['dp', 'tp'\]"):
         st.shard_map(two_axes_one_dim, mesh=mesh_dp_tp)(x)
+
+
+# ------------------------------------------------- the program mypy checks (tests/typing)
+
+
+def _typing_program(name: str):
+    """`tests/typing/<name>.py` imported as a module (the files mypy with the plugin checks)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "typing" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_typing_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module      # the dataclass of the file resolves its own module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_pytree_program_mypy_accepts_equals_the_reference(mesh_dp_tp):
+    """tests/typing/pass_pytrees.py's equinox MLP (state-hinted fields, built from global arrays
+    and as its own spec tree with no `type: ignore`): `jax.value_and_grad` of the module and the
+    update by `jax.tree.map` over the gradients, under `st.shard_map` on dp x tp, equal a
+    single-device run (loss, gradients, updated parameters)."""
+    prog = _typing_program("pass_pytrees")
+    model, specs, *_ = prog.build(jax.random.key(5))
+    model = eqx.tree_at(lambda m: m.b, model, jnp.linspace(-1.0, 1.0, 4))
+    x = jax.random.normal(jax.random.key(6), (8, 4))
+
+    @jax.jit
+    @st.shard_map(mesh=mesh_dp_tp, in_specs=(specs, P("dp")), out_specs=(specs, specs, P()))
+    def run(m, xs):
+        loss, grads = prog.step_jax(m, xs)
+        return prog.step(m, xs), grads, loss
+
+    new, grads, loss = run(_place(mesh_dp_tp, model, specs), put(mesh_dp_tp, x, P("dp")))
+
+    def ref_loss(m):
+        return jnp.mean((jnp.tanh(x @ m.w1) @ m.w2 + m.b) ** 2)
+
+    ref, ref_grads = jax.value_and_grad(ref_loss)(model)
+    ref_new = jax.tree.map(lambda p, g: p - 0.1 * (0.5 * g), model, ref_grads)
+    np.testing.assert_allclose(float(loss), float(ref), rtol=1e-5)
+    for got, want in ((grads, ref_grads), (new, ref_new)):
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    assert float(jnp.abs(ref_grads.b).sum()) > 0     # the bias has a gradient to compare
+
+
+def test_the_tree_map_mistake_mypy_reports_is_the_runtime_s_spmd103(mesh_dp_tp):
+    """fail_pytrees.py's `jax.tree.map(lambda g: st.pmean(g, "dp"), grads)` (mypy:
+    spmd-invariant-operand at its line): the gradients of a pmean'd loss are already
+    Invariant over dp, and the runtime refuses the second reduction with the same code."""
+    prog = _typing_program("pass_pytrees")
+    model, specs, *_ = prog.build(jax.random.key(5))
+
+    @st.shard_map(mesh=mesh_dp_tp, in_specs=(specs, P("dp")), out_specs=specs)
+    def twice(m, xs):
+        _, grads = prog.step_jax(m, xs)
+        return jax.tree.map(lambda g: st.pmean(g, "dp"), grads)
+
+    with pytest.raises(st.SpmdTypeError, match="st.pmean over 'dp'") as info:
+        twice(_place(mesh_dp_tp, model, specs), put(mesh_dp_tp, _x(), P("dp")))
+    assert info.value.code == "SPMD103"

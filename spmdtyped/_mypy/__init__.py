@@ -9,6 +9,8 @@ full names to. None imports JAX: the rules come from `spmdtyped._rules`.
 - `codes`: one mypy `ErrorCode` per registry entry; reporting an `SpmdTypeError`; hook guards.
 - `convert`: mypy types <-> `_rules.SpmdType` operands; literal axis and argument reading.
 - `hints`: `Varying["dp"]` & co. (type-analyze hook), bare strings, axis vocabulary, aliases.
+- `meshes`: the axis names of the module's `jax.make_mesh` / `Mesh` calls (SPMD501 for
+  another axis in a hint or a collective).
 - `collectives`: `st.psum` & co.
 - `operators`: operators, array methods and properties, `x[idx]`, `x.at[idx].op(v)`, `abs`.
 - `functions`: `st.numpy` / `st.nn` functions and constructors.
@@ -20,6 +22,10 @@ full names to. None imports JAX: the rules come from `spmdtyped._rules`.
   `roll`'s shift, `softmax`'s where, ...), read from literal arguments.
 - `custom`: `st.custom_op` / `st.opaque` declarations (decorator and call forms).
 - `wrappers`: calls through `jax.jit(f)` and `functools.partial(f, ...)` analysed as `f`'s.
-- `autodiff`: `st.grad`, `st.value_and_grad`, `st.vjp`.
+- `autodiff`: `st.grad`, `st.value_and_grad`, `st.vjp` (and `jax.grad` / `jax.value_and_grad`
+  of a typed loss).
 - `control`: `st.fori_loop`, `while_loop`, `scan`, `cond`, `switch`.
+- `pytrees`: pytree classes (equinox / flax nnx modules, dataclasses, NamedTuples): their
+  constructors take global arrays for state-hinted fields, their leaves, their gradients;
+  `jax.tree.map` lambdas typed from the trees' leaves.
 """

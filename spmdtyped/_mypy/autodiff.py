@@ -39,7 +39,7 @@ from mypy.types import (
 from .. import _rules
 from .._errors import SpmdTypeError
 from .._rules import SpmdType
-from . import names, refined
+from . import names, pytrees, refined
 from .codes import report
 from .convert import (
     SARRAY,
@@ -94,7 +94,7 @@ def cotangent_of(api: Any, t: Type) -> Type | None:
     if isinstance(p, Instance) and p.type.fullname in _CONTAINERS and p.args:
         leaf = cotangent_of(api, p.args[-1])
         return None if leaf is None else p.copy_modified(args=[*p.args[:-1], leaf])
-    return None
+    return pytrees.class_cotangent(p)
 
 
 def _cotangent_slots() -> tuple[int, int, int]:
@@ -151,19 +151,22 @@ class _Generic:
                 return None
             return (p.copy_modified(args=[*p.args[:-1], leaf[0]]),
                     p.copy_modified(args=[*p.args[:-1], leaf[1]]))
-        return None
+        own = pytrees.class_cotangent(p)  # a module / dataclass: its fields' hints (no generics)
+        return None if own is None else (p, own)
 
 
-def _grad_name(name: str, fun: str | None, nums: int | tuple[int, ...], has_aux: bool) -> str:
+def _grad_name(op: str, fun: str | None, nums: int | tuple[int, ...], has_aux: bool) -> str:
     """The name mypy prints for the function `st.grad(f, ...)` returns (messages only)."""
     fun = fun if fun and fun.isidentifier() else "fun"
-    return (f"st.{name}({fun}" + (f", argnums={nums!r}" if nums != 0 else "")
+    return (f"{op}({fun}" + (f", argnums={nums!r}" if nums != 0 else "")
             + (", has_aux=True" if has_aux else "") + ")")
 
 
 def _grad(ctx: FunctionContext, name: str) -> Type:
-    """`st.grad(f, argnums, has_aux)` / `st.value_and_grad(...)`: see the module docstring."""
-    op = f"st.{name}"
+    """`st.grad(f, argnums, has_aux)` / `st.value_and_grad(...)`: see the module docstring;
+    `jax.grad` / `jax.value_and_grad` (`name` "jax.grad", ...) the same where the loss is typed."""
+    op = name if "." in name else f"st.{name}"
+    jax_form, name = "." in name, name.rpartition(".")[2]
     default = ctx.default_return_type
     fun, nums_arg, aux_arg = arg(ctx, "fun"), arg(ctx, "argnums"), arg(ctx, "has_aux")
     ft = get_proper_type(fun[1]) if fun else None
@@ -179,13 +182,15 @@ def _grad(ctx: FunctionContext, name: str) -> Type:
             return default
         loss_t, aux_t = items
     loss = to_operand(loss_t)
+    if jax_form and not isinstance(loss, SpmdType):
+        return default  # a raw or unknown loss: JAX's own `jax.grad`
     if isinstance(loss, SpmdType):
         try:
             _rules.grad_loss_type(loss, op=op)
         except SpmdTypeError as err:
             report(ctx.api, err, ctx.context)
             return default
-    fname = _grad_name(name, ft.name, nums, has_aux)
+    fname = _grad_name(op, ft.name, nums, has_aux)
     generic = _Generic(ctx.api, f"spmdtyped.{fname}")
     params = list(ft.arg_types)
     grads: list[Type] = []
@@ -254,7 +259,8 @@ def _vmap(ctx: FunctionContext) -> Type:
         return default
     g_expr, g_t = ctx.args[0][0], get_proper_type(ctx.arg_types[0][0])
     if not (isinstance(g_expr, CallExpr) and isinstance(g_expr.callee, RefExpr)
-            and FULLNAMES.get(g_expr.callee.fullname) in ("grad", "value_and_grad")
+            and FULLNAMES.get(g_expr.callee.fullname) in ("grad", "value_and_grad", "jax.grad",
+                                                       "jax.value_and_grad")
             and isinstance(g_t, CallableType)):
         return default
     fun = _call_arg(g_expr, "fun", 0)

@@ -15,7 +15,7 @@ from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType
 from .._rules.refine import Refinement
 from .._rules.refine import shape as refine_shape
-from . import refined
+from . import meshes, refined
 from .codes import AXIS, report
 from .config import CONFIG
 from .convert import (
@@ -84,6 +84,9 @@ def analyze(ctx: FunctionContext, name: str, raw: bool = False) -> Type:
         return default
     try:
         axes = _rules.normalize_axes(value, op)
+        unknown = meshes.unknown_axis(ctx.api, axes, op)
+        if unknown is not None:
+            raise unknown
         if name == "axis_index":
             return refined.encode(ctx.api, _rules.axis_index_type(axes), refine_shape.axis_index(axes), 0)
         collective = _surface.collective(name)

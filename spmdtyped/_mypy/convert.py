@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
-from mypy.nodes import Expression, ListExpr, SetExpr, StrExpr, TupleExpr, TypeInfo
+from mypy.nodes import COVARIANT, Expression, ListExpr, SetExpr, StrExpr, TupleExpr, TypeAlias, TypeInfo
 from mypy.plugin import FunctionContext
 from mypy.typeops import make_simplified_union
 from mypy.types import (
@@ -15,6 +16,7 @@ from mypy.types import (
     ProperType,
     TupleType,
     Type,
+    TypeAliasType,
     TypeOfAny,
     UninhabitedType,
     UnionType,
@@ -29,6 +31,11 @@ from .._rules import LITERAL, SpmdType
 STATIC: Final = "spmdtyped._static"
 SARRAY: Final = f"{STATIC}.SArray"
 _SCALARS: Final = ("builtins.int", "builtins.float", "builtins.bool", "builtins.complex")
+#: where JAX's stubs define the array types (jax 0.10.2 and 0.12: `jax.Array`,
+#: `jax.typing.ArrayLike` and `jax.sharding.PartitionSpec` are re-exports of these)
+ARRAY: Final = ("jax._src.basearray", "Array")
+ARRAY_LIKE: Final = ("jax._src.basearray", "ArrayLike")
+PARTITION_SPEC: Final = ("jax._src.partition_spec", "PartitionSpec")
 
 
 class Unknown:
@@ -295,3 +302,55 @@ def tuple_items(t: Type, n: int) -> list[Type] | None:
     if isinstance(p, Instance) and p.type.fullname == "builtins.tuple" and len(p.args) == 1:
         return [p.args[0]] * n
     return None
+
+
+def jax_type(api: Any, where: tuple[str, str]) -> Type | None:
+    """`jax.Array` / `jax.typing.ArrayLike` / `PartitionSpec` from the module table (None: JAX
+    not analysed)."""
+    module = getattr(api, "modules", {}).get(where[0])
+    sym = module.names.get(where[1]) if module is not None else None
+    node = sym.node if sym is not None else None
+    if isinstance(node, TypeInfo):
+        return Instance(node, [any_type()] * len(node.defn.type_vars))
+    if isinstance(node, TypeAlias):
+        return TypeAliasType(node, [])
+    return None
+
+
+def contains_sarray(t: Type) -> bool:
+    """Whether a typed value is somewhere in `t` (tuples, unions, type arguments)."""
+    p = get_proper_type(t)
+    if is_sarray(p):
+        return True
+    if isinstance(p, TupleType):
+        return any(contains_sarray(i) for i in p.items)
+    if isinstance(p, UnionType):
+        return any(contains_sarray(i) for i in p.items)
+    if isinstance(p, Instance):
+        return any(contains_sarray(a) for a in p.args)
+    return False
+
+
+def map_typed(t: Type, replace: Callable[[Instance], Type], *, covariant: bool,
+              anywhere: bool = False) -> Type:
+    """Every typed value `s` in `t` replaced by `replace(s)`. A parameter's type argument that
+    is not covariant (`dict[str, Varying["dp"]]`) becomes `Any` where it holds typed values (no
+    single replacement is right there); an output's (`anywhere`) is replaced everywhere."""
+    if not contains_sarray(t):
+        return t
+    p = get_proper_type(t)
+    if isinstance(p, Instance) and p.type.fullname == SARRAY:
+        return replace(p) if covariant or anywhere else any_type()
+    if isinstance(p, TupleType):
+        return p.copy_modified(items=[map_typed(i, replace, covariant=covariant, anywhere=anywhere)
+                                      for i in p.items])
+    if isinstance(p, UnionType):
+        return UnionType.make_union([map_typed(i, replace, covariant=covariant, anywhere=anywhere)
+                                     for i in p.items])
+    if isinstance(p, Instance):
+        tvars = p.type.defn.type_vars
+        args = [map_typed(a, replace, anywhere=anywhere,
+                          covariant=covariant and getattr(tv, "variance", None) == COVARIANT)
+                for a, tv in zip(p.args, tvars, strict=False)]
+        return p.copy_modified(args=args + list(p.args[len(args):]))
+    return t

@@ -32,7 +32,7 @@ from .._rules import SpmdType
 from .._rules import refine as _refine
 from .._rules.refine import shape as _refine_shape
 from .._typed import hints as _hints
-from . import refined, returns
+from . import meshes, refined, returns
 from .codes import CODES, SPMD
 from .convert import SARRAY, STATIC, axes_of, from_spmd, to_operand
 
@@ -221,6 +221,11 @@ def analyze(ctx: AnalyzeTypeContext, family: str) -> Type:
             err = error("SPMD504", kind_error)
             api.fail(err.headline, t, code=CODES["SPMD504"])
             return AnyType(TypeOfAny.from_error)
+    hint = f"{refinement if refining else family}[{', '.join(map(repr, out.axes))}]"
+    unknown = meshes.unknown_axis(api, out.axes, hint)
+    if unknown is not None:  # a typo of the module's mesh axes: here, not a later mismatch
+        api.fail(unknown.headline, t, code=CODES[unknown.code])
+        return AnyType(TypeOfAny.from_error)
     try:
         params = tuple(out.axes) + tuple(_hints.state_class(n) for n in out.nested)
         if out.slots and not params:

@@ -21,7 +21,10 @@ CONTROL: Final = {f"spmdtyped.{m}{n}": n for m in ("", "_ops.control.")
 #: `st.grad`, `st.value_and_grad`, `st.vjp` (`autodiff`)
 AUTODIFF: Final = {f"{m}.{n}": n for m in ("spmdtyped", "spmdtyped._ops.autodiff")
                    for n in ("grad", "value_and_grad", "vjp")} | {
-    "jax.vmap": "vmap", "jax._src.api.vmap": "vmap"}
+    "jax.vmap": "vmap", "jax._src.api.vmap": "vmap",
+    # `jax.grad` of a typed loss is `st.grad`'s at runtime (`_ops.autodiff`): typed the same
+    # where the loss is typed, else JAX's own
+    **{f"{m}.{n}": f"jax.{n}" for m in ("jax", "jax._src.api") for n in ("grad", "value_and_grad")}}
 #: `jax.vmap(st.grad(...))`'s call (`autodiff.vmap_call`: SPMD407)
 VMAP_OF_GRAD: Final = f"{STATIC}.VmapOfGrad"
 VMAP_CALL: Final = f"{VMAP_OF_GRAD}.__call__"
@@ -42,3 +45,7 @@ WRAPPED_CALLS: Final = frozenset({"jax._src.pjit.JitWrapped.__call__", "jax._src
 #: `st.numpy` / `st.nn` functions: full name -> (module label, name, rule, binding) (`functions`)
 FUNCTIONS: Final = {f"spmdtyped.{r.kind}.{r.name}": (r.kind, r.name, r.rule, r.binding)
                     for r in (*_surface.NUMPY, *_surface.NN) if r.rule is not None}
+#: `jax.tree.map` & co.: full name -> how many arguments the mapped function takes before the
+#: leaves (`pytrees`: the leaves' types from the trees' static types)
+TREE_MAPS: Final = {"jax._src.tree.map": 0, "jax._src.tree_util.tree_map": 0,
+                    "jax._src.tree.map_with_path": 1, "jax._src.tree_util.tree_map_with_path": 1}

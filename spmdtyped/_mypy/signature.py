@@ -17,15 +17,12 @@ returns a `ShardMapDecorator` without specs, so that its application is seen too
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 from mypy.nodes import (
     ARG_OPT,
     ARG_POS,
     ARG_STAR,
-    COVARIANT,
-    TypeAlias,
-    TypeInfo,
 )
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.types import (
@@ -33,21 +30,14 @@ from mypy.types import (
     Instance,
     NoneType,
     ProperType,
-    TupleType,
     Type,
-    TypeAliasType,
-    UnionType,
     get_proper_type,
 )
 
 from .boundary import OUT_SPEC_MISMATCH, SHARD_MAP_DECORATOR, str_set
-from .convert import any_type, arg, axes_type, is_sarray, named
+from .convert import ARRAY, ARRAY_LIKE, any_type, arg, axes_type, jax_type, map_typed, named
 
 _Ctx = FunctionContext | MethodContext
-#: where JAX's stubs define the array types (jax 0.10.2 and 0.12: `jax.Array` and
-#: `jax.typing.ArrayLike` are re-exports of these)
-_ARRAY: Final = ("jax._src.basearray", "Array")
-_ARRAY_LIKE: Final = ("jax._src.basearray", "ArrayLike")
 
 
 def keeping(hook: Callable[[Any], Type]) -> Callable[[Any], Type]:
@@ -84,62 +74,13 @@ def _manual(ctx: FunctionContext) -> frozenset[str] | None:
     return frozenset() if a is None else str_set(a[0])
 
 
-def _jax_type(api: Any, where: tuple[str, str]) -> Type | None:
-    """`jax.Array` / `jax.typing.ArrayLike` from the module table (None: JAX not analysed)."""
-    module = getattr(api, "modules", {}).get(where[0])
-    sym = module.names.get(where[1]) if module is not None else None
-    node = sym.node if sym is not None else None
-    if isinstance(node, TypeInfo):
-        return Instance(node, [])
-    if isinstance(node, TypeAlias):
-        return TypeAliasType(node, [])
-    return None
-
-
 def outside(api: Any, ft: CallableType) -> CallableType:
     """`ft` as callers of its `st.shard_map` see it (see the module docstring)."""
-    array = _jax_type(api, _ARRAY) or any_type()
-    array_like = _jax_type(api, _ARRAY_LIKE) or array
+    array = jax_type(api, ARRAY) or any_type()
+    array_like = jax_type(api, ARRAY_LIKE) or array
     kept = [i for i, k in enumerate(ft.arg_kinds) if k in (ARG_POS, ARG_OPT, ARG_STAR)]
-    return ft.copy_modified(arg_types=[_map(ft.arg_types[i], array_like, covariant=True) for i in kept],
+    return ft.copy_modified(arg_types=[map_typed(ft.arg_types[i], lambda _: array_like, covariant=True)
+                                       for i in kept],
                             arg_kinds=[ft.arg_kinds[i] for i in kept],
                             arg_names=[None] * len(kept),   # positional-only
-                            ret_type=_map(ft.ret_type, array, covariant=True, anywhere=True))
-
-
-def _contains_sarray(t: Type) -> bool:
-    p = get_proper_type(t)
-    if is_sarray(p):
-        return True
-    if isinstance(p, TupleType):
-        return any(_contains_sarray(i) for i in p.items)
-    if isinstance(p, UnionType):
-        return any(_contains_sarray(i) for i in p.items)
-    if isinstance(p, Instance):
-        return any(_contains_sarray(a) for a in p.args)
-    return False
-
-
-def _map(t: Type, array: Type, *, covariant: bool, anywhere: bool = False) -> Type:
-    """Every typed value in `t` replaced by `array`. A parameter's type argument that is not
-    covariant (`dict[str, Varying["dp"]]`) becomes `Any` where it holds typed values (no
-    single array type is right there); an output's (`anywhere`) becomes `array` everywhere,
-    as the boundary returns exactly that."""
-    if not _contains_sarray(t):
-        return t
-    p = get_proper_type(t)
-    if is_sarray(p):
-        return array if covariant or anywhere else any_type()
-    if isinstance(p, TupleType):
-        return p.copy_modified(items=[_map(i, array, covariant=covariant, anywhere=anywhere)
-                                      for i in p.items])
-    if isinstance(p, UnionType):
-        return UnionType.make_union([_map(i, array, covariant=covariant, anywhere=anywhere)
-                                     for i in p.items])
-    if isinstance(p, Instance):
-        tvars = p.type.defn.type_vars
-        args = [_map(a, array, anywhere=anywhere,
-                     covariant=covariant and getattr(tv, "variance", None) == COVARIANT)
-                for a, tv in zip(p.args, tvars, strict=False)]
-        return p.copy_modified(args=args + list(p.args[len(args):]))
-    return t
+                            ret_type=map_typed(ft.ret_type, lambda _: array, covariant=True, anywhere=True))
