@@ -133,6 +133,15 @@ class SpmdPlugin(Plugin):
                 functools.partial(_feature("boundary").analyze, feature="shard_map")))
         if fullname in names.CUSTOM_OP:
             return guarded(_feature("custom").custom_op_instance)
+        # JAX's own spellings of the rows on typed values: `jnp.exp(x)`, `jax.lax.psum(x, "tp")`
+        row = names.jax_row(fullname)
+        if row is not None:
+            forms = _feature("jax_forms")
+            return guarded(functools.partial(forms.analyze_function, row=row,
+                                             op=forms.label(fullname)))
+        name = names.jax_collective(fullname)
+        if name is not None:
+            return guarded(functools.partial(_feature("jax_forms").analyze_collective, name=name))
         return None
 
     def _node(self, fullname: str) -> Any:
@@ -173,6 +182,9 @@ class SpmdPlugin(Plugin):
         if fullname in names.CONTROL:
             return guarded_sig(functools.partial(_feature("control").signature,
                                                  name=names.CONTROL[fullname]))
+        if fullname.startswith("jax") and (names.jax_row(fullname) is not None
+                                           or names.jax_collective(fullname) is not None):
+            return guarded_sig(_feature("jax_forms").widen)  # JAX's parameters take SArray
         # a name of the static tables is spmdtyped's own API, never a declared custom op
         if self._table("function", fullname, self._function_table) is None \
                 and self._custom_op(fullname) is not None:

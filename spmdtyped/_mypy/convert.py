@@ -24,6 +24,7 @@ from mypy.types import (
 from .. import _rules
 from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType
+from . import constants
 
 # Hooks are keyed by the definition site: the static view lives in spmdtyped._static.
 STATIC: Final = "spmdtyped._static"
@@ -213,10 +214,22 @@ def alternatives(api: Any, t: Type, expr: Expression | None) -> list[Known] | No
     out: list[Known] = []
     for item in items:
         o = to_operand(item)
+        if isinstance(o, Unknown) and _constant(api, item, expr if len(items) == 1 else None):
+            o = _rules.INVARIANT
         if isinstance(o, Unknown) or len(out) >= 8:
             return None
         out.append(o)
     return out
+
+
+def _constant(api: Any, t: Type, expr: Expression | None) -> bool:
+    """An array constant (`constants`): a numpy value, or a `jax.Array` built from constants
+    only (`jnp.ones(4)`, a mask of `jnp.tril`): Invariant, as JAX makes it inside shard_map."""
+    if constants.is_numpy(t):
+        return True
+    p = get_proper_type(t)
+    return expr is not None and isinstance(p, Instance) and p.type.fullname == constants.JAX_ARRAY \
+        and constants.is_constant(api, expr)
 
 
 def arrays_only(alts: list[Known]) -> list[SpmdType]:

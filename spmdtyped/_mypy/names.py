@@ -42,3 +42,26 @@ WRAPPED_CALLS: Final = frozenset({"jax._src.pjit.JitWrapped.__call__", "jax._src
 #: `st.numpy` / `st.nn` functions: full name -> (module label, name, rule, binding) (`functions`)
 FUNCTIONS: Final = {f"spmdtyped.{r.kind}.{r.name}": (r.kind, r.name, r.rule, r.binding)
                     for r in (*_surface.NUMPY, *_surface.NN) if r.rule is not None}
+
+# JAX's own spellings of the rows (`jax_forms`): `jnp.exp`, `jax.nn.relu`, `jax.lax.psum`
+
+
+def jax_row(fullname: str) -> _surface.Row | None:
+    """The surface row of a JAX function's full name (public or JAX's private spelling)."""
+    if not fullname.startswith("jax"):
+        return None
+    row = _surface.by_jax_name(fullname)
+    return row if row is not None and row.rule is not None else None
+
+
+def jax_collective(fullname: str) -> str | None:
+    """`jax.lax.psum` (or `jax._src.lax.parallel.psum`) -> "psum": a collective of the table
+    with a typed result, else None."""
+    if not fullname.startswith("jax"):
+        return None
+    public = _surface.jax_public(fullname)
+    if not public.startswith("jax.lax."):
+        return None
+    name = public.removeprefix("jax.lax.")
+    c = _surface.collective(name)
+    return name if c is not None and (c.ops or name == "axis_index") else None
