@@ -29,6 +29,7 @@ from mypy.plugin import (
     FunctionContext,
     FunctionSigContext,
     MethodContext,
+    MethodSigContext,
     Plugin,
     ReportConfigContext,
 )
@@ -191,6 +192,12 @@ class SpmdPlugin(Plugin):
             return guarded_sig(_feature("custom").signature)
         return None
 
+    def get_method_signature_hook(self, fullname: str
+                                  ) -> Callable[[MethodSigContext], FunctionLike] | None:
+        if fullname == names.UFUNC_CALL:  # JAX's ufunc parameters take SArray
+            return guarded_sig(_feature("jax_forms").widen_method)  # type: ignore[arg-type]
+        return None
+
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         return self._table("method", fullname, self._method_table)  # type: ignore[no-any-return]
 
@@ -205,6 +212,8 @@ class SpmdPlugin(Plugin):
             return guarded(_feature("custom").analyze_call)
         if fullname == names.VMAP_CALL:
             return guarded(_feature("autodiff").vmap_call)
+        if fullname == names.UFUNC_CALL:  # `jnp.add(x, y)`: JAX's ufunc objects
+            return guarded(_feature("jax_forms").analyze_ufunc)
         if fullname in names.WRAPPED_CALLS:
             return guarded(functools.partial(_feature("wrappers").analyze, hooks=self.get_function_hook))
         return None

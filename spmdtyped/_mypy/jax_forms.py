@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from typing import Final
 
-from mypy.plugin import FunctionContext, FunctionSigContext
+from mypy.nodes import RefExpr
+from mypy.plugin import FunctionContext, FunctionSigContext, MethodContext, MethodSigContext
 from mypy.typeops import make_simplified_union
 from mypy.types import FunctionLike, Instance, Type, UnionType, get_proper_type
 
 from .. import _surface
-from . import collectives, functions
+from . import collectives, functions, names
 from .constants import JAX_ARRAY
 from .convert import SARRAY, STATIC, any_type, named
 
@@ -47,7 +48,10 @@ def widen(ctx: FunctionSigContext) -> FunctionLike:
     """JAX's signature with `SArray` accepted wherever a `jax.Array` is."""
     sig = ctx.default_signature
     modules = getattr(ctx.api, "modules", None)
-    if modules is None or STATIC not in modules:  # spmdtyped is not in this build
+    static = modules.get(STATIC) if modules is not None else None
+    if static is None or "SArray" not in static.names:  # spmdtyped is not (yet) in this build
+        return sig
+    if _installed(getattr(ctx.api, "path", "")):  # JAX's own code calling itself
         return sig
     sarray = named(ctx.api, SARRAY, [any_type()] * 4)
     types = [_widen(t, sarray) for t in sig.arg_types]
@@ -71,6 +75,11 @@ def _widen(t: Type, sarray: Instance) -> Type:
             if any(a is not b for a, b in zip(args, p.args, strict=True)):
                 return p.copy_modified(args=args)
     return t
+
+
+def _installed(path: str) -> bool:
+    path = "/" + path.replace("\\", "/")
+    return "/site-packages/" in path or "/dist-packages/" in path
 
 
 # ------------------------------------------------------------------------------ results
@@ -101,6 +110,22 @@ def analyze_function(ctx: FunctionContext, row: _surface.Row, op: str) -> Type:
         return ctx.default_return_type
     assert row.rule is not None
     return functions.analyze(ctx, (row.kind, row.name, row.rule, row.binding), op=op)
+
+
+def analyze_ufunc(ctx: MethodContext) -> Type:
+    """`jnp.add(x, y)`: JAX declares its binary ufuncs as `BinaryUfunc` objects; the row is the
+    called name's (`jnp.add` -> `st.numpy.add`)."""
+    callee = getattr(ctx.context, "callee", None)
+    fullname = callee.fullname if isinstance(callee, RefExpr) else ""
+    row = names.jax_row(fullname) if fullname else None
+    if row is None:
+        return ctx.default_return_type
+    return analyze_function(ctx, row, label(fullname))  # type: ignore[arg-type]
+
+
+def widen_method(ctx: MethodSigContext) -> FunctionLike:
+    """`BinaryUfunc.__call__`'s signature with `SArray` accepted (`widen`)."""
+    return widen(ctx)  # type: ignore[arg-type]
 
 
 def analyze_collective(ctx: FunctionContext, name: str) -> Type:

@@ -45,6 +45,9 @@ FUNCTIONS: Final = {f"spmdtyped.{r.kind}.{r.name}": (r.kind, r.name, r.rule, r.b
 
 # JAX's own spellings of the rows (`jax_forms`): `jnp.exp`, `jax.nn.relu`, `jax.lax.psum`
 
+#: the class JAX's stubs declare `jnp.add`, `jnp.maximum`, ... with: its `__call__`
+UFUNC_CALL: Final = "jax.numpy.BinaryUfunc.__call__"
+
 
 def jax_row(fullname: str) -> _surface.Row | None:
     """The surface row of a JAX function's full name (public or JAX's private spelling)."""
