@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-import spmdtyped as st
 from spmdtyped import Invariant, Reduced, Unreduced, Varying
 
 

@@ -7,11 +7,10 @@ same forms under the plugin."""
 
 from typing import Any, assert_type
 
-from axes import dp, tp  # noqa: F401  (the vocabulary: resolves "dp" and "tp")
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+from axes import dp, tp  # noqa: F401  (the vocabulary: resolves "dp" and "tp")
 
 from spmdtyped import SArray, Unreduced, Varying
 
