@@ -183,9 +183,8 @@ class SpmdPlugin(Plugin):
         if fullname in names.CONTROL:
             return guarded_sig(functools.partial(_feature("control").signature,
                                                  name=names.CONTROL[fullname]))
-        if fullname.startswith("jax") and (names.jax_row(fullname) is not None
-                                           or names.jax_collective(fullname) is not None):
-            return guarded_sig(_feature("jax_forms").widen)  # JAX's parameters take SArray
+        if names.jax_widened(fullname):  # JAX's parameters take typed values
+            return guarded_sig(_feature("jax_forms").widen)
         # a name of the static tables is spmdtyped's own API, never a declared custom op
         if self._table("function", fullname, self._function_table) is None \
                 and self._custom_op(fullname) is not None:

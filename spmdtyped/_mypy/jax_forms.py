@@ -132,4 +132,4 @@ def analyze_collective(ctx: FunctionContext, name: str) -> Type:
     """`jax.lax.psum(x, "tp")` of a typed `x`: checked and typed as `st.psum(x, "tp")`."""
     if name == "axis_index" or not typed_call(ctx):  # JAX's raw result: kept
         return ctx.default_return_type
-    return collectives.analyze(ctx, name)
+    return collectives.analyze(ctx, name, label=f"jax.lax.{name}")

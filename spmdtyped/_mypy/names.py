@@ -68,3 +68,14 @@ def jax_collective(fullname: str) -> str | None:
     name = public.removeprefix("jax.lax.")
     c = _surface.collective(name)
     return name if c is not None and (c.ops or name == "axis_index") else None
+
+
+#: JAX's modules whose functions take typed values at runtime (arrays to JAX)
+_WIDENED: Final = ("jax.numpy.", "jax.nn.", "jax.lax.")
+
+
+def jax_widened(fullname: str) -> bool:
+    """Whether a JAX function's parameters accept typed values statically (`jax_forms.widen`):
+    every `jax.numpy`, `jax.nn` and `jax.lax` function; a row's result is typed from the row,
+    any other's stays JAX's `jax.Array` (its state unknown)."""
+    return fullname.startswith("jax") and _surface.jax_public(fullname).startswith(_WIDENED)
