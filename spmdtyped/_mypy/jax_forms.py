@@ -7,8 +7,10 @@ rows' `jax` functions and the jax.lax aliases), typed by the same `functions.ana
 a call on plain arrays keeps JAX's declared result (`jax.Array`), so untyped code is unchanged.
 
 JAX declares its parameters `ArrayLike`, which the static view's `SArray` is not: the signature
-hook (`widen`) adds `SArray` to every parameter that accepts a `jax.Array`, so that a typed
-argument is no `arg-type` error; nothing else of the signature changes.
+hook (`widen`, on every `jax.numpy` / `jax.nn` / `jax.lax` function: `names.jax_widened`) adds
+`SArray` to every parameter that accepts a `jax.Array`, so that a typed argument is no
+`arg-type` error (a function without a row then gives JAX's `jax.Array`: its state unknown);
+nothing else of the signature changes. JAX's own modules are left as they are.
 """
 
 from __future__ import annotations
