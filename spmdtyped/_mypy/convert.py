@@ -24,7 +24,6 @@ from mypy.types import (
 from .. import _rules
 from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType
-from . import constants
 
 # Hooks are keyed by the definition site: the static view lives in spmdtyped._static.
 STATIC: Final = "spmdtyped._static"
@@ -225,6 +224,8 @@ def alternatives(api: Any, t: Type, expr: Expression | None) -> list[Known] | No
 def _constant(api: Any, t: Type, expr: Expression | None) -> bool:
     """An array constant (`constants`): a numpy value, or a `jax.Array` built from constants
     only (`jnp.ones(4)`, a mask of `jnp.tril`): Invariant, as JAX makes it inside shard_map."""
+    from . import constants  # on the first operand of unknown state (most programs have none)
+
     if constants.is_numpy(t):
         return True
     p = get_proper_type(t)
