@@ -29,6 +29,7 @@ from mypy.plugin import (
     FunctionContext,
     FunctionSigContext,
     MethodContext,
+    MethodSigContext,
     Plugin,
     ReportConfigContext,
 )
@@ -135,6 +136,15 @@ class SpmdPlugin(Plugin):
             return guarded(_feature("custom").custom_op_instance)
         if fullname in names.TREE_MAPS:
             return guarded(functools.partial(_feature("pytrees").tree_map, lead=names.TREE_MAPS[fullname]))
+        # JAX's own spellings of the rows on typed values: `jnp.exp(x)`, `jax.lax.psum(x, "tp")`
+        row = names.jax_row(fullname)
+        if row is not None:
+            forms = _feature("jax_forms")
+            return guarded(functools.partial(forms.analyze_function, row=row,
+                                             op=forms.label(fullname)))
+        name = names.jax_collective(fullname)
+        if name is not None:
+            return guarded(functools.partial(_feature("jax_forms").analyze_collective, name=name))
         return None
 
     def _node(self, fullname: str) -> Any:
@@ -187,10 +197,18 @@ class SpmdPlugin(Plugin):
                                                  lead=names.TREE_MAPS[fullname]))
         if self._pytree_class(fullname):  # its state-hinted fields also take global arrays
             return guarded_sig(_feature("pytrees").constructor)
+        if names.jax_widened(fullname):  # JAX's parameters take typed values
+            return guarded_sig(_feature("jax_forms").widen)
         # a name of the static tables is spmdtyped's own API, never a declared custom op
         if self._table("function", fullname, self._function_table) is None \
                 and self._custom_op(fullname) is not None:
             return guarded_sig(_feature("custom").signature)
+        return None
+
+    def get_method_signature_hook(self, fullname: str
+                                  ) -> Callable[[MethodSigContext], FunctionLike] | None:
+        if fullname == names.UFUNC_CALL:  # JAX's ufunc parameters take SArray
+            return guarded_sig(_feature("jax_forms").widen_method)  # type: ignore[arg-type]
         return None
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
@@ -207,6 +225,8 @@ class SpmdPlugin(Plugin):
             return guarded(_feature("custom").analyze_call)
         if fullname == names.VMAP_CALL:
             return guarded(_feature("autodiff").vmap_call)
+        if fullname == names.UFUNC_CALL:  # `jnp.add(x, y)`: JAX's ufunc objects
+            return guarded(_feature("jax_forms").analyze_ufunc)
         if fullname in names.WRAPPED_CALLS:
             return guarded(functools.partial(_feature("wrappers").analyze, hooks=self.get_function_hook))
         return None

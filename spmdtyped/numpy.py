@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -91,7 +92,9 @@ def _rule(row: _surface.Row) -> str:
 
 
 def _jfn(row: _surface.Row) -> Callable[..., Any]:
-    return getattr(jnp, row.jax.removeprefix("jax.numpy."))  # type: ignore[no-any-return]
+    """The JAX function a row binds (`jax.numpy.exp`; `jax.lax.rsqrt`, which jnp lacks)."""
+    module = jax.lax if row.jax.startswith("jax.lax.") else jnp
+    return getattr(module, row.jax.rpartition(".")[2])  # type: ignore[no-any-return]
 
 
 # ----------------------------------------------------------------------- one maker per binding
@@ -170,15 +173,49 @@ def _einsum(row: _surface.Row) -> None:
 def _take(row: _surface.Row) -> None:
     jfn, op = _jfn(row), f"st.numpy.{row.name}"
 
-    def f(a: Any, indices: Any, axis: int | None = None, **kwargs: Any) -> Any:
+    def f(a: Any, indices: Any, *args: Any, **kwargs: Any) -> Any:
         raw_a, t = array_operand(a)
         raw_i, t_i = operand(indices)
         out_t = _rules.take_type(t, t_i, _compat.FEATURES, op=op)
-        out = jfn(raw_a, raw_i, axis=axis, **kwargs)
+        out = jfn(raw_a, raw_i, *args, **kwargs)
+        # JAX's own default axis (take: None, flattened; take_along_axis: -1)
+        params = _refining.call_params(jfn, raw_a, (raw_i, *args), kwargs)
         return checked(op, out, out_t, _refining.refine(row.refine, row.name, [a, indices], out_t,
-                                                        out, op=op, params={"axis": axis}))
+                                                        out, op=op, params={"axis": params.get("axis")}))
 
     _register(row.name, f, "indexing")
+
+
+def _slice(row: _surface.Row) -> None:  # dynamic_slice_in_dim(operand, start_index, size, axis)
+    jfn, op = _jfn(row), f"st.numpy.{row.name}"
+
+    def f(a: Any, start_index: Any, *args: Any, **kwargs: Any) -> Any:
+        raw_a, t = array_operand(a)
+        raw_i, t_i = operand(start_index)
+        # a literal start is the unary rule; a traced one joins its state, as `x[i]` does
+        out_t = _rules.dynamic_index_type(t, [] if t_i is LITERAL else [t_i],  # type: ignore[list-item]
+                                          _compat.FEATURES, op=op)
+        out = jfn(raw_a, raw_i, *args, **kwargs)
+        params = _refining.call_params(jfn, raw_a, (raw_i, *args), kwargs)
+        return checked(op, out, out_t, _refining.refine(row.refine, row.name, [a], out_t, out,
+                                                        op=op, params={"axis": params.get("axis")}))
+
+    _register(row.name, f, "indexing")
+
+
+def _split(row: _surface.Row) -> None:  # split: a list of pieces, each in the same state
+    rule, jfn, op = _rule(row), _jfn(row), f"st.numpy.{row.name}"
+
+    def f(ary: Any, *args: Any, **kwargs: Any) -> Any:
+        raw, t = array_operand(ary)
+        out_t = _rules.unary(rule, t, _compat.FEATURES, op=op)  # type: ignore[arg-type]
+        pieces = jfn(raw, *(unwrap(a) for a in args), **kwargs)
+        params = _refining.call_params(jfn, raw, tuple(unwrap(a) for a in args), kwargs)
+        return [checked(op, p, out_t, _refining.refine(row.refine, row.name, [ary], out_t, p,
+                                                        op=op, params={"axis": params.get("axis")}))
+                for p in pieces]
+
+    _register(row.name, f, "structural: a list of pieces")
 
 
 def _filled(name: str, t: SpmdType, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -234,7 +271,7 @@ def _mean(row: _surface.Row) -> None:
 
 _MAKERS: dict[str, Callable[[_surface.Row], None]] = {
     "unary": _unary, "binary": _binary, "where": _where, "join": _join, "einsum": _einsum,
-    "take": _take, "like": _like, "new": _new, "mean": _mean}
+    "take": _take, "like": _like, "new": _new, "mean": _mean, "slice": _slice, "split": _split}
 
 # one maker per binding, nothing by name: a row's dtype dependence is its `dtypes` field
 for _row in _surface.NUMPY:
@@ -277,6 +314,7 @@ if TYPE_CHECKING:  # the functions above are made in loops; declare them for typ
     full_like: Callable[..., Any]
     greater: Callable[..., Any]
     greater_equal: Callable[..., Any]
+    dynamic_slice_in_dim: Callable[..., Any]
     imag: Callable[..., Any]
     isfinite: Callable[..., Any]
     isnan: Callable[..., Any]
@@ -313,9 +351,11 @@ if TYPE_CHECKING:  # the functions above are made in loops; declare them for typ
     reshape: Callable[..., Any]
     roll: Callable[..., Any]
     round: Callable[..., Any]
+    rsqrt: Callable[..., Any]
     sign: Callable[..., Any]
     sin: Callable[..., Any]
     sort: Callable[..., Any]
+    split: Callable[..., Any]
     sqrt: Callable[..., Any]
     square: Callable[..., Any]
     squeeze: Callable[..., Any]
@@ -325,9 +365,12 @@ if TYPE_CHECKING:  # the functions above are made in loops; declare them for typ
     sum: Callable[..., Any]
     swapaxes: Callable[..., Any]
     take: Callable[..., Any]
+    take_along_axis: Callable[..., Any]
     tanh: Callable[..., Any]
     tile: Callable[..., Any]
     transpose: Callable[..., Any]
+    tril: Callable[..., Any]
+    triu: Callable[..., Any]
     true_divide: Callable[..., Any]
     var: Callable[..., Any]
     where: Callable[..., Any]

@@ -30,6 +30,8 @@ STRICTER = {
     ("concatenate", "SPMD203"),   # JAX: concat(R, I) -> R; spmdtyped applies the add rule
     ("stack", "SPMD203"),
     ("where", "SPMD203"),         # an Invariant condition next to Reduced branches
+    ("tril", "SPMD203"),          # a select with an Invariant zero: JAX drops Reduced for
+    ("triu", "SPMD203"),          # tril(k=0) and keeps it for triu(k=1): rejected for every k
 }
 if _compat.FEATURES.unreduced_kind:  # jax 0.12: jnp.where casts x and y pairwise before select_n
     STRICTER.add(("where", "SPMD205"))  # and so accepts partial Reduced -> Varying casts
@@ -94,6 +96,15 @@ UNARY = {
     "full_like": (lambda x: snp.full_like(x, 3.0), lambda x: jnp.full_like(x, 3.0)),
     "take": (lambda x: snp.take(x, jnp.array([0, 2])), lambda x: jnp.take(x, jnp.array([0, 2]))),
     "power": (lambda x: snp.power(x, 2), lambda x: jnp.power(x, 2)),
+    # the functions real programs call that st.numpy lacked (issue 23)
+    "rsqrt": (snp.rsqrt, jax.lax.rsqrt),
+    "tril": (lambda x: snp.tril(snp.reshape(x, (2, 2))), lambda x: jnp.tril(x.reshape(2, 2))),
+    "triu": (lambda x: snp.triu(snp.reshape(x, (2, 2)), 1), lambda x: jnp.triu(x.reshape(2, 2), 1)),
+    "split": (lambda x: snp.split(x, 2)[1], lambda x: jnp.split(x, 2)[1]),
+    "take_along_axis": (lambda x: snp.take_along_axis(snp.reshape(x, (2, 2)), jnp.ones((2, 1), jnp.int32), axis=-1),
+                        lambda x: jnp.take_along_axis(x.reshape(2, 2), jnp.ones((2, 1), jnp.int32), axis=-1)),
+    "dynamic_slice_in_dim": (lambda x: snp.dynamic_slice_in_dim(x, 1, 2),
+                             lambda x: jax.lax.dynamic_slice_in_dim(x, 1, 2)),
     "multiply_scalar": (lambda x: snp.multiply(x, 2.0), lambda x: jnp.multiply(x, 2.0)),
     "divide_scalar": (lambda x: snp.divide(x, 2.0), lambda x: jnp.divide(x, 2.0)),
     "add_scalar": (lambda x: snp.add(x, 1.0), lambda x: jnp.add(x, 1.0)),
@@ -137,6 +148,9 @@ NARY = {
     "einsum": (lambda c, a, b: snp.einsum("i,j->ij", a, b), lambda c, a, b: jnp.einsum("i,j->ij", a, b)),
     "take": (lambda c, a, b: snp.take(a, (b > 0).astype(jnp.int32)),
              lambda c, a, b: jnp.take(a, (b > 0).astype(jnp.int32))),
+    # a traced start index joins its state, as `x[i]`
+    "dynamic_slice_in_dim": (lambda c, a, b: snp.dynamic_slice_in_dim(a, (c > 0).astype(jnp.int32)[0], 2),
+                             lambda c, a, b: jax.lax.dynamic_slice_in_dim(a, (c > 0).astype(jnp.int32)[0], 2)),
 }
 COND_STATES = [I, Vi, SpmdType(varying="j")]
 
@@ -239,3 +253,28 @@ def test_numbers_equal_jax_numpy():
     run = lambda fn: jax.jit(jax.shard_map(fn, mesh=m, in_specs=P(None, ("i", "j")),  # noqa: E731
                                            out_specs=P(("i", "j"))))
     np.testing.assert_array_equal(np.asarray(run(typed)(xs)), np.asarray(run(raw)(xs)))
+
+
+def test_numbers_of_the_issue_23_functions():
+    """rsqrt, tril, triu, split, take_along_axis, dynamic_slice_in_dim, moveaxis: the compiled
+    numbers of st.numpy equal jax.numpy / jax.lax's on a sharded input."""
+    m = mesh_ij()
+    xs = put(m, jnp.linspace(0.5, 2.0, 64).reshape(8, 8), P(("i", "j")))
+
+    def program(np_: object, lax_rsqrt: object, slice_in_dim: object, wrap: object):
+        def f(x):
+            x = wrap(x)
+            a, b = np_.split(x, 2, axis=1)
+            idx = np_.argmax(x, axis=-1)[:, None] if np_ is snp else jnp.argmax(x, axis=-1)[:, None]
+            h = np_.tril(np_.concatenate([a, b], axis=1) * lax_rsqrt(x)) + np_.triu(x, 1)
+            h = h + np_.take_along_axis(x, idx, axis=-1) + np_.moveaxis(x[None], 0, 1)[:, 0]
+            out = slice_in_dim(h, 0, 1, 0)
+            return out.raw if np_ is snp else out
+        return f
+
+    run = lambda fn: jax.jit(jax.shard_map(fn, mesh=m, in_specs=P(("i", "j")),  # noqa: E731
+                                           out_specs=P(("i", "j"))))
+    typed = run(program(snp, snp.rsqrt, snp.dynamic_slice_in_dim, st.wrap))(xs)
+    raw = run(program(jnp, jax.lax.rsqrt, jax.lax.dynamic_slice_in_dim, lambda x: x))(xs)
+    np.testing.assert_array_equal(np.asarray(typed), np.asarray(raw))
+    assert np.asarray(raw).std() > 0  # numbers that can differ

@@ -255,7 +255,15 @@ def _numpy_case(row: _surface.Row, vals: dict[SpmdType, Any], states: tuple[Spmd
         return (lambda: _rules.combine(rule, list(states), F)), (lambda: f("ij,jk->ik", ops[0], ops[1]))
     if b == "take":
         idx = st.axis_index("tp")
+        if row.name == "take_along_axis":  # an index of the array's rank
+            idx = snp.broadcast_to(idx, (4, 4))
         return (lambda: _rules.take_type(states[0], st.typeof(idx), F)), (lambda: f(ops[0], idx))
+    if b == "slice":  # a traced start index: `x[i]`'s rule
+        idx = st.axis_index("tp")
+        return (lambda: _rules.dynamic_index_type(states[0], [st.typeof(idx)], F)), \
+            (lambda: f(ops[0], idx, 2))
+    if b == "split":  # every piece in the unary rule's state
+        return (lambda: _rules.unary(rule, states[0], F)), (lambda: f(ops[0], 2)[0])
     if b == "like":
         return (lambda: _rules.constructor_type(rule, states[0])), \
             (lambda: f(ops[0], *NUMPY_ARGS.get(row.name, ())))
@@ -266,7 +274,8 @@ def _numpy_case(row: _surface.Row, vals: dict[SpmdType, Any], states: tuple[Spmd
 @pytest.mark.parametrize("row", _surface.NUMPY, ids=lambda r: r.name)
 def test_numpy_row(row: _surface.Row) -> None:
     assert callable(getattr(snp, row.name)), row.name
-    n = {"unary": 1, "mean": 1, "like": 1, "take": 1, "new": 0, "where": 3}.get(row.binding, 2)
+    n = {"unary": 1, "mean": 1, "like": 1, "take": 1, "new": 0, "where": 3, "slice": 1,
+         "split": 1}.get(row.binding, 2)
     # three operands: every state of the branches under an Invariant / Varying condition
     cases = ([(c, a, b) for c in STATES[:2] for a in STATES for b in STATES] if n == 3
              else list(itertools.product(STATES, repeat=n)))

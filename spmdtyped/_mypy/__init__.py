@@ -8,12 +8,17 @@ full names to. None imports JAX: the rules come from `spmdtyped._rules`.
 - `config`: the `[spmdtyped]` / `[tool.spmdtyped]` settings (the JAX rule set) and the cache digest.
 - `codes`: one mypy `ErrorCode` per registry entry; reporting an `SpmdTypeError`; hook guards.
 - `convert`: mypy types <-> `_rules.SpmdType` operands; literal axis and argument reading.
+- `constants`: array constants (`jnp.ones(4)`, a `jnp.tril` mask, numpy values, names bound
+  only to them) read as Invariant operands.
 - `hints`: `Varying["dp"]` & co. (type-analyze hook), bare strings, axis vocabulary, aliases.
 - `meshes`: the axis names of the module's `jax.make_mesh` / `Mesh` calls (SPMD501 for
   another axis in a hint or a collective).
 - `collectives`: `st.psum` & co.
 - `operators`: operators, array methods and properties, `x[idx]`, `x.at[idx].op(v)`, `abs`.
 - `functions`: `st.numpy` / `st.nn` functions and constructors.
+- `jax_forms`: JAX's own spellings of those rows and of the collectives on typed values
+  (`jnp.exp(x)`, `jnp.add(x, y)`, `jax.nn.relu(x)`, `jax.lax.psum(x, "tp")`): the same
+  analysis, JAX's parameters widened to take `SArray`; plain calls keep `jax.Array`.
 - `boundary`: `st.shard_map` out_specs against the declared outputs, in_specs against the
   parameter hints (function and decorator form).
 - `signature`: what callers of a function under `st.shard_map` see: its parameters, with typed

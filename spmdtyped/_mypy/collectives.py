@@ -59,9 +59,10 @@ def lax_name_of(fullname: str) -> str | None:
     return name if c is not None and c.in_lax and (c.ops or name == "axis_index") else None
 
 
-def analyze(ctx: FunctionContext, name: str, raw: bool = False) -> Type:
+def analyze(ctx: FunctionContext, name: str, raw: bool = False, label: str | None = None) -> Type:
     """`st.<name>(x, axis_name, ...)`: the result state, or the rule's error. `raw`:
-    `spmdtyped.lax.<name>`, whose result is the declared (raw) type; errors are the same."""
+    `spmdtyped.lax.<name>`, whose result is the declared (raw) type; errors are the same.
+    `label`: the form's name in messages (`jax.lax.psum`; default `st.<name>`)."""
     if raw:
         # `spmdtyped.lax.psum(1, "tp")` (the axis-size idiom on a Python number) is forwarded
         # to jax.lax unchecked at runtime: no claim here either
@@ -70,7 +71,7 @@ def analyze(ctx: FunctionContext, name: str, raw: bool = False) -> Type:
             return ctx.default_return_type
         analyze(ctx, name)
         return ctx.default_return_type
-    op = f"st.{name}"
+    op = label or f"st.{name}"
     default = ctx.default_return_type
     axis = arg(ctx, "axis_name")
     if axis is None:
@@ -104,7 +105,7 @@ def analyze(ctx: FunctionContext, name: str, raw: bool = False) -> Type:
     x = arg(ctx, "x")
     if x is None:
         return default
-    return _result(ctx, rule, op, axes, x[0], x[1], default)
+    return _result(ctx, rule, op, axes, x[0], x[1], default, name)
 
 
 def axis_size(ctx: FunctionContext) -> Type:
@@ -123,10 +124,10 @@ def axis_size(ctx: FunctionContext) -> Type:
 
 
 def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
-            expr: Expression | None, t: Type, default: Type) -> Type:
+            expr: Expression | None, t: Type, default: Type, name: str) -> Type:
     p = get_proper_type(t)
     if isinstance(p, TupleType):  # a pytree: each leaf separately
-        return p.copy_modified(items=[_result(ctx, rule, op, axes, None, i, any_type())
+        return p.copy_modified(items=[_result(ctx, rule, op, axes, None, i, any_type(), name)
                                       for i in p.items])
     if not _rules.AXIS_OPS[rule].from_plain and isinstance(p, Instance) and p.type.fullname == SARRAY \
             and (len(p.args) == 3 or isinstance(p.args[3], AnyType)):
@@ -141,7 +142,7 @@ def _result(ctx: FunctionContext, rule: str, op: str, axes: tuple[str, ...],
     alts = refined.ralternatives(ctx.api, t, expr)
     if alts is None:
         return default
-    params = _params(ctx, _surface.collective(op.removeprefix("st.")))
+    params = _params(ctx, _surface.collective(name))
 
     def rule_fn(x: SpmdType) -> SpmdType:
         return _rules.axis_op(rule, x, axes, CONFIG.features, op=op)

@@ -220,10 +220,24 @@ def alternatives(api: Any, t: Type, expr: Expression | None) -> list[Known] | No
     out: list[Known] = []
     for item in items:
         o = to_operand(item)
+        if isinstance(o, Unknown) and _constant(api, item, expr if len(items) == 1 else None):
+            o = _rules.INVARIANT
         if isinstance(o, Unknown) or len(out) >= 8:
             return None
         out.append(o)
     return out
+
+
+def _constant(api: Any, t: Type, expr: Expression | None) -> bool:
+    """An array constant (`constants`): a numpy value, or a `jax.Array` built from constants
+    only (`jnp.ones(4)`, a mask of `jnp.tril`): Invariant, as JAX makes it inside shard_map."""
+    from . import constants  # on the first operand of unknown state (most programs have none)
+
+    if constants.is_numpy(t):
+        return True
+    p = get_proper_type(t)
+    return expr is not None and isinstance(p, Instance) and p.type.fullname == constants.JAX_ARRAY \
+        and constants.is_constant(api, expr)
 
 
 def arrays_only(alts: list[Known]) -> list[SpmdType]:

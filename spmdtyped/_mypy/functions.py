@@ -10,7 +10,7 @@ from typing import Final
 from mypy.nodes import Expression, ListExpr, StrExpr, TupleExpr
 from mypy.plugin import FunctionContext
 from mypy.typeops import make_simplified_union
-from mypy.types import Instance, TupleType, Type, get_proper_type
+from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 
 from .. import _rules, _surface
 from .._rules import LITERAL, SpmdType
@@ -23,12 +23,14 @@ from .config import CONFIG
 from .convert import (
     Known,
     alternatives,
+    any_type,
     arrays_only,
     from_spmd,
     is_python_int,
     is_str,
     keyword,
     literal_value,
+    named,
     positional,
     to_operand,
 )
@@ -40,11 +42,12 @@ _ARRAY_LIKE_STATIC: Final = frozenset({"builtins.list", "builtins.tuple", "built
 _Args = list[tuple[Expression, Type]]
 
 
-def analyze(ctx: FunctionContext, entry: tuple[str, str, str, str]) -> Type:
+def analyze(ctx: FunctionContext, entry: tuple[str, str, str, str], op: str | None = None) -> Type:
     """`st.<module>.<name>(...)` (`entry`: module, name, rule, binding, as in `FULLNAMES`):
-    the table's rule, bound as the runtime binds it."""
+    the table's rule, bound as the runtime binds it. `op`: the form's label in messages
+    (JAX's spelling of the same row, `jnp.exp`; default `st.<module>.<name>`)."""
     module, name, rule, binding = entry
-    op = f"st.{module}.{name}"
+    op = op or f"st.{module}.{name}"
     default = ctx.default_return_type
     args = positional(ctx)
     if binding in ("like", "new"):
@@ -71,6 +74,19 @@ def analyze(ctx: FunctionContext, entry: tuple[str, str, str, str]) -> Type:
         return refined.rapply(ctx.api, ctx.context, default, [refined.arrays(alts[0]), index],
                               lambda t, i: _rules.take_type(t, i, CONFIG.features, op=op),
                               lambda out, x, i: _unary_refine(ctx, args, rule, binding, op)(out, x))
+    if binding == "slice":  # dynamic_slice_in_dim(x, start, size, axis): `x[start]`'s rule
+        start = alts[1] if len(alts) > 1 else [refined.Val(LITERAL, rank=0)]
+        return refined.rapply(ctx.api, ctx.context, default, [refined.arrays(alts[0]), start],
+                              lambda t, i: _rules.dynamic_index_type(
+                                  t, [] if i is LITERAL else [i], CONFIG.features, op=op),
+                              lambda out, x, i: _unary_refine(ctx, args, rule, binding, op)(out, x))
+    if binding == "split":  # a list of pieces, each in the unary rule's state
+        piece = refined.rapply(ctx.api, ctx.context, any_type(), [refined.arrays(alts[0])],
+                               lambda t: _rules.unary(rule, t, CONFIG.features, op=op),
+                               _unary_refine(ctx, args, rule, binding, op))
+        if isinstance(get_proper_type(piece), AnyType):
+            return default
+        return named(ctx.api, "builtins.list", [piece])
     if binding == "where":
         if len(alts) != 3:
             return default
@@ -101,9 +117,16 @@ def _unary_refine(ctx: FunctionContext, args: _Args, rule: str, binding: str, op
                   ) -> refined.Refine:
     """The `_refine` rule of a one-operand function, with its literal `axis` / `axes`."""
     axis = keyword(ctx, "axis")
-    axis_e = args[1][0] if len(args) > 1 and binding != "take" else axis[0] if axis else None
-    if binding == "take":
+    axis_e = args[1][0] if len(args) > 1 and binding not in ("take", "split", "slice") \
+        else axis[0] if axis else None
+    if rule in ("tril", "triu"):  # the last two dims, whatever `k`: a Shard there is plain
+        return refined.unary(rule, op)
+    if binding in ("take", "split"):
         axis_e = args[2][0] if len(args) > 2 else axis[0] if axis else None
+    if binding == "slice":  # (operand, start_index, slice_size, axis=0)
+        axis_e = args[3][0] if len(args) > 3 else axis[0] if axis else None
+    if binding in ("slice", "split") and axis_e is None:  # JAX's default axis
+        return refined.unary(rule, op, axis=(True, 0))
     if _surface.refine_kind(rule) in refined.AXIS_KINDS:
         keep = keyword(ctx, "keepdims")
         known, ax = refined.axis_arg(axis_e)
@@ -165,6 +188,8 @@ def _operands(ctx: FunctionContext, args: _Args, binding: str) -> _Args | None:
         return [(item, ctx.api.get_expression_type(item, None)) for item in seq.items]
     if binding in ("nary", "einsum", "where"):
         return [(e, t) for e, t in args if not is_str(t)]  # einsum's subscripts
+    if binding == "slice":  # the array and its start index
+        return args[:2] if len(args) >= 2 else None
     if binding == "binary":
         return args[:2] if len(args) >= 2 else None
     if binding == "take":

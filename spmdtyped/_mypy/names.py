@@ -49,3 +49,40 @@ FUNCTIONS: Final = {f"spmdtyped.{r.kind}.{r.name}": (r.kind, r.name, r.rule, r.b
 #: leaves (`pytrees`: the leaves' types from the trees' static types)
 TREE_MAPS: Final = {"jax._src.tree.map": 0, "jax._src.tree_util.tree_map": 0,
                     "jax._src.tree.map_with_path": 1, "jax._src.tree_util.tree_map_with_path": 1}
+
+# JAX's own spellings of the rows (`jax_forms`): `jnp.exp`, `jax.nn.relu`, `jax.lax.psum`
+
+#: the class JAX's stubs declare `jnp.add`, `jnp.maximum`, ... with: its `__call__`
+UFUNC_CALL: Final = "jax.numpy.BinaryUfunc.__call__"
+
+
+def jax_row(fullname: str) -> _surface.Row | None:
+    """The surface row of a JAX function's full name (public or JAX's private spelling)."""
+    if not fullname.startswith("jax"):
+        return None
+    row = _surface.by_jax_name(fullname)
+    return row if row is not None and row.rule is not None else None
+
+
+def jax_collective(fullname: str) -> str | None:
+    """`jax.lax.psum` (or `jax._src.lax.parallel.psum`) -> "psum": a collective of the table
+    with a typed result, else None."""
+    if not fullname.startswith("jax"):
+        return None
+    public = _surface.jax_public(fullname)
+    if not public.startswith("jax.lax."):
+        return None
+    name = public.removeprefix("jax.lax.")
+    c = _surface.collective(name)
+    return name if c is not None and (c.ops or name == "axis_index") else None
+
+
+#: JAX's modules whose functions take typed values at runtime (arrays to JAX)
+_WIDENED: Final = ("jax.numpy.", "jax.nn.", "jax.lax.")
+
+
+def jax_widened(fullname: str) -> bool:
+    """Whether a JAX function's parameters accept typed values statically (`jax_forms.widen`):
+    every `jax.numpy`, `jax.nn` and `jax.lax` function; a row's result is typed from the row,
+    any other's stays JAX's `jax.Array` (its state unknown)."""
+    return fullname.startswith("jax") and _surface.jax_public(fullname).startswith(_WIDENED)

@@ -7,7 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from mypy.nodes import CallExpr, Expression, IndexExpr, MemberExpr, NameExpr, RefExpr, TupleExpr
+from mypy.nodes import (
+    CallExpr,
+    Expression,
+    IndexExpr,
+    MemberExpr,
+    NameExpr,
+    OpExpr,
+    RefExpr,
+    TempNode,
+    TupleExpr,
+)
 from mypy.plugin import AttributeContext, FunctionContext, MethodContext
 from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 
@@ -126,8 +136,13 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
             return default
         return from_spmd(ctx.api, out)
     self_alts = refined.ralternatives(ctx.api, ctx.type, None)
+    other_e = ctx.args[0][0]
+    if isinstance(other_e, TempNode) and isinstance(ctx.context, OpExpr):
+        # `jnp.ones(4) + x`: mypy checks the reflected method on a stand-in for the left
+        # operand; the constant is the source's
+        other_e = ctx.context.left if reflected else ctx.context.right
     other_alts = [refined.Val(LITERAL, rank=0)] if scale_type \
-        else refined.ralternatives(ctx.api, other_t, ctx.args[0][0])
+        else refined.ralternatives(ctx.api, other_t, other_e)
     if self_alts is None or other_alts is None:
         return default
 

@@ -122,6 +122,12 @@ ELEMENTWISE: dict[str, ElementwiseRule] = {
             label="a reduction with where="),
         # x[i] with a traced i: JAX raises NotImplementedError on U, keeps R (both versions)
         _ew("dynamic_slice", NONLINEAR),
+        # jax.lax.dynamic_slice_in_dim: the same primitive (its own name: its rows' refinement
+        # follows the sliced dim, `x[i]`'s the index expression)
+        _ew("dynamic_slice_in_dim", NONLINEAR),
+        # tril / triu: a select with an Invariant zero; JAX drops Unreduced and Reduced for
+        # tril(k=0) and keeps them for triu(k=1) (both versions): strict, both rejected
+        *(_ew(n, NONLINEAR, on_unreduced=JAX_DROPS, on_reduced=REJECT) for n in ("tril", "triu")),
         *(_ew(n, LINEAR, on_unreduced=KEEP) for n in LINEAR_UNARY),
         *(_ew(n, NONLINEAR) for n in NONLINEAR_UNARY),
         *(_ew(n, NONLINEAR) for n in NONLINEAR_NARY),

@@ -165,8 +165,9 @@ def _function_lines(p: Planned) -> list[str]:
         out += _def(f.name, ["x: dict[Any, Any] | list[Any] | tuple[Any, ...]",
                              "axis_name: str | tuple[str, ...]", *tail, *to_any], "Any", None, "")
         return out
-    if not p.groups:
-        return [f"def {f.name}(*args: Any, **kwargs: Any) -> {ANY_ARRAY}: ..."]
+    if not p.groups:  # `split` makes a list of pieces
+        result = f"list[{ANY_ARRAY}]" if f.binding == "split" else ANY_ARRAY
+        return [f"def {f.name}(*args: Any, **kwargs: Any) -> {result}: ..."]
     ((tag, _, ovs),) = p.groups
     if tag == "new":
         return [f"def {f.name}(*args: Any, **kwargs: Any) -> SArray[Never, Never, Never]: ..."]

@@ -46,9 +46,12 @@ from .collectives import registered as registered
 #: "index"  -- `x[i]`: `unary("getitem")` static, `functions.dynamic_index_type` traced
 #: "at"     -- `functions.at_update_type`
 #: "axis"   -- a collective or cast: `axis_op` with the row's `AXIS_OPS` entry
+#: "slice"  -- `functions.dynamic_index_type` of the array with its start index (a literal start:
+#:             the unary `dynamic_slice`), as `x[i]` with a traced `i` (`dynamic_slice_in_dim`)
+#: "split"  -- the first argument's unary rule, the same state for every piece of the list
 #: "attr"   -- a plain attribute of the JAX value (shape, dtype, ...): no state
 FUNCTION_BINDINGS: tuple[str, ...] = ("unary", "binary", "nary", "join", "einsum", "take", "like",
-                                      "new")
+                                      "new", "slice", "split")
 
 #: how a row's refinement (Shard/Partial/Rep, DESIGN.md §1b) is computed; the runtime
 #: dispatches on it (`_refining.REFINERS`), each kind calls one rule of `_rules.refine*`:
@@ -176,9 +179,9 @@ AT: tuple[Row, ...] = tuple(
 
 _NUMPY: tuple[tuple[str, str, str], ...] = (
     # (st.numpy name, rule, binding); the refinement kind is `_NUMPY_REFINE` (default by binding)
-    *((n, n, "unary") for n in ("exp", "log", "tanh", "sqrt", "sin", "cos", "abs", "square",
-                                "sign", "log1p", "expm1", "reciprocal", "floor", "ceil",
-                                "round", "isnan", "isfinite", "conj", "copy")),
+    *((n, n, "unary") for n in ("exp", "log", "tanh", "sqrt", "rsqrt", "sin", "cos", "abs",
+                                "square", "sign", "log1p", "expm1", "reciprocal", "floor",
+                                "ceil", "round", "isnan", "isfinite", "conj", "copy")),
     ("absolute", "abs", "unary"), ("negative", "neg", "unary"),
     *((n, r, "binary") for n, r in (
         ("add", "add"), ("subtract", "sub"), ("multiply", "mul"), ("divide", "div"),
@@ -199,10 +202,12 @@ _NUMPY: tuple[tuple[str, str, str], ...] = (
     *((n, n, "unary") for n in ("cumsum", "cumprod", "argmax", "argmin", "flip", "sort")),
     *((n, n, "unary") for n in ("reshape", "transpose", "swapaxes", "moveaxis", "expand_dims",
                                 "squeeze", "ravel", "broadcast_to", "roll", "tile", "repeat",
-                                "pad")),
+                                "pad", "tril", "triu")),
+    ("split", "split", "split"),
     ("concatenate", "concatenate", "join"), ("stack", "stack", "join"),
     ("einsum", "einsum", "einsum"), ("dot", "dot", "binary"), ("matmul", "matmul", "binary"),
-    ("take", "take", "take"),
+    ("take", "take", "take"), ("take_along_axis", "take", "take"),
+    ("dynamic_slice_in_dim", "dynamic_slice_in_dim", "slice"),
     *((n, n, "like") for n in LIKE_CONSTRUCTORS),
     *((n, n, "new") for n in CONSTRUCTORS),
 )
@@ -210,7 +215,8 @@ _NUMPY: tuple[tuple[str, str, str], ...] = (
 _NUMPY_REFINE: dict[str, str] = {
     **dict.fromkeys(("sum", "max", "min", "amax", "amin", "prod", "var", "std", "mean", "argmax",
                      "argmin"), "reduction"),
-    **dict.fromkeys(("cumsum", "cumprod", "flip", "sort", "roll"), "along"),
+    **dict.fromkeys(("cumsum", "cumprod", "flip", "sort", "roll", "tril", "triu", "split",
+                     "dynamic_slice_in_dim"), "along"),
     **dict.fromkeys(("reshape", "ravel"), "reshape"),
     **dict.fromkeys(("transpose", "swapaxes", "moveaxis"), "transpose"),
     "expand_dims": "expand", "squeeze": "squeeze",
@@ -224,12 +230,15 @@ _NUMPY_DTYPES: dict[str, str] = {
 }
 _BINDING_REFINE = {"unary": "elementwise", "binary": "elementwise", "where": "where",
                    "mean": "reduction", "join": "concat", "einsum": "einsum", "take": "take",
-                   "like": "constructor", "new": "constructor"}
+                   "like": "constructor", "new": "constructor", "slice": "along", "split": "along"}
 _ARITY = {"unary": 1, "mean": 1, "like": 1, "new": 0, "binary": 2, "take": 2, "where": 3,
-          "join": 2, "einsum": 2}
+          "join": 2, "einsum": 2, "slice": 2, "split": 1}
+#: the st.numpy rows whose JAX function is not `jax.numpy.<name>` (jax.numpy has no rsqrt)
+_NUMPY_JAX: dict[str, str] = {"rsqrt": "jax.lax.rsqrt",
+                              "dynamic_slice_in_dim": "jax.lax.dynamic_slice_in_dim"}
 
 NUMPY: tuple[Row, ...] = tuple(
-    Row(f"st.numpy.{n}(...)", "numpy", n, r, _ARITY[b], b, f"jax.numpy.{n}",
+    Row(f"st.numpy.{n}(...)", "numpy", n, r, _ARITY[b], b, _NUMPY_JAX.get(n, f"jax.numpy.{n}"),
         refine=_NUMPY_REFINE.get(n, _BINDING_REFINE[b]), dtypes=_NUMPY_DTYPES.get(n))
     for n, r, b in _NUMPY
 )
@@ -239,6 +248,46 @@ NN: tuple[Row, ...] = tuple(
                  ("sigmoid", "elementwise"), ("softplus", "elementwise"), ("softmax", "softmax"),
                  ("log_softmax", "softmax"), ("logsumexp", "softmax"), ("one_hot", "one_hot"))
 )
+
+# ------------------------------------------------------------------------------ JAX's spellings
+# The forms users write with JAX itself (`jnp.exp(x)`, `jax.nn.relu(x)`, `jax.lax.psum(x, "tp")`)
+# are the rows above under JAX's name: the mypy plugin types them from the same row when an
+# argument is a typed value (plain arguments keep JAX's own `jax.Array`).
+
+#: jax.lax functions that apply an st.numpy row (lax name -> row name): the elementwise ones
+#: whose rule and refinement are the row's (`jax.lax.max` is `maximum`, not the reduction)
+_LAX_ROWS: dict[str, str] = {
+    **{n: n for n in ("exp", "log", "tanh", "sqrt", "sin", "cos", "abs", "square", "sign",
+                      "log1p", "expm1", "floor", "ceil", "reciprocal")},
+    "neg": "negative", "add": "add", "sub": "subtract", "mul": "multiply", "div": "divide",
+    "max": "maximum", "min": "minimum", "pow": "power", "atan2": "arctan2",
+}
+#: JAX's full name of a form -> its row: every st.numpy / st.nn row's `jax` function
+#: (`jax.numpy.exp`, `jax.lax.rsqrt`, `jax.nn.relu`) and the jax.lax names of `_LAX_ROWS`
+JAX_FUNCTIONS: dict[str, Row] = {
+    **{r.jax: r for r in (*NUMPY, *NN)},
+    **{f"jax.lax.{lax}": r for lax, name in _LAX_ROWS.items()
+       for r in NUMPY if r.name == name},
+}
+#: JAX's module prefixes of the public ones (where a function is defined, as a checker names it)
+_JAX_MODULES: tuple[tuple[str, str], ...] = (
+    ("jax._src.numpy.", "jax.numpy."), ("jax._src.nn.", "jax.nn."), ("jax._src.lax.", "jax.lax."))
+
+
+def jax_public(fullname: str) -> str:
+    """The public spelling of a JAX function's full name: `jax._src.lax.parallel.psum` ->
+    `jax.lax.psum`, `jax._src.numpy.ufuncs.exp` -> `jax.numpy.exp` (JAX's stubs declare some
+    names where they are defined); other names unchanged."""
+    for private, public in _JAX_MODULES:
+        if fullname.startswith(private):
+            return public + fullname.rpartition(".")[2]
+    return fullname
+
+
+def by_jax_name(fullname: str) -> Row | None:
+    """The row JAX's function `fullname` (public or private spelling) applies, or None."""
+    return JAX_FUNCTIONS.get(jax_public(fullname))
+
 
 # ------------------------------------------------------------------------------ collectives
 

@@ -160,7 +160,7 @@ LINEAR_UNARY = frozenset({"neg", "copy", "conj", "stop_gradient", "real", "imag"
                           "pad", "tile", "repeat", "cumsum", "flip", "roll", "getitem",
                           "dynamic_slice", "broadcast_to", "expand_dims", "squeeze",
                           "reshape", "transpose", "swapaxes", "moveaxis", "ravel", "split",
-                          "at_add"})
+                          "at_add", "tril", "triu", "dynamic_slice_in_dim"})
 
 
 @dataclasses.dataclass(frozen=True)
