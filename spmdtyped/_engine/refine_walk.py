@@ -68,6 +68,7 @@ from .refine_facts import (
 from .walk import call_site, user_frame
 
 Where = "tuple[str, int] | None"
+Report = Callable[[SpmdTypeError, Any, str], None]
 
 #: the primitives whose rule is a function of the equation's params and its operands' types,
 #: refinements and shapes only (no side facts, no sub-jaxpr): `RefineWalk._pure` memoizes them
@@ -76,7 +77,6 @@ Where = "tuple[str, int] | None"
 _PURE = frozenset({"axis_index", "sort", "rev", "dot_general", "transpose", "reshape",
                    "squeeze", "expand_dims", "broadcast_in_dim", "slice", "dynamic_slice",
                    "gather", "concatenate", "pad", "iota"})
-Report = Callable[[SpmdTypeError, Any, str], None]
 
 
 @dataclasses.dataclass
@@ -234,9 +234,9 @@ class RefineWalk:
                                        if not (a in axes and isinstance(k, Shard))}, r.data)
                         for v, r in zip(eqn.invars, refs, strict=True)]
             return self._pure(eqn, name, ins, outs, refs, shapes, out_shape)
-        if name in _PURE or _surface.PRIMITIVE_REFINE.get(name, (None,))[0] in ("reduction", "along"):
+        kind = _surface.PRIMITIVE_REFINE.get(name, (None, name))[0]
+        if name in _PURE or kind in ("reduction", "along"):
             return self._pure(eqn, name, ins, outs, refs, shapes, out_shape)
-        kind, rule = _surface.PRIMITIVE_REFINE.get(name, (None, name))
         if kind == "elementwise":
             return [self._elementwise(eqn, name, ins, out, refs, shapes, out_shape, side, op)]
         if name == "cond":

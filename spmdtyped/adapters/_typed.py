@@ -103,14 +103,8 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
 
     def first_violation(m: Any, specs: Any, args: tuple[Any, ...],
                         fallback: SpmdTypeError | None) -> SpmdTypeError | None:
-        try:
-            rep = run_infer(f, args, mesh=m, in_specs=specs, out_specs=out_specs,
-                            axis_names=axis_names, where=where)
-        except SpmdTypeError:
-            raise
-        except Exception:  # noqa: BLE001 - the second trace fails too (an argument JAX
-            return fallback  # refused, e.g. a dim its mesh axis does not divide): JAX's stands
-        return rep.violations[0] if rep.violations else fallback
+        return _first_violation(f, args, mesh=m, in_specs=specs, out_specs=out_specs,
+                                axis_names=axis_names, where=where, fallback=fallback)
 
     def trace(m: Any, specs: Any, args: tuple[Any, ...], thunk: Callable[[], Any]) -> Any:
         with in_spec_errors(where, "typed_shard_map"):
@@ -246,25 +240,37 @@ def _traced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
             # traced again as `typed_shard_map` does (`run_infer`: its outputs checked by the
             # engine), for the first violation in program order, the cause (the psum missing
             # after a row-parallel projection) rather than its symptom at the boundary
-            found = _first_violation(rejected[-1], found)
+            found = _rejected_call_violation(rejected[-1], found)
         raise found from e
 
 
-def _first_violation(c: ShardMapCall, boundary: SpmdTypeError) -> SpmdTypeError:
-    """The first violation of the rejected shard_map call `c` in program order; else JAX's
-    boundary error `boundary`, at the `def` of the body."""
+def _first_violation(f: Callable[..., Any], args: Any, *, mesh: Any, in_specs: Any,
+                     out_specs: Any, axis_names: Any, where: str,
+                     fallback: SpmdTypeError | None) -> SpmdTypeError | None:
+    """The first violation in program order of the shard_map of `f` JAX rejected, found by
+    tracing it again with its outputs checked (`run_infer`); `fallback` when there is none or
+    that trace fails too (an argument JAX refused, e.g. a dim its mesh axis does not divide:
+    JAX's error stands). spmdtyped's own errors of that trace are raised."""
+    try:
+        rep = run_infer(f, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                        axis_names=axis_names, where=where)
+    except SpmdTypeError:
+        raise
+    except Exception:  # noqa: BLE001 - see the docstring
+        return fallback
+    return rep.violations[0] if rep.violations else fallback
+
+
+def _rejected_call_violation(c: ShardMapCall, boundary: SpmdTypeError) -> SpmdTypeError:
+    """`_first_violation` of the rejected shard_map call `c` of a step; else JAX's boundary
+    error `boundary`, at the `def` of the body."""
     fallback = located(boundary, function_source(c.f)) \
         if getattr(boundary, "source", None) is None else boundary
     if c.in_specs is _compat.INFER:
         return fallback
-    try:
-        rep = run_infer(c.f, c.args, mesh=c.mesh, in_specs=c.in_specs, out_specs=c.out_specs,
-                        axis_names=set(c.axis_names or ()), where="checking()")
-    except SpmdTypeError as e:
-        return e
-    except Exception:  # noqa: BLE001 - the second trace fails too: JAX's error stands
-        return fallback
-    return rep.violations[0] if rep.violations else fallback
+    return _first_violation(c.f, c.args, mesh=c.mesh, in_specs=c.in_specs,
+                            out_specs=c.out_specs, axis_names=set(c.axis_names or ()),
+                            where="checking()", fallback=fallback) or fallback
 
 
 @contextlib.contextmanager
