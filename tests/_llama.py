@@ -120,3 +120,16 @@ def tensor_parallel() -> Iterator[None]:
         yield
     finally:
         CONFIG.update(TP=None, MISTAKE=None)
+
+
+def assert_mistake(run, code: str, line: int, fix: str):
+    """`run()` raises the SpmdTypeError `code` at `line` whose fix names `fix`; returns it."""
+    import pytest
+
+    import spmdtyped as st
+    with pytest.raises(st.SpmdTypeError) as ei:
+        run()
+    e = ei.value
+    assert (e.code, e.line) == (code, line), str(e)
+    assert fix in (e.fix or ""), e.fix
+    return e
