@@ -33,7 +33,7 @@ from typing import Any
 
 from hypothesis import strategies as hst
 
-from spmdtyped import _rules
+from spmdtyped import _rules, _surface
 from spmdtyped._errors import SpmdTypeError
 
 AXIS_NAMES = ("i", "j", "k")
@@ -182,9 +182,9 @@ TEMPLATES: dict[str, tuple[str, str]] = {
     "flip": ("snp.flip({a}, axis={axis})", "jnp.flip({a}, axis={axis})"),
     "where": ("snp.where({a}, {b}, {c})", "jnp.where({a}, {b}, {c})"),
     "where_cmp": ("snp.where({a} < {b}, {c}, {d})", "jnp.where({a} < {b}, {c}, {d})"),
-    "snp_unary": ("snp.{fn}({a})", "jnp.{fn}({a})"),
-    "snp_binary": ("snp.{fn}({a}, {b})", "jnp.{fn}({a}, {b})"),
-    "snp_call": ("snp.{fn}({a}{extra})", "jnp.{fn}({a}{extra})"),
+    "snp_unary": ("snp.{fn}({a})", "{jax_fn}({a})"),
+    "snp_binary": ("snp.{fn}({a}, {b})", "{jax_fn}({a}, {b})"),
+    "snp_call": ("snp.{fn}({a}{extra})", "{jax_fn}({a}{extra})"),
     "concatenate": ("snp.concatenate([{a}, {b}], axis={axis})",
                     "jnp.concatenate([{a}, {b}], axis={axis})"),
     "einsum": ("snp.einsum('ij,jk->ik', {a}, {b})", "jnp.einsum('ij,jk->ik', {a}, {b})"),
@@ -212,6 +212,20 @@ AXIS_KINDS = frozenset(k for k, (t, _) in TEMPLATES.items() if "{axes}" in t) - 
 NO_CPU_LOWERING = frozenset({"pbroadcast"})
 
 
+#: st.numpy name -> its JAX function's full name (the surface rows)
+_NUMPY_JAX_NAMES = {row.name: row.jax for row in _surface.NUMPY}
+
+
+def _raw_spelling(name: str) -> str:
+    """The raw source spelling of `st.numpy.<name>`'s JAX function, from its surface row
+    (`jnp.exp`; `lax.rsqrt`, which jax.numpy lacks)."""
+    jax_name = _NUMPY_JAX_NAMES[name]
+    for prefix, alias in (("jax.numpy.", "jnp."), ("jax.lax.", "lax.")):
+        if jax_name.startswith(prefix):
+            return alias + jax_name.removeprefix(prefix)
+    raise AssertionError(f"no raw spelling for {jax_name}")
+
+
 def expr(program: Program, step: Step, flavor: str = "typed") -> str:
     """The right-hand side of `step` as Python source, for flavour "typed" or "raw"."""
     template = TEMPLATES[step.kind][0 if flavor == "typed" else 1]
@@ -219,6 +233,8 @@ def expr(program: Program, step: Step, flavor: str = "typed") -> str:
     fields: dict[str, Any] = dict(zip("abcd", names, strict=False))
     for key, value in step.params:
         fields[key] = repr(value) if key in ("axes", "sec") else value
+    if "fn" in fields:
+        fields["jax_fn"] = _raw_spelling(fields["fn"])
     if step.kind == "lit":
         lit = repr(step.p("literal"))
         fields["lhs"], fields["rhs"] = (lit, names[0]) if step.p("literal_first") else (names[0], lit)

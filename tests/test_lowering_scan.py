@@ -78,6 +78,9 @@ _NUMPY_ARGS: dict[str, Recipe] = {
     "logical_and": lambda m, x: m.logical_and(x > 0.0, x < 1.0),
     "logical_or": lambda m, x: m.logical_or(x > 0.0, x < -1.0),
     "logical_xor": lambda m, x: m.logical_xor(x > 0.0, x < 1.0),
+    "split": lambda m, x: m.split(x, 2, axis=1)[0],
+    "take_along_axis": lambda m, x: m.take_along_axis(x, jnp.zeros(x.shape, jnp.int32), axis=1),
+    "dynamic_slice_in_dim": lambda m, x: m.dynamic_slice_in_dim(x, 1, 2, axis=1),
 }
 _NN_ARGS: dict[str, Recipe] = {
     "one_hot": lambda m, x: m.one_hot(x[0], 4),
@@ -97,8 +100,9 @@ def _cases() -> list[tuple[str, str, Recipe, Recipe]]:
     out: list[tuple[str, str, Recipe, Recipe]] = []
     for r in _surface.NUMPY:
         rec = _numpy_recipe(r.name, r.binding)
+        ref = jax.lax if r.jax.startswith("jax.lax.") else jnp  # jax.numpy has no rsqrt
         out.append((f"numpy.{r.name}", "op", lambda x, rec=rec: rec(st.numpy, x),
-                    lambda x, rec=rec: rec(jnp, x)))
+                    lambda x, rec=rec, ref=ref: rec(ref, x)))
     for r in _surface.NN:
         rec = _NN_ARGS.get(r.name, lambda m, x, n=r.name: getattr(m, n)(x))
         out.append((f"nn.{r.name}", "op", lambda x, rec=rec: rec(st.nn, x),
