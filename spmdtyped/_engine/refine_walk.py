@@ -43,6 +43,7 @@ from .._rules import refine as _r
 from .._rules.refine import FIXED, INDEX, NONE, PARTIAL, REP, Arg, Refinement, Shard
 from .._rules.refine import shape as _rs
 from . import gradients as _gradients
+from . import refine_content as _content
 from .primitives import KEEPS_SHARE, KNOWN_PLAIN, STRUCTURAL
 from .refine_facts import (
     Side,
@@ -69,8 +70,6 @@ Where = "tuple[str, int] | None"
 Report = Callable[[SpmdTypeError, Any, str], None]
 
 
-
-
 @dataclasses.dataclass
 class _Pending:
     """A violation that the uses of a value may excuse (see the module docstring)."""
@@ -93,6 +92,10 @@ class RefineWalk:
     steps: list[tuple[Any, str, str]] = dataclasses.field(default_factory=list)
     #: var -> the scalar constant it holds (a literal cast by JAX: `pvary 4.0`), for `_share`
     scalars: dict[Any, object] = dataclasses.field(default_factory=dict)
+    #: `st.shard_map(..., strict=True)`: every sum of an in_spec Shard over its axis is SPMD108
+    strict: bool = False
+    #: the out_specs of the body's outputs (`refine_content.at_outputs`)
+    out_specs: Sequence[Any] = ()
 
     # ------------------------------------------------------------------ entry points
 
@@ -101,6 +104,7 @@ class RefineWalk:
         outs, pending = self.jaxpr(jaxpr, list(in_refs), parent=None, quiet=False)
         for p in pending:   # reaching the body's outputs: nothing will excuse them
             self.report(p.error, p.where, p.extra)
+        _content.at_outputs(self.out_facts, self.out_specs, self.report)
         return outs
 
     # ------------------------------------------------------------------ jaxprs
@@ -189,6 +193,8 @@ class RefineWalk:
             # `b / n` broadcast against the partial sum, or cast by JAX: still b's share
             results = [_r.with_share(results[0], outs[0], refs[0].share)]
         track_side(side, eqn, name, self.axis_sizes)
+        _content.track(eqn, name, ins, outs, refs, results, side, where, quiet=quiet,
+                       report=self.report)
         if name in ("pvary", "convert_element_type", "reduced_vary_cast") and eqn.invars:
             value = self._scalar(eqn.invars[0])
             if value is not None:
@@ -216,16 +222,9 @@ class RefineWalk:
         p = eqn.params
         subs = _compat.sub_jaxprs(eqn)
 
-        if name in _surface.AXIS_PRIMITIVES:
-            if _surface.AXIS_PRIMITIVES[name] == "psum":
-                # a psum of a Shard over its axis (SPMD108) is reported for gradients only:
-                # for a value the in_specs shard, a spec cannot tell a slice of a global array
-                # from a stack of per-device terms (F5), and raw programs sum such values
-                axes = set(eqn_axes(eqn))
-                refs = [r.with_grad(True) if (not is_literal(v) and v in side.grad) else
-                        Refinement.of({a: k for a, k in r.items
-                                       if not (a in axes and isinstance(k, Shard))}, r.data)
-                        for v, r in zip(eqn.invars, refs, strict=True)]
+        if name in _surface.AXIS_PRIMITIVES:   # its operands' content first (`refine_content`)
+            refs = _content.at_collective(eqn, name, ins, refs, side, env, where, quiet=quiet,
+                                          strict=self.strict, report=self.report)
             return self._collective(eqn, name, ins, outs, refs, shapes)
         if name == "axis_index":
             return [_rs.axis_index(eqn_axes(eqn))]
@@ -568,9 +567,10 @@ def in_refinements(specs: Sequence[Any], avals: Sequence[Any], manual: Sequence[
 
 
 def walk_refinements(body: Any, in_refs: Sequence[Refinement], axis_sizes: dict[str, int],
-                     report: Report) -> RefineWalk:
+                     report: Report, *, out_specs: Sequence[Any] = (),
+                     strict: bool = False) -> RefineWalk:
     """Walk the shard_map body jaxpr `body`; every violation goes to `report`."""
-    w = RefineWalk(report, axis_sizes)
+    w = RefineWalk(report, axis_sizes, strict=strict, out_specs=out_specs)
     w.top(body, in_refs)
     return w
 
@@ -583,12 +583,12 @@ def body_jaxpr(closed: Any) -> Any | None:
     return None
 
 
-
-
-def check_program(eqn: Any, manual: Sequence[str], mesh: Any, report: Report) -> RefineWalk:
+def check_program(eqn: Any, manual: Sequence[str], mesh: Any, report: Report, *,
+                  strict: bool = False) -> RefineWalk:
     """Walk the body of the shard_map equation `eqn` with refinements seeded from its in_specs
     (one per flat input); each violation goes to `report(e, where, extra)`."""
     inner = eqn.params["jaxpr"]
     inner = inner.jaxpr if hasattr(inner, "jaxpr") else inner
     refs = in_refinements(list(eqn.params["in_specs"]), [v.aval for v in inner.invars], manual)
-    return walk_refinements(inner, refs, _compat.mesh_axis_sizes(mesh), report)
+    return walk_refinements(inner, refs, _compat.mesh_axis_sizes(mesh), report,
+                            out_specs=tuple(eqn.params["out_specs"]), strict=strict)
