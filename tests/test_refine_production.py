@@ -434,3 +434,16 @@ def test_ragged_dot_rows_plus_a_residual_before_their_reduction():
         rep = st.adapters.infer(functools.partial(combine, residual_first=first), params, x,
                                 mesh=MOE_MESH, in_specs=ins, out_specs=MOE_OUT)
         assert [v.code for v in rep.violations] == codes
+
+
+def test_a_stack_summed_is_not_a_slice():
+    """What the out_spec does not tell: a psum of an in_spec Shard returned as is (n tiled
+    copies, JAX's own test_psum_with_implicit_fanout_self_transposes), or combined only with
+    its own operand (`x - pmean(x)`: a stack's mean per position), or a psum_scatter (its
+    result is sharded over the axis anyway, JAX's test_matmul_reduce_scatter) is accepted."""
+    x = jnp.arange(64.0).reshape(8, 8)
+    spec = P(None, "tp")
+    for body in (lambda x: jax.lax.psum(x, "tp"), lambda x: x - jax.lax.pmean(x, "tp"),
+                 lambda x: jax.lax.psum_scatter(x, "tp", scatter_dimension=0, tiled=True)):
+        rep = st.adapters.infer(body, x, mesh=MESH, in_specs=spec, out_specs=spec)
+        assert rep.ok, [str(v) for v in rep.violations]

@@ -57,6 +57,8 @@ class Summed:
     axis: str
     error: SpmdTypeError
     where: Any
+    #: the inputs the summed operand is computed from
+    sources: frozenset[int] = frozenset()
 
 
 def _raise(e: Exception) -> None:
@@ -92,8 +94,10 @@ def at_collective(eqn: Any, name: str, ins: list[Any], refs: list[Refinement], s
                 e = _rc.summed_slice(rule, a, k.dim, _rc.STRICT if strict else _rc.RESHARDED, op)
                 if strict:
                     _raise(e)
-                if isinstance(e, SpmdTypeError):
-                    side.summed[o] = side.summed.get(o, ()) + (Summed(a, e, where),)
+                if isinstance(e, SpmdTypeError) and rule == "psum":
+                    # (a psum_scatter's result is sharded over the axis anyway: no tell)
+                    side.summed[o] = side.summed.get(o, ()) + (
+                        Summed(a, e, where, side.lineage.get(v, frozenset())),)
         if rule in _rc.SUMMING and not quiet:
             _residual(v, rule, axes, side, env, where, report)
     if rule == "psum":
@@ -163,6 +167,11 @@ def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[
     if summed:
         for o in outvars:
             side.summed[o] = tuple(dict.fromkeys(side.summed.get(o, ()) + summed))
+    lineage = frozenset().union(*(side.lineage.get(v, frozenset()) for v in invars
+                                  if not is_literal(v)))
+    if lineage:
+        for o in outvars:
+            side.lineage[o] = side.lineage.get(o, frozenset()) | lineage
     if name not in STRUCTURAL and _compat.sub_jaxprs(eqn):
         return   # a call's outputs are seeded from its body (`Side.seed`); a scatter's
         # combiner is no call
@@ -239,20 +248,41 @@ def _after_collective(eqn: Any, rule: str, outs: list[SpmdType], results: list[R
                 getattr(side, key)[o] = got
 
 
-def at_outputs(out_facts: Sequence[tuple[Any, ...]], out_specs: Sequence[Any],
-               report: Report) -> None:
-    """SPMD108 for each sum of an in_spec Shard over an axis that an output computed from it
-    is sharded over again by its out_spec (the program maps an array sharded over the axis
-    to one sharded over it: the value was a slice)."""
-    for facts, spec in zip(out_facts, out_specs, strict=False):
+def spec_axes(spec: Any) -> frozenset[str]:
+    """The mesh axes a PartitionSpec partitions over."""
+    entries = getattr(spec, "partitions", None)
+    entries = tuple(entries) if entries is not None else tuple(spec or ())
+    return frozenset(a for e in entries if e is not None
+                     for a in ((e,) if isinstance(e, str) else tuple(e)))
+
+
+def at_outputs(outvars: Sequence[Any], out_facts: Sequence[tuple[Any, ...]],
+               out_specs: Sequence[Any], in_specs: Sequence[Any], report: Report) -> None:
+    """SPMD108 for each psum of an in_spec Shard over an axis `a` when an output computed
+    from it varies over `a`, its out_spec shards it over `a`, and it combines the sum with
+    another input sharded over `a` (an optimizer step: `p - lr * pmean(g, ("dp", "fsdp"))`
+    with `p` and `g` both `P("fsdp")`): the program maps arrays sharded over `a` to one
+    sharded over `a`, the summed value was a slice of one. Not when the sum is combined only
+    with its own operand's inputs (`x - pmean(x, a)`: a stack's mean per position) or
+    returned as is (n tiled copies)."""
+    for v, facts, spec in zip(outvars, out_facts, out_specs, strict=False):
         content = facts[5] if len(facts) > 5 else None
         summed = content[len(CONTENT)] if content else ()
-        if not summed:
+        if not summed or is_literal(v):
             continue
-        entries = getattr(spec, "partitions", None)
-        entries = tuple(entries) if entries is not None else tuple(spec or ())
-        names = {a for e in entries if e is not None
-                 for a in ((e,) if isinstance(e, str) else tuple(e))}
+        varying = _compat.aval_type(v.aval).varying
+        names = spec_axes(spec)
+        lineage = content[CONTENT.index("lineage")] or frozenset()
         for s in summed:
-            if s.axis in names:
+            others = [i for i in lineage - s.sources if i < len(in_specs)
+                      and s.axis in spec_axes(in_specs[i])]
+            if s.axis in names and s.axis in varying and others:
                 report(s.error, s.where, "primitive: psum")
+
+
+def input_facts(invars: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The side facts of the shard_map body's inputs: each is its own lineage."""
+    empty = frozenset()
+    return [(False, False, empty, empty, False,
+             tuple(frozenset({i}) if k == "lineage" else empty for k in CONTENT) + ((),))
+            for i, _ in enumerate(invars)]

@@ -164,7 +164,7 @@ def opaque_error(name: str, axes: list[str], ins: Sequence[Any], out: SpmdType) 
 
 
 #: the content facts of `Side` (sets of axes per value), in `export`'s order
-CONTENT = ("same", "gathered", "sliced", "accum", "unsure")
+CONTENT = ("same", "gathered", "sliced", "accum", "unsure", "lineage")
 
 
 class Side:
@@ -188,6 +188,8 @@ class Side:
         #: axes JAX types a value Invariant on though an input of it varies there (argsort's
         #: permutation of varying keys): a cast of it is not `same`
         self.unsure: dict[Any, frozenset[str]] = {}
+        #: the shard_map inputs (their positions) a value is computed from
+        self.lineage: dict[Any, frozenset[int]] = {}
         #: var -> the sums of in_spec Shards it is computed from (`refine_content.Summed`)
         self.summed: dict[Any, tuple[Any, ...]] = {}
         #: var -> the equation that defines it (in this jaxpr)

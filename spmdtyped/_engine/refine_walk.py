@@ -94,17 +94,20 @@ class RefineWalk:
     scalars: dict[Any, object] = dataclasses.field(default_factory=dict)
     #: `st.shard_map(..., strict=True)`: every sum of an in_spec Shard over its axis is SPMD108
     strict: bool = False
-    #: the out_specs of the body's outputs (`refine_content.at_outputs`)
+    #: the in_specs / out_specs of the body's inputs and outputs (`refine_content`)
+    in_specs: Sequence[Any] = ()
     out_specs: Sequence[Any] = ()
 
     # ------------------------------------------------------------------ entry points
 
     def top(self, jaxpr: Any, in_refs: Sequence[Refinement]) -> list[Refinement]:
         """Walk the shard_map body `jaxpr` whose inputs have `in_refs`; the outputs' refs."""
-        outs, pending = self.jaxpr(jaxpr, list(in_refs), parent=None, quiet=False)
+        outs, pending = self.jaxpr(jaxpr, list(in_refs), parent=None, quiet=False,
+                                   facts=_content.input_facts(jaxpr.invars))
         for p in pending:   # reaching the body's outputs: nothing will excuse them
             self.report(p.error, p.where, p.extra)
-        _content.at_outputs(self.out_facts, self.out_specs, self.report)
+        _content.at_outputs(jaxpr.outvars, self.out_facts, self.out_specs, self.in_specs,
+                            self.report)
         return outs
 
     # ------------------------------------------------------------------ jaxprs
@@ -567,10 +570,10 @@ def in_refinements(specs: Sequence[Any], avals: Sequence[Any], manual: Sequence[
 
 
 def walk_refinements(body: Any, in_refs: Sequence[Refinement], axis_sizes: dict[str, int],
-                     report: Report, *, out_specs: Sequence[Any] = (),
-                     strict: bool = False) -> RefineWalk:
+                     report: Report, *, in_specs: Sequence[Any] = (),
+                     out_specs: Sequence[Any] = (), strict: bool = False) -> RefineWalk:
     """Walk the shard_map body jaxpr `body`; every violation goes to `report`."""
-    w = RefineWalk(report, axis_sizes, strict=strict, out_specs=out_specs)
+    w = RefineWalk(report, axis_sizes, strict=strict, in_specs=in_specs, out_specs=out_specs)
     w.top(body, in_refs)
     return w
 
@@ -591,4 +594,5 @@ def check_program(eqn: Any, manual: Sequence[str], mesh: Any, report: Report, *,
     inner = inner.jaxpr if hasattr(inner, "jaxpr") else inner
     refs = in_refinements(list(eqn.params["in_specs"]), [v.aval for v in inner.invars], manual)
     return walk_refinements(inner, refs, _compat.mesh_axis_sizes(mesh), report,
+                            in_specs=tuple(eqn.params["in_specs"]),
                             out_specs=tuple(eqn.params["out_specs"]), strict=strict)
