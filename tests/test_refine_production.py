@@ -2,8 +2,9 @@
 issue's "Refinement gaps", each as a buggy and a fixed raw-JAX program written the way
 production code is (jax.lax spelling, nested parameter dicts, a 2 x 2 x 2 mesh, check_vma=True):
 
-1. a `pmean` over an axis of gradient slices an in_spec shards over it, the result sharded over
-   it again by the out_spec (an optimizer step in its own shard_map): SPMD108;
+1. a `pmean` over an axis of gradient slices an in_spec shards over it, combined with the
+   parameter slices and sharded over it again by the out_spec (an optimizer step in its own
+   shard_map): SPMD108;
 2. a `psum` right after an `all_gather` over the same axis (a token count of a gathered mask):
    SPMD103;
 3. a `pmean` right after a tiled `psum_scatter` over the same axis (FSDP's gradient
@@ -394,7 +395,7 @@ def test_allow_opts_out_of_each_code():
 
 FRAGMENTS = {
     "optimizer_step_slices_averaged": ("jax.lax.psum", "slice of a global array", "'fsdp'",
-                                       "out_spec shards the summed result"),
+                                       "sharded over it again by its out_spec"),
     "gathered_mask_summed": ("result of an all_gather over", "(Rep)", "double count"),
     "reduce_scatter_then_mean": ("tiled psum_scatter", "'fsdp'", "all_gather(x, 'fsdp'"),
     "moe_residual_before_combine": ("a gathered value replicated over 'expert'",

@@ -105,9 +105,10 @@ PAGES: tuple[ErrorPage, ...] = (
                 "a Shard is taken for a slice only where the program says so: it is a gradient (the "
                 "results of `st.grad`/`jax.grad`/`jax.vjp` in the body and what ops make of them), the "
                 "result of a tiled `psum_scatter` over the axis (FSDP's reduce-scatter followed by a "
-                "mean over the data *and* fsdp axes), a replicated value sliced at `axis_index`, or the "
-                "out_spec shards the summed result over the axis again (an optimizer step averaging "
-                "gradient slices that came in `P('fsdp')` and go out `P('fsdp')`); under "
+                "mean over the data *and* fsdp axes), a replicated value sliced at `axis_index`, or an "
+                "output that combines the sum with another input sharded over the axis is sharded "
+                "over it again (an optimizer step `p - lr * pmean(g, ('dp', 'fsdp'))`, `p` and `g` "
+                "both `P('fsdp')`); under "
                 "`st.shard_map(..., strict=True)` every such sum. The mypy plugin, which does not follow "
                 "gradients, reports it for every value a hint declares a Shard (`st.Shard[\"ep\", 0]`, "
                 "an `\"e/ep\"` dim): a hint that names a sharded dim declares a slice of a global array.",
@@ -119,8 +120,8 @@ PAGES: tuple[ErrorPage, ...] = (
         before='g = st.psum(st.grad(lambda w: (w * w).sum())(w_experts), "tp")   # Shard["tp", 0]',
         after='g = st.grad(lambda w: (w * w).sum())(w_experts)   # each device owns its experts',
         when="`psum`/`pmean`/`psum_scatter` over an axis on which a gradient, a `psum_scatter`'s result "
-             "or a value the out_spec shards again is Shard(dim): the parameter was sharded over that "
-             "axis by an in_spec, a hint or a `psum_scatter`.",
+             "or an input whose sum the out_spec shards again (with another input) is Shard(dim): the "
+             "parameter was sharded over that axis by an in_spec, a hint or a `psum_scatter`.",
         related=("SPMD103",),
         opt_out=True,
     ),

@@ -14,12 +14,14 @@ forbid. Pure data and functions: no JAX, no mypy.
   not a stack of per-device terms: the result of a tiled `psum_scatter` over `a`, or a
   replicated value sliced at an offset made from `axis_index(a)`. A `psum`/`psum_scatter`
   over `a` adds different rows elementwise: SPMD108.
-- **a Shard summed and sharded again**: a `psum`/`pmean`/`psum_scatter` over `a` of a Shard
-  that an in_spec made (a slice of a global array *or* a stack of per-device terms: the spec
-  cannot tell) whose result reaches an output whose out_spec shards it over `a` again. The
-  program maps a global array sharded over `a` to one sharded over `a`: the value was a slice,
-  and the sum added different slices (SPMD108). Under `st.shard_map(..., strict=True)` every
-  such sum is reported.
+- **a Shard summed and sharded again**: a `psum`/`pmean` over `a` of a Shard that an in_spec
+  made (a slice of a global array *or* a stack of per-device terms: the spec cannot tell)
+  whose result reaches an output that varies over `a`, is sharded over `a` by its out_spec,
+  and combines the sum with another input sharded over `a` (`p - lr * pmean(g, ("dp",
+  "fsdp"))`). The program maps arrays sharded over `a` to one sharded over `a`: the value was
+  a slice, and the sum added different slices (SPMD108). A sum returned as is (n tiled
+  copies) or combined with its own operand only (`x - pmean(x)`) stays a stack's. Under
+  `st.shard_map(..., strict=True)` every such sum (and `psum_scatter`) is reported.
 - **contributions** over `a`: per-device terms of a sum built by scatter-adding floating-point
   updates that vary over `a` into a zero buffer (`zeros.at[idx].add(rows)`, the combine of a
   ring expert-parallel MoE), the rows `ragged_dot` computes with this device's experts, or a
@@ -63,8 +65,8 @@ def summed_slice(name: str, axis: str, dim: int, why: str, op: str) -> Exception
 
 #: what tells a Shard is a slice (the `why` of `summed_slice`)
 SCATTERED = "the result of a tiled psum_scatter over it, or sliced at its axis_index"
-RESHARDED = ("its in_spec shards it, and the out_spec shards the summed result over that axis "
-             "again")
+RESHARDED = ("its in_spec shards it, and an output that combines the sum with another input "
+             "sharded over that axis is sharded over it again by its out_spec")
 STRICT = "its in_spec shards it (strict=True: a spec cannot tell a slice from a stack)"
 
 
