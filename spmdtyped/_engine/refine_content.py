@@ -266,7 +266,7 @@ def at_outputs(outvars: Sequence[Any], out_facts: Sequence[tuple[Any, ...]],
     with its own operand's inputs (`x - pmean(x, a)`: a stack's mean per position) or
     returned as is (n tiled copies)."""
     for v, facts, spec in zip(outvars, out_facts, out_specs, strict=False):
-        content = facts[5] if len(facts) > 5 else None
+        content: tuple[Any, ...] = (facts[5] if len(facts) > 5 else None) or ()
         summed = content[len(CONTENT)] if content else ()
         if not summed or is_literal(v):
             continue
@@ -282,7 +282,7 @@ def at_outputs(outvars: Sequence[Any], out_facts: Sequence[tuple[Any, ...]],
 
 def input_facts(invars: Sequence[Any]) -> list[tuple[Any, ...]]:
     """The side facts of the shard_map body's inputs: each is its own lineage."""
-    empty = frozenset()
+    empty: frozenset[str] = frozenset()
     return [(False, False, empty, empty, False,
              tuple(frozenset({i}) if k == "lineage" else empty for k in CONTENT) + ((),))
             for i, _ in enumerate(invars)]
