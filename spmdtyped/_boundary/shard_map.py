@@ -88,7 +88,10 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
     checked by the engine (`_engine.check`, the function `st.adapters.infer` runs) on the
     program JAX staged. `strict=True` also reports, as an `UnfollowedWarning` per equation
     with its line, what the engine cannot follow (a host callback, a custom call, a primitive
-    with no refinement rule); the default is quiet (docs/runtime.md).
+    with no refinement rule), and takes every `psum`/`pmean`/`psum_scatter` over an axis of a
+    value its in_spec shards over that axis for a sum of slices of a global array (SPMD108; by
+    default only when the out_spec shards the result over that axis again, docs/refinement.md);
+    the default is quiet (docs/runtime.md).
 
     **Raises:** `BoundaryError` (SPMD401/402/403), `UsageError` (SPMD501 unknown axis in a spec).
 
@@ -212,7 +215,8 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
                                                                  manual))
 
     def check(eqn: Any, m: Any, manual: tuple[str, ...]) -> None:
-        got = check_shard_map(eqn, manual=manual, mesh=m, source=function_source(f), where=where)
+        got = check_shard_map(eqn, manual=manual, mesh=m, source=function_source(f), where=where,
+                              strict=strict)
         if got.violations:
             raise got.violations[0]
         for prim, at, reason in unfollowed(eqn) if strict else ():

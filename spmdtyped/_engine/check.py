@@ -64,11 +64,12 @@ def shard_map_eqn(closed_or_eqn: Any) -> Any:
 
 
 def check_shard_map(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: str,
-                    steps: bool = False, refine: bool = True) -> Checked:
+                    steps: bool = False, refine: bool = True, strict: bool = False) -> Checked:
     """Check the shard_map equation `eqn` (see `run_checked`) with every rule of the engine;
     `source` is the function's `def` (boundary errors), `where` names the API in boundary
     messages (`st.shard_map(f)`). `refine=False` walks the four states only (never used by a
-    face: kept for measuring the refinement's cost)."""
+    face: kept for measuring the refinement's cost). `strict=True` (`st.shard_map(...,
+    strict=True)`): every sum of an in_spec Shard over its own axis is SPMD108."""
     walk = Walk(record_steps=steps)
     inner = eqn.params["jaxpr"]
     inner = getattr(inner, "jaxpr", inner)
@@ -84,7 +85,7 @@ def check_shard_map(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, 
         except SpmdTypeError as e:
             walk.violation(e, source, f"at the shard_map boundary: output leaf {i}")
     if refine:
-        refine_into(walk, eqn, manual, mesh)
+        refine_into(walk, eqn, manual, mesh, strict=strict)
     if walk.violations:
         caught = _CAUGHT_IN_BODY.get()
         walk.violations[:] = [v for v in in_program_order(inner, walk.violations, source)
@@ -187,12 +188,13 @@ def in_program_order(body: Any, violations: list[SpmdTypeError],
     return sorted(violations, key=position)
 
 
-def refine_into(walk: Walk, eqn: Any, manual: Sequence[str], mesh: Any) -> None:
+def refine_into(walk: Walk, eqn: Any, manual: Sequence[str], mesh: Any, *,
+                strict: bool = False) -> None:
     """The refinement walk of a shard_map equation, its violations added to `walk`. A failure
     of the walk itself is a gap, listed in `walk.mismatches` (as the rule table's are), never
     a crash of the user's program."""
     try:
-        check_program(eqn, manual, mesh, walk.violation)
+        check_program(eqn, manual, mesh, walk.violation, strict=strict)
     except SpmdTypeError:
         raise
     except Exception as e:  # noqa: BLE001 - see the docstring

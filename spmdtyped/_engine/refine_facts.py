@@ -184,6 +184,10 @@ def opaque_error(name: str, axes: list[str], ins: Sequence[Any], out: SpmdType) 
                      f"outputs and cotangents after it (st.opaque(kernel)(...) does both)")
 
 
+#: the content facts of `Side` (sets of axes per value), in `export`'s order
+CONTENT = ("same", "gathered", "sliced", "accum", "unsure", "lineage")
+
+
 class Side:
     """What the refinements do not say about a value: which dims it was broadcast along
     (constant there: its real extent is 1), whether it is a constant built in the program
@@ -196,16 +200,36 @@ class Side:
         self.scaled: dict[Any, frozenset[str]] = {}
         #: values computed from a gradient the body computes (`gradients.read`)
         self.grad: set[Any] = set()
+        #: what the content of a value is across the devices of an axis (`refine_content`):
+        #: the same (a gather or a cast), gathered, a known slice, per-device contributions
+        self.same: dict[Any, frozenset[str]] = {}
+        self.gathered: dict[Any, frozenset[str]] = {}
+        self.sliced: dict[Any, frozenset[str]] = {}
+        self.accum: dict[Any, frozenset[str]] = {}
+        #: axes JAX types a value Invariant on though an input of it varies there (argsort's
+        #: permutation of varying keys): a cast of it is not `same`
+        self.unsure: dict[Any, frozenset[str]] = {}
+        #: the shard_map inputs (their positions) a value is computed from
+        self.lineage: dict[Any, frozenset[int]] = {}
+        #: var -> the sums of in_spec Shards it is computed from (`refine_content.Summed`)
+        self.summed: dict[Any, tuple[Any, ...]] = {}
+        #: var -> the equation that defines it (in this jaxpr)
+        self.defs: dict[Any, Any] = {}
 
     def export(self, v: Any) -> tuple[Any, ...]:
         """The facts of `v`, to seed the matching variable of a nested jaxpr (or the caller)."""
         if is_literal(v):
-            return (True, self.is_zero(v), frozenset(), frozenset(), False)
+            return (True, self.is_zero(v), frozenset(), frozenset(), False, None)
+        content = tuple(getattr(self, k).get(v, frozenset()) for k in CONTENT) \
+            + (self.summed.get(v, ()),)
         return (v in self.const, v in self.zero, self.scaled.get(v, frozenset()),
-                self.bcast.get(v, frozenset()), v in self.grad)
+                self.bcast.get(v, frozenset()), v in self.grad, content)
 
     def seed(self, v: Any, facts: tuple[Any, ...]) -> None:
-        const, zero, scaled, bcast, grad = facts
+        const, zero, scaled, bcast, grad, content = facts
+        for k, got in zip(CONTENT + ("summed",), content or (), strict=False):
+            if got:
+                getattr(self, k)[v] = got
         if const:
             self.const.add(v)
         if zero:

@@ -43,6 +43,7 @@ from .._rules import refine as _r
 from .._rules.refine import FIXED, INDEX, NONE, PARTIAL, REP, Arg, Refinement, Shard
 from .._rules.refine import shape as _rs
 from . import gradients as _gradients
+from . import refine_content as _content
 from .primitives import KEEPS_SHARE, KNOWN_PLAIN, STRUCTURAL
 from .refine_facts import (
     Side,
@@ -70,10 +71,9 @@ from .walk import call_site, user_frame
 Where = "tuple[str, int] | None"
 Report = Callable[[SpmdTypeError, Any, str], None]
 
-#: the primitives whose rule is a function of the equation's params and its operands' types,
-#: refinements and shapes only (no side facts, no sub-jaxpr): `RefineWalk._pure` memoizes them
-#: (collectives are added from `_surface.AXIS_PRIMITIVES`, reductions and per-dim ops from
-#: `_surface.PRIMITIVE_REFINE`)
+#: the primitives whose rule reads only the equation's params and its operands' types,
+#: refinements and shapes: `RefineWalk._pure` memoizes them (and the collectives, reductions
+#: and per-dim ops of `_surface.AXIS_PRIMITIVES` / `_surface.PRIMITIVE_REFINE`)
 _PURE = frozenset({"axis_index", "sort", "rev", "dot_general", "transpose", "reshape",
                    "squeeze", "expand_dims", "broadcast_in_dim", "slice", "dynamic_slice",
                    "gather", "concatenate", "pad", "iota"})
@@ -102,14 +102,22 @@ class RefineWalk:
     scalars: dict[Any, object] = dataclasses.field(default_factory=dict)
     #: the pure rules' memo (`_pure`, `_elementwise`): their inputs -> their results
     memo: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    #: `st.shard_map(..., strict=True)`: every sum of an in_spec Shard over its axis is SPMD108
+    strict: bool = False
+    #: the in_specs / out_specs of the body's inputs and outputs (`refine_content`)
+    in_specs: Sequence[Any] = ()
+    out_specs: Sequence[Any] = ()
 
     # ------------------------------------------------------------------ entry points
 
     def top(self, jaxpr: Any, in_refs: Sequence[Refinement]) -> list[Refinement]:
         """Walk the shard_map body `jaxpr` whose inputs have `in_refs`; the outputs' refs."""
-        outs, pending = self.jaxpr(jaxpr, list(in_refs), parent=None, quiet=False)
+        outs, pending = self.jaxpr(jaxpr, list(in_refs), parent=None, quiet=False,
+                                   facts=_content.input_facts(jaxpr.invars))
         for p in pending:   # reaching the body's outputs: nothing will excuse them
             self.report(p.error, p.where, p.extra)
+        _content.at_outputs(jaxpr.outvars, self.out_facts, self.out_specs, self.in_specs,
+                            self.report)
         return outs
 
     # ------------------------------------------------------------------ jaxprs
@@ -200,6 +208,8 @@ class RefineWalk:
             # `b / n` broadcast against the partial sum, or cast by JAX: still b's share
             results = [_r.with_share(results[0], outs[0], refs[0].share)]
         track_side(side, eqn, name, self.axis_sizes)
+        _content.track(eqn, name, ins, outs, refs, results, side, where, quiet=quiet,
+                       report=self.report)
         if name in ("pvary", "convert_element_type", "reduced_vary_cast") and eqn.invars:
             value = self._scalar(eqn.invars[0])
             if value is not None:
@@ -223,16 +233,9 @@ class RefineWalk:
         shapes = [shape_of(v) for v in eqn.invars]
         out_shape = shape_of(eqn.outvars[0]) if eqn.outvars else ()
         op = name
-        if name in _surface.AXIS_PRIMITIVES:
-            if _surface.AXIS_PRIMITIVES[name] == "psum":
-                # a psum of a Shard over its axis (SPMD108) is reported for gradients only:
-                # for a value the in_specs shard, a spec cannot tell a slice of a global array
-                # from a stack of per-device terms (F5), and raw programs sum such values
-                axes = set(eqn_axes(eqn))
-                refs = [r.with_grad(True) if (not is_literal(v) and v in side.grad) else
-                        Refinement.of({a: k for a, k in r.items
-                                       if not (a in axes and isinstance(k, Shard))}, r.data)
-                        for v, r in zip(eqn.invars, refs, strict=True)]
+        if name in _surface.AXIS_PRIMITIVES:   # its operands' content first (`refine_content`)
+            refs = _content.at_collective(eqn, name, ins, refs, side, env, where, quiet=quiet,
+                                          strict=self.strict, report=self.report)
             return self._pure(eqn, name, ins, outs, refs, shapes, out_shape)
         kind = _surface.PRIMITIVE_REFINE.get(name, (None, name))[0]
         if name in _PURE or kind in ("reduction", "along"):
@@ -584,12 +587,14 @@ def in_refinements(specs: Sequence[Any], avals: Sequence[Any], manual: Sequence[
     return out
 
 
-def check_program(eqn: Any, manual: Sequence[str], mesh: Any, report: Report) -> RefineWalk:
+def check_program(eqn: Any, manual: Sequence[str], mesh: Any, report: Report, *,
+                  strict: bool = False) -> RefineWalk:
     """Walk the body of the shard_map equation `eqn` with refinements seeded from its in_specs
     (one per flat input); each violation goes to `report(e, where, extra)`."""
     inner = eqn.params["jaxpr"]
     inner = inner.jaxpr if hasattr(inner, "jaxpr") else inner
     refs = in_refinements(list(eqn.params["in_specs"]), [v.aval for v in inner.invars], manual)
-    w = RefineWalk(report, _compat.mesh_axis_sizes(mesh))
+    w = RefineWalk(report, _compat.mesh_axis_sizes(mesh), strict=strict,
+                   in_specs=tuple(eqn.params["in_specs"]), out_specs=tuple(eqn.params["out_specs"]))
     w.top(inner, refs)
     return w

@@ -103,7 +103,11 @@ PAGES: tuple[ErrorPage, ...] = (
         meaning="An Invariant value is identical on every device of the axis. JAX silently `pvary`s it "
                 "first, so `psum` returns n·x (a double sum), `pmean` of already-summed gradients is a "
                 "no-op that hides a bug, and a ppermute/all_gather moves identical data. spmdtyped rejects "
-                "it: say explicitly that you want a per-device copy.",
+                "it: say explicitly that you want a per-device copy. The result of an `all_gather` over "
+                "the axis (and what is computed from it alone) is the same on every device too, though "
+                "JAX types it Varying: a `psum`/`psum_scatter` or a second `all_gather` over that axis "
+                "double-counts it, and the refinement reports it (a cast, `pcast(x, to='varying')`, is "
+                "the opt-out and is not checked).",
         fix="y = x   # x is already Invariant over the axis: drop the collective",
         solutions=(
             "Drop the collective if the value is already reduced (the common double-psum bug).",
@@ -116,7 +120,8 @@ PAGES: tuple[ErrorPage, ...] = (
         after="g = st.grad(loss)(w)                         # already summed over dp by grad",
         when="A second psum/pmean of a value that was already reduced; gradients of Invariant parameters "
              "(jax.grad already sums them over the axis); a collective over an axis the input is not "
-             "sharded on.",
+             "sharded on; a psum of a value gathered over the same axis (a token count of a gathered "
+             "mask).",
         related=("SPMD104",),
         opt_out=True,
     ),

@@ -19,7 +19,11 @@ PAGES: tuple[ErrorPage, ...] = (
                 "the contracted dim sharded on both sides. Adding a replicated value (a bias, a literal, an "
                 "Invariant or Rep value) to each term adds it once per device: after the reduction it is "
                 "counted n times. This is the row-parallel bias bug of Megatron-LM and TGI. JAX types the "
-                "partial sum Varying and accepts the program.",
+                "partial sum Varying and accepts the program. The same holds for per-device contributions "
+                "the refinement cannot call Partial (rows scatter-added into a zero buffer by a ring "
+                "expert-parallel MoE, `jax.lax.ragged_dot` over locally routed tokens): a term replicated "
+                "over the axis (Invariant, or the result of an `all_gather` over it) added right before "
+                "their `psum` / `psum_scatter` over that axis is reported at the addition.",
         fix='st.psum(partial, axis) + b',
         solutions=(
             "Reduce first, then add: `st.psum(h @ w2, 'tp') + b`.",
@@ -29,7 +33,8 @@ PAGES: tuple[ErrorPage, ...] = (
         after='y = st.psum(h @ w2, "tp") + b',
         when="`+`, `-`, concatenate or stack of a Partial value with an Invariant, Reduced, Rep or literal "
              "value: a bias added inside a row-parallel layer, a replicated regulariser added to a local "
-             "loss term.",
+             "loss term; the residual (the gathered tokens) added to a MoE combine buffer before its "
+             "`psum_scatter`.",
         related=("SPMD211", "SPMD212", "SPMD201"),
         opt_out=True,
     ),
@@ -74,7 +79,10 @@ PAGES: tuple[ErrorPage, ...] = (
         rule="A `where` selects between partial sums only with a predicate that is the same on every "
              "device of their axis.",
         meaning="Selecting per device between terms of a sum, with a different choice on each device, is "
-                "not the selection of the total.",
+                "not the selection of the total. Slicing per-device terms at this device's `axis_index` "
+                "(`dynamic_slice_in_dim(acc, axis_index('ep') * n, n)` of a combine buffer the experts "
+                "scatter-added their rows into, or of a Partial) is the reduction replaced by a slice: "
+                "each device keeps only its own contributions; `psum_scatter` is what is meant.",
         fix="st.numpy.where(pred, st.psum(p, axis), q)",
         solutions=("Reduce the branches first, or make the predicate uniform over the axis.",),
         before='y = st.numpy.where(x > 0, p, 0.0)    # x varies over "tp", p partial over "tp"',
@@ -84,19 +92,26 @@ PAGES: tuple[ErrorPage, ...] = (
         opt_out=True,
     ),
     ErrorPage(
-        code="SPMD108", slug="shard-reduce", title="Gradient of a shard summed over its own axis",
-        headline="the gradient of a shard of a global array was summed over its own axis",
-        rule="A `psum`/`pmean` over an axis takes per-device terms or partial sums, never the gradients "
-             "of different slices of one parameter sharded over that axis.",
+        code="SPMD108", slug="shard-reduce", title="Shard of a global array summed over its own axis",
+        headline="a shard of a global array (or its gradient) was summed over its own axis",
+        rule="A `psum`/`pmean`/`psum_scatter` over an axis takes per-device terms or partial sums, never "
+             "different slices of one array (or the gradients of different slices of one parameter) "
+             "sharded over that axis.",
         meaning="The gradient of a Shard parameter is a Shard too: each device holds the gradient of its "
                 "own slice (its own experts, its own rows). `psum`/`pmean` over the axis it is sharded on "
                 "adds the gradients of different parameters elementwise: expert gradients reduced over "
-                "the expert axis instead of the expert-data-parallel group. Only gradients (the results "
-                "of `st.grad`/`st.value_and_grad`/`st.vjp` and what ops make of them) are checked at "
-                "run time: a value that an in_spec shards may as well be a stack of per-device terms, "
-                "whose psum is right. The mypy plugin, which does not follow gradients, reports it for "
-                "every value a hint declares a Shard (`st.Shard[\"ep\", 0]`, an `\"e/ep\"` dim): a "
-                "hint that names a sharded dim declares a slice of a global array.",
+                "the expert axis instead of the expert-data-parallel group. A value that an in_spec "
+                "shards may as well be a stack of per-device terms, whose psum is right, so at run time "
+                "a Shard is taken for a slice only where the program says so: it is a gradient (the "
+                "results of `st.grad`/`jax.grad`/`jax.vjp` in the body and what ops make of them), the "
+                "result of a tiled `psum_scatter` over the axis (FSDP's reduce-scatter followed by a "
+                "mean over the data *and* fsdp axes), a replicated value sliced at `axis_index`, or an "
+                "output that combines the sum with another input sharded over the axis is sharded "
+                "over it again (an optimizer step `p - lr * pmean(g, ('dp', 'fsdp'))`, `p` and `g` "
+                "both `P('fsdp')`); under "
+                "`st.shard_map(..., strict=True)` every such sum. The mypy plugin, which does not follow "
+                "gradients, reports it for every value a hint declares a Shard (`st.Shard[\"ep\", 0]`, "
+                "an `\"e/ep\"` dim): a hint that names a sharded dim declares a slice of a global array.",
         fix="st.psum(g, axes_the_parameter_is_replicated_on)",
         solutions=(
             "Reduce over the axes the parameter is replicated on only: `st.psum(g, 'dp')`.",
@@ -104,8 +119,9 @@ PAGES: tuple[ErrorPage, ...] = (
         ),
         before='g = st.psum(st.grad(lambda w: (w * w).sum())(w_experts), "tp")   # Shard["tp", 0]',
         after='g = st.grad(lambda w: (w * w).sum())(w_experts)   # each device owns its experts',
-        when="`psum`/`pmean` over an axis on which a gradient is Shard(dim): the parameter was sharded "
-             "over that axis by an in_spec, a hint or a `psum_scatter`.",
+        when="`psum`/`pmean`/`psum_scatter` over an axis on which a gradient, a `psum_scatter`'s result "
+             "or an input whose sum the out_spec shards again (with another input) is Shard(dim): the "
+             "parameter was sharded over that axis by an in_spec, a hint or a `psum_scatter`.",
         related=("SPMD103",),
         opt_out=True,
     ),

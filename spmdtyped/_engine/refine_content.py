@@ -1,0 +1,288 @@
+"""The content facts of the refinement walk (`refine_walk`), issue 24 item 1: what a value's
+content is across the devices of an axis where the kinds cannot say, and the checks that read
+them (the rules and their messages: `_rules/refine/content.py`).
+
+Per value and axis, kept in the walk's `Side` and carried into and out of nested calls:
+
+- `same`: the content is equal on every device (an `all_gather` over the axis, a cast of an
+  Invariant value to Varying, and every op all of whose inputs that vary there are `same`);
+  `gathered`: `same` and computed from an `all_gather` (a cast alone is the opt-out:
+  `psum(pvary(x))` is how a program asks for n * x);
+- `sliced`: a Shard known to be the device's slice of one array (a tiled `psum_scatter`, a
+  replicated value sliced at `axis_index`, ops that keep that Shard);
+- `accum`: per-device terms of a sum: floating updates that vary there scatter-added into a
+  zero buffer, the rows `ragged_dot` computes with this device's experts (its rhs's group dim
+  sharded there), and the linear ops of them;
+- `unsure`: axes JAX types a value Invariant on though an input varies there (the permutation
+  `argsort` returns for varying keys, jax 0.10 and 0.12): a cast of it to Varying is not `same`;
+- `summed`: the sums (`psum`/`pmean`/`psum_scatter` over the axis) of in_spec Shards a value
+  is computed from, reported when an output computed from one is sharded over that axis
+  again by its out_spec (`at_outputs`), or at once under `strict=True`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+
+from .. import _compat, _surface
+from .._errors import SpmdTypeError
+from .._rules import LITERAL, SpmdType
+from .._rules import refine as _r
+from .._rules.refine import FIXED, INDEX, PARTIAL, Refinement, Shard
+from .._rules.refine import content as _rc
+from .primitives import STRUCTURAL
+from .refine_facts import CONTENT, Side, api_name, eqn_axes, is_literal
+from .walk import user_frame
+
+Report = Callable[[SpmdTypeError, Any, str], None]
+
+#: the ops a residual's sum is followed back through to its `add` (they do not change which
+#: terms are summed)
+_THROUGH = frozenset({"reshape", "convert_element_type", "transpose", "squeeze", "expand_dims",
+                      "copy", "copy_p", "pvary"})
+#: the ops that keep per-device contributions contributions (linear in them)
+_LINEAR = frozenset({"add", "add_any", "sub", "neg", "mul", "select_n", "concatenate",
+                     "broadcast_in_dim", "scatter-add", "scatter_add", "dynamic_update_slice",
+                     "pad"}) | _THROUGH
+
+
+@dataclasses.dataclass(frozen=True)
+class Summed:
+    """A sum over `axis` of an in_spec Shard (a slice or a stack), with its SPMD108."""
+
+    axis: str
+    error: SpmdTypeError
+    where: Any
+    #: the inputs the summed operand is computed from
+    sources: frozenset[int] = frozenset()
+
+
+def _raise(e: Exception) -> None:
+    if isinstance(e, SpmdTypeError):   # an allowed code (`st.allow`) is `Plain`: nothing
+        raise e
+
+
+def at_collective(eqn: Any, name: str, ins: list[Any], refs: list[Refinement], side: Side,
+                  env: dict[Any, Refinement], where: Any, *, quiet: bool, strict: bool,
+                  report: Report) -> list[Refinement]:
+    """Check the collective `eqn` against its operands' content (raises the first violation
+    at it; a residual is reported at its own line); returns the operands' refinements as the
+    collective's rule takes them (a psum's in_spec Shards are not checked there)."""
+    rule = _surface.AXIS_PRIMITIVES[name]
+    axes = eqn_axes(eqn)
+    op = api_name(name)
+    if rule not in _rc.CHECKED:
+        return refs
+    for v, t, r, o in zip(eqn.invars, ins, refs, eqn.outvars, strict=False):
+        if is_literal(v) or t is LITERAL:
+            continue
+        for a in axes:
+            if a not in t.varying:
+                continue
+            if a in side.gathered.get(v, ()):
+                _raise(_rc.gathered_operand(rule, a, op))
+            k = r.get(a)
+            if rule not in _rc.SUMMING or not isinstance(k, Shard):
+                continue
+            if a in side.sliced.get(v, ()):
+                _raise(_rc.summed_slice(rule, a, k.dim, _rc.SCATTERED, op))
+            elif not (r.grad or v in side.grad):
+                e = _rc.summed_slice(rule, a, k.dim, _rc.STRICT if strict else _rc.RESHARDED, op)
+                if strict:
+                    _raise(e)
+                if isinstance(e, SpmdTypeError) and rule == "psum":
+                    # (a psum_scatter's result is sharded over the axis anyway: no tell)
+                    side.summed[o] = side.summed.get(o, ()) + (
+                        Summed(a, e, where, side.lineage.get(v, frozenset())),)
+        if rule in _rc.SUMMING and not quiet:
+            _residual(v, rule, axes, side, env, where, report)
+    if rule == "psum":
+        # a psum of a Shard over its axis is SPMD108 (in the rule) for gradients only: for a
+        # value the in_specs shard, a spec cannot tell a slice of a global array from a stack
+        # of per-device terms (F5): `at_outputs` decides
+        sums = set(axes)
+        refs = [r.with_grad(True) if (not is_literal(v) and v in side.grad) else
+                Refinement.of({a: k for a, k in r.items
+                               if not (a in sums and isinstance(k, Shard))}, r.data)
+                for v, r in zip(eqn.invars, refs, strict=True)]
+    return refs
+
+
+def _replicated(v: Any, axis: str, side: Side) -> str | None:
+    """What `v` is when it is a term replicated over `axis` that carries data: "an Invariant
+    value", "a gathered value", "a replicated value"; None otherwise (a constant, a zero, a
+    share pre-divided by the axis size, a value that varies there)."""
+    if is_literal(v) or side.is_constant(v) or side.is_zero(v) or axis in side.prescaled(v):
+        return None
+    t = _compat.aval_type(v.aval)
+    if axis not in t.varying:
+        return None if axis in t.unreduced or axis in t.reduced else "an Invariant value"
+    if axis in side.same.get(v, ()):
+        return "a gathered value" if axis in side.gathered.get(v, ()) else "a replicated value"
+    return None
+
+
+def _residual(v: Any, rule: str, axes: Sequence[str], side: Side, env: dict[Any, Refinement],
+              where: Any, report: Report) -> None:
+    """SPMD210 at the `add` whose result the reduction takes (through reshapes and casts),
+    when one term is replicated over a reduced axis and the other per-device contributions
+    (`accum`)."""
+    e = side.defs.get(v)
+    while e is not None and _compat.primitive_name(e) in _THROUGH and e.invars \
+            and not is_literal(e.invars[0]):
+        e = side.defs.get(e.invars[0])
+    if e is None or _compat.primitive_name(e) not in ("add", "add_any", "sub") \
+            or len(e.invars) != 2:
+        return
+    for a in axes:
+        for i in (0, 1):
+            u, x = e.invars[i], e.invars[1 - i]
+            what = _replicated(u, a, side)
+            if what is None or is_literal(x):
+                continue
+            # per-device contributions (a Partial's is the elementwise rule's): a plain value's
+            # sum may be meant (a stack of per-device terms plus n copies)
+            if a not in side.accum.get(x, ()) or env.get(x, _r.NONE).get(a) is PARTIAL:
+                continue
+            err = _rc.residual_before_reduction(rule, a, what, api_name(_compat.primitive_name(e)))
+            if isinstance(err, SpmdTypeError):
+                report(err, user_frame(_compat.eqn_frames(e)) or where,
+                       f"primitive: {_compat.primitive_name(e)}")
+            return
+
+
+def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[Refinement],
+          results: list[Refinement], side: Side, where: Any, *, quiet: bool,
+          report: Report) -> None:
+    """The content facts of `eqn`'s outputs (see the module docstring), and SPMD213 for a
+    slice of per-device contributions at this device's `axis_index`."""
+    invars, outvars = eqn.invars, eqn.outvars
+    for o in outvars:
+        side.defs[o] = eqn
+    summed = tuple(s for v in invars if not is_literal(v) for s in side.summed.get(v, ()))
+    if summed:
+        for o in outvars:
+            side.summed[o] = tuple(dict.fromkeys(side.summed.get(o, ()) + summed))
+    lineage = frozenset().union(*(side.lineage.get(v, frozenset()) for v in invars
+                                  if not is_literal(v)))
+    if lineage:
+        for o in outvars:
+            side.lineage[o] = side.lineage.get(o, frozenset()) | lineage
+    if name not in STRUCTURAL and _compat.sub_jaxprs(eqn):
+        return   # a call's outputs are seeded from its body (`Side.seed`); a scatter's
+        # combiner is no call
+    rule = _surface.AXIS_PRIMITIVES.get(name)
+    if rule is not None:
+        _after_collective(eqn, rule, outs, results, side)
+        return
+    seen = frozenset().union(*(t.varying | side.unsure.get(v, frozenset())
+                               for v, t in zip(invars, ins, strict=True)
+                               if not is_literal(v) and t is not LITERAL))
+    for o, t in zip(outvars, outs, strict=False):
+        if seen - t.varying:
+            side.unsure[o] = seen - t.varying
+    if name in ("dynamic_slice", "gather") and len(invars) > 1 and not is_literal(invars[0]) \
+            and not quiet:
+        idx = ins[1:] if name == "dynamic_slice" else ins[1:2]
+        irefs = refs[1:] if name == "dynamic_slice" else refs[1:2]
+        for a in sorted(ins[0].varying):
+            if any(_r.kind(t, r, a) is INDEX for t, r in zip(idx, irefs, strict=True)) and \
+                    (a in side.accum.get(invars[0], ()) or refs[0].get(a) is PARTIAL):
+                err = _rc.sliced_contributions(a, api_name(name))
+                if isinstance(err, SpmdTypeError):
+                    report(err, where, f"primitive: {name}")
+                break
+    vin = [(v, t) for v, t in zip(invars, ins, strict=True) if not is_literal(v) and t is not LITERAL]
+    for o, t, r in zip(outvars, outs, results, strict=False):
+        same = frozenset(a for a in t.varying if any(a in ti.varying for _, ti in vin)
+                         and all(a in side.same.get(v, ()) for v, ti in vin if a in ti.varying))
+        gathered = frozenset(a for a in same if any(a in side.gathered.get(v, ()) for v, _ in vin))
+        sliced = frozenset(a for a in t.varying if isinstance(r.get(a), Shard) and (
+            any(a in side.sliced.get(v, ()) for v, _ in vin)
+            or name in ("dynamic_slice", "gather") and _r.kind(ins[0], refs[0], a) is FIXED
+            or name in ("dynamic_slice", "gather") and refs[0].get(a) is _r.REP))
+        if name in ("scatter-add", "scatter_add") and len(invars) >= 3 \
+                and side.is_zero(invars[0]) and not is_literal(invars[2]) \
+                and jnp.issubdtype(invars[2].aval.dtype, jnp.inexact):
+            upd = invars[2]
+            accum = frozenset(a for a in t.varying if a in ins[2].varying
+                              and a not in side.same.get(upd, ()))
+        elif name in ("ragged_dot_general", "ragged_dot") and len(invars) >= 2 \
+                and len(refs) >= 2 and len(shapes_of(invars[1])) == 3:
+            # the rows this device's experts (the rhs's group dim, sharded over `a`) computed
+            accum = frozenset(a for a in t.varying if refs[1].get(a) == Shard(-3))
+        elif name in _LINEAR:
+            accum = frozenset(a for a in t.varying if any(a in side.accum.get(v, ()) for v, _ in vin))
+        else:
+            accum = frozenset()
+        for key, got in (("same", same), ("gathered", gathered), ("sliced", sliced),
+                         ("accum", accum)):
+            if got:
+                getattr(side, key)[o] = got
+
+
+def shapes_of(v: Any) -> tuple[int, ...]:
+    return () if is_literal(v) else tuple(getattr(v.aval, "shape", ()) or ())
+
+
+def _after_collective(eqn: Any, rule: str, outs: list[SpmdType], results: list[Refinement],
+                      side: Side) -> None:
+    axes = frozenset(eqn_axes(eqn))
+    for v, o, t, r in zip(eqn.invars, eqn.outvars, outs, results, strict=False):
+        def kept(facts: dict[Any, frozenset[str]], v: Any = v, t: SpmdType = t) -> frozenset[str]:
+            return frozenset() if is_literal(v) else (facts.get(v, frozenset()) - axes) & t.varying
+        same, gathered, sliced = kept(side.same), kept(side.gathered), kept(side.sliced)
+        if rule == "all_gather":
+            same, gathered = same | (axes & t.varying), gathered | (axes & t.varying)
+        elif rule in ("pvary", "pcast_varying"):
+            unsure = frozenset() if is_literal(v) else side.unsure.get(v, frozenset())
+            same = same | (axes & t.varying - unsure)
+        elif rule == "psum_scatter":
+            sliced = sliced | frozenset(a for a in axes if isinstance(r.get(a), Shard))
+        for key, got in (("same", same), ("gathered", gathered), ("sliced", sliced)):
+            if got:
+                getattr(side, key)[o] = got
+
+
+def spec_axes(spec: Any) -> frozenset[str]:
+    """The mesh axes a PartitionSpec partitions over."""
+    entries = getattr(spec, "partitions", None)
+    entries = tuple(entries) if entries is not None else tuple(spec or ())
+    return frozenset(a for e in entries if e is not None
+                     for a in ((e,) if isinstance(e, str) else tuple(e)))
+
+
+def at_outputs(outvars: Sequence[Any], out_facts: Sequence[tuple[Any, ...]],
+               out_specs: Sequence[Any], in_specs: Sequence[Any], report: Report) -> None:
+    """SPMD108 for each psum of an in_spec Shard over an axis `a` when an output computed
+    from it varies over `a`, its out_spec shards it over `a`, and it combines the sum with
+    another input sharded over `a` (an optimizer step: `p - lr * pmean(g, ("dp", "fsdp"))`
+    with `p` and `g` both `P("fsdp")`): the program maps arrays sharded over `a` to one
+    sharded over `a`, the summed value was a slice of one. Not when the sum is combined only
+    with its own operand's inputs (`x - pmean(x, a)`: a stack's mean per position) or
+    returned as is (n tiled copies)."""
+    for v, facts, spec in zip(outvars, out_facts, out_specs, strict=False):
+        content: tuple[Any, ...] = (facts[5] if len(facts) > 5 else None) or ()
+        summed = content[len(CONTENT)] if content else ()
+        if not summed or is_literal(v):
+            continue
+        varying = _compat.aval_type(v.aval).varying
+        names = spec_axes(spec)
+        lineage = content[CONTENT.index("lineage")] or frozenset()
+        for s in summed:
+            others = [i for i in lineage - s.sources if i < len(in_specs)
+                      and s.axis in spec_axes(in_specs[i])]
+            if s.axis in names and s.axis in varying and others:
+                report(s.error, s.where, "primitive: psum")
+
+
+def input_facts(invars: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The side facts of the shard_map body's inputs: each is its own lineage."""
+    empty: frozenset[str] = frozenset()
+    return [(False, False, empty, empty, False,
+             tuple(frozenset({i}) if k == "lineage" else empty for k in CONTENT) + ((),))
+            for i, _ in enumerate(invars)]
