@@ -18,6 +18,7 @@ import pathlib
 import re
 import sys
 import types
+import warnings
 
 import jax
 import numpy as np
@@ -42,8 +43,7 @@ NEEDS_H24R: dict[tuple[str, str], str] = {
     ("ring_moe", "residual_in_buffer"):
         "a replicated residual scatter-added into the buffer before psum_scatter",
 }
-#: the drop-in runs `check_vma=False` bodies unanalysed (issue 24 item 2)
-NEEDS_VMA_OFF = {("ring_moe", "no_tp_sum")}
+
 
 
 def load(name: str, variant: str = "raw", calls: list | None = None) -> types.ModuleType:
@@ -123,17 +123,13 @@ ENTRIES = [(n, e) for n in PATTERNS for e in load(n).ENTRIES]
 BUGS = [(n, b) for n in PATTERNS for b in load(n).BUGS]
 
 
-def _bug_param(name: str, bug: str, typed: bool = False):
+def _bug_param(name: str, bug: str):
     reason = NEEDS_H24R.get((name, bug))
-    reason = f"needs h24r: {reason}" if reason else None
-    if reason is None and typed and (name, bug) in NEEDS_VMA_OFF:
-        reason = "needs issue 24 item 2: check_vma=False bodies analysed by the drop-in"
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    marks = [pytest.mark.xfail(strict=True, reason=f"needs h24r: {reason}")] if reason else []
     return pytest.param(name, bug, marks=marks, id=f"{name}-{bug}")
 
 
 BUG_PARAMS = [_bug_param(n, b) for n, b in BUGS]
-TYPED_BUG_PARAMS = [_bug_param(n, b, typed=True) for n, b in BUGS]
 
 
 def test_suite_shape():
@@ -157,7 +153,9 @@ def test_matches_single_device_reference(name, entry):
 def test_typed_shard_map_unchanged(name, entry):
     raw, typed = load(name), load(name, "typed")
     mesh, (params, batch), _ = setup(name, raw)
-    got = typed.step(mesh, params, batch, **typed.entry_kwargs(getattr(typed, entry)))
+    with warnings.catch_warnings():  # a check_vma=False body too: no finding
+        warnings.simplefilter("error", st.adapters.CheckVmaWarning)
+        got = typed.step(mesh, params, batch, **typed.entry_kwargs(getattr(typed, entry)))
     want = raw.step(mesh, params, batch, **raw.entry_kwargs(getattr(raw, entry)))
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
                  got, want)
@@ -235,7 +233,7 @@ def test_infer_finds_bug(name, bug):
                                                           "with check_vma=True")
 
 
-@pytest.mark.parametrize("name,bug", TYPED_BUG_PARAMS)
+@pytest.mark.parametrize("name,bug", BUG_PARAMS)
 def test_typed_shard_map_finds_bug(name, bug):
     mod = load(name, "typed")
     mesh, (params, batch), _ = setup(name, mod)

@@ -200,10 +200,36 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
         # the program was written for check_vma=False: each strict-rule violation of its
         # check_vma=True trace is a line whose meaning changes when the checks are turned on
         # (typically an explicit psum of a gradient JAX now sums itself: a double sum)
-        rep.check_vma_changes = [
-            f"{getattr(v, 'source', None) or '?'}: {v.code}: with check_vma=True, {v.headline}"
-            for v in rep.violations]
+        rep.check_vma_changes = [vma_change(v) for v in rep.violations]
     return rep
+
+
+def vma_change(v: SpmdTypeError) -> str:
+    """One violation of a `check_vma=False` body's checked trace, as `infer`'s
+    `check_vma_changes` and `typed_shard_map(check_vma=False)`'s warnings print it."""
+    return f"{getattr(v, 'source', None) or '?'}: {v.code}: with check_vma=True, {v.headline}"
+
+
+class CheckVmaWarning(UserWarning):
+    """What `typed_shard_map(..., check_vma=False)` finds in a body JAX runs unchecked.
+
+    The program that runs is `jax.shard_map(f, check_vma=False)`'s, unchanged; its body is
+    also traced with the checks on (as `infer(..., check_vma=False)` does) and each violation
+    is warned, marked `check_vma=False:`, with its code and line: a bug the checks would
+    catch, or a line whose meaning changes when they are turned on (an explicit `psum` of a
+    gradient JAX then sums itself).
+
+    **Attributes:** `error` (the `SpmdTypeError`), `code`, `source` (`"file:line"`), `file`,
+    `line`.
+    """
+
+    def __init__(self, error: SpmdTypeError) -> None:
+        self.error = error
+        self.code = error.code
+        self.source = getattr(error, "source", None)
+        self.file = getattr(error, "file", None)
+        self.line = getattr(error, "line", None)
+        super().__init__(f"check_vma=False: {vma_change(error)}")
 
 
 def _trace_discarding_outputs(f: Callable[..., Any], sds: Sequence[Any], *, mesh: Any,
