@@ -46,6 +46,8 @@ NEEDS_H24R: dict[tuple[str, str], str] = {
         "a replicated residual added to the accumulator before psum_scatter",
     ("ring_moe", "residual_in_buffer"):
         "a replicated residual scatter-added into the buffer before psum_scatter",
+    ("ring_moe", "slice_for_scatter"):
+        "the psum_scatter of a scatter-add buffer replaced by this device's slice",
 }
 
 

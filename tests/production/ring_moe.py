@@ -94,8 +94,21 @@ def moe_layer_no_tp_sum(params, x):  # REJECTED: SPMD401 (with the checks on: at
     return x + out  # BUG: the partial sums over tp are not summed
 
 
+def moe_layer_slice_for_scatter(params, x):
+    xs = jax.lax.all_gather(x, "expert", tiled=True)
+    order, sizes, gate = route(params["router"], xs)
+    w = params["experts"]
+    h = jax.nn.gelu(jax.lax.ragged_dot(xs[order], w["w_up"], sizes))
+    y = jax.lax.ragged_dot(h, w["w_down"], sizes) * gate[:, None]
+    out = jnp.zeros_like(xs).at[order].add(y)
+    start = jax.lax.axis_index("expert") * x.shape[0]
+    out = jax.lax.dynamic_slice_in_dim(out, start, x.shape[0], axis=0)  # BUG: SPMD213
+    return x + jax.lax.psum(out, "tp")
+
+
 BUGS = {"residual_in_buffer": ("layer", "moe_layer_residual_in_buffer"),
-        "no_tp_sum": ("layer", "moe_layer_no_tp_sum")}
+        "no_tp_sum": ("layer", "moe_layer_no_tp_sum"),
+        "slice_for_scatter": ("layer", "moe_layer_slice_for_scatter")}
 SHARD_MAPS = 1  # per step: the loss is global-view code
 ENTRIES = ("moe_layer",)
 
