@@ -238,6 +238,10 @@ def test_typed_shard_map_without_check_vma_is_jax(mesh_dp_tp):
     assert (w.code, w.line) == ("SPMD103", line_of(f, "lax.psum"))
     assert str(w).startswith(f"check_vma=False: {w.source}: SPMD103: with check_vma=True, ")
     assert w.error.code == "SPMD103"
+    # rebuilt from its args, as pytest-xdist does with a worker's warnings: the same text,
+    # code and line
+    again = type(w)(*w.args)
+    assert (str(again), again.code, again.line, again.source) == (str(w), w.code, w.line, w.source)
     # the line infer(check_vma=False) reports: one text for both
     rep = st.adapters.infer(f, x, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P("dp"),
                             check_vma=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -220,16 +221,23 @@ class CheckVmaWarning(UserWarning):
     gradient JAX then sums itself).
 
     **Attributes:** `error` (the `SpmdTypeError`), `code`, `source` (`"file:line"`), `file`,
-    `line`.
+    `line`. Made from its text alone (as pytest-xdist rebuilds a warning from its `args`),
+    `error` is None and the others are read from the text.
     """
 
-    def __init__(self, error: SpmdTypeError) -> None:
+    def __init__(self, message: SpmdTypeError | str) -> None:
+        error = message if isinstance(message, SpmdTypeError) else None
+        text = f"check_vma=False: {vma_change(error)}" if error is not None else str(message)
+        super().__init__(text)  # args: the text only, so that the warning can be rebuilt
         self.error = error
-        self.code = error.code
-        self.source = getattr(error, "source", None)
-        self.file = getattr(error, "file", None)
-        self.line = getattr(error, "line", None)
-        super().__init__(f"check_vma=False: {vma_change(error)}")
+        m = re.match(r"check_vma=False: (?:((.*):(\d+))|\?): (SPMD\d{3}): ", text)
+        self.code = error.code if error is not None else (m.group(4) if m else None)
+        self.source = getattr(error, "source", None) if error is not None else (
+            m.group(1) if m else None)
+        self.file = getattr(error, "file", None) if error is not None else (
+            m.group(2) if m else None)
+        line = getattr(error, "line", None) if error is not None else (m.group(3) if m else None)
+        self.line = int(line) if line is not None else None
 
 
 def _trace_discarding_outputs(f: Callable[..., Any], sds: Sequence[Any], *, mesh: Any,
