@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import pathlib
 import textwrap
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -218,13 +219,53 @@ def test_typed_shard_map_boundary_errors(mesh_dp_tp):
 
 
 def test_typed_shard_map_without_check_vma_is_jax(mesh_dp_tp):
+    """`check_vma=False`: JAX's program runs, unchanged; the body is analysed as if the
+    checks were on, and what they would reject is a `CheckVmaWarning` at its line (once per
+    input signature), nothing raised."""
     def f(x):
         return lax.psum(x, "tp")  # Invariant on tp: allowed (and 4x) without check_vma
 
     x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh_dp_tp, P("dp")))
-    out = st.adapters.typed_shard_map(f, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P("dp"),
-                                      check_vma=False)(x)
+    fn = st.adapters.typed_shard_map(f, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P("dp"),
+                                     check_vma=False)
+    with pytest.warns(st.adapters.CheckVmaWarning) as rec:
+        out = fn(x)
     np.testing.assert_array_equal(np.asarray(out), 4 * np.arange(8.0))
+    plain = jax.shard_map(f, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P("dp"),
+                          check_vma=False)(x)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(plain))
+    (w,) = [r.message for r in rec if isinstance(r.message, st.adapters.CheckVmaWarning)]
+    assert (w.code, w.line) == ("SPMD103", line_of(f, "lax.psum"))
+    assert str(w).startswith(f"check_vma=False: {w.source}: SPMD103: with check_vma=True, ")
+    assert w.error.code == "SPMD103"
+    # rebuilt from its args, as pytest-xdist does with a worker's warnings: the same text,
+    # code and line
+    again = type(w)(*w.args)
+    assert (str(again), again.code, again.line, again.source) == (str(w), w.code, w.line, w.source)
+    # the line infer(check_vma=False) reports: one text for both
+    rep = st.adapters.infer(f, x, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P("dp"),
+                            check_vma=False)
+    assert rep.check_vma_changes == [str(w).removeprefix("check_vma=False: ")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", st.adapters.CheckVmaWarning)
+        np.testing.assert_array_equal(np.asarray(fn(x)), np.asarray(plain))  # analysed once
+        np.testing.assert_array_equal(np.asarray(jax.jit(fn)(x)), np.asarray(plain))
+
+
+def test_typed_shard_map_without_check_vma_correct_body_is_quiet(mesh_dp_tp):
+    def loss(w, x):
+        h = jnp.tanh(x @ w)
+        return lax.psum(jnp.sum(h * h), "dp") / 8
+
+    w = jax.device_put(jnp.linspace(-1.0, 1.0, 32).reshape(8, 4), NamedSharding(mesh_dp_tp, P()))
+    x = jax.device_put(jnp.ones((8, 8)), NamedSharding(mesh_dp_tp, P("dp")))
+    kw = dict(mesh=mesh_dp_tp, in_specs=(P(), P("dp")), out_specs=P(), check_vma=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", st.adapters.CheckVmaWarning)
+        out = st.adapters.typed_shard_map(loss, **kw)(w, x)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(jax.shard_map(loss, **kw)(w, x)))
+    np.testing.assert_allclose(np.asarray(out), np.sum(np.tanh(np.ones((8, 8)) @ np.asarray(w)) ** 2) / 8,
+                               rtol=1e-6)
 
 
 # ------------------------------------------------------------------- infer CLI

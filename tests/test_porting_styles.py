@@ -23,6 +23,7 @@ import pathlib
 import re
 import sys
 import types
+import warnings
 
 import jax
 import numpy as np
@@ -140,8 +141,16 @@ def test_typed_shard_map_unchanged(name, meshes):
     raw, typed = load(name), load(name, "typed")
     mesh = meshes(raw)
     args, targs = raw.make_args(mesh), typed.make_args(mesh)  # pytrees of each module's classes
-    assert _jaxpr(typed, mesh, raw.ENTRY, targs) == _jaxpr(raw, mesh, raw.ENTRY, args)
-    assert_same(_run(typed, mesh, raw.ENTRY, targs), _run(raw, mesh, raw.ENTRY, args))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", st.adapters.CheckVmaWarning)
+        assert _jaxpr(typed, mesh, raw.ENTRY, targs) == _jaxpr(raw, mesh, raw.ENTRY, args)
+        assert_same(_run(typed, mesh, raw.ENTRY, targs), _run(raw, mesh, raw.ENTRY, args))
+    # check_vma=False code: its body analysed as if the checks were on, the line whose meaning
+    # they change warned (`# VMA: SPMDxxx`); nothing for the others
+    found = {(w.message.code, w.message.line) for w in caught
+             if isinstance(w.message, st.adapters.CheckVmaWarning)}
+    vma = marker(raw, raw.ENTRY, "VMA")
+    assert found == ({vma} if vma else set())
     HANDLED["typed_shard_map"].add(name)
 
 

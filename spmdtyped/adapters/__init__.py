@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 # JAX loads on first use (as for `spmdtyped`): `python -m spmdtyped infer` must configure
 # the device count before JAX is imported.
-_LAZY = {"InferReport": "._infer", "hint": "._infer", "infer": "._infer",
+_LAZY = {"CheckVmaWarning": "._infer", "InferReport": "._infer", "hint": "._infer", "infer": "._infer",
          "checking": "._typed", "typed_shard_map": "._typed",
          "Step": ".._engine.walk"}
 
 if TYPE_CHECKING:
     from .._engine.walk import Step as Step
+    from ._infer import CheckVmaWarning as CheckVmaWarning
     from ._infer import InferReport as InferReport
     from ._infer import hint as hint
     from ._infer import infer as infer

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -199,10 +200,43 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
         # the program was written for check_vma=False: each strict-rule violation of its
         # check_vma=True trace is a line whose meaning changes when the checks are turned on
         # (typically an explicit psum of a gradient JAX now sums itself: a double sum)
-        rep.check_vma_changes = [
-            f"{getattr(v, 'source', None) or '?'}: {v.code}: with check_vma=True, {v.headline}"
-            for v in rep.violations]
+        rep.check_vma_changes = [vma_change(v) for v in rep.violations]
     return rep
+
+
+def vma_change(v: SpmdTypeError) -> str:
+    """One violation of a `check_vma=False` body's checked trace, as `infer`'s
+    `check_vma_changes` and `typed_shard_map(check_vma=False)`'s warnings print it."""
+    return f"{getattr(v, 'source', None) or '?'}: {v.code}: with check_vma=True, {v.headline}"
+
+
+class CheckVmaWarning(UserWarning):
+    """What `typed_shard_map(..., check_vma=False)` finds in a body JAX runs unchecked.
+
+    The program that runs is `jax.shard_map(f, check_vma=False)`'s, unchanged; its body is
+    also traced with the checks on (as `infer(..., check_vma=False)` does) and each violation
+    is warned, marked `check_vma=False:`, with its code and line: a bug the checks would
+    catch, or a line whose meaning changes when they are turned on (an explicit `psum` of a
+    gradient JAX then sums itself).
+
+    **Attributes:** `error` (the `SpmdTypeError`), `code`, `source` (`"file:line"`), `file`,
+    `line`. Made from its text alone (as pytest-xdist rebuilds a warning from its `args`),
+    `error` is None and the others are read from the text.
+    """
+
+    def __init__(self, message: SpmdTypeError | str) -> None:
+        error = message if isinstance(message, SpmdTypeError) else None
+        text = f"check_vma=False: {vma_change(error)}" if error is not None else str(message)
+        super().__init__(text)  # args: the text only, so that the warning can be rebuilt
+        self.error = error
+        m = re.match(r"check_vma=False: (?:((.*):(\d+))|\?): (SPMD\d{3}): ", text)
+        self.code = error.code if error is not None else (m.group(4) if m else None)
+        self.source = getattr(error, "source", None) if error is not None else (
+            m.group(1) if m else None)
+        self.file = getattr(error, "file", None) if error is not None else (
+            m.group(2) if m else None)
+        line = getattr(error, "line", None) if error is not None else (m.group(3) if m else None)
+        self.line = int(line) if line is not None else None
 
 
 def _trace_discarding_outputs(f: Callable[..., Any], sds: Sequence[Any], *, mesh: Any,

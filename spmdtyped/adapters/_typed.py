@@ -44,7 +44,7 @@ from ._conventions import (
     resolve_mesh,
     signature_key,
 )
-from ._infer import run_infer, unknown_axis
+from ._infer import CheckVmaWarning, run_infer, unknown_axis
 from ._tracebacks import ShardMapCall, shard_map_call, traceback_mesh
 
 
@@ -58,7 +58,9 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
     Same arguments and defaults as `jax.shard_map`: `mesh` defaults to the mesh of
     `jax.set_mesh(...)`, `in_specs` to `jax.sharding.Infer` (the arguments' shardings); the
     decorator form `@typed_shard_map(out_specs=...)` and `functools.partial` / jitted bodies
-    work. With `check_vma=False` it is plain `jax.shard_map`.
+    work. With `check_vma=False` the program is plain `jax.shard_map`'s, and its body is also
+    traced with the checks on (as `infer(..., check_vma=False)` does): each violation is a
+    `CheckVmaWarning` marked `check_vma=False:` with its code and line, nothing raised.
 
     Inside a trace (`jax.jit`, `jax.grad`, ...) the body is traced once: the shard_map
     equation JAX staged is walked with the strict rules, and it is the program JAX lowers.
@@ -123,6 +125,19 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                     raise
                 raise found from jax_error
 
+    #: input signatures whose check_vma=False body was analysed
+    analysed: set[Any] = set()
+
+    def vma_findings(m: Any, specs: Any, args: tuple[Any, ...]) -> list[SpmdTypeError]:
+        # `infer(..., check_vma=False)`'s trace (`run_infer`, the checks on); a body JAX
+        # cannot trace with the checks on for another reason runs as JAX's, unanalysed
+        try:
+            rep = run_infer(f, args, mesh=m, in_specs=specs, out_specs=out_specs,
+                            axis_names=axis_names, where=where)
+        except Exception:  # noqa: BLE001 - e.g. Python control flow on per-device values
+            return []
+        return rep.violations
+
     def check(eqn: Any, m: Any) -> None:
         # the engine (`_engine.check`): the same function `infer` calls
         got = check_shard_map(eqn, manual=manual_axes(m, axis_names), mesh=m,
@@ -136,7 +151,13 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
         if mesh is None:
             check_mesh_specs(m, in_specs, out_specs, axis_names, where)
         if not check_vma:  # JAX's program unchecked; its boundary errors with codes
-            check_in_structure(resolve_in_specs(in_specs, args), args, where, "typed_shard_map")
+            specs = resolve_in_specs(in_specs, args)
+            check_in_structure(specs, args, where, "typed_shard_map")
+            key = (signature_key(args), id(m), str(m))
+            if key not in analysed:  # the body as if the checks were on: warnings
+                analysed.add(key)
+                for v in vma_findings(m, specs, args):
+                    warnings.warn(CheckVmaWarning(v), stacklevel=2)
             with in_spec_errors(where, "typed_shard_map"), jax_errors(where):
                 return plain(*args)
         with error_context(function=name, mesh=m, manual=manual_axes(m, axis_names)):
