@@ -62,7 +62,7 @@ def _static_all() -> list[str]:
 #: public names this tier leaves untyped: the stub does not declare them, its `__getattr__`
 #: answers `Any` (the mypy plugin types them)
 UNTYPED_IN_STUB = frozenset({
-    "CustomOp", "Partial", "Rep", "Shard", "State", "clip_by_global_norm", "cond",
+    "CustomOp", "State", "clip_by_global_norm", "cond",
     "cotangent_type", "custom_op", "global_norm", "local", "opaque", "report", "switch", "vjp",
 })
 #: static-view declarations for the plugin only (its hook targets), not public names

@@ -1,11 +1,13 @@
-"""Static checking: `tests/typing/*.py` under mypy + plugin, plain mypy, and pyright.
+"""Static checking: `tests/typing/*.py` under mypy + plugin, plain mypy, pyright, and pyright
+with the generated stub (the editor tier, docs/pyright.md).
 
 Each file says which checkers ("legs") it runs under in its first line (`# legs: plugin mypy
 pyright`) and marks every line that must fail with trailing markers, one per expected error:
 
 - `# E: spmd-reduced-operand` -- mypy with `plugins = spmdtyped.mypy_plugin` (error code);
 - `E[mypy]: return-value`     -- plain mypy, no plugin (error code);
-- `E[pyright]: reportReturnType` -- pyright (rule name).
+- `E[pyright]: reportReturnType` -- pyright (rule name);
+- `E[stub]: reportDeprecated`  -- pyright with the stub of `stubgen --axes dp,tp` (rule name).
 
 A leg must report exactly the marked (line, code) pairs of its files: no more, no fewer. All
 files of a leg are checked in one run, with a persistent cache under the system temp dir, so
@@ -112,7 +114,7 @@ def plugin_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str]:
 
 
 def test_typing_files_exist() -> None:
-    for leg in ("plugin", "mypy", "pyright"):
+    for leg in ("plugin", "mypy", "pyright", "stub"):
         files = typing_files(leg)
         assert any(f.name.startswith("pass_") for f in files), leg
         assert any(f.name.startswith("fail_") for f in files), leg
@@ -249,6 +251,36 @@ def test_pyright(tmp_path: Path) -> None:
         if d["severity"] == "error":
             got[(Path(d["file"]).name, d["range"]["start"]["line"] + 1, d.get("rule", "?"))] += 1
     want = expected(files, "pyright")
+    assert got == want, _diff(want, got, json.dumps(report["generalDiagnostics"], indent=1))
+
+
+def test_pyright_with_stub(tmp_path: Path) -> None:
+    """The editor tier: pyright with the stub `python -m spmdtyped stubgen` writes (the `stub`
+    leg, markers `E[stub]: rule`), with its deprecations as errors, as docs/pyright.md
+    configures it. The stub is found before the package (pyright's `stubPath` ranks above the
+    interpreter's `sys.path`)."""
+    from spmdtyped._stubgen import write
+
+    cmd = _pyright()
+    if cmd is None:
+        pytest.skip("pyright is not installed (pip install pyright==1.1.414)")
+    files = typing_files("stub")
+    write(("dp", "tp"), tmp_path / "typings")
+    (tmp_path / "pyrightconfig.json").write_text(json.dumps({
+        "extraPaths": [str(TYPING)], "pythonVersion": "3.11", "typeCheckingMode": "standard",
+        "reportDeprecated": "error", "exclude": ["typings"]}))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([*cmd, "--outputjson", "--pythonpath", sys.executable,
+                           *[str(f) for f in files]],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    report = json.loads(proc.stdout)
+    got: Expected = collections.Counter()
+    for d in report["generalDiagnostics"]:
+        if d["severity"] == "error":
+            got[(Path(d["file"]).name, d["range"]["start"]["line"] + 1, d.get("rule", "?"))] += 1
+        # the stub was read, not the package (which would be the package's own static view)
+        assert d.get("rule") != "reportMissingModuleSource", d
+    want = expected(files, "stub")
     assert got == want, _diff(want, got, json.dumps(report["generalDiagnostics"], indent=1))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import _rules
 from .._errors import SpmdTypeError
-from .._stubgen import messages, parse_axes, write
+from .._stubgen import messages, parse_axes, vocabulary, write
 
 
 def main(argv: list[str]) -> int:
@@ -20,6 +20,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", default="typings", help="the stub folder (default: typings)")
     parser.add_argument("--jax", choices=("0.10", "0.12"), default=None,
                         help="the JAX version's rules (default: what every supported JAX allows)")
+    parser.add_argument("--vocab", default=None, metavar="FILE",
+                        help="also write the axis vocabulary module FILE (e.g. axes.py): "
+                             "`from axes import dp, tp` in each module instead of declaring "
+                             "`dp: TypeAlias = Literal['dp']` there")
     parser.add_argument("--messages", action="store_true",
                         help="also print every @deprecated message of the stub")
     args = parser.parse_args(argv)
@@ -34,6 +38,16 @@ def main(argv: list[str]) -> int:
     lines = sum(p.read_text().count("\n") for p in paths)
     print(f"wrote {len(paths)} files ({lines} lines) under {args.out}/spmdtyped for axes "
           f"{', '.join(axes)}")
+    if args.vocab:
+        vocab = Path(args.vocab)
+        vocab.parent.mkdir(parents=True, exist_ok=True)
+        vocab.write_text(vocabulary(axes, vocab.stem))
+        print(f"wrote the axis vocabulary {vocab} (`from {vocab.stem} import {', '.join(axes)}`)")
+    print(f"note: run pyright with this environment's interpreter (`pyright --pythonpath "
+          f"{sys.executable}`, or `venvPath` / `venv` in pyrightconfig.json; Pylance: select it "
+          f"as the interpreter); without it jax.Array is Unknown to pyright, which then warns "
+          f"'Import \"spmdtyped\" could not be resolved from source' (reportMissingModuleSource) "
+          f"and types raw JAX values as Unknown")
     if args.messages:
         print("\n".join(messages(axes, features)))
     return 0

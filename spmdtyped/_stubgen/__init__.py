@@ -40,11 +40,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from types import EllipsisType
-from typing import Any, Concatenate, Generic, Literal, Never, ParamSpec, TypeAlias, overload
+from typing import Any, Concatenate, Generic, Literal, Never, ParamSpec, Protocol, TypeAlias, overload
 
 import jax
 import numpy as np
-from typing_extensions import TypeVar, deprecated
+from typing_extensions import TypeAliasType, TypeVar, deprecated
 '''
 
 
@@ -200,7 +200,12 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 #: evaluates a nested argument against a bare TypeVar without an expected type (cheap, and
 #: cached), where `x: _Untyped` re-evaluates it (with every operator overload inside) once more
 _TU = TypeVar("_TU", bound="_Untyped")
-_RawArray: TypeAlias = jax.Array | np.ndarray[Any, Any] | np.generic
+#: a raw JAX or numpy array, by what it has and a typed value lacks (`__array__`), not by
+#: `jax.Array`: when pyright runs without the environment's interpreter (`--pythonpath`,
+#: `venvPath`) `jax.Array` is Unknown, and an operator's raw-operand overload would then take
+#: every typed value (`u + i` would pass silently)
+class _RawArray(Protocol):
+    def __array__(self, *args: Any, **kwargs: Any) -> Any: ...
 _Typed: TypeAlias = SArray[Any, Any, Any]
 _Operand: TypeAlias = SArray[Any, Any, Any] | jax.Array | np.ndarray[Any, Any] | np.generic | float
 _Static = int | slice | EllipsisType | None
@@ -209,8 +214,14 @@ _Index: TypeAlias = _Static | tuple[_Static, ...]
 Axis: TypeAlias = {axis}
 
 
-class SArray(Generic[_V, _UC, _RC]):
-    """A typed value: Varying on the axes `V`, Unreduced on `U`, Reduced on `R`."""
+class SArray(jax.Array, Generic[_V, _UC, _RC]):
+    """A typed value: Varying on the axes `V`, Unreduced on `U`, Reduced on `R`.
+
+    A `jax.Array` to the rest of JAX (`jnp.*`, `jax.nn.*`, equinox, optax take it, as at run
+    time); its own operators and methods are the overloads below. `__array__` is not a method
+    here, so that a typed value never matches `_RawArray` (the raw operands' overloads)."""
+
+    __array__: None  # type: ignore[assignment]
 
 {plain}
     @property
@@ -244,6 +255,13 @@ Unreduced: TypeAlias = SArray[Never, {hint_union}, Never]
 Reduced: TypeAlias = SArray[Never, Never, {hint_union}]
 Invariant: TypeAlias = SArray[Never, Never, Never]
 Typed: TypeAlias = SArray
+# the refinements of Varying read as `Varying` (the mypy plugin refines them): the dim of
+# `Shard["tp", Literal[-1]]` / `Shard["tp", Literal[0]]` is a phantom parameter, as in the static view
+_HS = TypeVar("_HS", bound=str)
+_HD = TypeVar("_HD", bound=int)
+Shard = TypeAliasType("Shard", SArray[_HS, Never, Never], type_params=(_HS, _HD))
+Partial: TypeAlias = SArray[{hint_union}, Never, Never]
+Rep: TypeAlias = SArray[{hint_union}, Never, Never]
 
 
 class SpmdType:
@@ -262,6 +280,8 @@ class SpmdType:
 {static}
 {axis_index}
 
+# jaxtyping's `st.Float[Varying["tp"], "b d/tp"]` is `Annotated` (the dims string is metadata); an
+# import under another name is not a re-export in a stub: `__all__` (below) exports them
 from typing import Annotated as Bool, Annotated as Float, Annotated as Inexact  # noqa: E402
 from typing import Annotated as Int, Annotated as Num, Annotated as Shaped  # noqa: E402
 
@@ -272,6 +292,24 @@ from . import adapters as adapters, lax as lax, nn as nn, numpy as numpy  # noqa
 # types them)
 def __getattr__(name: str) -> Any: ...
 '''
+_JAXTYPING = ("Bool", "Float", "Inexact", "Int", "Num", "Shaped")
+
+
+def _exports(text: str) -> str:
+    """`__all__` of a stub module: its public names (with the jaxtyping aliases, which a stub
+    exports only through `__all__`), so that plain mypy and pyright both read `st.Float`."""
+    names: set[str] = set(_JAXTYPING) if "Annotated as Float" in text else set()
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom) and node.module is None:
+            names.update(a.asname or a.name for a in node.names)
+    public = sorted(n for n in names if not n.startswith("_"))
+    return "__all__ = [" + ", ".join(f'"{n}"' for n in public) + "]\n"
 
 
 def plain_properties() -> list[str]:
@@ -326,6 +364,7 @@ def render(axes: Sequence[str], features: _rules.Features = _rules.CONSERVATIVE)
                                   hint_vars=hint_vars, hint_union=hint_union).splitlines() + colls
     head = _SARRAY_HEAD.format(axis=axis_type(axes), plain="\n".join(plain_properties()))
     init = _module_text(axes, body, vs, head=head)
+    init += "\n" + _exports(init)
     files = {"spmdtyped/__init__.pyi": init}
     for mod in ("numpy", "nn"):
         body = [ln for p in plans if p.form.module == f"spmdtyped.{mod}"
@@ -362,6 +401,26 @@ def _check_axis_index(axes: Sequence[str]) -> None:
         t = _rules.axis_index_type((a,))
         if t.varying != {a} or t.unreduced or t.reduced:  # pragma: no cover - a rule change
             raise ValueError(f"stubgen: axis_index({a!r}) is {t}, the stub says Varying[{a!r}]")
+
+
+def vocabulary(axes: Sequence[str], module: str = "axes") -> str:
+    """The text of a project's axis vocabulary module (`stubgen --vocab axes.py`): one alias per
+    mesh axis, so that `Varying["dp"]` resolves in every module that imports it
+    (`from axes import dp, tp`), under pyright, plain mypy and the plugin alike."""
+    from .. import __version__
+
+    lines = [f'"""The mesh axis vocabulary: `from {module} import {", ".join(axes)}` makes the bare strings of',
+             '`Varying["dp"]` resolvable for pyright, Pylance and plain mypy (docs/pyright.md).',
+             "",
+             f"Generated by `python -m spmdtyped stubgen --axes {','.join(axes)}` (spmdtyped {__version__});",
+             'regenerate with the stub when the mesh axes change."""',
+             "",
+             "from typing import Literal, TypeAlias",
+             "",
+             "__all__ = [" + ", ".join(f'"{a}"' for a in axes) + "]",
+             "",
+             *(f'{a}: TypeAlias = Literal["{a}"]' for a in axes)]
+    return "\n".join(lines) + "\n"
 
 
 def write(axes: Sequence[str], out: Path, features: _rules.Features = _rules.CONSERVATIVE) -> list[Path]:

@@ -1,4 +1,4 @@
-# legs: plugin mypy pyright
+# legs: plugin mypy pyright stub
 """The plugin-free spelling: `Varying[Literal["dp"]]` and the canonical `SArray[...]`.
 
 Clean under plain mypy and pyright (collectives return `SArray[Any, Any, Any]` there) and

@@ -28,6 +28,14 @@ def row_parallel_plain_spelling(h: st.Shard["tp", -1], w2: st.Shard["tp", -2],
     return y + b
 
 
+def shard_dims_of_both_signs(left: st.Float[st.Shard["tp", Literal[0]], "f d"],
+                             second: st.Float[st.Shard["tp", 1], "b f d"],
+                             right: st.Shard["tp", Literal[-1]]) -> None:
+    reveal_type(left)  # reveals: tp=S-2, #2
+    reveal_type(second)  # reveals: tp=S-2, #3
+    reveal_type(right)  # reveals: tp=S-1
+
+
 def partial_algebra(p: st.Partial["tp"], q: st.Partial["tp"], r: st.Rep["tp"], c: Invariant) -> Invariant:
     s = (p + q) * 2.0 - q / c              # Partial +- Partial, x replicated, / replicated
     assert_type(s, st.Partial["tp"])

@@ -1,4 +1,4 @@
-# legs: plugin mypy pyright
+# legs: plugin mypy pyright stub
 # ruff: noqa: F722  (jaxtyping dims strings)
 """The refinement spellings every checker reads: `Shard["tp", Literal[-1]]`, `Partial["tp"]`,
 `Rep["tp"]` and jaxtyping's `Float[Varying["tp"], "b d/tp"]` are `Varying["tp"]` for plain mypy

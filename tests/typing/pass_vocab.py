@@ -1,4 +1,4 @@
-# legs: plugin mypy pyright
+# legs: plugin mypy pyright stub
 """The axis-vocabulary spelling: bare strings resolve to `axes.dp` / `axes.tp`.
 
 Standard typing for plain mypy and pyright; precise results with the plugin.
