@@ -209,9 +209,9 @@ def moe_inputs():
     return params, jax.random.normal(k[3], (8 * T_LOCAL, D))
 
 
-def _routed(params, x_all):
+def _routed(params, x_all, buffer=None):
     """This device's experts on the tokens routed to them, scatter-added into a zero buffer
-    in token order: per-device contributions to the combine."""
+    (or `buffer`) in token order: per-device contributions to the combine."""
     probs = jax.nn.softmax(x_all @ params["router"], axis=-1)
     expert = jnp.argmax(probs, axis=-1)
     gate = jnp.take_along_axis(probs, expert[:, None], axis=-1)
@@ -221,7 +221,7 @@ def _routed(params, x_all):
     sizes = jnp.bincount(slot, length=E_LOCAL + 1)[:E_LOCAL].astype(jnp.int32)
     h = jax.nn.gelu(jax.lax.ragged_dot(x_all[order], params["experts"]["w_up"], sizes))
     rows = jax.lax.ragged_dot(h, params["experts"]["w_down"], sizes) * gate[order]
-    return jnp.zeros_like(x_all).at[order].add(rows)
+    return (jnp.zeros_like(x_all) if buffer is None else buffer).at[order].add(rows)
 
 
 def moe_fixed(params, x):
@@ -435,6 +435,38 @@ def test_ragged_dot_rows_plus_a_residual_before_their_reduction():
         rep = st.adapters.infer(functools.partial(combine, residual_first=first), params, x,
                                 mesh=MOE_MESH, in_specs=ins, out_specs=MOE_OUT)
         assert [v.code for v in rep.violations] == codes
+
+
+def test_contributions_scatter_added_into_the_residual_before_their_reduction():
+    """Scatter-adding the routed rows into the gathered tokens (`x_all.at[order].add(rows)`)
+    instead of a zero buffer adds the residual before the psum_scatter: SPMD210 at the
+    scatter-add's line, under `infer` and the drop-in; with the zero buffer and the residual
+    added after, accepted. The bug is real: its numbers differ from one device's."""
+    def combine(params, x, into_residual):
+        x_all = jax.lax.all_gather(x, "expert", axis=0, tiled=True)
+        if into_residual:
+            out = _routed(params, x_all, buffer=x_all)
+            return jax.lax.psum_scatter(out, "expert", scatter_dimension=0, tiled=True)
+        out = _routed(params, x_all)
+        return jax.lax.psum_scatter(out, "expert", scatter_dimension=0, tiled=True) + x
+
+    params, x = moe_inputs()
+    src, first = inspect.getsourcelines(_routed)
+    line = first + next(i for i, text in enumerate(src) if ".at[order].add" in text)
+    for into, codes in ((True, ["SPMD210"]), (False, [])):
+        fn = functools.partial(combine, into_residual=into)
+        rep = st.adapters.infer(fn, params, x, mesh=MOE_MESH, in_specs=MOE_IN, out_specs=MOE_OUT)
+        assert [v.code for v in rep.violations] == codes, [str(v) for v in rep.violations]
+        if into:
+            assert f":{line}" in str(rep.violations[0]), str(rep.violations[0])
+            with pytest.raises(st.SpmdTypeError, match="SPMD210"):
+                st.adapters.typed_shard_map(fn, mesh=MOE_MESH, in_specs=MOE_IN,
+                                            out_specs=MOE_OUT)(params, x)
+    run = {into: jax.jit(jax.shard_map(functools.partial(combine, into_residual=into),
+                                       mesh=MOE_MESH, in_specs=MOE_IN, out_specs=MOE_OUT))(
+               params, x) for into in (True, False)}
+    np.testing.assert_allclose(run[False], moe_reference(params, x), rtol=2e-5, atol=2e-5)
+    assert not np.allclose(run[True], moe_reference(params, x), atol=1e-3)
 
 
 def test_a_stack_summed_is_not_a_slice():

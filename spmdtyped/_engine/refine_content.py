@@ -128,19 +128,24 @@ def _replicated(v: Any, axis: str, side: Side) -> str | None:
 
 def _residual(v: Any, rule: str, axes: Sequence[str], side: Side, env: dict[Any, Refinement],
               where: Any, report: Report) -> None:
-    """SPMD210 at the `add` whose result the reduction takes (through reshapes and casts),
-    when one term is replicated over a reduced axis and the other per-device contributions
-    (`accum`)."""
+    """SPMD210 at the `add` (or the scatter-add into a buffer) whose result the reduction takes
+    (through reshapes and casts), when one term (the buffer) is replicated over a reduced axis
+    and the other (the updates) per-device contributions (`accum`)."""
     e = side.defs.get(v)
     while e is not None and _compat.primitive_name(e) in _THROUGH and e.invars \
             and not is_literal(e.invars[0]):
         e = side.defs.get(e.invars[0])
-    if e is None or _compat.primitive_name(e) not in ("add", "add_any", "sub") \
-            or len(e.invars) != 2:
+    if e is None:
+        return
+    prim = _compat.primitive_name(e)
+    if prim in ("add", "add_any", "sub") and len(e.invars) == 2:
+        pairs = [(e.invars[0], e.invars[1]), (e.invars[1], e.invars[0])]
+    elif prim in ("scatter-add", "scatter_add") and len(e.invars) >= 3:
+        pairs = [(e.invars[0], e.invars[2])]   # contributions scatter-added into a residual
+    else:
         return
     for a in axes:
-        for i in (0, 1):
-            u, x = e.invars[i], e.invars[1 - i]
+        for u, x in pairs:
             what = _replicated(u, a, side)
             if what is None or is_literal(x):
                 continue
@@ -148,10 +153,9 @@ def _residual(v: Any, rule: str, axes: Sequence[str], side: Side, env: dict[Any,
             # sum may be meant (a stack of per-device terms plus n copies)
             if a not in side.accum.get(x, ()) or env.get(x, _r.NONE).get(a) is PARTIAL:
                 continue
-            err = _rc.residual_before_reduction(rule, a, what, api_name(_compat.primitive_name(e)))
+            err = _rc.residual_before_reduction(rule, a, what, api_name(prim))
             if isinstance(err, SpmdTypeError):
-                report(err, user_frame(_compat.eqn_frames(e)) or where,
-                       f"primitive: {_compat.primitive_name(e)}")
+                report(err, user_frame(_compat.eqn_frames(e)) or where, f"primitive: {prim}")
             return
 
 
