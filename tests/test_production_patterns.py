@@ -165,13 +165,13 @@ def test_typed_shard_map_unchanged(name, entry):
                  got, want)
 
 
-def _infer_stages(mesh, calls) -> list:
+def _infer_stages(mesh, calls, *, strict: bool = False) -> list:
     reports = []
     with jax.set_mesh(mesh):
         for f, kw, args in calls:
             reports.append((f, st.adapters.infer(
                 f, *args, mesh=kw["mesh"], in_specs=kw["in_specs"], out_specs=kw["out_specs"],
-                check_vma=kw.get("check_vma", True))))
+                check_vma=kw.get("check_vma", True), strict=strict)))
     return reports
 
 
@@ -257,6 +257,26 @@ def test_typed_shard_map_finds_bug(name, bug):
     found = [w.message for w in rec if isinstance(w.message, st.adapters.CheckVmaWarning)]
     assert (found[0].code, found[0].line) == (code, line), str(found[0])
     assert str(found[0]).startswith("check_vma=False: ")
+
+
+def test_strict_infer_reports_the_psum_of_a_sharded_value():
+    """What the default cannot tell (NOT_CAUGHT: Ulysses' loss psum'd elementwise over the axes
+    its in_specs shard, then averaged: n times the mean), `infer(..., strict=True)` reports at
+    its line; the correct Ulysses step stays clean under strict=True."""
+    for bug in (None, "psum_of_sharded"):
+        calls: list = []
+        mod = load("ulysses", "record", calls)
+        mesh, (params, batch), _ = setup("ulysses", mod)
+        kwargs = mod.entry_kwargs(mod.ulysses_block) if bug is None else _buggy(mod, bug)[0]
+        mod.step(mesh, params, batch, **kwargs)
+        reports = _infer_stages(mesh, calls, strict=True)
+        found = [(v.code, v.line) for _f, rep in reports for v in rep.violations]
+        if bug is None:
+            assert found == [], found
+        else:
+            code, line = marker(mod, _buggy(mod, bug)[1])
+            assert found == [(code, line)], found
+            assert "strict=True" in str(reports[-1][1].violations[0])
 
 
 def test_typed_twin_derives_the_specs_and_computes_the_same():

@@ -145,7 +145,8 @@ def abstract_args(args: Sequence[Any], in_specs: Any, mesh: Any) -> tuple[Any, .
 
 
 def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _compat.INFER,
-          mesh: Any = None, axis_names: Any = frozenset(), check_vma: bool = True) -> InferReport:
+          mesh: Any = None, axis_names: Any = frozenset(), check_vma: bool = True,
+          strict: bool = False) -> InferReport:
     """Trace a raw per-shard function and check it with the strict rules, without editing it.
 
     `f` is traced under `jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)`
@@ -168,6 +169,9 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
       (`mesh` from `jax.set_mesh`, `in_specs` inferred from the arguments' shardings).
     - `check_vma`: `infer` always traces with the checks on; with `check_vma=False` (code
       written for it) the report's `check_vma_changes` lists what turning them on changes.
+    - `strict`: as `st.shard_map(..., strict=True)`: every psum of a value its in_spec shards
+      over the summed axis is SPMD108 (by default only where the out_spec or a gradient tells
+      a slice of a global array from a stack of per-device terms; docs/refinement.md).
 
     **Returns:** an `InferReport` (`ok`, `violations`, `in_types`, `out_types`, `signature`,
     `steps`, `mismatches`).
@@ -195,7 +199,7 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
     check_mesh_specs(mesh, specs, out_specs, axis_names, where)
     check_in_structure(specs, tuple(args), where, "st.adapters.infer")
     rep = run_infer(f, args, mesh=mesh, in_specs=specs,
-                    out_specs=out_specs, axis_names=axis_names, where=where)
+                    out_specs=out_specs, axis_names=axis_names, where=where, strict=strict)
     if not check_vma:
         # the program was written for check_vma=False: each strict-rule violation of its
         # check_vma=True trace is a line whose meaning changes when the checks are turned on
@@ -274,7 +278,7 @@ def unknown_axis(e: BaseException, mesh: Any, manual: Sequence[str]) -> SpmdType
 
 
 def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs: Any,
-              out_specs: Any, axis_names: Any, where: str) -> InferReport:
+              out_specs: Any, axis_names: Any, where: str, strict: bool = False) -> InferReport:
     """`infer`, with `where` naming the API in boundary messages (`typed_shard_map(f)`)."""
     order = _compat.mesh_axis_names(mesh)
     manual = manual_axes(mesh, axis_names)
@@ -294,7 +298,7 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
             eqn = shard_map_eqn(refined) if refined is not None else None
             if eqn is not None:
                 extra = Walk(record_steps=False)
-                refine_into(extra, eqn, manual, mesh)
+                refine_into(extra, eqn, manual, mesh, strict=strict)
                 rep.violations.extend(extra.violations)
                 rep.mismatches.extend(extra.mismatches)
                 inner = eqn.params["jaxpr"]
@@ -329,11 +333,13 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
             raise
         translated.__cause__ = jax_error
         return rejected(_failed(f, args, spec_types, translated, order))
-    return walk_traced(closed, out_shape, f, args, mesh=mesh, axis_names=axis_names, where=where)
+    return walk_traced(closed, out_shape, f, args, mesh=mesh, axis_names=axis_names, where=where,
+                       strict=strict)
 
 
 def walk_traced(closed: Any, out_shape: Any, f: Callable[..., Any], args: Sequence[Any], *,
-                mesh: Any, axis_names: Any, where: str, steps: bool = True) -> InferReport:
+                mesh: Any, axis_names: Any, where: str, steps: bool = True,
+                strict: bool = False) -> InferReport:
     """Check the traced `jax.shard_map(f)` program (`closed`: a ClosedJaxpr with one shard_map
     equation, or that equation itself, as staged in the caller's trace) with the engine
     (`_engine.check.check_shard_map`, the function every runtime face calls)."""
@@ -343,7 +349,7 @@ def walk_traced(closed: Any, out_shape: Any, f: Callable[..., Any], args: Sequen
     if eqn is None:  # pragma: no cover - jax.shard_map always leaves one equation
         raise RuntimeError("infer: no shard_map equation in the traced program")
     got = check_shard_map(eqn, manual=manual, mesh=mesh, source=function_source(f), where=where,
-                          steps=steps)
+                          steps=steps, strict=strict)
     walk = got.walk
     sig = signature_line(f, args, got.in_types, out_shape, got.out_types, order)
     return InferReport(not walk.violations, walk.violations, got.in_types, got.out_types, sig,
