@@ -42,10 +42,6 @@ NOT_CAUGHT: dict[tuple[str, str], str] = {
     ("ulysses", "psum_of_sharded"):
         "a psum of a value its in_spec shards over the axis: a spec cannot tell a slice of a "
         "global array from a stack of per-device terms (reported under strict=True only)",
-    ("fsdp_ep", "residual_in_accumulator"):
-        "a gathered residual added to a dot product with this device's expert weight before "
-        "psum_scatter: the engine marks per-device contributions only where scatter-adds and "
-        "ragged_dot compute them",
 }
 
 

@@ -469,6 +469,38 @@ def test_contributions_scatter_added_into_the_residual_before_their_reduction():
     assert not np.allclose(run[True], moe_reference(params, x), atol=1e-3)
 
 
+@pytest.mark.parametrize("barrier", [False, True], ids=["plain", "optimization_barrier"])
+def test_gathered_tokens_times_this_devices_expert_weight_are_contributions(barrier):
+    """`hs @ w[0]` (the group's gathered tokens times this device's expert weight: `w` one
+    expert per device, its expert dim squeezed away) is per-device contributions, also behind
+    `jax.lax.optimization_barrier` (the FSDP habit): the gathered tokens added to them before
+    the psum_scatter are SPMD210 at the add; added after, accepted; the bug's numbers are
+    wrong."""
+    mesh = jax.make_mesh((2, 4), ("fsdp", "expert"), axis_types=(AxisType.Explicit,) * 2)
+    w = jax.random.normal(jax.random.key(0), (4, 8, 8)) / 3
+    h = jax.random.normal(jax.random.key(1), (16, 8))
+
+    def combine(w, h, residual_first):
+        hs = jax.lax.all_gather(h, "expert", tiled=True)
+        w = jax.lax.optimization_barrier(w) if barrier else w
+        if residual_first:
+            return jax.lax.psum_scatter(hs + hs @ w[0], "expert", tiled=True)  # BUG SPMD210
+        return jax.lax.psum_scatter(hs @ w[0], "expert", tiled=True) + h
+
+    line = combine.__code__.co_firstlineno + 4
+    specs = dict(mesh=mesh, in_specs=(P("expert"), P("expert")), out_specs=P("expert"))
+    run = {}
+    for first, codes in ((True, ["SPMD210"]), (False, [])):
+        fn = functools.partial(combine, residual_first=first)
+        rep = st.adapters.infer(fn, w, h, **specs)
+        assert [(v.code, v.line) for v in rep.violations] == [(c, line) for c in codes]
+        placed = [jax.device_put(a, jax.sharding.NamedSharding(mesh, P("expert"))) for a in (w, h)]
+        run[first] = jax.jit(jax.shard_map(fn, **specs))(*placed)
+    ref = h + sum(h @ w[e] for e in range(4))   # one device: each token through every expert
+    np.testing.assert_allclose(run[False], ref, rtol=2e-5, atol=2e-5)
+    assert not np.allclose(run[True], ref, atol=1e-3)
+
+
 def test_a_stack_summed_is_not_a_slice():
     """What the out_spec does not tell: a psum of an in_spec Shard returned as is (n tiled
     copies, JAX's own test_psum_with_implicit_fanout_self_transposes), or combined only with

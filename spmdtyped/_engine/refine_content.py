@@ -12,7 +12,10 @@ Per value and axis, kept in the walk's `Side` and carried into and out of nested
   replicated value sliced at `axis_index`, ops that keep that Shard);
 - `accum`: per-device terms of a sum: floating updates that vary there scatter-added into a
   zero buffer, the rows `ragged_dot` computes with this device's experts (its rhs's group dim
-  sharded there), and the linear ops of them;
+  sharded there), a `same` value times (`dot_general`, `mul`) an `own` one, and the linear
+  ops of them;
+- `own`: this device's member of an in_spec stack (a dim sharded over the axis squeezed away:
+  `w[0]` of the expert weights, one per device);
 - `unsure`: axes JAX types a value Invariant on though an input varies there (the permutation
   `argsort` returns for varying keys, jax 0.10 and 0.12): a cast of it to Varying is not `same`;
 - `summed`: the sums (`psum`/`pmean`/`psum_scatter` over the axis) of in_spec Shards a value
@@ -167,6 +170,10 @@ def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[
     invars, outvars = eqn.invars, eqn.outvars
     for o in outvars:
         side.defs[o] = eqn
+    if name == "optimization_barrier":   # each output is its input, unchanged
+        for v, o in zip(invars, outvars, strict=True):
+            side.seed(o, side.export(v))
+        return
     summed = tuple(s for v in invars if not is_literal(v) for s in side.summed.get(v, ()))
     if summed:
         for o in outvars:
@@ -223,10 +230,31 @@ def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[
             accum = frozenset(a for a in t.varying if any(a in side.accum.get(v, ()) for v, _ in vin))
         else:
             accum = frozenset()
+        if name in ("dot_general", "mul") and len(vin) == 2:
+            # the group's gathered values times this device's expert weight: its contributions
+            (u, _), (w, _) = vin
+            accum |= frozenset(a for a in t.varying if any(
+                a in side.own.get(p, ()) and a in side.same.get(q, ()) for p, q in ((u, w), (w, u))))
+        own = _own(name, eqn, vin, refs, t, side)
         for key, got in (("same", same), ("gathered", gathered), ("sliced", sliced),
-                         ("accum", accum)):
+                         ("accum", accum), ("own", own)):
             if got:
                 getattr(side, key)[o] = got
+
+
+def _own(name: str, eqn: Any, vin: list[tuple[Any, SpmdType]], refs: list[Refinement],
+         t: SpmdType, side: Side) -> frozenset[str]:
+    """The axes over which `eqn`'s output is this device's member of an in_spec stack: a
+    squeeze of a dim sharded over the axis (one member per device), and the reshapes and
+    casts of one."""
+    if name == "squeeze" and vin and refs:
+        ndim = len(shapes_of(vin[0][0]))
+        dims = {d % ndim for d in eqn.params.get("dimensions", ())} if ndim else set()
+        return frozenset(a for a in t.varying if isinstance(k := refs[0].get(a), Shard)
+                         and k.dim % ndim in dims)
+    if name in _THROUGH and vin:
+        return frozenset(a for a in t.varying if a in side.own.get(vin[0][0], ()))
+    return frozenset()
 
 
 def shapes_of(v: Any) -> tuple[int, ...]:

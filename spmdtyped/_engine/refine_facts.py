@@ -185,7 +185,7 @@ def opaque_error(name: str, axes: list[str], ins: Sequence[Any], out: SpmdType) 
 
 
 #: the content facts of `Side` (sets of axes per value), in `export`'s order
-CONTENT = ("same", "gathered", "sliced", "accum", "unsure", "lineage")
+CONTENT = ("same", "gathered", "sliced", "accum", "own", "unsure", "lineage")
 
 
 class Side:
@@ -206,6 +206,9 @@ class Side:
         self.gathered: dict[Any, frozenset[str]] = {}
         self.sliced: dict[Any, frozenset[str]] = {}
         self.accum: dict[Any, frozenset[str]] = {}
+        #: this device's member of an in_spec stack (a dim sharded over the axis, one per
+        #: device, squeezed away: `w[0]` of this device's expert weights)
+        self.own: dict[Any, frozenset[str]] = {}
         #: axes JAX types a value Invariant on though an input of it varies there (argsort's
         #: permutation of varying keys): a cast of it is not `same`
         self.unsure: dict[Any, frozenset[str]] = {}

@@ -74,9 +74,9 @@ Report = Callable[[SpmdTypeError, Any, str], None]
 #: the primitives whose rule reads only the equation's params and its operands' types,
 #: refinements and shapes: `RefineWalk._pure` memoizes them (and the collectives, reductions
 #: and per-dim ops of `_surface.AXIS_PRIMITIVES` / `_surface.PRIMITIVE_REFINE`)
-_PURE = frozenset({"axis_index", "sort", "rev", "dot_general", "transpose", "reshape",
-                   "squeeze", "expand_dims", "broadcast_in_dim", "slice", "dynamic_slice",
-                   "gather", "concatenate", "pad", "iota"})
+_PURE = frozenset({"axis_index", "sort", "rev", "dot_general", "transpose", "reshape", "squeeze",
+                   "expand_dims", "broadcast_in_dim", "slice", "dynamic_slice", "gather",
+                   "concatenate", "pad", "iota", "optimization_barrier"})
 
 
 @dataclasses.dataclass
@@ -288,8 +288,8 @@ class RefineWalk:
         if name in _surface.AXIS_PRIMITIVES:
             return self._collective(eqn, name, ins, outs, refs, shapes)
         kind, rule = _surface.PRIMITIVE_REFINE.get(name, (None, name))
-        if name == "axis_index":
-            return [_rs.axis_index(eqn_axes(eqn))]
+        if name in ("axis_index", "optimization_barrier"):   # the barrier: its operands
+            return [_rs.axis_index(eqn_axes(eqn))] if name == "axis_index" else list(refs)
         if kind == "reduction":
             return [_r.reduction(rule, ins[0], refs[0], out, ndim=len(shapes[0]),
                                  axis=tuple(p.get("axes", ())), op=op)]
