@@ -229,10 +229,8 @@ class RefineWalk:
     def _rule(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
               refs: list[Refinement], env: dict[Any, Refinement], side: Side,
               pending: dict[Any, _Pending], where: Any, quiet: bool) -> list[Refinement] | None:
-        out = outs[0] if outs else SpmdType()
         shapes = [shape_of(v) for v in eqn.invars]
         out_shape = shape_of(eqn.outvars[0]) if eqn.outvars else ()
-        op = name
         if name in _surface.AXIS_PRIMITIVES:   # its operands' content first (`refine_content`)
             refs = _content.at_collective(eqn, name, ins, refs, side, env, where, quiet=quiet,
                                           strict=self.strict, report=self.report)
@@ -241,7 +239,7 @@ class RefineWalk:
         if name in _PURE or kind in ("reduction", "along"):
             return self._pure(eqn, name, ins, outs, refs, shapes, out_shape)
         if kind == "elementwise":
-            return [self._elementwise(eqn, name, ins, out, refs, shapes, out_shape, side, op)]
+            return [self._elementwise(eqn, name, ins, outs[0], refs, shapes, out_shape, side)]
         if name == "cond":
             return self._cond(eqn, ins, outs, refs, where, quiet, pending)
         if name == "while":
@@ -288,8 +286,10 @@ class RefineWalk:
         if name in _surface.AXIS_PRIMITIVES:
             return self._collective(eqn, name, ins, outs, refs, shapes)
         kind, rule = _surface.PRIMITIVE_REFINE.get(name, (None, name))
-        if name in ("axis_index", "optimization_barrier"):   # the barrier: its operands
-            return [_rs.axis_index(eqn_axes(eqn))] if name == "axis_index" else list(refs)
+        if name == "axis_index":
+            return [_rs.axis_index(eqn_axes(eqn))]
+        if name == "optimization_barrier":   # each output is its operand, unchanged
+            return list(refs)
         if kind == "reduction":
             return [_r.reduction(rule, ins[0], refs[0], out, ndim=len(shapes[0]),
                                  axis=tuple(p.get("axes", ())), op=op)]
@@ -360,7 +360,7 @@ class RefineWalk:
 
     def _elementwise(self, eqn: Any, name: str, ins: list[Any], out: SpmdType,
                      refs: list[Refinement], shapes: list[tuple[int, ...]],
-                     out_shape: tuple[int, ...], side: Side, op: str) -> Refinement:
+                     out_shape: tuple[int, ...], side: Side) -> Refinement:
         rule = _rules.PRIMITIVES.get(name, name)
         if name == "stop_gradient":
             rule = "stop_gradient"
