@@ -372,8 +372,20 @@ def jaxpr_source(jaxpr: Any) -> tuple[str, int] | None:
 def eqn_transforms(eqn: Any) -> tuple[str, ...]:
     """The transformations that generated `eqn`, outermost first, from its name stack
     (`("vmap", "transpose", "jvp")`: the backward pass of `jax.vmap(jax.grad(f))`)."""
-    stack = getattr(getattr(getattr(eqn, "source_info", None), "name_stack", None), "stack", ())
-    return tuple(getattr(t, "name", "") for t in stack if type(t).__name__ == "Transform")
+    names = getattr(getattr(eqn, "source_info", None), "name_stack", None)
+    hit = _TRANSFORMS.get(id(names))
+    if hit is not None and hit[0] is names:
+        return hit[1]   # equations traced in one context share their (immutable) name stack
+    stack = getattr(names, "stack", ())
+    got = tuple(getattr(t, "name", "") for t in stack if type(t).__name__ == "Transform")
+    if len(_TRANSFORMS) >= 1 << 16:
+        _TRANSFORMS.clear()
+    _TRANSFORMS[id(names)] = (names, got)
+    return got
+
+
+#: id(name stack) -> (the name stack, its transformations): `eqn_transforms`' memo
+_TRANSFORMS: dict[int, tuple[Any, tuple[str, ...]]] = {}
 
 
 def sub_jaxprs(eqn: Any) -> list[Any]:

@@ -45,11 +45,6 @@ def is_backward(eqn: Any) -> bool:
     return "transpose" in _compat.eqn_transforms(eqn)
 
 
-def _is_forward(eqn: Any) -> bool:
-    t = _compat.eqn_transforms(eqn)
-    return "jvp" in t and "transpose" not in t
-
-
 def _key(v: Any) -> tuple[Any, ...]:
     return shape_of(v), str(getattr(getattr(v, "aval", None), "dtype", ""))
 
@@ -74,14 +69,15 @@ def read(eqns: Sequence[Any], outvars: Sequence[Any], line_of: Any) -> Gradients
     producer: dict[Any, Any] = {}
     used_outside: set[Any] = {v for v in outvars if not is_literal(v)}
     for eqn in eqns:
-        if is_backward(eqn):
+        t = _compat.eqn_transforms(eqn)
+        if "transpose" in t:   # a backward equation (`is_backward`)
             for v in eqn.outvars:
                 producer[v] = eqn
             continue
         ins = [v for v in eqn.invars if not is_literal(v)]
-        used_outside.update(v for v in ins if v in producer)
-        if _is_forward(eqn):
-            t = _compat.eqn_transforms(eqn)
+        if producer:
+            used_outside.update(v for v in ins if v in producer)
+        if "jvp" in t:   # a forward equation of a gradient
             if "vmap" in t[:t.index("jvp")]:
                 batched.add(t[:t.index("jvp")])
             line = line_of(eqn)

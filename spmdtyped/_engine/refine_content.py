@@ -47,6 +47,9 @@ Report = Callable[[SpmdTypeError, Any, str], None]
 #: terms are summed)
 _THROUGH = frozenset({"reshape", "convert_element_type", "transpose", "squeeze", "expand_dims",
                       "copy", "copy_p", "pvary"})
+#: the ops whose output has a content fact none of their operands has (`track`)
+_FROM_NOTHING = frozenset({"dynamic_slice", "gather", "scatter-add", "scatter_add",
+                           "ragged_dot_general", "ragged_dot", "squeeze"})
 #: the ops that keep per-device contributions contributions (linear in them)
 _LINEAR = frozenset({"add", "add_any", "sub", "neg", "mul", "select_n", "concatenate",
                      "broadcast_in_dim", "scatter-add", "scatter_add", "dynamic_update_slice",
@@ -60,8 +63,8 @@ class Summed:
     axis: str
     error: SpmdTypeError
     where: Any
-    #: the inputs the summed operand is computed from
-    sources: frozenset[int] = frozenset()
+    #: the inputs the summed operand is computed from (a bit set: `Side.lineage`)
+    sources: int = 0
 
 
 def _raise(e: Exception) -> None:
@@ -100,7 +103,7 @@ def at_collective(eqn: Any, name: str, ins: list[Any], refs: list[Refinement], s
                 if isinstance(e, SpmdTypeError) and rule == "psum":
                     # (a psum_scatter's result is sharded over the axis anyway: no tell)
                     side.summed[o] = side.summed.get(o, ()) + (
-                        Summed(a, e, where, side.lineage.get(v, frozenset())),)
+                        Summed(a, e, where, side.lineage.get(v, 0)),)
         if rule in _rc.SUMMING and not quiet:
             _residual(v, rule, axes, side, env, where, report)
     if rule == "psum":
@@ -174,15 +177,25 @@ def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[
         for v, o in zip(invars, outvars, strict=True):
             side.seed(o, side.export(v))
         return
-    summed = tuple(s for v in invars if not is_literal(v) for s in side.summed.get(v, ()))
+    # the operands that are values (not literals), in one pass: their sums, lineage, facts
+    vin = [(v, t) for v, t in zip(invars, ins, strict=True) if t is not LITERAL
+           and not is_literal(v)]
+    summed: tuple[Any, ...] = ()
+    lineage = 0
+    facts = False
+    for v, _ in vin:
+        got = side.summed.get(v)
+        if got:
+            summed += got
+        lineage |= side.lineage.get(v, 0)
+        facts = facts or v in side.same or v in side.sliced or v in side.accum \
+            or v in side.own or v in side.unsure
     if summed:
         for o in outvars:
             side.summed[o] = tuple(dict.fromkeys(side.summed.get(o, ()) + summed))
-    lineage = frozenset().union(*(side.lineage.get(v, frozenset()) for v in invars
-                                  if not is_literal(v)))
     if lineage:
         for o in outvars:
-            side.lineage[o] = side.lineage.get(o, frozenset()) | lineage
+            side.lineage[o] = side.lineage.get(o, 0) | lineage
     if name not in STRUCTURAL and _compat.sub_jaxprs(eqn):
         return   # a call's outputs are seeded from its body (`Side.seed`); a scatter's
         # combiner is no call
@@ -190,12 +203,12 @@ def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[
     if rule is not None:
         _after_collective(eqn, rule, outs, results, side)
         return
-    seen = frozenset().union(*(t.varying | side.unsure.get(v, frozenset())
-                               for v, t in zip(invars, ins, strict=True)
-                               if not is_literal(v) and t is not LITERAL))
+    seen = frozenset().union(*(t.varying | side.unsure.get(v, frozenset()) for v, t in vin))
     for o, t in zip(outvars, outs, strict=False):
         if seen - t.varying:
             side.unsure[o] = seen - t.varying
+    if not facts and name not in _FROM_NOTHING:
+        return   # no operand carries a content fact and this op makes none
     if name in ("dynamic_slice", "gather") and len(invars) > 1 and not is_literal(invars[0]) \
             and not quiet:
         idx = ins[1:] if name == "dynamic_slice" else ins[1:2]
@@ -207,7 +220,6 @@ def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[
                 if isinstance(err, SpmdTypeError):
                     report(err, where, f"primitive: {name}")
                 break
-    vin = [(v, t) for v, t in zip(invars, ins, strict=True) if not is_literal(v) and t is not LITERAL]
     for o, t, r in zip(outvars, outs, results, strict=False):
         same = frozenset(a for a in t.varying if any(a in ti.varying for _, ti in vin)
                          and all(a in side.same.get(v, ()) for v, ti in vin if a in ti.varying))
@@ -264,10 +276,16 @@ def shapes_of(v: Any) -> tuple[int, ...]:
 def _after_collective(eqn: Any, rule: str, outs: list[SpmdType], results: list[Refinement],
                       side: Side) -> None:
     axes = frozenset(eqn_axes(eqn))
+    empty: frozenset[str] = frozenset()
     for v, o, t, r in zip(eqn.invars, eqn.outvars, outs, results, strict=False):
-        def kept(facts: dict[Any, frozenset[str]], v: Any = v, t: SpmdType = t) -> frozenset[str]:
-            return frozenset() if is_literal(v) else (facts.get(v, frozenset()) - axes) & t.varying
-        same, gathered, sliced = kept(side.same), kept(side.gathered), kept(side.sliced)
+        same = gathered = sliced = empty
+        if not is_literal(v):   # the facts the collective keeps: those of the other axes
+            if v in side.same:
+                same = (side.same[v] - axes) & t.varying
+            if v in side.gathered:
+                gathered = (side.gathered[v] - axes) & t.varying
+            if v in side.sliced:
+                sliced = (side.sliced[v] - axes) & t.varying
         if rule == "all_gather":
             same, gathered = same | (axes & t.varying), gathered | (axes & t.varying)
         elif rule in ("pvary", "pcast_varying"):
@@ -304,10 +322,11 @@ def at_outputs(outvars: Sequence[Any], out_facts: Sequence[tuple[Any, ...]],
             continue
         varying = _compat.aval_type(v.aval).varying
         names = spec_axes(spec)
-        lineage = content[CONTENT.index("lineage")] or frozenset()
+        lineage: int = content[CONTENT.index("lineage")] or 0
         for s in summed:
-            others = [i for i in lineage - s.sources if i < len(in_specs)
-                      and s.axis in spec_axes(in_specs[i])]
+            rest = lineage & ~s.sources
+            others = [i for i in range(min(rest.bit_length(), len(in_specs)))
+                      if rest >> i & 1 and s.axis in spec_axes(in_specs[i])]
             if s.axis in names and s.axis in varying and others:
                 report(s.error, s.where, "primitive: psum")
 
@@ -315,6 +334,51 @@ def at_outputs(outvars: Sequence[Any], out_facts: Sequence[tuple[Any, ...]],
 def input_facts(invars: Sequence[Any]) -> list[tuple[Any, ...]]:
     """The side facts of the shard_map body's inputs: each is its own lineage."""
     empty: frozenset[str] = frozenset()
-    return [(False, False, empty, empty, False,
-             tuple(frozenset({i}) if k == "lineage" else empty for k in CONTENT) + ((),))
-            for i, _ in enumerate(invars)]
+    at = CONTENT.index("lineage")
+    content: list[Any] = [empty] * len(CONTENT) + [()]
+    out = []
+    for i, _ in enumerate(invars):
+        content[at] = 1 << i
+        out.append((False, False, empty, empty, False, tuple(content)))
+    return out
+
+
+def localized(facts: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """A call's operands' facts (`Side.export`) as its nested jaxpr's inputs: each operand's
+    lineage is its own position, so that the walk of the jaxpr (and its memo) reads nothing
+    of the caller's inputs; `globalized` maps its outputs' lineage back."""
+    at = CONTENT.index("lineage")
+    out = []
+    for i, f in enumerate(facts):
+        content = f[5]
+        if content:
+            content = (*content[:at], 1 << i, *content[at + 1:])
+        out.append((*f[:5], content))
+    return out
+
+
+def globalized(out_facts: Sequence[tuple[Any, ...]], facts: Sequence[tuple[Any, ...]]
+               ) -> list[tuple[Any, ...]]:
+    """The facts of a call's outputs (walked on `localized(facts)`) in the caller's terms: the
+    lineage, and the sources of each sum made inside the call, of the operands they name."""
+    at = CONTENT.index("lineage")
+    lineages = [f[5][at] if f[5] else 0 for f in facts]
+    given = {id(s) for f in facts if f[5] for s in f[5][-1]}
+
+    def remap(bits: int) -> int:
+        got = 0
+        while bits:
+            low = bits & -bits
+            got |= lineages[low.bit_length() - 1]
+            bits ^= low
+        return got
+
+    out = []
+    for f in out_facts:
+        content = f[5]
+        if content:
+            summed = tuple(s if id(s) in given else dataclasses.replace(s, sources=remap(s.sources))
+                           for s in content[-1])
+            content = (*content[:at], remap(content[at]), *content[at + 1:-1], summed)
+        out.append((*f[:5], content))
+    return out

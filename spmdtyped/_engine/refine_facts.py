@@ -7,12 +7,13 @@ zeros, division by an axis size), and the walk's own errors (SPMD303, SPMD407, S
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import _rules, _surface
+from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError, error
 from .._rules import LITERAL, SpmdType
 from .._rules import refine as _r
@@ -184,7 +185,8 @@ def opaque_error(name: str, axes: list[str], ins: Sequence[Any], out: SpmdType) 
                      f"outputs and cotangents after it (st.opaque(kernel)(...) does both)")
 
 
-#: the content facts of `Side` (sets of axes per value), in `export`'s order
+#: the content facts of `Side` (sets of axes per value; `lineage` a bit set of inputs), in
+#: `export`'s order
 CONTENT = ("same", "gathered", "sliced", "accum", "own", "unsure", "lineage")
 
 
@@ -212,8 +214,9 @@ class Side:
         #: axes JAX types a value Invariant on though an input of it varies there (argsort's
         #: permutation of varying keys): a cast of it is not `same`
         self.unsure: dict[Any, frozenset[str]] = {}
-        #: the shard_map inputs (their positions) a value is computed from
-        self.lineage: dict[Any, frozenset[int]] = {}
+        #: the shard_map inputs a value is computed from: a bit set (bit i: input i), so that
+        #: the union per equation costs a machine word per 64 inputs, not a set per input
+        self.lineage: dict[Any, int] = {}
         #: var -> the sums of in_spec Shards it is computed from (`refine_content.Summed`)
         self.summed: dict[Any, tuple[Any, ...]] = {}
         #: var -> the equation that defines it (in this jaxpr)
@@ -223,8 +226,10 @@ class Side:
         """The facts of `v`, to seed the matching variable of a nested jaxpr (or the caller)."""
         if is_literal(v):
             return (True, self.is_zero(v), frozenset(), frozenset(), False, None)
-        content = tuple(getattr(self, k).get(v, frozenset()) for k in CONTENT) \
-            + (self.summed.get(v, ()),)
+        empty: frozenset[str] = frozenset()
+        content = (self.same.get(v, empty), self.gathered.get(v, empty),
+                   self.sliced.get(v, empty), self.accum.get(v, empty), self.own.get(v, empty),
+                   self.unsure.get(v, empty), self.lineage.get(v, 0), self.summed.get(v, ()))
         return (v in self.const, v in self.zero, self.scaled.get(v, frozenset()),
                 self.bcast.get(v, frozenset()), v in self.grad, content)
 
@@ -290,7 +295,7 @@ def track_side(side: Side, eqn: Any, name: str, sizes: dict[str, int]) -> None:
     ins, outs = eqn.invars, eqn.outvars
     if not outs:
         return
-    if any(not is_literal(v) and v in side.grad for v in ins):
+    if side.grad and any(not is_literal(v) and v in side.grad for v in ins):
         side.grad.update(outs)
     o = outs[0]
     if name == "broadcast_in_dim":
@@ -410,3 +415,42 @@ def gather_ref(ins: list[Any], refs: list[Refinement], out: SpmdType,
                     and _r.kind(ins[0], refs[0], a) in (FIXED, REP):
                 res[a] = Shard(batch[0] - len(out_shape))
     return Refinement.of(res, refs[0].data)
+
+
+def in_refinements(specs: Sequence[Any], avals: Sequence[Any], manual: Sequence[str]) -> list[Refinement]:
+    """The refinement of each shard_map input from its in_spec (`refine_shape.from_spec`)."""
+    out = []
+    for spec, aval in zip(specs, avals, strict=True):
+        ndim = len(getattr(aval, "shape", ()) or ())
+        entries = getattr(spec, "partitions", None)
+        entries = tuple(entries) if entries is not None else tuple(spec or ())
+        out.append(_rs.from_spec(entries, ndim, manual))
+    return out
+
+
+@dataclasses.dataclass
+class Pending:
+    """A violation of the refinement walk that the uses of a value may excuse (see
+    `refine_walk`'s module docstring)."""
+
+    error: SpmdTypeError
+    where: Any
+    extra: str
+    #: "nonlinear" (excused by pmax/pmin uses), "per_example" (by a sum over dim 0),
+    #: "opaque" (by a cast back to Varying on the dropped axes)
+    kind: str
+    axes: frozenset[str] = frozenset()
+
+
+def excused(p: Pending, uses: list[Any]) -> bool:
+    """Whether `uses`, the equations that use the value `p` is about, excuse it: only pmax /
+    pmin of a per-shard statistic, only a sum over dim 0 of a per-example gradient."""
+    if not uses:
+        return False
+    names = [_compat.primitive_name(e) for e in uses]
+    if p.kind == "nonlinear":
+        return all(n in ("pmax", "pmin") for n in names)
+    if p.kind == "per_example":
+        return all(n == "reduce_sum" and 0 in tuple(e.params.get("axes", ()))
+                   for n, e in zip(names, uses, strict=True))
+    return False

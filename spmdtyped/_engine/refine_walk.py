@@ -46,6 +46,7 @@ from . import gradients as _gradients
 from . import refine_content as _content
 from .primitives import KEEPS_SHARE, KNOWN_PLAIN, STRUCTURAL
 from .refine_facts import (
+    Pending,
     Side,
     api_name,
     broadcast_ref,
@@ -55,8 +56,10 @@ from .refine_facts import (
     drop_leading,
     dynamic_slice_ref,
     eqn_axes,
+    excused,
     from_autodiff,
     gather_ref,
+    in_refinements,
     is_literal,
     opaque_error,
     pad_ref,
@@ -80,19 +83,6 @@ _PURE = frozenset({"axis_index", "sort", "rev", "dot_general", "transpose", "res
 
 
 @dataclasses.dataclass
-class _Pending:
-    """A violation that the uses of a value may excuse (see the module docstring)."""
-
-    error: SpmdTypeError
-    where: Any
-    extra: str
-    #: "nonlinear" (excused by pmax/pmin uses), "per_example" (by a sum over dim 0),
-    #: "opaque" (by a cast back to Varying on the dropped axes)
-    kind: str
-    axes: frozenset[str] = frozenset()
-
-
-@dataclasses.dataclass
 class RefineWalk:
     """Walks a jaxpr with refinements; `report(e, where, extra)` receives each violation."""
 
@@ -107,6 +97,19 @@ class RefineWalk:
     #: the in_specs / out_specs of the body's inputs and outputs (`refine_content`)
     in_specs: Sequence[Any] = ()
     out_specs: Sequence[Any] = ()
+    #: the nested jaxprs walked with nothing reported, by identity, operands' refinements and
+    #: facts: a jaxpr many calls share (`jax.nn.relu`'s jit, once per layer) is walked once
+    calls: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    #: how many violations `report` received
+    reported: int = 0
+
+    def __post_init__(self) -> None:
+        given = self.report
+
+        def counted(e: SpmdTypeError, where: Any, extra: str) -> None:
+            self.reported += 1
+            given(e, where, extra)
+        self.report = counted
 
     # ------------------------------------------------------------------ entry points
 
@@ -124,7 +127,7 @@ class RefineWalk:
 
     def jaxpr(self, jaxpr: Any, in_refs: list[Refinement], *, parent: Any, quiet: bool,
               facts: Sequence[tuple[Any, ...]] | None = None
-              ) -> tuple[list[Refinement], list[_Pending]]:
+              ) -> tuple[list[Refinement], list[Pending]]:
         """Walk one (open) jaxpr. Returns the outputs' refinements and the pending violations
         that reach its outputs (the caller decides about them); `self.out_facts` are the
         outputs' side facts (`Side.export`), `facts` the inputs'."""
@@ -137,7 +140,7 @@ class RefineWalk:
             env[v] = r
         for v, f in zip(jaxpr.invars, facts or (), strict=False):
             side.seed(v, f)
-        pending: dict[Any, _Pending] = {}
+        pending: dict[Any, Pending] = {}
         grads = _gradients.read(jaxpr.eqns, jaxpr.outvars, _line_of)
         typed: dict[int, Any] = {}
         for eqn in jaxpr.eqns:
@@ -146,7 +149,7 @@ class RefineWalk:
                 if v in grads.links:
                     _gradients.type_gradient(v, grads.links[v], env, side, typed)
         outvars = [v for v in jaxpr.outvars if not is_literal(v)]
-        left: list[_Pending] = []
+        left: list[Pending] = []
         uses: dict[Any, list[Any]] = {}
         if pending and not quiet:   # the uses of the values pending violations are about
             for eqn in jaxpr.eqns:
@@ -159,7 +162,7 @@ class RefineWalk:
             if any(o is v for o in outvars):
                 left.append(p)
                 continue
-            if _excused(p, uses.get(v, [])):
+            if excused(p, uses.get(v, [])):
                 continue
             self.report(p.error, p.where, p.extra)
         outs = [NONE if is_literal(v) else env.get(v, NONE) for v in jaxpr.outvars]
@@ -169,7 +172,7 @@ class RefineWalk:
     # ------------------------------------------------------------------ one equation
 
     def eqn(self, eqn: Any, env: dict[Any, Refinement], side: Side,
-            pending: dict[Any, _Pending], grads: _gradients.Gradients, *, parent: Any,
+            pending: dict[Any, Pending], grads: _gradients.Gradients, *, parent: Any,
             quiet: bool) -> None:
         name = _compat.primitive_name(eqn)
         frames = _compat.eqn_frames(eqn)
@@ -193,7 +196,7 @@ class RefineWalk:
                 results = [excused.restrict(outs[0].varying)] if outs else []
             elif not quiet:
                 if e.code == "SPMD211" and eqn.outvars:   # a per-shard statistic if only pmax'd
-                    pending[eqn.outvars[0]] = _Pending(e, where, f"primitive: {op}", "nonlinear")
+                    pending[eqn.outvars[0]] = Pending(e, where, f"primitive: {op}", "nonlinear")
                 else:
                     self.report(e, where, f"primitive: {op}")
         if results is None:
@@ -201,7 +204,7 @@ class RefineWalk:
         if summed:   # jax.vmap(jax.grad(f)) w.r.t. a parameter Invariant where the loss varies
             found = per_example_error(outs[0], eqn_axes(eqn))
             if found is not None:
-                pending[eqn.outvars[0]] = _Pending(found, call_site(frames, "vmap") or where,
+                pending[eqn.outvars[0]] = Pending(found, call_site(frames, "vmap") or where,
                                                    "jax.grad under jax.vmap", "per_example")
         data = any(r.data for r in refs)
         if name in KEEPS_SHARE and refs and refs[0].share and len(results) == 1:
@@ -228,7 +231,7 @@ class RefineWalk:
 
     def _rule(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
               refs: list[Refinement], env: dict[Any, Refinement], side: Side,
-              pending: dict[Any, _Pending], where: Any, quiet: bool) -> list[Refinement] | None:
+              pending: dict[Any, Pending], where: Any, quiet: bool) -> list[Refinement] | None:
         shapes = [shape_of(v) for v in eqn.invars]
         out_shape = shape_of(eqn.outvars[0]) if eqn.outvars else ()
         if name in _surface.AXIS_PRIMITIVES:   # its operands' content first (`refine_content`)
@@ -419,14 +422,27 @@ class RefineWalk:
 
     def _call(self, eqn: Any, subs: list[Any], ins: list[Any], outs: list[SpmdType],
               refs: list[Refinement], where: Any, quiet: bool,
-              pending: dict[Any, _Pending], side: Side) -> list[Refinement] | None:
+              pending: dict[Any, Pending], side: Side) -> list[Refinement] | None:
         sub = next((s for s in subs if len(s.invars) == len(eqn.invars)
                     and len(s.outvars) == len(eqn.outvars)), None)
         if sub is None:
             return None
-        res, left = self.jaxpr(sub, refs, parent=where, quiet=quiet,
-                               facts=[side.export(v) for v in eqn.invars])
-        for v, f in zip(eqn.outvars, self.out_facts, strict=False):
+        facts = [side.export(v) for v in eqn.invars]
+        local = _content.localized(facts)   # the walk of `sub` reads no caller's input
+        try:
+            key: Any = (id(sub), tuple(refs), tuple(local), quiet)
+            hash(key)
+        except TypeError:
+            key = None
+        hit = self.calls.get(key) if key is not None else None
+        if hit is not None and hit[0] is sub:
+            res, left, self.out_facts = list(hit[1]), [], hit[2]
+        else:
+            reported = self.reported
+            res, left = self.jaxpr(sub, refs, parent=where, quiet=quiet, facts=local)
+            if key is not None and not left and reported == self.reported:
+                self.calls[key] = (sub, tuple(res), self.out_facts)
+        for v, f in zip(eqn.outvars, _content.globalized(self.out_facts, facts), strict=False):
             side.seed(v, f)
         for p in left:
             if p.kind == "opaque":
@@ -437,7 +453,7 @@ class RefineWalk:
         return res
 
     def _cond(self, eqn: Any, ins: list[Any], outs: list[SpmdType], refs: list[Refinement],
-              where: Any, quiet: bool, pending: dict[Any, _Pending]) -> list[Refinement]:
+              where: Any, quiet: bool, pending: dict[Any, Pending]) -> list[Refinement]:
         pred_t = ins[0] if ins[0] is not LITERAL else SpmdType()
         diverge = pred_t.varying
         if diverge and not quiet:
@@ -454,7 +470,7 @@ class RefineWalk:
         return [diverged(r, diverge) for r in (joined or [NONE] * len(outs))]
 
     def _while(self, eqn: Any, ins: list[Any], outs: list[SpmdType], refs: list[Refinement],
-               where: Any, quiet: bool, pending: dict[Any, _Pending]) -> list[Refinement]:
+               where: Any, quiet: bool, pending: dict[Any, Pending]) -> list[Refinement]:
         p = eqn.params
         nc, nb = int(p["cond_nconsts"]), int(p["body_nconsts"])
         cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
@@ -476,7 +492,7 @@ class RefineWalk:
 
     def _scan(self, eqn: Any, outs: list[SpmdType], refs: list[Refinement],
               shapes: list[tuple[int, ...]], where: Any, quiet: bool,
-              pending: dict[Any, _Pending]) -> list[Refinement]:
+              pending: dict[Any, Pending]) -> list[Refinement]:
         p = eqn.params
         nconsts, ncarry = _compat.scan_counts(eqn)
         body = p["jaxpr"].jaxpr if hasattr(p["jaxpr"], "jaxpr") else p["jaxpr"]
@@ -503,16 +519,16 @@ class RefineWalk:
     # ------------------------------------------------------------------ opaque computations
 
     def _opaque(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], where: Any,
-                pending: dict[Any, _Pending]) -> None:
+                pending: dict[Any, Pending]) -> None:
         varying = frozenset().union(*(t.varying for t in ins if t is not LITERAL)) if ins else frozenset()
         for v, o in zip(eqn.outvars, outs, strict=True):
             dropped = varying - o.varying
             if dropped:
-                pending[v] = _Pending(opaque_error(name, sorted(dropped), ins, o), where,
+                pending[v] = Pending(opaque_error(name, sorted(dropped), ins, o), where,
                                       f"primitive: {name}", "opaque", frozenset(dropped))
 
     def _opaque_call(self, eqn: Any, ins: list[Any], outs: list[SpmdType], where: Any,
-                     pending: dict[Any, _Pending], inner: _Pending) -> None:
+                     pending: dict[Any, Pending], inner: Pending) -> None:
         """An opaque result reached the outputs of a call: report it at the call when the
         call's own outputs drop the axes (the line the user wrote), else it was cast back."""
         name = _compat.primitive_name(eqn)
@@ -521,7 +537,7 @@ class RefineWalk:
             dropped = (varying - o.varying) & inner.axes
             if dropped:
                 inner_name = inner.extra.removeprefix("primitive: ")
-                pending[v] = _Pending(opaque_error(f"{name} of {inner_name}", sorted(dropped),
+                pending[v] = Pending(opaque_error(f"{name} of {inner_name}", sorted(dropped),
                                                     ins, o), where, f"primitive: {name}",
                                       "opaque", frozenset(dropped))
                 return
@@ -561,30 +577,7 @@ def _line_of(eqn: Any) -> tuple[str, int] | None:
     return user_frame(_compat.eqn_frames(eqn))
 
 
-def _excused(p: _Pending, uses: list[Any]) -> bool:
-    if not uses:
-        return False
-    names = [_compat.primitive_name(e) for e in uses]
-    if p.kind == "nonlinear":
-        return all(n in ("pmax", "pmin") for n in names)
-    if p.kind == "per_example":
-        return all(n == "reduce_sum" and 0 in tuple(e.params.get("axes", ()))
-                   for n, e in zip(names, uses, strict=True))
-    return False
-
-
 # ------------------------------------------------------------------------------ entry
-
-
-def in_refinements(specs: Sequence[Any], avals: Sequence[Any], manual: Sequence[str]) -> list[Refinement]:
-    """The refinement of each shard_map input from its in_spec (`refine_shape.from_spec`)."""
-    out = []
-    for spec, aval in zip(specs, avals, strict=True):
-        ndim = len(getattr(aval, "shape", ()) or ())
-        entries = getattr(spec, "partitions", None)
-        entries = tuple(entries) if entries is not None else tuple(spec or ())
-        out.append(_rs.from_spec(entries, ndim, manual))
-    return out
 
 
 def check_program(eqn: Any, manual: Sequence[str], mesh: Any, report: Report, *,

@@ -228,6 +228,11 @@ class Walk:
     #: id(var) of the values such a primitive made there: JAX types them without the axis
     #: (`concatenate` of one with an Unreduced slice is the Unreduced value JAX says it is)
     _dropped: set[int] = dataclasses.field(default_factory=set)
+    #: the nested jaxprs walked with nothing found (no violation, mismatch or dropped state),
+    #: keyed by the jaxpr's identity and what the walk of it reads besides its avals (the known
+    #: scalars of its inputs, whether inside a call that keeps Unreduced axes): a jaxpr that
+    #: many equations share (`jax.nn.relu`'s jit, once per layer) is walked once
+    _clean: dict[Any, Any] = dataclasses.field(default_factory=dict)
 
     def violation(self, e: SpmdTypeError, where: tuple[str, int] | None, extra: str) -> None:
         key = (e.code, where, e.headline)
@@ -314,10 +319,28 @@ class Walk:
                     value = self._value(v)
                     if value is not _rules.UNKNOWN:
                         self._known[id(inner)] = value
-            self.jaxpr(sub, depth + 1, loc)
+            self._sub(sub, depth + 1, loc)
         self._kept_unreduced -= kept
         if self._kept_unreduced and name in _CALLS and unreduced_in and not kept:
             self._dropped.update(id(v) for v in eqn.outvars)  # jnp.flip's jit, in jnp.pad's
+
+    def _sub(self, sub: Any, depth: int, loc: _Where) -> None:
+        """Walk a nested jaxpr, once per `_clean` key (see there)."""
+        key = None
+        if not self.record_steps:
+            try:
+                key = (id(sub), bool(self._kept_unreduced),
+                       tuple(self._known.get(id(v), _rules.UNKNOWN) for v in sub.invars))
+                hash(key)
+            except TypeError:   # a known value that is not hashable: walked every time
+                key = None
+            if key is not None and self._clean.get(key) is sub:
+                return
+        found = (len(self.violations), len(self.mismatches), len(self._dropped), len(self._seen))
+        self.jaxpr(sub, depth, loc)
+        if key is not None and found == (len(self.violations), len(self.mismatches),
+                                         len(self._dropped), len(self._seen)):
+            self._clean[key] = sub
 
     def _value(self, v: Any) -> object:
         """A scalar literal's value (in the jaxpr, or passed into this nested call), else
