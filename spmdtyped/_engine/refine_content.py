@@ -184,9 +184,9 @@ def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[
     lineage = 0
     facts = False
     for v, _ in vin:
-        got = side.summed.get(v)
-        if got:
-            summed += got
+        sums = side.summed.get(v)
+        if sums:
+            summed += sums
         lineage |= side.lineage.get(v, 0)
         facts = facts or v in side.same or v in side.sliced or v in side.accum \
             or v in side.own or v in side.unsure

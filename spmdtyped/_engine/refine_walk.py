@@ -435,6 +435,7 @@ class RefineWalk:
         except TypeError:
             key = None
         hit = self.calls.get(key) if key is not None else None
+        left: list[Pending]
         if hit is not None and hit[0] is sub:
             res, left, self.out_facts = list(hit[1]), [], hit[2]
         else:
