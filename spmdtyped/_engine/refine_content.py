@@ -220,14 +220,23 @@ def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[
                 if isinstance(err, SpmdTypeError):
                     report(err, where, f"primitive: {name}")
                 break
+    # the operands' facts as unions (set algebra, not a scan per axis): an output varying on
+    # `a` is `same` there when every operand varying there is
+    empty: frozenset[str] = frozenset()
+    varies = not_same = gathered_in = sliced_in = accum_in = empty
+    for v, ti in vin:
+        same_v = side.same.get(v, empty)
+        varies, not_same = varies | ti.varying, not_same | (ti.varying - same_v)
+        gathered_in |= side.gathered.get(v, empty)
+        sliced_in |= side.sliced.get(v, empty)
+        accum_in |= side.accum.get(v, empty)
+    slicing = name in ("dynamic_slice", "gather")
     for o, t, r in zip(outvars, outs, results, strict=False):
-        same = frozenset(a for a in t.varying if any(a in ti.varying for _, ti in vin)
-                         and all(a in side.same.get(v, ()) for v, ti in vin if a in ti.varying))
-        gathered = frozenset(a for a in same if any(a in side.gathered.get(v, ()) for v, _ in vin))
+        same = (t.varying & varies) - not_same
+        gathered = same & gathered_in
         sliced = frozenset(a for a in t.varying if isinstance(r.get(a), Shard) and (
-            any(a in side.sliced.get(v, ()) for v, _ in vin)
-            or name in ("dynamic_slice", "gather") and _r.kind(ins[0], refs[0], a) is FIXED
-            or name in ("dynamic_slice", "gather") and refs[0].get(a) is _r.REP))
+            a in sliced_in or slicing and (_r.kind(ins[0], refs[0], a) is FIXED
+                                          or refs[0].get(a) is _r.REP)))
         if name in ("scatter-add", "scatter_add") and len(invars) >= 3 \
                 and side.is_zero(invars[0]) and not is_literal(invars[2]) \
                 and jnp.issubdtype(invars[2].aval.dtype, jnp.inexact):
@@ -239,14 +248,15 @@ def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[
             # the rows this device's experts (the rhs's group dim, sharded over `a`) computed
             accum = frozenset(a for a in t.varying if refs[1].get(a) == Shard(-3))
         elif name in _LINEAR:
-            accum = frozenset(a for a in t.varying if any(a in side.accum.get(v, ()) for v, _ in vin))
+            accum = t.varying & accum_in
         else:
-            accum = frozenset()
+            accum = empty
         if name in ("dot_general", "mul") and len(vin) == 2:
             # the group's gathered values times this device's expert weight: its contributions
             (u, _), (w, _) = vin
-            accum |= frozenset(a for a in t.varying if any(
-                a in side.own.get(p, ()) and a in side.same.get(q, ()) for p, q in ((u, w), (w, u))))
+            own_same = (side.own.get(u, empty) & side.same.get(w, empty)) \
+                | (side.own.get(w, empty) & side.same.get(u, empty))
+            accum |= t.varying & own_same
         own = _own(name, eqn, vin, refs, t, side)
         for key, got in (("same", same), ("gathered", gathered), ("sliced", sliced),
                          ("accum", accum), ("own", own)):

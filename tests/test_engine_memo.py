@@ -1,0 +1,108 @@
+"""The engine walks a nested jaxpr that many equations share (a jitted helper called once per
+layer, `jax.nn.relu`'s jit) once per refinement of its operands: a helper walked clean with
+one refinement must still report the bug it computes with another (the memo is keyed by the
+operands' refinements and facts, and a walk that reported is never memoized), and the lineage
+a nested walk records is mapped back to the caller's inputs.
+
+Raw JAX bodies (jnp, a `jax.jit` helper, `jax.lax.psum`), run under `typed_shard_map` and
+`infer`; the fixed program equals a single-device reference in values and gradients.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import spmdtyped as st
+from spmdtyped._engine.check import shard_map_eqn
+from spmdtyped._engine.refine_walk import check_program
+
+
+@jax.jit
+def add_bias(y: jax.Array, b: jax.Array) -> jax.Array:
+    return y + b
+
+
+SPECS = (P(), P(None, "tp"), P("tp", None), P(None, "tp"), P("tp"), P())
+OUT = (P(), P(None, "tp"))
+
+
+def buggy(x: Any, x_sh: Any, w_row: Any, w_col: Any, b_col: Any, b: Any) -> Any:
+    ok = add_bias(x @ w_col, b_col)   # a column-parallel output plus its bias slice: clean
+    bad = add_bias(x_sh @ w_row, jax.lax.pcast(b, "tp", to="varying"))   # bias before the psum
+    return jax.lax.psum(bad, "tp"), ok
+
+
+def fixed(x: Any, x_sh: Any, w_row: Any, w_col: Any, b_col: Any, b: Any) -> Any:
+    ok = add_bias(x @ w_col, b_col)
+    good = jax.lax.psum(x_sh @ w_row, "tp") + b
+    return good, ok
+
+
+def _args(mesh: Any) -> tuple[Any, ...]:
+    rng = np.random.default_rng(0)
+    shapes = [(4, 32), (4, 32), (32, 8), (32, 32), (32,), (8,)]
+    return tuple(jax.device_put(jnp.asarray(rng.normal(size=s), jnp.float32),
+                                NamedSharding(mesh, spec)) for s, spec in zip(shapes, SPECS, strict=True))
+
+
+@pytest.fixture(scope="module")
+def mesh() -> Any:
+    return jax.make_mesh((2, 4), ("dp", "tp"))
+
+
+def test_a_helper_walked_clean_still_reports_its_bug_with_other_operands(mesh: Any) -> None:
+    args = _args(mesh)
+    rep = st.adapters.infer(buggy, *args, mesh=mesh, in_specs=SPECS, out_specs=OUT)
+    assert [v.code for v in rep.violations] == ["SPMD210"]
+    lines, first = inspect.getsourcelines(add_bias.__wrapped__)
+    at = first + next(i for i, text in enumerate(lines) if "return" in text)
+    assert (rep.violations[0].file, rep.violations[0].line) == (__file__, at)
+    step = st.adapters.typed_shard_map(buggy, mesh=mesh, in_specs=SPECS, out_specs=OUT)
+    with pytest.raises(st.SpmdTypeError, match="SPMD210"):
+        jax.jit(step).lower(*args)
+
+
+def test_a_shared_helper_is_walked_once_per_refinement(mesh: Any) -> None:
+    def twice(x: Any, x_sh: Any, w_row: Any, w_col: Any, b_col: Any, b: Any) -> Any:
+        return add_bias(x @ w_col, b_col) + add_bias(x @ w_col * 2.0, b_col), b
+
+    args = _args(mesh)
+    closed = jax.make_jaxpr(jax.shard_map(twice, mesh=mesh, in_specs=SPECS,
+                                          out_specs=(P(None, "tp"), P())))(*args)
+    found: list[Any] = []
+    walk = check_program(shard_map_eqn(closed), ("dp", "tp"), mesh,
+                         lambda e, where, extra: found.append(e))
+    assert found == []
+    # the two calls share one jaxpr and one refinement of their operands: one walk of it
+    assert len(walk.calls) == 1
+
+
+def test_the_fixed_program_equals_one_device(mesh: Any) -> None:
+    args = _args(mesh)
+    step = jax.jit(st.adapters.typed_shard_map(fixed, mesh=mesh, in_specs=SPECS, out_specs=OUT))
+    got, ok = step(*args)
+    x, x_sh, w_row, w_col, b_col, b = (np.asarray(a) for a in args)
+    np.testing.assert_allclose(got, x_sh @ w_row + b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ok, x @ w_col + b_col, rtol=1e-5, atol=1e-5)
+
+    def loss(*a: Any) -> Any:
+        good, col = step(*a)
+        return jnp.sum(good ** 2) + jnp.sum(jnp.sin(col))
+
+    def reference(x: Any, x_sh: Any, w_row: Any, w_col: Any, b_col: Any, b: Any) -> Any:
+        return jnp.sum((x_sh @ w_row + b) ** 2) + jnp.sum(jnp.sin(x @ w_col + b_col))
+
+    with jax.set_mesh(mesh):
+        grads = jax.grad(loss, argnums=tuple(range(6)))(*args)
+    want = jax.grad(reference, argnums=tuple(range(6)))(*(jnp.asarray(np.asarray(a)) for a in args))
+    for g, w in zip(grads, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4)
+
