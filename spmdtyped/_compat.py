@@ -416,6 +416,14 @@ def literal_value(v: Any) -> object | None:
 def dtype_name(dtype: Any) -> object:
     """The NumPy name of a dtype (`"int32"`, `"bool"`, `"bfloat16"`), `UNKNOWN` if none."""
     try:
+        return _dtype_name(dtype)   # (the walks ask once per equation)
+    except TypeError:   # an unhashable dtype-like
+        return _dtype_name.__wrapped__(dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _dtype_name(dtype: Any) -> object:
+    try:
         return str(np.dtype(dtype)) if dtype is not None else UNKNOWN
     except TypeError:
         return UNKNOWN

@@ -177,7 +177,7 @@ class RefineWalk:
         name = _compat.primitive_name(eqn)
         frames = _compat.eqn_frames(eqn)
         where = user_frame(frames) or parent
-        summed = not quiet and _gradients.per_example_sum(eqn, grads)
+        summed = not quiet and bool(grads.batched) and _gradients.per_example_sum(eqn, grads)
         if from_autodiff(frames, where):
             # a tangent or transposed equation: the gradients it computes are typed by the
             # cotangent rule of their primals (`gradients`), not by walking what JAX
@@ -265,16 +265,14 @@ class RefineWalk:
         its operands' types, refinements and shapes (`_PURE`: collectives, structural ops,
         reductions): memoized per walk, so a program's repeated layers pay for each distinct
         equation once. A rule's error is never memoized (raised again at each equation)."""
+        key: Any = (name, tuple(eqn.params.items()), tuple(ins), tuple(outs), tuple(refs),
+                    tuple(shapes), out_shape)
         try:
-            key: Any = (name, tuple(eqn.params.items()), tuple(ins), tuple(outs), tuple(refs),
-                        tuple(shapes), out_shape)
-            hash(key)
+            got = self.memo.get(key)   # (the key is hashed once, here)
         except TypeError:   # a param JAX does not make hashable: no memo
-            key = None
-        if key is not None:
-            got = self.memo.get(key)
-            if got is not None:
-                return list(got)
+            key = got = None
+        if got is not None:
+            return list(got)
         res = self._pure_rule(eqn, name, ins, outs, refs, shapes, out_shape)
         if key is not None:
             self.memo[key] = tuple(res)
@@ -429,12 +427,11 @@ class RefineWalk:
             return None
         facts = [side.export(v) for v in eqn.invars]
         local = _content.localized(facts)   # the walk of `sub` reads no caller's input
+        key: Any = (id(sub), tuple(refs), tuple(local), quiet)
         try:
-            key: Any = (id(sub), tuple(refs), tuple(local), quiet)
-            hash(key)
-        except TypeError:
-            key = None
-        hit = self.calls.get(key) if key is not None else None
+            hit = self.calls.get(key)
+        except TypeError:   # a fact JAX does not make hashable: no memo
+            key = hit = None
         left: list[Pending]
         if hit is not None and hit[0] is sub:
             res, left, self.out_facts = list(hit[1]), [], hit[2]

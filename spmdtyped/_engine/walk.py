@@ -328,14 +328,13 @@ class Walk:
         """Walk a nested jaxpr, once per `_clean` key (see there)."""
         key = None
         if not self.record_steps:
+            key = (id(sub), bool(self._kept_unreduced),
+                   tuple(self._known.get(id(v), _rules.UNKNOWN) for v in sub.invars))
             try:
-                key = (id(sub), bool(self._kept_unreduced),
-                       tuple(self._known.get(id(v), _rules.UNKNOWN) for v in sub.invars))
-                hash(key)
+                if self._clean.get(key) is sub:
+                    return
             except TypeError:   # a known value that is not hashable: walked every time
                 key = None
-            if key is not None and self._clean.get(key) is sub:
-                return
         found = (len(self.violations), len(self.mismatches), len(self._dropped), len(self._seen))
         self.jaxpr(sub, depth, loc)
         if key is not None and found == (len(self.violations), len(self.mismatches),

@@ -73,6 +73,15 @@ class Refinement:
     #: the operand's shape the plugin gives the rules. The runtime reads shapes: never set.
     extents: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
+    def __hash__(self) -> int:
+        # computed once per value (the walks key their memos on refinements: hashed often)
+        got = self.__dict__.get("_hash")
+        if got is None:
+            got = hash((self.items, self.data, self.uniform, self.share, self.grad, self.across,
+                        self.extents))
+            object.__setattr__(self, "_hash", got)
+        return got  # type: ignore[no-any-return]
+
     @staticmethod
     def of(mapping: Mapping[str, Kind | None], data: bool = False) -> Refinement:
         return Refinement(tuple(sorted((a, k) for a, k in mapping.items() if k is not None)), data)
