@@ -146,6 +146,8 @@ class SpmdPlugin(Plugin):
             return guarded(functools.partial(_feature("control").analyze, name=names.CONTROL[fullname]))
         if fullname in names.AUTODIFF:
             return guarded(functools.partial(_feature("autodiff").analyze, name=names.AUTODIFF[fullname]))
+        if fullname.startswith(names.GRAD_LAMBDA_CALLS):  # `st.grad(lambda w: ...)(w)`
+            return guarded(_feature("autodiff").lambda_call)
         if fullname in names.SHARD_MAP:  # the function under it keeps its signature
             return guarded(_feature("signature").keeping(
                 functools.partial(_feature("boundary").analyze, feature="shard_map")))

@@ -194,6 +194,13 @@ def _describe(t: Type) -> str:
         return "a plain jax.Array"
     if isinstance(p, Instance) and p.type.fullname == SARRAY:
         return "SArray of unknown state"
+    items = p.items if isinstance(p, (TupleType, UnionType)) else \
+        p.args if isinstance(p, Instance) else ()
+    lost = next((i for i in items if _lost(i, 1)), None)
+    if lost is not None:
+        kind = "a tuple" if isinstance(p, TupleType) else "a union" if isinstance(p, UnionType) \
+            else f"a {p.type.name}" if isinstance(p, Instance) else "a value"
+        return f"{kind} holding {_describe(lost)}"
     return f"{p} (no state)"
 
 
@@ -259,7 +266,11 @@ def _why(ctx: FunctionContext | MethodContext, fullname: str, has_rule: bool,
         return None  # generic: mypy may have solved its type variables from a context's Any
     if any(_non_literal_str(t) for ts in ctx.arg_types for t in ts):
         return f"`{label(fullname)}`: an axis name is not a literal"
-    if has_rule and (fullname.startswith(("spmdtyped.", "jax")) or not isinstance(decl, FuncDef)):
+    if fullname.startswith("spmdtyped.lax."):
+        name = fullname.rpartition(".")[2]
+        return f"`st.lax.{name}` returns a raw value (jax.lax's drop-in; `st.{name}` is typed)"
+    if (has_rule and (fullname.startswith(("spmdtyped.", "jax")) or not isinstance(decl, FuncDef))) \
+            or fullname.startswith("st."):  # a function spmdtyped typed (`st.grad(loss)`)
         return f"`{label(fullname)}` gives no state here"
     if fullname.startswith(_ROW_MODULES):
         return f"`{label(fullname)}` has no surface row"
