@@ -6,7 +6,8 @@ entry point only: it maps full names to the `analyze` of one feature module of
 table (`spmdtyped._rules`) with `_rules.CONSERVATIVE` features, or one JAX version's
 (`[spmdtyped] jax = 0.12`); an `SpmdTypeError` is reported under its `spmd-<slug>` code with
 the fix. Raw `jax.Array` values, `Any` and non-literal axis names give `SArray[Any, Any, Any]`
-and no error (the opt-in code `spmd-axis` reports non-literal axes).
+and no error (the opt-in code `spmd-axis` reports non-literal axes, and `spmd-unknown`, with
+`[spmdtyped] unknown = true`, where a typed value's state is lost: `_mypy.unknown`).
 
 The plugin imports no JAX, uses only standard mypy types (the incremental cache and dmypy
 work), and reports a digest of the rule table and itself as its configuration data.
@@ -38,13 +39,13 @@ from mypy.types import CallableType, FunctionLike, Type, get_proper_type
 # operators, collectives and hints serve every program; the other feature modules are imported
 # on the first name of theirs that mypy asks about (`_feature`, names from `_mypy.names`)
 from ._mypy import collectives, hints, names, operators, refined
-from ._mypy.codes import AXIS, CODES, SPMD, guarded, guarded_sig
+from ._mypy.codes import AXIS, CODES, SPMD, UNKNOWN, guarded, guarded_sig
 from ._mypy.config import CONFIG, FEATURE_SETS, read_config, rules_digest
 
 if TYPE_CHECKING:
     from ._mypy import custom
 
-__all__ = ["AXIS", "CODES", "FEATURE_SETS", "SPMD", "SpmdPlugin", "plugin", "read_config"]
+__all__ = ["AXIS", "CODES", "FEATURE_SETS", "SPMD", "UNKNOWN", "SpmdPlugin", "plugin", "read_config"]
 
 _DIGEST: Final = rules_digest()
 #: modules whose functions never take refined parameters (skip the look-up)
@@ -73,6 +74,9 @@ class SpmdPlugin(Plugin):
         # tables are memoised per name (`_table`); user-code look-ups are not (the symbol
         # tables change, e.g. under dmypy)
         self._tables: dict[str, dict[str, Any]] = {}
+        #: `spmd-unknown` is on (`_mypy.unknown`): the call and method hooks are watched; read
+        #: on the first hook (mypy reads `enable_error_code` after it made the plugin)
+        self._unknown_on: bool | None = None
 
     def _table(self, kind: str, fullname: str, build: Callable[[str], Any]) -> Any:
         """`build(fullname)` (a hook from the static name tables, or None), once per name."""
@@ -82,6 +86,12 @@ class SpmdPlugin(Plugin):
         except KeyError:
             hook = memo[fullname] = build(fullname)
             return hook
+
+    @property
+    def _unknown(self) -> bool:
+        if self._unknown_on is None:
+            self._unknown_on = CONFIG.unknown or UNKNOWN in self.options.enabled_error_codes
+        return self._unknown_on
 
     def get_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
         hook = self._table("type", fullname, self._type_table)
@@ -100,6 +110,13 @@ class SpmdPlugin(Plugin):
         return guarded(functools.partial(hints.analyze, family=family)) if family else None
 
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
+        hook = self._function_hook(fullname)
+        if self._unknown:  # `spmd-unknown`: every call is watched for a lost state
+            watched = _feature("unknown").watch(hook, fullname, self._node)
+            return guarded(watched) if watched is not None else None
+        return hook
+
+    def _function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         hook = self._table("function", fullname, self._function_table)
         if hook is not None:
             return hook  # type: ignore[no-any-return]
@@ -129,6 +146,8 @@ class SpmdPlugin(Plugin):
             return guarded(functools.partial(_feature("control").analyze, name=names.CONTROL[fullname]))
         if fullname in names.AUTODIFF:
             return guarded(functools.partial(_feature("autodiff").analyze, name=names.AUTODIFF[fullname]))
+        if fullname.startswith(names.GRAD_LAMBDA_CALLS):  # `st.grad(lambda w: ...)(w)`
+            return guarded(_feature("autodiff").lambda_call)
         if fullname in names.SHARD_MAP:  # the function under it keeps its signature
             return guarded(_feature("signature").keeping(
                 functools.partial(_feature("boundary").analyze, feature="shard_map")))
@@ -212,7 +231,11 @@ class SpmdPlugin(Plugin):
         return None
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
-        return self._table("method", fullname, self._method_table)  # type: ignore[no-any-return]
+        hook = self._table("method", fullname, self._method_table)
+        if self._unknown:  # `spmd-unknown`: every method call is watched for a lost state
+            watched = _feature("unknown").watch(hook, fullname, self._node)
+            return guarded(watched) if watched is not None else None
+        return hook  # type: ignore[no-any-return]
 
     def _method_table(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         if fullname in operators.METHODS:

@@ -10,7 +10,8 @@ ports the file with them (`port_source(source, states, declared)`). Then:
   variants, and for each bug `infer` finds in the raw program, an error at the bug's line
   (`# BUG: SPMDxxx`; a bug marked on the `def` line, a wrong output, is an error anywhere in
   the function, in practice its `return`).
-The counts are printed; the test asserts that mypy finds at least 90% of the bugs infer finds.
+The counts are printed; the test asserts that mypy finds at least 90% of the bugs infer finds
+(and no fewer than `FOUND_FLOOR`).
 """
 
 from __future__ import annotations
@@ -259,7 +260,13 @@ def test_mypy_rejects_the_bugs_infer_finds(ported, tmp_path, capsys):
         print("\n".join(report))
     assert infer_found >= 20
     assert found >= 0.9 * infer_found, report
+    assert found >= FOUND_FLOOR, report
     assert clean == total, report
+
+
+#: the bugs mypy finds today (of 24 infer finds; the miss: pytree_params, whose NamedTuple
+#: fields are hinted `Any`, so the gradient's leaves are `Any`): never lower it
+FOUND_FLOOR = 23
 
 
 def test_cli_checked_mode(tmp_path):

@@ -7,7 +7,10 @@ pyright`) and marks every line that must fail with trailing markers, one per exp
 - `# E: spmd-reduced-operand` -- mypy with `plugins = spmdtyped.mypy_plugin` (error code);
 - `E[mypy]: return-value`     -- plain mypy, no plugin (error code);
 - `E[pyright]: reportReturnType` -- pyright (rule name);
-- `E[stub]: reportDeprecated`  -- pyright with the stub of `stubgen --axes dp,tp` (rule name).
+- `E[stub]: reportDeprecated`  -- pyright with the stub of `stubgen --axes dp,tp` (rule name);
+- `E[unknown]: spmd-unknown`   -- mypy with the plugin and `[spmdtyped] unknown = true` (the
+  opt-in `spmd-unknown`: where a typed value's state is lost); such a file lists the `plugin`
+  leg too, where (the key off) it must report none of it.
 
 A leg must report exactly the marked (line, code) pairs of its files: no more, no fewer. All
 files of a leg are checked in one run, with a persistent cache under the system temp dir, so
@@ -207,6 +210,44 @@ def test_mypy_other_versions_with_plugin(python: str, tmp_path: Path) -> None:
     want = expected(files, "plugin")
     got = mypy_errors(out)
     assert got == want, f"mypy {version}\n" + _diff(want, got, out)
+
+
+# The `unknown` leg: `spmd-unknown` turned on (`[spmdtyped] unknown = true`); markers
+# `E[unknown]: spmd-unknown`. The same files under the `plugin` leg (the key off) report nothing
+# of it: `unknown` files list both legs.
+_UNKNOWN_ON = "[spmdtyped]\nunknown = true"
+
+
+@pytest.mark.parametrize("python", [sys.executable, *OTHER_MYPYS])
+def test_mypy_unknown_leg(python: str, tmp_path: Path) -> None:
+    files = typing_files("unknown")
+    assert files and all("plugin" in f.read_text().splitlines()[0] for f in files)
+    cfg = mypy_config(tmp_path, plugin=True, extra=f"python_executable = {sys.executable}")
+    cfg.write_text(cfg.read_text() + _UNKNOWN_ON + "\n")
+    _, out = run_mypy(files, cfg, CACHE / f"unknown-{Path(python).parent.parent.name}", python=python)
+    want = expected(files, "unknown")
+    got = mypy_errors(out)
+    assert got == want, _diff(want, got, out)
+    assert sum(want.values()) >= 7
+    # each report says why, at the first place only (`h * 2.0`, `x + h2` are of the same chain)
+    assert "`scale_rows` has no annotations: the result of a Varying['dp'] value is Any" in out
+    assert "`jnp.clip` has no surface row" in out and "`jax.nn.standardize` has no surface row" in out
+    assert "refinement dropped by `.reshape()`" in out
+    assert "`self.rope` (a field with no state hint) is a plain jax.Array" in out
+
+
+def test_unknown_through_enable_error_code(tmp_path: Path) -> None:
+    """mypy's own switch turns it on too; `disable_error_code` wins over the key."""
+    files = typing_files("unknown")
+    for name in ("on", "off"):
+        (tmp_path / name).mkdir()
+    on = mypy_config(tmp_path / "on", plugin=True, extra="enable_error_code = spmd-unknown")
+    _, out = run_mypy(files, on, CACHE / "unknown-enabled")
+    assert mypy_errors(out) == expected(files, "unknown"), out
+    off = mypy_config(tmp_path / "off", plugin=True, extra="disable_error_code = spmd-unknown")
+    off.write_text(off.read_text() + _UNKNOWN_ON + "\n")
+    _, out = run_mypy(files, off, CACHE / "unknown-disabled")
+    assert "spmd-unknown]" not in out, out
 
 
 def test_plain_mypy() -> None:

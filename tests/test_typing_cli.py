@@ -86,3 +86,60 @@ def test_find_config_order(tmp_path: Path) -> None:
     assert _cli_check.find_config(None, tmp_path) == tmp_path / "pyproject.toml"
     (tmp_path / ".mypy.ini").write_text("[mypy]\n")
     assert _cli_check.find_config(None, tmp_path) == tmp_path / ".mypy.ini"
+
+
+def test_check_strict_turns_unknown_on(tmp_path: Path) -> None:
+    """`python -m spmdtyped check --strict`: mypy's --strict and `spmd-unknown`; without
+    --strict the same file reports none of it. The user's `[spmdtyped]` section is kept."""
+    src = tmp_path / "prog.py"
+    src.write_text("import jax.numpy as jnp\nfrom spmdtyped import Varying\n\n\n"
+                   "def f(x: Varying['dp']) -> Varying['dp']:\n"
+                   "    return jnp.clip(x, -1.0, 1.0)\n")
+    (tmp_path / "mypy.ini").write_text("[mypy]\nignore_missing_imports = True\n"
+                                       "[spmdtyped]\njax = 0.12\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO), SPMDTYPED_PLUGIN_DEBUG="1")
+
+    def check(*args: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "spmdtyped", "check", *args,
+                               "--cache-dir", str(CACHE / "cli-strict"), "prog.py"], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=600)
+        return proc.stdout + proc.stderr
+
+    strict = check("--strict")
+    assert "prog.py:6: error: `jnp.clip` has no surface row" in strict, strict
+    assert strict.count("[spmd-unknown]") == 1, strict
+    assert "[spmd-unknown]" not in check(), "off without --strict"
+    # the section reaches the plugin: a bad value is its configuration error
+    (tmp_path / "mypy.ini").write_text("[mypy]\n[spmdtyped]\njax = 9.9\n")
+    assert "[spmdtyped] jax = '9.9'" in check()
+
+
+def test_merged_config_carries_the_spmdtyped_section(tmp_path: Path) -> None:
+    """`[tool.spmdtyped]` of pyproject.toml reaches the plugin as `[spmdtyped]`; `--strict`
+    adds `unknown = true` to it."""
+    (tmp_path / "pyproject.toml").write_text('[tool.mypy]\nstrict = true\n\n'
+                                             '[tool.spmdtyped]\njax = "0.12"\n')
+    cp = configparser.ConfigParser()
+    cp.read(_cli_check.merged_config(tmp_path / "pyproject.toml", tmp_path, strict=True))
+    assert dict(cp["spmdtyped"]) == {"jax": "0.12", "unknown": "true"}
+    cp = configparser.ConfigParser()
+    cp.read(_cli_check.merged_config(tmp_path / "pyproject.toml", tmp_path))
+    assert dict(cp["spmdtyped"]) == {"jax": "0.12"}
+
+
+def test_docs_unknown_block(tmp_path: Path) -> None:
+    """docs/static.md's `spmd-unknown` program: `check --strict` prints the page's lines."""
+    import re
+
+    page = (REPO / "docs" / "static.md").read_text()
+    section = page[page.index("### Where the state is lost"):]
+    program = re.search(r"```python\n(.*?)```", section, re.S)
+    shown = re.search(r"```text\n(.*?)```", section, re.S)
+    assert program and shown
+    (tmp_path / "prog.py").write_text(program.group(1))
+    env = dict(os.environ, PYTHONPATH=str(REPO), SPMDTYPED_PLUGIN_DEBUG="1")
+    proc = subprocess.run([sys.executable, "-m", "spmdtyped", "check", "--strict", "--cache-dir",
+                           str(CACHE / "cli-strict"), "prog.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    got = [ln for ln in proc.stdout.splitlines() if ln.endswith("[spmd-unknown]")]
+    assert got == shown.group(1).strip().splitlines(), proc.stdout + proc.stderr

@@ -4,7 +4,9 @@ The user's mypy configuration is found as mypy finds it (`--config-file`, else `
 `.mypy.ini`, `pyproject.toml` with `[tool.mypy]`, `setup.cfg` with `[mypy]` in the current
 directory), copied to a temporary ini file with `spmdtyped.mypy_plugin` added to `plugins`, and
 mypy runs on it in a subprocess of the same interpreter. Any other option is passed to mypy.
-The exit code is mypy's (0 clean, 1 errors, 2 usage or crash).
+The `[spmdtyped]` section (`[tool.spmdtyped]` in pyproject.toml) is copied with it; `--strict`
+is mypy's and also turns on `spmd-unknown` (`unknown = true`: where a typed value's state is
+lost). The exit code is mypy's (0 clean, 1 errors, 2 usage or crash).
 """
 
 from __future__ import annotations
@@ -81,9 +83,17 @@ def _installed() -> bool:
     return "site-packages" in here.parts or "dist-packages" in here.parts
 
 
-def merged_config(config: Path | None, directory: Path) -> Path:
-    """A temporary ini file: the user's configuration plus the spmdtyped plugin."""
+def merged_config(config: Path | None, directory: Path, *, strict: bool = False) -> Path:
+    """A temporary ini file: the user's configuration plus the spmdtyped plugin, with the
+    `[spmdtyped]` settings (`strict`: `unknown = true` added)."""
+    from .._mypy.config import read_section
+
     sections = _sections(config)
+    own = read_section(str(config)) if config is not None else {}
+    if strict:
+        own["unknown"] = "true"
+    if own:
+        sections["spmdtyped"] = own
     main = sections.setdefault("mypy", {})
     plugins = [p.strip() for p in main.get("plugins", "").replace("\n", ",").split(",") if p.strip()]
     if PLUGIN not in plugins:
@@ -107,7 +117,8 @@ def main(argv: list[str]) -> int:
     **Arguments:**
 
     - `argv`: `PATH...` plus any mypy options (`--strict`, `--cache-dir DIR`, ...);
-      `--config-file FILE` names the configuration to extend.
+      `--config-file FILE` names the configuration to extend; `--strict` also turns on the
+      plugin's `spmd-unknown` (the first place where a typed value's state is lost).
 
     **Returns:** mypy's exit status: 0 no errors, 1 type errors, 2 bad usage or a crash.
 
@@ -117,10 +128,14 @@ def main(argv: list[str]) -> int:
         ```
     """
     if any(a in ("-h", "--help") for a in argv):
+        from .._mypy.codes import OPT_IN
+
+        opt_in = "\n".join(f"  {c.code}: {c.description}" for c in OPT_IN)
         print("usage: python -m spmdtyped check [--config-file FILE] [mypy options] PATH...\n\n"
               "Run mypy with the spmdtyped plugin (plugins = spmdtyped.mypy_plugin) added to your "
               "mypy configuration.\nEvery other option is mypy's, in either form "
-              "(--cache-dir DIR or --cache-dir=DIR).")
+              "(--cache-dir DIR or --cache-dir=DIR); --strict also turns on spmd-unknown.\n\n"
+              f"Codes off by default (enable_error_code = CODE):\n{opt_in}")
         return 0
     explicit, rest = split_config_file(argv)
     cwd = Path.cwd()
@@ -143,7 +158,7 @@ def main(argv: list[str]) -> int:
     if mypypath:
         env["MYPYPATH"] = os.pathsep.join(p for p in (env.get("MYPYPATH"), *mypypath) if p)
     with tempfile.TemporaryDirectory(prefix="spmdtyped-check-") as tmp:
-        ini = merged_config(config, Path(tmp))
+        ini = merged_config(config, Path(tmp), strict="--strict" in rest)
         cmd = [sys.executable, "-m", "mypy", "--config-file", str(ini), *rest]
         return subprocess.call(cmd, env=env)
 

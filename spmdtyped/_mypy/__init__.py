@@ -5,7 +5,8 @@ full names to. None imports JAX: the rules come from `spmdtyped._rules`.
 
 - `names`: the full names of the feature modules below that the entry point imports on first use
   (control flow, autodiff, shard_map, custom ops, `st.numpy` / `st.nn`, wrappers).
-- `config`: the `[spmdtyped]` / `[tool.spmdtyped]` settings (the JAX rule set) and the cache digest.
+- `config`: the `[spmdtyped]` / `[tool.spmdtyped]` settings (the JAX rule set, `unknown`) and the
+  cache digest.
 - `codes`: one mypy `ErrorCode` per registry entry; reporting an `SpmdTypeError`; hook guards.
 - `convert`: mypy types <-> `_rules.SpmdType` operands; literal axis and argument reading.
 - `constants`: array constants (`jnp.ones(4)`, a `jnp.tril` mask, numpy values, names bound
@@ -30,6 +31,9 @@ full names to. None imports JAX: the rules come from `spmdtyped._rules`.
 - `autodiff`: `st.grad`, `st.value_and_grad`, `st.vjp` (and `jax.grad` / `jax.value_and_grad`
   of a typed loss).
 - `control`: `st.fori_loop`, `while_loop`, `scan`, `cond`, `switch`.
+- `unknown`: the opt-in `spmd-unknown` (`[spmdtyped] unknown = true`, `check --strict`): the
+  first place where a typed value's state or refinement is lost, with the reason (a watch over
+  the call and method hooks, `jax.tree.map` of an unknown tree).
 - `pytrees`: pytree classes (equinox / flax nnx modules, dataclasses, NamedTuples): their
   constructors take global arrays for state-hinted fields, their leaves, their gradients;
   `jax.tree.map` lambdas typed from the trees' leaves.

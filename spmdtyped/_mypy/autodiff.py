@@ -6,7 +6,8 @@ and its gradient has the cotangent state of the *argument* (`_rules.cotangent`: 
 Reduced swap, Varying kept), so a direct call `st.grad(f)(w, x)` and a later call of
 `g = st.grad(f)` both type the gradients from the arguments' own states, as the runtime does
 (an Invariant value passed for a `Varying` parameter has an Invariant gradient). The loss is
-checked with `_rules.grad_loss_type` (SPMD405).
+checked with `_rules.grad_loss_type` (SPMD405). A lambda called at once
+(`st.value_and_grad(lambda w: ...)(w)`) is typed from the call's arguments (`lambda_call`).
 
 `jax.vmap(st.grad(f, ...), ...)` is a `VmapOfGrad[G, tuple[L, *argnums]]` (`G` the gradient
 function, `L` `f`'s declared loss): its call is `G`'s, and per-example gradients of replicated
@@ -19,7 +20,17 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from mypy.nodes import ARG_POS, CallExpr, Expression, IntExpr, NameExpr, RefExpr, TupleExpr
+from mypy.nodes import (
+    ARG_POS,
+    CallExpr,
+    Context,
+    Expression,
+    IntExpr,
+    LambdaExpr,
+    NameExpr,
+    RefExpr,
+    TupleExpr,
+)
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.types import (
     AnyType,
@@ -165,8 +176,6 @@ def _grad_name(op: str, fun: str | None, nums: int | tuple[int, ...], has_aux: b
 def _grad(ctx: FunctionContext, name: str) -> Type:
     """`st.grad(f, argnums, has_aux)` / `st.value_and_grad(...)`: see the module docstring;
     `jax.grad` / `jax.value_and_grad` (`name` "jax.grad", ...) the same where the loss is typed."""
-    op = name if "." in name else f"st.{name}"
-    jax_form, name = "." in name, name.rpartition(".")[2]
     default = ctx.default_return_type
     fun, nums_arg, aux_arg = arg(ctx, "fun"), arg(ctx, "argnums"), arg(ctx, "has_aux")
     ft = get_proper_type(fun[1]) if fun else None
@@ -174,6 +183,14 @@ def _grad(ctx: FunctionContext, name: str) -> Type:
     has_aux = False if aux_arg is None else literal_value(aux_arg[1])
     if not isinstance(ft, CallableType) or nums is None or not isinstance(has_aux, bool):
         return default
+    return _grad_type(ctx.api, ctx.context, name, ft, nums, has_aux, default)
+
+
+def _grad_type(api: Any, context: Context, name: str, ft: CallableType, nums: int | tuple[int, ...],
+               has_aux: bool, default: Type) -> Type:
+    """The function `st.grad(f, nums, has_aux)` returns, for `f` of type `ft` (`_grad`)."""
+    op = name if "." in name else f"st.{name}"
+    jax_form, name = "." in name, name.rpartition(".")[2]
     loss_t: Type = ft.ret_type
     aux_t: Type = any_type()
     if has_aux:
@@ -188,10 +205,10 @@ def _grad(ctx: FunctionContext, name: str) -> Type:
         try:
             _rules.grad_loss_type(loss, op=op)
         except SpmdTypeError as err:
-            report(ctx.api, err, ctx.context)
+            report(api, err, context)
             return default
     fname = _grad_name(op, ft.name, nums, has_aux)
-    generic = _Generic(ctx.api, f"spmdtyped.{fname}")
+    generic = _Generic(api, f"spmdtyped.{fname}")
     params = list(ft.arg_types)
     grads: list[Type] = []
     for k in (nums,) if isinstance(nums, int) else nums:
@@ -203,14 +220,70 @@ def _grad(ctx: FunctionContext, name: str) -> Type:
         else:
             params[k], g = pair
             grads.append(g)
-    grads_t = grads[0] if isinstance(nums, int) else tuple_of(ctx.api, grads)
+    grads_t = grads[0] if isinstance(nums, int) else tuple_of(api, grads)
     if name == "grad":
-        ret_t: Type = tuple_of(ctx.api, [grads_t, aux_t]) if has_aux else grads_t
+        ret_t: Type = tuple_of(api, [grads_t, aux_t]) if has_aux else grads_t
     else:
-        value_t = tuple_of(ctx.api, [loss_t, aux_t]) if has_aux else loss_t
-        ret_t = tuple_of(ctx.api, [value_t, grads_t])
+        value_t = tuple_of(api, [loss_t, aux_t]) if has_aux else loss_t
+        ret_t = tuple_of(api, [value_t, grads_t])
     return ft.copy_modified(arg_types=params, ret_type=ret_t, name=fname,
                             variables=[*ft.variables, *generic.variables])
+
+
+def lambda_call(ctx: FunctionContext) -> Type:
+    """`st.value_and_grad(lambda w: loss(w, x))(w)` (`st.grad` too): mypy infers a lambda
+    outside of any context with `Any` parameters, so its gradient would be `Any`. Called at
+    once, the lambda is inferred again with the call's argument types for its parameters, the
+    gradient function is typed from that (`_grad_type`), and the call is checked on it."""
+    default = ctx.default_return_type
+    call = ctx.context
+    inner = call.callee if isinstance(call, CallExpr) else None
+    if _LAMBDA_CALL[0]:  # the check of the call below: mypy's own
+        return default
+    if not (isinstance(inner, CallExpr) and isinstance(inner.callee, RefExpr)
+            and FULLNAMES.get(inner.callee.fullname) in _GRADS):
+        return default
+    fun = _call_arg(inner, "fun", 0)
+    nums = _argnums(_call_arg(inner, "argnums", 1))
+    aux = _call_arg(inner, "has_aux", 2)
+    has_aux = isinstance(aux, NameExpr) and aux.fullname == "builtins.True"
+    if not isinstance(fun, LambdaExpr) or nums is None or (aux is not None and not has_aux and not (
+            isinstance(aux, NameExpr) and aux.fullname == "builtins.False")):
+        return default
+    kinds = [k for group in ctx.arg_kinds for k in group]
+    if any(k != ARG_POS for k in kinds) or len(kinds) != len(fun.arguments):
+        return default
+    types = [t for group in ctx.arg_types for t in group]
+    context = CallableType(types, kinds, [a.variable.name for a in fun.arguments], any_type(),
+                           named(ctx.api, "builtins.function", []))
+    checker = getattr(ctx.api, "expr_checker")  # noqa: B009 - TypeChecker, not the interface
+    try:
+        with ctx.api.msg.filter_errors():
+            ft = get_proper_type(checker.accept(fun, type_context=context))
+    except Exception:  # noqa: BLE001 - internal API: mypy's own type
+        return default
+    if not isinstance(ft, CallableType):
+        return default
+    name = FULLNAMES[inner.callee.fullname]
+    g_t = get_proper_type(_grad_type(ctx.api, call, name, ft, nums, has_aux, any_type()))
+    if not isinstance(g_t, CallableType):
+        return default
+    _LAMBDA_CALL[0] = True
+    try:
+        args = [a for group in ctx.args for a in group]
+        with ctx.api.msg.filter_errors():
+            ret, _ = checker.check_call(g_t, args, kinds, call, [None] * len(args))
+        return ret  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - internal API: mypy's own type
+        return default
+    finally:
+        _LAMBDA_CALL[0] = False
+
+
+#: inside `lambda_call`'s own check of the call (whose callee has the same name)
+_LAMBDA_CALL: Final = [False]
+#: the forms `lambda_call` re-infers a lambda for
+_GRADS: Final = ("grad", "value_and_grad")
 
 
 def _vjp(ctx: FunctionContext) -> Type:

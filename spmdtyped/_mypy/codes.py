@@ -33,10 +33,22 @@ CODES: Final = {
 #: opt-in (`enable_error_code = spmd-axis`): an axis name the plugin cannot read statically
 AXIS: Final = ErrorCode("spmd-axis", "axis name is not a literal: result state unknown", "spmdtyped",
                         default_enabled=False, sub_code_of=SPMD)
+#: opt-in (`[spmdtyped] unknown = true`, `enable_error_code = spmd-unknown` or `python -m
+#: spmdtyped check --strict`): the first place where a typed value's state is lost (`unknown`).
+#: mypy shows it where it is reported; the plugin reports it only where it is turned on.
+UNKNOWN: Final = ErrorCode("spmd-unknown", "a typed value's state or refinement is lost from here",
+                           "spmdtyped", sub_code_of=SPMD)
+#: the opt-in codes besides the registry's (`python -m spmdtyped check --help` lists them)
+OPT_IN: Final = (AXIS, UNKNOWN)
+
+
+#: how many rule errors `report` made (`unknown` reports no lost state where a rule failed)
+REPORTED: Final = [0]
 
 
 def report(api: Any, err: SpmdTypeError, context: Context) -> None:
     """Report a rule-table error with its runtime headline, code `spmd-<slug>` and the fix."""
+    REPORTED[0] += 1
     code = CODES.get(err.code, SPMD)
     api.fail(err.headline, context, code=code)
     if err.fix:
@@ -49,17 +61,24 @@ def report_past_operator_fallback(api: Any, err: SpmdTypeError, context: Context
     first and, when both directions report errors, replaces them by its generic `[operator]`
     message. The rule error is the real one, so it is reported past the innermost error
     filter (mypy's per-direction one; internal API, hence the fallback to `report`)."""
+    past_operator_fallback(api, lambda: report(api, err, context))
+
+
+def past_operator_fallback(api: Any, emit: Callable[[], None]) -> None:
+    """`emit()` past the innermost error filter (`report_past_operator_fallback`): an error
+    inside an operator's method is mypy's cue to try the other direction, and to type the
+    expression `Any` when that fails too."""
     try:
         watchers = api.msg.errors._watchers
         top = watchers[-1] if watchers else None
     except Exception:  # noqa: BLE001 - internal API: report normally
         top = None
     if top is None:
-        report(api, err, context)
+        emit()
         return
     watchers.pop()
     try:
-        report(api, err, context)
+        emit()
     finally:
         watchers.append(top)
 

@@ -1,7 +1,8 @@
 """The plugin's configuration: which JAX rule set the checks assume, and the cache digest.
 
 `[spmdtyped]` with `jax = 0.12` in a mypy ini file, or `[tool.spmdtyped]` in pyproject.toml
-(quoted or not: `jax = 0.10` is read as the text `0.10`, not the float 0.1).
+(quoted or not: `jax = 0.10` is read as the text `0.10`, not the float 0.1); `unknown = true`
+turns on the opt-in code `spmd-unknown` (`_mypy.unknown`: where a typed value's state is lost).
 """
 
 from __future__ import annotations
@@ -27,10 +28,13 @@ class Config:
 
     features: _rules.Features = _rules.CONSERVATIVE
     jax: str = "conservative"
+    #: `unknown = true`: report `spmd-unknown` (`_mypy.unknown`)
+    unknown: bool = False
 
     def load(self, config_file: str | None) -> None:
         self.jax = read_config(config_file)
         self.features = FEATURE_SETS[self.jax]
+        self.unknown = read_flag(config_file, "unknown")
 
 
 CONFIG: Final = Config()
@@ -42,6 +46,37 @@ def _toml_setting(config_file: str) -> object:
         data = tomllib.load(f, parse_float=str)
     section = data.get("tool", {}).get("spmdtyped", {})
     return section.get("jax", "conservative") if isinstance(section, dict) else "conservative"
+
+
+def read_section(config_file: str | None) -> dict[str, str]:
+    """Every setting of the `[spmdtyped]` section (`[tool.spmdtyped]` in pyproject.toml) as
+    ini text (`python -m spmdtyped check` copies them into the file it hands mypy)."""
+    if not config_file or not os.path.isfile(config_file):
+        return {}
+    if config_file.endswith(".toml"):
+        with open(config_file, "rb") as f:
+            section = tomllib.load(f, parse_float=str).get("tool", {}).get("spmdtyped", {})
+        if not isinstance(section, dict):
+            return {}
+        return {k: (("true" if v else "false") if isinstance(v, bool) else str(v))
+                for k, v in section.items()}
+    cp = configparser.ConfigParser(interpolation=None)
+    cp.read(config_file)
+    return dict(cp.items("spmdtyped")) if cp.has_section("spmdtyped") else {}
+
+
+_TRUE: Final = ("1", "true", "yes", "on")
+_FALSE: Final = ("0", "false", "no", "off", "")
+
+
+def read_flag(config_file: str | None, key: str) -> bool:
+    """A boolean setting of the `[spmdtyped]` section (`unknown = true`; off when absent)."""
+    value = read_section(config_file).get(key, "false").strip().strip("'\"").lower()
+    if value not in _TRUE + _FALSE:
+        print(f"error: spmdtyped.mypy_plugin: [spmdtyped] {key} = {value!r} in {config_file}; "
+              "expected true or false", file=sys.stderr)
+        raise SystemExit(2)
+    return value in _TRUE
 
 
 def read_config(config_file: str | None) -> str:

@@ -25,6 +25,10 @@ AUTODIFF: Final = {f"{m}.{n}": n for m in ("spmdtyped", "spmdtyped._ops.autodiff
     # `jax.grad` of a typed loss is `st.grad`'s at runtime (`_ops.autodiff`): typed the same
     # where the loss is typed, else JAX's own
     **{f"{m}.{n}": f"jax.{n}" for m in ("jax", "jax._src.api") for n in ("grad", "value_and_grad")}}
+#: the calls of `st.grad(lambda ...: ...)` & co. at once (`autodiff.lambda_call`): the names
+#: mypy gives them (`autodiff._grad_name`: a lambda is "fun"; `jax.grad` of a lambda keeps
+#: JAX's unnamed `Callable`, whose call reaches no plugin hook)
+GRAD_LAMBDA_CALLS: Final = ("st.grad(fun", "st.value_and_grad(fun")
 #: `jax.vmap(st.grad(...))`'s call (`autodiff.vmap_call`: SPMD407)
 VMAP_OF_GRAD: Final = f"{STATIC}.VmapOfGrad"
 VMAP_CALL: Final = f"{VMAP_OF_GRAD}.__call__"

@@ -199,6 +199,9 @@ def tree_map_signature(ctx: FunctionSigContext, lead: int) -> FunctionLike:
         types = [ctx.api.get_expression_type(e) for e in trees]
     leaf_types = [_leaf_type(t, first=i == 0) for i, t in enumerate(types)]
     if all(lt is None for lt in leaf_types):
+        from . import unknown  # `spmd-unknown`: the lambda's leaves are Any
+
+        unknown.tree_map(ctx.api, ctx.args[f][0], trees[0], ctx.context)
         return sig
     params: list[Type] = [*([any_type()] * lead), *(lt or any_type() for lt in leaf_types)]
     fun = CallableType(params, [ARG_POS] * len(params), [None] * len(params), any_type(),

@@ -108,3 +108,7 @@ def autodiff(w: Invariant, x: Varying["dp"]) -> None:
     g = st.grad(local_loss)(w, x)
     st.pmean(g, "dp")  # E: spmd-invariant-operand
     st.grad(unreduced_loss)  # E: spmd-grad-loss-state
+    # ZeRO's gradient of the gathered (Reduced) weight is Unreduced: a lambda loss, called at once
+    r = st.all_gather(x, "dp", tiled=True, to="reduced")
+    _, gr = st.value_and_grad(lambda p: (x @ p).sum())(r)
+    st.ppermute(gr, "dp", [(0, 1), (1, 0)])  # E: spmd-unreduced-operand

@@ -165,3 +165,9 @@ def autodiff(w: Invariant, r: Reduced["dp"], x: Varying["dp"]) -> None:
     assert_type(gr, Unreduced["dp"])      # Reduced parameter: Unreduced gradient (ZeRO)
     assert_type(st.grad(loss_fn, argnums=1)(w, r, x), Unreduced["dp"])
     assert_type(st.psum_scatter(gr, "dp", tiled=True), Varying["dp"])
+    # a lambda called at once: typed from the arguments (mypy alone gives its parameters Any)
+    value, g = st.value_and_grad(lambda p: (x @ p).sum())(r)
+    assert_type(value, Varying["dp"])
+    assert_type(g, Unreduced["dp"])
+    assert_type(st.grad(lambda p, q: (x @ p + x @ q).sum(), argnums=(0, 1))(w, r),
+                tuple[Invariant, Unreduced["dp"]])
