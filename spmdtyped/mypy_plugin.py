@@ -269,7 +269,8 @@ class SpmdPlugin(Plugin):
         if not ctx.id.startswith("spmdtyped") and (
                 ctx.id.partition(".")[0] in sys.stdlib_module_names or _installed(ctx.path)):
             return None
-        return f"{_DIGEST}:{CONFIG.jax}"
+        # (`unknown = true` adds errors to every cached module: part of the key too)
+        return f"{_DIGEST}:{CONFIG.jax}:unknown={CONFIG.unknown}"
 
 
 def _installed(path: str) -> bool:

@@ -143,3 +143,24 @@ def test_docs_unknown_block(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=600)
     got = [ln for ln in proc.stdout.splitlines() if ln.endswith("[spmd-unknown]")]
     assert got == shown.group(1).strip().splitlines(), proc.stdout + proc.stderr
+
+
+def test_the_unknown_key_invalidates_mypy_cache(tmp_path: Path) -> None:
+    """Turning `[spmdtyped] unknown = true` on (nothing else changed, one cache directory)
+    rechecks the cached module: the key is part of the plugin's configuration data."""
+    (tmp_path / "prog.py").write_text("import jax.numpy as jnp\nfrom spmdtyped import Varying\n\n\n"
+                                      "def f(x: Varying['dp']) -> Varying['dp']:\n"
+                                      "    return jnp.clip(x, -1.0, 1.0)\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO), SPMDTYPED_PLUGIN_DEBUG="1")
+
+    def check(unknown: str) -> str:
+        (tmp_path / "mypy.ini").write_text("[mypy]\nignore_missing_imports = True\n"
+                                           f"[spmdtyped]\nunknown = {unknown}\n")
+        proc = subprocess.run([sys.executable, "-m", "spmdtyped", "check", "--cache-dir",
+                               str(tmp_path / "cache"), "prog.py"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+        return proc.stdout + proc.stderr
+
+    assert "[spmd-unknown]" not in check("false")
+    assert "prog.py:6: error: `jnp.clip` has no surface row" in check("true")
+    assert "[spmd-unknown]" not in check("false")
