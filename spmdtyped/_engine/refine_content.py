@@ -12,8 +12,9 @@ Per value and axis, kept in the walk's `Side` and carried into and out of nested
   replicated value sliced at `axis_index`, ops that keep that Shard);
 - `accum`: per-device terms of a sum: floating updates that vary there scatter-added into a
   zero buffer, the rows `ragged_dot` computes with this device's experts (its rhs's group dim
-  sharded there), a `same` value times (`dot_general`, `mul`) an `own` one, and the linear
-  ops of them;
+  sharded there), a `same` value times (`dot_general`, `mul`) an `own` one, the linear
+  ops of them, and the floating functions of one such term with values the same on every
+  device or this device's own (`gelu(x_all @ w[0]) @ w2[0]`: this device's expert);
 - `own`: this device's member of an in_spec stack (a dim sharded over the axis squeezed away:
   `w[0]` of the expert weights, one per device);
 - `unsure`: axes JAX types a value Invariant on though an input varies there (the permutation
@@ -249,6 +250,8 @@ def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[
             accum = frozenset(a for a in t.varying if refs[1].get(a) == Shard(-3))
         elif name in _LINEAR:
             accum = t.varying & accum_in
+        elif accum_in and jnp.issubdtype(o.aval.dtype, jnp.inexact):
+            accum = _own_term(t.varying & accum_in, vin, side)
         else:
             accum = empty
         if name in ("dot_general", "mul") and len(vin) == 2:
@@ -262,6 +265,23 @@ def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[
                          ("accum", accum), ("own", own)):
             if got:
                 getattr(side, key)[o] = got
+
+
+def _own_term(axes: frozenset[str], vin: list[tuple[Any, SpmdType]], side: Side
+              ) -> frozenset[str]:
+    """The axes of `axes` over which an op's floating output is still this device's term of a
+    sum (`accum`): one operand is such a term there, and every other operand varying there is
+    the same on every device or this device's member (`gelu(x_all @ w[0]) @ w2[0]`: this
+    device's expert on the gathered tokens, a function of its term alone)."""
+    empty: frozenset[str] = frozenset()
+    out = set()
+    for a in axes:
+        terms = [v for v, _ in vin if a in side.accum.get(v, empty)]
+        if len(terms) == 1 and all(
+                v is terms[0] or a not in ti.varying or a in side.same.get(v, empty)
+                or a in side.own.get(v, empty) for v, ti in vin):
+            out.add(a)
+    return frozenset(out)
 
 
 def _own(name: str, eqn: Any, vin: list[tuple[Any, SpmdType]], refs: list[Refinement],
@@ -288,7 +308,7 @@ def _after_collective(eqn: Any, rule: str, outs: list[SpmdType], results: list[R
     axes = frozenset(eqn_axes(eqn))
     empty: frozenset[str] = frozenset()
     for v, o, t, r in zip(eqn.invars, eqn.outvars, outs, results, strict=False):
-        same = gathered = sliced = empty
+        same = gathered = sliced = accum = own = empty
         if not is_literal(v):   # the facts the collective keeps: those of the other axes
             if v in side.same:
                 same = (side.same[v] - axes) & t.varying
@@ -296,6 +316,10 @@ def _after_collective(eqn: Any, rule: str, outs: list[SpmdType], results: list[R
                 gathered = (side.gathered[v] - axes) & t.varying
             if v in side.sliced:
                 sliced = (side.sliced[v] - axes) & t.varying
+            if v in side.accum:   # (JAX's pvary over `dp` of an expert's term over `ep`)
+                accum = (side.accum[v] - axes) & t.varying
+            if v in side.own:
+                own = (side.own[v] - axes) & t.varying
         if rule == "all_gather":
             same, gathered = same | (axes & t.varying), gathered | (axes & t.varying)
         elif rule in ("pvary", "pcast_varying"):
@@ -303,7 +327,8 @@ def _after_collective(eqn: Any, rule: str, outs: list[SpmdType], results: list[R
             same = same | (axes & t.varying - unsure)
         elif rule == "psum_scatter":
             sliced = sliced | frozenset(a for a in axes if isinstance(r.get(a), Shard))
-        for key, got in (("same", same), ("gathered", gathered), ("sliced", sliced)):
+        for key, got in (("same", same), ("gathered", gathered), ("sliced", sliced),
+                         ("accum", accum), ("own", own)):
             if got:
                 getattr(side, key)[o] = got
 
