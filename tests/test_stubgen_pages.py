@@ -49,11 +49,6 @@ KNOWN = {
         "unannotated mlp_fixed(x, w1, w2, b2)",
     ("page_runtime.py", 'y = jax.jit(st.shard_map(lambda x: st.psum(x.sum(0), "dp"), mesh=mesh, in_specs=P("dp"),'):
         "a lambda's parameter",
-    # beyond two axes the stub has no literal overloads: `Varying['dp'] @ Reduced['dp']` (JAX
-    # casts the Reduced operand) matches a reflected misuse catch first (docs/pyright.md, "What
-    # the stub gets wrong"); at two axes it is typed
-    ("page_autodiff.py", "return ((x @ w) ** 2).sum()                  # this device's part of the loss"):
-        "Varying @ Reduced auto-cast at three axes",
 }
 
 
