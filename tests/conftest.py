@@ -38,6 +38,7 @@ def mesh_dp_tp():
 GROUPED_MODULES = frozenset({
     "test_typing", "test_typing_examples", "test_docs",                  # one mypy run each
     "test_stubgen_docs", "test_stubgen_examples", "test_stubgen_oracle",  # pyright and mypy
+    "test_stubgen_pages",                                                 # two pyright runs
     "test_lowering_scan", "test_porting_codemod",                         # one tracing scan each
     "test_porting", "test_porting_styles",                                # count what ran (HANDLED)
 })

@@ -219,13 +219,22 @@ def test_version_differences_are_real():
 # ----------------------------------------------------------------------------- runnable blocks
 
 RUN_BLOCK = re.compile(r"^<!-- run -->\s*\n```python[^\n]*\n(.*?)^```\s*$", re.M | re.S)
+#: every ```python block of a page, with whether a `<!-- run -->` marks it
+PYTHON_BLOCK = re.compile(r"^(<!-- run -->\s*\n)?```python[^\n]*\n(.*?)^```\s*$", re.M | re.S)
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"\s*$', re.M)
+
+
+def python_blocks(page: Path) -> list[tuple[bool, str]]:
+    """(is a run block, source) of each ```python block of `page`, in page order, a
+    `--8<-- "file"` include replaced by the file (the one collection of the pages' code: the
+    run blocks below, the stub tier's pages test `test_stubgen_pages.py`)."""
+    return [(bool(run), SNIPPET.sub(lambda m: (ROOT / m.group(1)).read_text(), b))
+            for run, b in PYTHON_BLOCK.findall(page.read_text())]
 
 
 def run_blocks(page: Path) -> list[str]:
     text = page.read_text()
-    blocks = [SNIPPET.sub(lambda m: (ROOT / m.group(1)).read_text(), b)
-              for b in RUN_BLOCK.findall(text)]
+    blocks = [b for run, b in python_blocks(page) if run]
     assert len(blocks) == text.count("<!-- run -->"), f"{page}: a <!-- run --> not followed by ```python"
     return blocks
 

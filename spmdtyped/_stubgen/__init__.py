@@ -380,9 +380,24 @@ def render(axes: Sequence[str], features: _rules.Features = _rules.CONSERVATIVE)
                                   "raw JAX values\nfrom typing import Any\n\n\n"
                                   "def __getattr__(name: str) -> Any: ...\n")
     files["spmdtyped/adapters/__init__.pyi"] = files["spmdtyped/lax.pyi"].replace(
-        "spmdtyped.lax takes and returns raw JAX values", "porting helpers, untyped in this tier")
+        "spmdtyped.lax takes and returns raw JAX values", "porting helpers, untyped in this tier"
+    ) + _CHECK_VMA_WARNING
     files["spmdtyped/py.typed"] = ""
     return files
+
+
+#: the one class of `st.adapters` a user's code names in a type position (`isinstance(w.message,
+#: st.adapters.CheckVmaWarning)`, docs/porting.md): declared, so that the check narrows
+_CHECK_VMA_WARNING = """
+
+class CheckVmaWarning(UserWarning):
+    error: Any
+    code: str | None
+    source: str | None
+    file: str | None
+    line: int | None
+    def __init__(self, message: Any) -> None: ...
+"""
 
 
 def _check_cotangent(axes: Sequence[str]) -> None:

@@ -130,12 +130,22 @@ EXHAUSTIVE_AXES = 2
 SAMPLE = 500
 
 
+def _simple(a: Arg) -> bool:
+    return not isinstance(a, SpmdType) or len(a.varying | a.unreduced | a.reduced) <= 1
+
+
 def _combos(kinds: Sequence[str], axes: Sequence[str]) -> list[tuple[Arg, ...]]:
+    """Every combination up to EXHAUSTIVE_AXES; beyond, a fixed sample plus every combination
+    of the simplest states (Invariant, one axis in one state): a catch chosen on a sample alone
+    could take a legal pair the sample missed (`Varying["dp"] @ Reduced["dp"]` at three axes,
+    JAX's Reduced-to-Varying cast)."""
     combos = combos_of(kinds, axes)
     if len(axes) <= EXHAUSTIVE_AXES or len(combos) <= SAMPLE:
         return combos
     rng = random.Random(len(axes))
-    return rng.sample(combos, SAMPLE)
+    sample = rng.sample(combos, SAMPLE)
+    seen = set(sample)
+    return sample + [c for c in combos if c not in seen and all(map(_simple, c))]
 
 
 def _checked(pool: Sequence[Overload], kinds: Sequence[str], axes: Sequence[str], rule: Rule,
