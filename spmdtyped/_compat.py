@@ -373,19 +373,16 @@ def eqn_transforms(eqn: Any) -> tuple[str, ...]:
     """The transformations that generated `eqn`, outermost first, from its name stack
     (`("vmap", "transpose", "jvp")`: the backward pass of `jax.vmap(jax.grad(f))`)."""
     names = getattr(getattr(eqn, "source_info", None), "name_stack", None)
-    hit = _TRANSFORMS.get(id(names))
-    if hit is not None and hit[0] is names:
-        return hit[1]   # equations traced in one context share their (immutable) name stack
+    try:
+        return _transforms(names)   # name stacks are values: a program has few distinct ones
+    except TypeError:   # an unhashable name stack
+        return _transforms.__wrapped__(names)
+
+
+@functools.lru_cache(maxsize=4096)
+def _transforms(names: Any) -> tuple[str, ...]:
     stack = getattr(names, "stack", ())
-    got = tuple(getattr(t, "name", "") for t in stack if type(t).__name__ == "Transform")
-    if len(_TRANSFORMS) >= 1 << 16:
-        _TRANSFORMS.clear()
-    _TRANSFORMS[id(names)] = (names, got)
-    return got
-
-
-#: id(name stack) -> (the name stack, its transformations): `eqn_transforms`' memo
-_TRANSFORMS: dict[int, tuple[Any, tuple[str, ...]]] = {}
+    return tuple(getattr(t, "name", "") for t in stack if type(t).__name__ == "Transform")
 
 
 def sub_jaxprs(eqn: Any) -> list[Any]:

@@ -18,9 +18,11 @@ equations of the jaxpr (`gradients`), and the compiled program is the raw one.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Callable, Sequence
+import gc
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -63,6 +65,23 @@ def shard_map_eqn(closed_or_eqn: Any) -> Any:
     return None
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused (when it runs) for the walks: they allocate a
+    few short-lived objects per equation and free them all at the end, and each collection the
+    allocations trigger would traverse the whole traced program. Measured on the 128-layer
+    drop-in benchmark: a second full collection per trace + lower, about 100 ms, more than
+    the walks' own cost (docs/performance.md §2). Nothing the walks build is cyclic garbage."""
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
 def check_shard_map(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: str,
                     steps: bool = False, refine: bool = True, strict: bool = False) -> Checked:
     """Check the shard_map equation `eqn` (see `run_checked`) with every rule of the engine;
@@ -70,6 +89,13 @@ def check_shard_map(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, 
     messages (`st.shard_map(f)`). `refine=False` walks the four states only (never used by a
     face: kept for measuring the refinement's cost). `strict=True` (`st.shard_map(...,
     strict=True)`): every sum of an in_spec Shard over its own axis is SPMD108."""
+    with _collector_paused():
+        return _check(eqn, manual=manual, mesh=mesh, source=source, where=where, steps=steps,
+                      refine=refine, strict=strict)
+
+
+def _check(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: str,
+           steps: bool, refine: bool, strict: bool) -> Checked:
     walk = Walk(record_steps=steps)
     inner = eqn.params["jaxpr"]
     inner = getattr(inner, "jaxpr", inner)
