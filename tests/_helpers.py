@@ -10,11 +10,15 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import shutil
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -147,3 +151,16 @@ def outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
         return "spmd", e.code
     except Exception as e:  # noqa: BLE001 - JAX raises ValueError/TypeError/NotImplementedError/...
         return "jax", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+def pyright() -> str | None:
+    """This environment's pyright executable (the virtualenv's, else the PATH's), or None."""
+    return shutil.which("pyright", path=str(Path(sys.executable).parent)) or shutil.which("pyright")
+
+
+def pyright_or_skip() -> str:
+    """`pyright()`, or the test skipped when it is not installed."""
+    exe = pyright()
+    if exe is None:
+        pytest.skip("pyright is not installed (pip install pyright==1.1.414)")
+    return exe

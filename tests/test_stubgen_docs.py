@@ -8,12 +8,12 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _helpers import pyright_or_skip
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "pyright.md"
@@ -56,9 +56,7 @@ def _error_lines() -> set[int]:
 
 
 def test_python_block_under_pyright(project: Path) -> None:
-    exe = shutil.which("pyright", path=str(Path(sys.executable).parent)) or shutil.which("pyright")
-    if exe is None:
-        pytest.skip("pyright is not installed")
+    exe = pyright_or_skip()
     proc = subprocess.run([exe, "--outputjson", "--pythonpath", sys.executable, "module.py"],
                           cwd=project, capture_output=True, text=True, timeout=600)
     diags = json.loads(proc.stdout)["generalDiagnostics"]

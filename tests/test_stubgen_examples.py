@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _helpers import pyright_or_skip
 
 from spmdtyped._stubgen import write
 
@@ -22,17 +22,10 @@ CANONICAL = ("dp", "tp", "fsdp")
 EXPECT = re.compile(r"#\s*expect:\s*(SPMD\d+)")
 
 
-def _pyright() -> str:
-    exe = shutil.which("pyright", path=str(Path(sys.executable).parent)) or shutil.which("pyright")
-    if exe is None:
-        pytest.skip("pyright is not installed (pip install pyright==1.1.414)")
-    return exe
-
-
 @pytest.fixture(scope="module")
 def diagnostics(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[int, str]]]:
     """{example path: [(line, message)]} of pyright's errors, one run per axis vocabulary."""
-    exe = _pyright()
+    exe = pyright_or_skip()
     # the stub depends on the number of axes, not their names: each example's axes are renamed
     # to the first names of CANONICAL (`pp` -> `tp` next to `dp`), so two stubs serve them all
     groups: dict[tuple[str, ...], list[tuple[Path, str]]] = {}
@@ -112,7 +105,7 @@ def f(a: Varying["dp"], b: Varying["tp"], r: Reduced["tp"]) -> None:
 def test_untyped_results_raise_no_deprecation(tmp_path: Path) -> None:
     """Results the stub does not compute (`einsum`, `where`, ...) are `_Untyped`: every form
     takes them in a first, non-deprecated overload; a typed misuse next to them is still one."""
-    exe = _pyright()
+    exe = pyright_or_skip()
     write(("dp", "tp"), tmp_path / "typings")
     (tmp_path / "m.py").write_text(UNTYPED)
     (tmp_path / "pyrightconfig.json").write_text(json.dumps({
@@ -158,7 +151,7 @@ def test_nested_calls_loops_and_grads_are_typed(tmp_path: Path) -> None:
     from _stubgen_oracle import parse_sarray
 
     from spmdtyped._rules import SpmdType
-    exe = _pyright()
+    exe = pyright_or_skip()
     write(("dp", "tp"), tmp_path / "typings")
     (tmp_path / "m.py").write_text(TYPED)
     (tmp_path / "pyrightconfig.json").write_text(json.dumps({

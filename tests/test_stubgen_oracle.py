@@ -8,11 +8,11 @@ and `relu` of Reduced; false errors at most 5% of the legal combinations, each c
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from _helpers import pyright, pyright_or_skip
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _stubgen_oracle as oracle  # noqa: E402
@@ -25,9 +25,7 @@ FALSE_ERROR_BUDGET = 0.05
 
 
 def _pyright_or_skip() -> None:
-    exe = shutil.which("pyright", path=str(Path(sys.executable).parent)) or shutil.which("pyright")
-    if exe is None:
-        pytest.skip("pyright is not installed (pip install pyright==1.1.414)")
+    pyright_or_skip()
 
 
 def _assert_no_must_catch_miss(s: oracle.Score, checker: str) -> None:
@@ -41,8 +39,7 @@ def _assert_no_must_catch_miss(s: oracle.Score, checker: str) -> None:
 def two_axes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, oracle.Score]:
     out = {}
     for checker in ("pyright", "mypy"):
-        if checker == "pyright" and not (
-                shutil.which("pyright", path=str(Path(sys.executable).parent)) or shutil.which("pyright")):
+        if checker == "pyright" and not pyright():
             continue
         out[checker] = oracle.check(tmp_path_factory.mktemp(checker), ("dp", "tp"),
                                     oracle.cases(("dp", "tp")), checker)

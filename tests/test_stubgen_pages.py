@@ -19,12 +19,12 @@ from __future__ import annotations
 import collections
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _helpers import pyright_or_skip
 from test_docs import PAGES, _page_id, python_blocks
 
 from spmdtyped._stubgen import vocabulary, write
@@ -68,17 +68,10 @@ def modules() -> dict[str, str]:
     return out
 
 
-def _pyright() -> str:
-    exe = shutil.which("pyright", path=str(Path(sys.executable).parent)) or shutil.which("pyright")
-    if exe is None:
-        pytest.skip("pyright is not installed (pip install pyright==1.1.414)")
-    return exe
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Diag]]:
     """{"stub": errors, "plain": errors}: the two pyright runs, side by side."""
-    exe = _pyright()
+    exe = pyright_or_skip()
     procs = {}
     for leg in ("stub", "plain"):
         d = tmp_path_factory.mktemp(leg)

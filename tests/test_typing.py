@@ -24,13 +24,13 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from _helpers import pyright
 
 REPO = Path(__file__).resolve().parent.parent
 TYPING = REPO / "tests" / "typing"
@@ -261,10 +261,8 @@ def test_plain_mypy() -> None:
 
 
 def _pyright() -> list[str] | None:
-    exe = shutil.which("pyright", path=str(Path(sys.executable).parent)) or shutil.which("pyright")
-    if exe is None:
-        return None
-    return [exe]
+    exe = pyright()
+    return None if exe is None else [exe]
 
 
 def test_pyright(tmp_path: Path) -> None:
