@@ -392,6 +392,13 @@ def localized(facts: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     return out
 
 
+def sums_made(out_facts: Sequence[tuple[Any, ...]], facts: Sequence[tuple[Any, ...]]) -> bool:
+    """Whether a call's outputs carry a sum of in_spec Shards made inside it (not one of its
+    operands' `facts`)."""
+    given = {id(s) for f in facts if f[5] for s in f[5][-1]}
+    return any(id(s) not in given for f in out_facts if f[5] for s in f[5][-1])
+
+
 def globalized(out_facts: Sequence[tuple[Any, ...]], facts: Sequence[tuple[Any, ...]]
                ) -> list[tuple[Any, ...]]:
     """The facts of a call's outputs (walked on `localized(facts)`) in the caller's terms: the

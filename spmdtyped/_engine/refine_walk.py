@@ -438,7 +438,9 @@ class RefineWalk:
         else:
             reported = self.reported
             res, left = self.jaxpr(sub, refs, parent=where, quiet=quiet, facts=local)
-            if key is not None and not left and reported == self.reported:
+            # (a sum of in_spec Shards made inside carries its location: walked again)
+            if key is not None and not left and reported == self.reported \
+                    and not _content.sums_made(self.out_facts, facts):
                 self.calls[key] = (sub, tuple(res), self.out_facts)
         for v, f in zip(eqn.outvars, _content.globalized(self.out_facts, facts), strict=False):
             side.seed(v, f)
