@@ -71,7 +71,9 @@ def _collector_paused() -> Iterator[None]:
     few short-lived objects per equation and free them all at the end, and each collection the
     allocations trigger would traverse the whole traced program. Measured on the 128-layer
     drop-in benchmark: a second full collection per trace + lower, about 100 ms, more than
-    the walks' own cost (docs/performance.md §2). Nothing the walks build is cyclic garbage."""
+    the walks' own cost (docs/performance.md §2). Nothing the walks build is cyclic garbage.
+    The check that paused it turns it back on (a program that turned it off keeps it off; a
+    second thread checking meanwhile finds it paused and leaves it to the first)."""
     paused = gc.isenabled()
     if paused:
         gc.disable()
