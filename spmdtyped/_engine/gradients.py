@@ -38,11 +38,13 @@ from .refine_facts import Side, is_literal, shape_of
 
 #: the `add_any` that sums the cotangent contributions of a value used several times
 _ACCUMULATE = "add_any"
+#: the name-stack transformations of a gradient's backward and forward passes
+_BACKWARD, _FORWARD = "transpose", "jvp"
 
 
 def is_backward(eqn: Any) -> bool:
     """Whether `eqn` belongs to a gradient's backward pass (a transposed equation)."""
-    return "transpose" in _compat.eqn_transforms(eqn)
+    return _BACKWARD in _compat.eqn_transforms(eqn)
 
 
 def _key(v: Any) -> tuple[Any, ...]:
@@ -70,16 +72,16 @@ def read(eqns: Sequence[Any], outvars: Sequence[Any], line_of: Any) -> Gradients
     used_outside: set[Any] = {v for v in outvars if not is_literal(v)}
     for eqn in eqns:
         t = _compat.eqn_transforms(eqn)
-        if "transpose" in t:   # a backward equation (`is_backward`)
+        if _BACKWARD in t:   # (`is_backward`, on the transformations read once)
             for v in eqn.outvars:
                 producer[v] = eqn
             continue
         ins = [v for v in eqn.invars if not is_literal(v)]
         if producer:
             used_outside.update(v for v in ins if v in producer)
-        if "jvp" in t:   # a forward equation of a gradient
-            if "vmap" in t[:t.index("jvp")]:
-                batched.add(t[:t.index("jvp")])
+        if _FORWARD in t:   # a forward equation of a gradient
+            if "vmap" in t[:t.index(_FORWARD)]:
+                batched.add(t[:t.index(_FORWARD)])
             line = line_of(eqn)
             if line is not None:
                 for v in ins:
@@ -147,4 +149,4 @@ def per_example_sum(eqn: Any, gradients: Gradients) -> bool:
     if _compat.primitive_name(eqn) != "psum_invariant":
         return False
     t = _compat.eqn_transforms(eqn)
-    return "transpose" in t and t[:t.index("transpose")] in gradients.batched
+    return _BACKWARD in t and t[:t.index(_BACKWARD)] in gradients.batched

@@ -48,6 +48,8 @@ Report = Callable[[SpmdTypeError, Any, str], None]
 #: terms are summed)
 _THROUGH = frozenset({"reshape", "convert_element_type", "transpose", "squeeze", "expand_dims",
                       "copy", "copy_p", "pvary"})
+#: the content facts a collective keeps on the axes it does not act on (`_after_collective`)
+_KEPT = ("same", "gathered", "sliced", "accum", "own")
 #: the ops whose output has a content fact none of their operands has (`track`)
 _FROM_NOTHING = frozenset({"dynamic_slice", "gather", "scatter-add", "scatter_add",
                            "ragged_dot_general", "ragged_dot", "squeeze"})
@@ -308,18 +310,11 @@ def _after_collective(eqn: Any, rule: str, outs: list[SpmdType], results: list[R
     axes = frozenset(eqn_axes(eqn))
     empty: frozenset[str] = frozenset()
     for v, o, t, r in zip(eqn.invars, eqn.outvars, outs, results, strict=False):
-        same = gathered = sliced = accum = own = empty
-        if not is_literal(v):   # the facts the collective keeps: those of the other axes
-            if v in side.same:
-                same = (side.same[v] - axes) & t.varying
-            if v in side.gathered:
-                gathered = (side.gathered[v] - axes) & t.varying
-            if v in side.sliced:
-                sliced = (side.sliced[v] - axes) & t.varying
-            if v in side.accum:   # (JAX's pvary over `dp` of an expert's term over `ep`)
-                accum = (side.accum[v] - axes) & t.varying
-            if v in side.own:
-                own = (side.own[v] - axes) & t.varying
+        # the facts the collective keeps: those of the other axes (JAX's pvary over `dp` of
+        # an expert's term over `ep` is still that term)
+        kept = {} if is_literal(v) else {k: (getattr(side, k)[v] - axes) & t.varying
+                                         for k in _KEPT if v in getattr(side, k)}
+        same, gathered, sliced = (kept.get(k, empty) for k in ("same", "gathered", "sliced"))
         if rule == "all_gather":
             same, gathered = same | (axes & t.varying), gathered | (axes & t.varying)
         elif rule in ("pvary", "pcast_varying"):
@@ -327,8 +322,8 @@ def _after_collective(eqn: Any, rule: str, outs: list[SpmdType], results: list[R
             same = same | (axes & t.varying - unsure)
         elif rule == "psum_scatter":
             sliced = sliced | frozenset(a for a in axes if isinstance(r.get(a), Shard))
-        for key, got in (("same", same), ("gathered", gathered), ("sliced", sliced),
-                         ("accum", accum), ("own", own)):
+        kept.update(same=same, gathered=gathered, sliced=sliced)
+        for key, got in kept.items():
             if got:
                 getattr(side, key)[o] = got
 

@@ -227,9 +227,8 @@ class Side:
         if is_literal(v):
             return (True, self.is_zero(v), frozenset(), frozenset(), False, None)
         empty: frozenset[str] = frozenset()
-        content = (self.same.get(v, empty), self.gathered.get(v, empty),
-                   self.sliced.get(v, empty), self.accum.get(v, empty), self.own.get(v, empty),
-                   self.unsure.get(v, empty), self.lineage.get(v, 0), self.summed.get(v, ()))
+        content = tuple(getattr(self, k).get(v, 0 if k == "lineage" else empty)
+                        for k in CONTENT) + (self.summed.get(v, ()),)
         return (v in self.const, v in self.zero, self.scaled.get(v, frozenset()),
                 self.bcast.get(v, frozenset()), v in self.grad, content)
 
