@@ -222,7 +222,7 @@ def refine_into(walk: Walk, eqn: Any, manual: Sequence[str], mesh: Any, *,
     of the walk itself is a gap, listed in `walk.mismatches` (as the rule table's are), never
     a crash of the user's program."""
     try:
-        check_program(eqn, manual, mesh, walk.violation, strict=strict)
+        check_program(eqn, manual, mesh, walk.violation, strict=strict, views=walk.views)
     except SpmdTypeError:
         raise
     except Exception as e:  # noqa: BLE001 - see the docstring

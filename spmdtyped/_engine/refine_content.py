@@ -38,8 +38,9 @@ from .._rules import LITERAL, SpmdType
 from .._rules import refine as _r
 from .._rules.refine import FIXED, INDEX, PARTIAL, Refinement, Shard
 from .._rules.refine import content as _rc
+from .eqns import EqnView
 from .primitives import STRUCTURAL
-from .refine_facts import CONTENT, Side, api_name, eqn_axes, is_literal
+from .refine_facts import CONTENT, Side, api_name, is_literal
 from .walk import user_frame
 
 Report = Callable[[SpmdTypeError, Any, str], None]
@@ -75,14 +76,15 @@ def _raise(e: Exception) -> None:
         raise e
 
 
-def at_collective(eqn: Any, name: str, ins: list[Any], refs: list[Refinement], side: Side,
+def at_collective(view: EqnView, refs: Sequence[Refinement], side: Side,
                   env: dict[Any, Refinement], where: Any, *, quiet: bool, strict: bool,
-                  report: Report) -> list[Refinement]:
-    """Check the collective `eqn` against its operands' content (raises the first violation
-    at it; a residual is reported at its own line); returns the operands' refinements as the
-    collective's rule takes them (a psum's in_spec Shards are not checked there)."""
+                  report: Report) -> Sequence[Refinement]:
+    """Check the collective equation (`view`) against its operands' content (raises the first
+    violation at it; a residual is reported at its own line); returns the operands'
+    refinements as the collective's rule takes them (a psum's in_spec Shards are not checked
+    there)."""
+    eqn, name, ins, axes = view.eqn, view.name, view.ins, view.axes
     rule = _surface.AXIS_PRIMITIVES[name]
-    axes = eqn_axes(eqn)
     op = api_name(name)
     if rule not in _rc.CHECKED:
         return refs
@@ -168,11 +170,11 @@ def _residual(v: Any, rule: str, axes: Sequence[str], side: Side, env: dict[Any,
             return
 
 
-def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[Refinement],
-          results: list[Refinement], side: Side, where: Any, *, quiet: bool,
-          report: Report) -> None:
-    """The content facts of `eqn`'s outputs (see the module docstring), and SPMD213 for a
-    slice of per-device contributions at this device's `axis_index`."""
+def track(view: EqnView, refs: Sequence[Refinement], results: Sequence[Refinement], side: Side,
+          where: Any, *, quiet: bool, report: Report) -> None:
+    """The content facts of the outputs of the equation `view` (see the module docstring), and
+    SPMD213 for a slice of per-device contributions at this device's `axis_index`."""
+    eqn, name, ins, outs = view.eqn, view.name, view.ins, view.outs
     invars, outvars = eqn.invars, eqn.outvars
     for o in outvars:
         side.defs[o] = eqn
@@ -181,8 +183,8 @@ def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[
             side.seed(o, side.export(v))
         return
     # the operands that are values (not literals), in one pass: their sums, lineage, facts
-    vin = [(v, t) for v, t in zip(invars, ins, strict=True) if t is not LITERAL
-           and not is_literal(v)]
+    vin = [(v, t) for v, t, lit in zip(invars, ins, view.lits, strict=True)
+           if t is not LITERAL and not lit]
     summed: tuple[Any, ...] = ()
     lineage = 0
     facts = False
@@ -199,12 +201,12 @@ def track(eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], refs: list[
     if lineage:
         for o in outvars:
             side.lineage[o] = side.lineage.get(o, 0) | lineage
-    if name not in STRUCTURAL and _compat.sub_jaxprs(eqn):
+    if name not in STRUCTURAL and view.subs:
         return   # a call's outputs are seeded from its body (`Side.seed`); a scatter's
         # combiner is no call
     rule = _surface.AXIS_PRIMITIVES.get(name)
     if rule is not None:
-        _after_collective(eqn, rule, outs, results, side)
+        _after_collective(view, rule, results, side)
         return
     seen = frozenset().union(*(t.varying | side.unsure.get(v, frozenset()) for v, t in vin))
     for o, t in zip(outvars, outs, strict=False):
@@ -286,7 +288,7 @@ def _own_term(axes: frozenset[str], vin: list[tuple[Any, SpmdType]], side: Side
     return frozenset(out)
 
 
-def _own(name: str, eqn: Any, vin: list[tuple[Any, SpmdType]], refs: list[Refinement],
+def _own(name: str, eqn: Any, vin: list[tuple[Any, SpmdType]], refs: Sequence[Refinement],
          t: SpmdType, side: Side) -> frozenset[str]:
     """The axes over which `eqn`'s output is this device's member of an in_spec stack: a
     squeeze of a dim sharded over the axis (one member per device), and the reshapes and
@@ -305,9 +307,9 @@ def shapes_of(v: Any) -> tuple[int, ...]:
     return () if is_literal(v) else tuple(getattr(v.aval, "shape", ()) or ())
 
 
-def _after_collective(eqn: Any, rule: str, outs: list[SpmdType], results: list[Refinement],
-                      side: Side) -> None:
-    axes = frozenset(eqn_axes(eqn))
+def _after_collective(view: EqnView, rule: str, results: Sequence[Refinement], side: Side
+                      ) -> None:
+    eqn, outs, axes = view.eqn, view.outs, frozenset(view.axes)
     empty: frozenset[str] = frozenset()
     for v, o, t, r in zip(eqn.invars, eqn.outvars, outs, results, strict=False):
         # the facts the collective keeps: those of the other axes (JAX's pvary over `dp` of

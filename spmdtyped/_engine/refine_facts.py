@@ -185,6 +185,33 @@ def opaque_error(name: str, axes: list[str], ins: Sequence[Any], out: SpmdType) 
                      f"outputs and cotangents after it (st.opaque(kernel)(...) does both)")
 
 
+def opaque_pending(eqn: Any, name: str, ins: Sequence[Any], outs: Sequence[SpmdType],
+                   where: Any, pending: dict[Any, Pending]) -> None:
+    """SPMD408, pending at each result of the opaque equation `eqn` that is less varying
+    than its inputs (a cast back to Varying excuses it)."""
+    varying = frozenset().union(*(t.varying for t in ins if t is not LITERAL)) if ins else frozenset()
+    for v, o in zip(eqn.outvars, outs, strict=True):
+        dropped = varying - o.varying
+        if dropped:
+            pending[v] = Pending(opaque_error(name, sorted(dropped), ins, o), where,
+                                 f"primitive: {name}", "opaque", frozenset(dropped))
+
+
+def opaque_call_pending(eqn: Any, ins: Sequence[Any], outs: Sequence[SpmdType], where: Any,
+                        pending: dict[Any, Pending], inner: Pending) -> None:
+    """An opaque result reached the outputs of a call: pending at the call when the call's
+    own outputs drop the axes (the line the user wrote), else it was cast back."""
+    name = _compat.primitive_name(eqn)
+    varying = frozenset().union(*(t.varying for t in ins if t is not LITERAL)) if ins else frozenset()
+    for v, o in zip(eqn.outvars, outs, strict=True):
+        dropped = (varying - o.varying) & inner.axes
+        if dropped:
+            inner_name = inner.extra.removeprefix("primitive: ")
+            pending[v] = Pending(opaque_error(f"{name} of {inner_name}", sorted(dropped), ins, o),
+                                 where, f"primitive: {name}", "opaque", frozenset(dropped))
+            return
+
+
 #: the content facts of `Side` (sets of axes per value; `lineage` a bit set of inputs), in
 #: `export`'s order
 CONTENT = ("same", "gathered", "sliced", "accum", "own", "unsure", "lineage")
@@ -231,6 +258,13 @@ class Side:
                         for k in CONTENT) + (self.summed.get(v, ()),)
         return (v in self.const, v in self.zero, self.scaled.get(v, frozenset()),
                 self.bcast.get(v, frozenset()), v in self.grad, content)
+
+    def signature(self, v: Any) -> tuple[Any, ...]:
+        """Every fact of the value `v` (a `Var`) but its lineage and sums: equal for values
+        the walk cannot tell apart (`transfer.key`)."""
+        return (v in self.const, v in self.zero, self.scaled.get(v), self.bcast.get(v),
+                v in self.grad, self.same.get(v), self.gathered.get(v), self.sliced.get(v),
+                self.accum.get(v), self.own.get(v), self.unsure.get(v))
 
     def seed(self, v: Any, facts: tuple[Any, ...]) -> None:
         const, zero, scaled, bcast, grad, content = facts
@@ -384,8 +418,8 @@ def constant_share(name: str, values: Sequence[object], axis_sizes: Mapping[str,
     return None
 
 
-def dynamic_slice_ref(ins: list[Any], refs: list[Refinement], out: SpmdType,
-                      shapes: list[tuple[int, ...]], sizes: tuple[int, ...]) -> Refinement:
+def dynamic_slice_ref(ins: Sequence[Any], refs: Sequence[Refinement], out: SpmdType,
+                      shapes: Sequence[tuple[int, ...]], sizes: tuple[int, ...]) -> Refinement:
     """A full dim keeps a Shard, a partial slice drops it; slicing a replicated value at
     an offset made from `axis_index(a)` gives Shard(a) on that dim (rule 1)."""
     shape = shapes[0]
@@ -400,8 +434,8 @@ def dynamic_slice_ref(ins: list[Any], refs: list[Refinement], out: SpmdType,
     return Refinement.of(res, refs[0].data)
 
 
-def gather_ref(ins: list[Any], refs: list[Refinement], out: SpmdType,
-               shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], p: Any) -> Refinement:
+def gather_ref(ins: Sequence[Any], refs: Sequence[Refinement], out: SpmdType,
+               shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...], p: Any) -> Refinement:
     """An array index drops Shards; a replicated value gathered at indices made from
     `axis_index(a)` (`jnp.take(t, axis_index * n + arange(n))`) is Shard(a) there."""
     res = _rs.index(ins[0], refs[0], out, len(shapes[0]), ["array"], len(out_shape)).as_dict()

@@ -44,6 +44,8 @@ from .._rules.refine import FIXED, INDEX, NONE, PARTIAL, REP, Arg, Refinement, S
 from .._rules.refine import shape as _rs
 from . import gradients as _gradients
 from . import refine_content as _content
+from . import transfer as _transfer
+from .eqns import EqnView, Views
 from .primitives import KEEPS_SHARE, KNOWN_PLAIN, STRUCTURAL
 from .refine_facts import (
     Pending,
@@ -61,10 +63,10 @@ from .refine_facts import (
     gather_ref,
     in_refinements,
     is_literal,
-    opaque_error,
+    opaque_call_pending,
+    opaque_pending,
     pad_ref,
     per_example_error,
-    shape_of,
     slice_items,
     track_side,
     varying_predicate_error,
@@ -102,6 +104,10 @@ class RefineWalk:
     calls: dict[Any, Any] = dataclasses.field(default_factory=dict)
     #: how many violations `report` received
     reported: int = 0
+    #: each equation's static facts, read once (shared with the state walk of the same check)
+    views: Views = dataclasses.field(default_factory=Views)
+    #: the memo of whole equations (`transfer`): what they read -> what they wrote
+    transfer: dict[Any, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         given = self.report
@@ -125,7 +131,7 @@ class RefineWalk:
 
     # ------------------------------------------------------------------ jaxprs
 
-    def jaxpr(self, jaxpr: Any, in_refs: list[Refinement], *, parent: Any, quiet: bool,
+    def jaxpr(self, jaxpr: Any, in_refs: Sequence[Refinement], *, parent: Any, quiet: bool,
               facts: Sequence[tuple[Any, ...]] | None = None
               ) -> tuple[list[Refinement], list[Pending]]:
         """Walk one (open) jaxpr. Returns the outputs' refinements and the pending violations
@@ -174,8 +180,9 @@ class RefineWalk:
     def eqn(self, eqn: Any, env: dict[Any, Refinement], side: Side,
             pending: dict[Any, Pending], grads: _gradients.Gradients, *, parent: Any,
             quiet: bool) -> None:
-        name = _compat.primitive_name(eqn)
-        frames = _compat.eqn_frames(eqn)
+        view = self.views.of(eqn)
+        name = view.name
+        frames = view.frames
         where = user_frame(frames) or parent
         summed = not quiet and bool(grads.batched) and _gradients.per_example_sum(eqn, grads)
         if from_autodiff(frames, where):
@@ -183,13 +190,34 @@ class RefineWalk:
             # cotangent rule of their primals (`gradients`), not by walking what JAX
             # generated (class 7, G5)
             quiet = True
-        ins = [LITERAL if is_literal(v) else _compat.aval_type(v.aval) for v in eqn.invars]
-        outs = [_compat.aval_type(v.aval) for v in eqn.outvars]
-        refs = [NONE if is_literal(v) else env.get(v, NONE) for v in eqn.invars]
+        key = _transfer.key(view, self.views.ids, env, side, self.scalars, pending, quiet=quiet,
+                            batched=bool(grads.batched))
+        hit = None if key is None else self.transfer.get(key)
+        if hit is not None:   # an equation walked before, with the same operands' facts
+            _transfer.replay(view, hit, env, side)
+        else:
+            reported, waiting = self.reported, len(pending)
+            self._walk(view, env, side, pending, where, quiet, summed)
+            got = None if key is None or reported != self.reported or waiting != len(pending) \
+                else _transfer.record(view, env, side)
+            if got is not None:
+                self.transfer[key] = got
+        if name in ("pvary", "convert_element_type", "reduced_vary_cast") and eqn.invars:
+            value = self._scalar(eqn.invars[0])
+            if value is not None:
+                self.scalars.update({v: value for v in eqn.outvars})
+
+    def _walk(self, view: EqnView, env: dict[Any, Refinement], side: Side,
+              pending: dict[Any, Pending], where: Any, quiet: bool, summed: bool) -> None:
+        """The rules of one equation: its results' refinements and side facts, its violations
+        reported (or left pending)."""
+        eqn, name, ins, outs = view.eqn, view.name, view.ins, view.outs
+        refs = [NONE if lit else env.get(v, NONE) for v, lit in zip(eqn.invars, view.lits,
+                                                                     strict=True)]
         op = name
-        results: list[Refinement] | None = None
+        results: Sequence[Refinement] | None = None
         try:
-            results = self._rule(eqn, name, ins, outs, refs, env, side, pending, where, quiet)
+            results = self._rule(view, refs, env, side, pending, where, quiet)
         except SpmdTypeError as e:
             excused = self._excuse_now(e, eqn, name, ins, refs, side)
             if excused is not None:
@@ -202,21 +230,16 @@ class RefineWalk:
         if results is None:
             results = [NONE] * len(outs)
         if summed:   # jax.vmap(jax.grad(f)) w.r.t. a parameter Invariant where the loss varies
-            found = per_example_error(outs[0], eqn_axes(eqn))
+            found = per_example_error(outs[0], view.axes)
             if found is not None:
-                pending[eqn.outvars[0]] = Pending(found, call_site(frames, "vmap") or where,
+                pending[eqn.outvars[0]] = Pending(found, call_site(view.frames, "vmap") or where,
                                                    "jax.grad under jax.vmap", "per_example")
         data = any(r.data for r in refs)
         if name in KEEPS_SHARE and refs and refs[0].share and len(results) == 1:
             # `b / n` broadcast against the partial sum, or cast by JAX: still b's share
             results = [_r.with_share(results[0], outs[0], refs[0].share)]
         track_side(side, eqn, name, self.axis_sizes)
-        _content.track(eqn, name, ins, outs, refs, results, side, where, quiet=quiet,
-                       report=self.report)
-        if name in ("pvary", "convert_element_type", "reduced_vary_cast") and eqn.invars:
-            value = self._scalar(eqn.invars[0])
-            if value is not None:
-                self.scalars.update({v: value for v in eqn.outvars})
+        _content.track(view, refs, results, side, where, quiet=quiet, report=self.report)
         for v, t, r in zip(eqn.outvars, outs, results, strict=False):
             env[v] = r.restrict(t.varying).with_data(r.data or data)
         # opaque values cast back to Varying on the axes they dropped; a per-example gradient
@@ -229,18 +252,18 @@ class RefineWalk:
                 elif p is not None and p.kind == "per_example" and eqn.outvars:
                     pending[eqn.outvars[0]] = pending.pop(v)
 
-    def _rule(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
-              refs: list[Refinement], env: dict[Any, Refinement], side: Side,
-              pending: dict[Any, Pending], where: Any, quiet: bool) -> list[Refinement] | None:
-        shapes = [shape_of(v) for v in eqn.invars]
-        out_shape = shape_of(eqn.outvars[0]) if eqn.outvars else ()
+    def _rule(self, view: EqnView, refs: Sequence[Refinement], env: dict[Any, Refinement],
+              side: Side, pending: dict[Any, Pending], where: Any, quiet: bool
+              ) -> Sequence[Refinement] | None:
+        eqn, name, ins, outs = view.eqn, view.name, view.ins, view.outs
+        shapes, out_shape = view.shapes, view.out_shape
         if name in _surface.AXIS_PRIMITIVES:   # its operands' content first (`refine_content`)
-            refs = _content.at_collective(eqn, name, ins, refs, side, env, where, quiet=quiet,
+            refs = _content.at_collective(view, refs, side, env, where, quiet=quiet,
                                           strict=self.strict, report=self.report)
-            return self._pure(eqn, name, ins, outs, refs, shapes, out_shape)
+            return self._pure(view, refs)
         kind = _surface.PRIMITIVE_REFINE.get(name, (None, name))[0]
         if name in _PURE or kind in ("reduction", "along"):
-            return self._pure(eqn, name, ins, outs, refs, shapes, out_shape)
+            return self._pure(view, refs)
         if kind == "elementwise":
             return [self._elementwise(eqn, name, ins, outs[0], refs, shapes, out_shape, side)]
         if name == "cond":
@@ -251,35 +274,30 @@ class RefineWalk:
             return self._scan(eqn, outs, refs, shapes, where, quiet, pending)
         if name == "shard_map":
             return None
-        subs = _compat.sub_jaxprs(eqn)
-        if subs:
-            return self._call(eqn, subs, ins, outs, refs, where, quiet, pending, side)
+        if view.subs:
+            return self._call(eqn, view.subs, ins, outs, refs, where, quiet, pending, side)
         if name not in STRUCTURAL and name not in KNOWN_PLAIN and not quiet:
-            self._opaque(eqn, name, ins, outs, where, pending)
+            opaque_pending(eqn, name, ins, outs, where, pending)
         return None
 
-    def _pure(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
-              refs: list[Refinement], shapes: list[tuple[int, ...]],
-              out_shape: tuple[int, ...]) -> list[Refinement]:
+    def _pure(self, view: EqnView, refs: Sequence[Refinement]) -> Sequence[Refinement]:
         """The rule of an equation whose result depends only on the primitive, its params and
         its operands' types, refinements and shapes (`_PURE`: collectives, structural ops,
         reductions): memoized per walk, so a program's repeated layers pay for each distinct
         equation once. A rule's error is never memoized (raised again at each equation)."""
-        key: Any = (name, tuple(eqn.params.items()), tuple(ins), tuple(outs), tuple(refs),
-                    tuple(shapes), out_shape)
-        try:
-            got = self.memo.get(key)   # (the key is hashed once, here)
-        except TypeError:   # a param JAX does not make hashable: no memo
-            key = got = None
+        static = view.key(self.views.ids)
+        key = None if static is None else (static, *refs)
+        got = None if key is None else self.memo.get(key)
         if got is not None:
-            return list(got)
-        res = self._pure_rule(eqn, name, ins, outs, refs, shapes, out_shape)
+            return got  # type: ignore[no-any-return]
+        res = tuple(self._pure_rule(view.eqn, view.name, view.ins, view.outs, refs, view.shapes,
+                                    view.out_shape))
         if key is not None:
-            self.memo[key] = tuple(res)
+            self.memo[key] = res
         return res
 
-    def _pure_rule(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
-                   refs: list[Refinement], shapes: list[tuple[int, ...]],
+    def _pure_rule(self, eqn: Any, name: str, ins: Sequence[Any], outs: Sequence[SpmdType],
+                   refs: Sequence[Refinement], shapes: Sequence[tuple[int, ...]],
                    out_shape: tuple[int, ...]) -> list[Refinement]:
         out = outs[0] if outs else SpmdType()
         op = name
@@ -340,8 +358,8 @@ class RefineWalk:
 
     # ------------------------------------------------------------------ families
 
-    def _collective(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType],
-                    refs: list[Refinement], shapes: list[tuple[int, ...]]) -> list[Refinement]:
+    def _collective(self, eqn: Any, name: str, ins: Sequence[Any], outs: Sequence[SpmdType],
+                    refs: Sequence[Refinement], shapes: Sequence[tuple[int, ...]]) -> list[Refinement]:
         rule = _surface.AXIS_PRIMITIVES[name]
         kind = {"pcast_varying": "pcast_varying"}.get(rule, rule)
         p = eqn.params
@@ -359,8 +377,8 @@ class RefineWalk:
             res.append(got.with_data(r.data) if rule in ("pvary", "pcast_varying") else got)
         return res or [NONE]
 
-    def _elementwise(self, eqn: Any, name: str, ins: list[Any], out: SpmdType,
-                     refs: list[Refinement], shapes: list[tuple[int, ...]],
+    def _elementwise(self, eqn: Any, name: str, ins: Sequence[Any], out: SpmdType,
+                     refs: Sequence[Refinement], shapes: Sequence[tuple[int, ...]],
                      out_shape: tuple[int, ...], side: Side) -> Refinement:
         rule = _rules.PRIMITIVES.get(name, name)
         if name == "stop_gradient":
@@ -418,8 +436,8 @@ class RefineWalk:
         value = _compat.literal_value(v)
         return self.scalars.get(v) if value is None and not is_literal(v) else value
 
-    def _call(self, eqn: Any, subs: list[Any], ins: list[Any], outs: list[SpmdType],
-              refs: list[Refinement], where: Any, quiet: bool,
+    def _call(self, eqn: Any, subs: Sequence[Any], ins: Sequence[Any], outs: Sequence[SpmdType],
+              refs: Sequence[Refinement], where: Any, quiet: bool,
               pending: dict[Any, Pending], side: Side) -> list[Refinement] | None:
         sub = next((s for s in subs if len(s.invars) == len(eqn.invars)
                     and len(s.outvars) == len(eqn.outvars)), None)
@@ -446,13 +464,13 @@ class RefineWalk:
             side.seed(v, f)
         for p in left:
             if p.kind == "opaque":
-                self._opaque_call(eqn, ins, outs, where, pending, p)
+                opaque_call_pending(eqn, ins, outs, where, pending, p)
             else:
                 for v in eqn.outvars[:1]:
                     pending.setdefault(v, dataclasses.replace(p))
         return res
 
-    def _cond(self, eqn: Any, ins: list[Any], outs: list[SpmdType], refs: list[Refinement],
+    def _cond(self, eqn: Any, ins: Sequence[Any], outs: Sequence[SpmdType], refs: Sequence[Refinement],
               where: Any, quiet: bool, pending: dict[Any, Pending]) -> list[Refinement]:
         pred_t = ins[0] if ins[0] is not LITERAL else SpmdType()
         diverge = pred_t.varying
@@ -469,7 +487,7 @@ class RefineWalk:
                                                  for a, b, o in zip(joined, res, outs, strict=True)]
         return [diverged(r, diverge) for r in (joined or [NONE] * len(outs))]
 
-    def _while(self, eqn: Any, ins: list[Any], outs: list[SpmdType], refs: list[Refinement],
+    def _while(self, eqn: Any, ins: Sequence[Any], outs: Sequence[SpmdType], refs: Sequence[Refinement],
                where: Any, quiet: bool, pending: dict[Any, Pending]) -> list[Refinement]:
         p = eqn.params
         nc, nb = int(p["cond_nconsts"]), int(p["body_nconsts"])
@@ -490,8 +508,8 @@ class RefineWalk:
         return [diverged(_rs.join(c, r, o.varying), diverge)
                 for c, r, o in zip(carry, res, outs, strict=True)]
 
-    def _scan(self, eqn: Any, outs: list[SpmdType], refs: list[Refinement],
-              shapes: list[tuple[int, ...]], where: Any, quiet: bool,
+    def _scan(self, eqn: Any, outs: Sequence[SpmdType], refs: Sequence[Refinement],
+              shapes: Sequence[tuple[int, ...]], where: Any, quiet: bool,
               pending: dict[Any, Pending]) -> list[Refinement]:
         p = eqn.params
         nconsts, ncarry = _compat.scan_counts(eqn)
@@ -516,36 +534,10 @@ class RefineWalk:
             carry = new
         return [NONE] * len(carry)
 
-    # ------------------------------------------------------------------ opaque computations
-
-    def _opaque(self, eqn: Any, name: str, ins: list[Any], outs: list[SpmdType], where: Any,
-                pending: dict[Any, Pending]) -> None:
-        varying = frozenset().union(*(t.varying for t in ins if t is not LITERAL)) if ins else frozenset()
-        for v, o in zip(eqn.outvars, outs, strict=True):
-            dropped = varying - o.varying
-            if dropped:
-                pending[v] = Pending(opaque_error(name, sorted(dropped), ins, o), where,
-                                      f"primitive: {name}", "opaque", frozenset(dropped))
-
-    def _opaque_call(self, eqn: Any, ins: list[Any], outs: list[SpmdType], where: Any,
-                     pending: dict[Any, Pending], inner: Pending) -> None:
-        """An opaque result reached the outputs of a call: report it at the call when the
-        call's own outputs drop the axes (the line the user wrote), else it was cast back."""
-        name = _compat.primitive_name(eqn)
-        varying = frozenset().union(*(t.varying for t in ins if t is not LITERAL)) if ins else frozenset()
-        for v, o in zip(eqn.outvars, outs, strict=True):
-            dropped = (varying - o.varying) & inner.axes
-            if dropped:
-                inner_name = inner.extra.removeprefix("primitive: ")
-                pending[v] = Pending(opaque_error(f"{name} of {inner_name}", sorted(dropped),
-                                                    ins, o), where, f"primitive: {name}",
-                                      "opaque", frozenset(dropped))
-                return
-
     # ------------------------------------------------------------------ excuses
 
-    def _excuse_now(self, e: SpmdTypeError, eqn: Any, name: str, ins: list[Any],
-                    refs: list[Refinement], side: Side) -> Refinement | None:
+    def _excuse_now(self, e: SpmdTypeError, eqn: Any, name: str, ins: Sequence[Any],
+                    refs: Sequence[Refinement], side: Side) -> Refinement | None:
         """SPMD210 (a partial sum plus a replicated term) when that term is a zero (an
         accumulator's start: the sum stays Partial), was divided by the axis size (the
         pre-divided bias, F1: Partial), or is another constant built in the program (a
@@ -581,13 +573,15 @@ def _line_of(eqn: Any) -> tuple[str, int] | None:
 
 
 def check_program(eqn: Any, manual: Sequence[str], mesh: Any, report: Report, *,
-                  strict: bool = False) -> RefineWalk:
+                  strict: bool = False, views: Views | None = None) -> RefineWalk:
     """Walk the body of the shard_map equation `eqn` with refinements seeded from its in_specs
-    (one per flat input); each violation goes to `report(e, where, extra)`."""
+    (one per flat input); each violation goes to `report(e, where, extra)`. `views`: the
+    equations' static facts another walk of the same program read (`eqns.Views`)."""
     inner = eqn.params["jaxpr"]
     inner = inner.jaxpr if hasattr(inner, "jaxpr") else inner
     refs = in_refinements(list(eqn.params["in_specs"]), [v.aval for v in inner.invars], manual)
     w = RefineWalk(report, _compat.mesh_axis_sizes(mesh), strict=strict,
-                   in_specs=tuple(eqn.params["in_specs"]), out_specs=tuple(eqn.params["out_specs"]))
+                   in_specs=tuple(eqn.params["in_specs"]), out_specs=tuple(eqn.params["out_specs"]),
+                   views=views or Views())
     w.top(inner, refs)
     return w

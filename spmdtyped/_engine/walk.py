@@ -30,6 +30,7 @@ import jax
 from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
+from .eqns import EqnView, Views
 from .refine_facts import ByIdentity, from_autodiff
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -186,19 +187,16 @@ def locate(e: SpmdTypeError, where: tuple[str, int] | None) -> None:
 class _Where:
     """An equation's Python stack and user frame, computed on first use."""
 
-    __slots__ = ("_eqn", "_frames", "_parent", "_value")
+    __slots__ = ("_view", "_parent", "_value")
     _UNSET: Any = object()
 
-    def __init__(self, eqn: Any, parent: _Where | tuple[str, int] | None) -> None:
-        self._eqn, self._parent = eqn, parent
-        self._frames: tuple[tuple[str, int, str], ...] | None = None
+    def __init__(self, view: EqnView, parent: _Where | tuple[str, int] | None) -> None:
+        self._view, self._parent = view, parent
         self._value: Any = _Where._UNSET
 
     @property
     def frames(self) -> tuple[tuple[str, int, str], ...]:
-        if self._frames is None:
-            self._frames = _compat.eqn_frames(self._eqn)
-        return self._frames
+        return self._view.frames
 
     def get(self) -> tuple[str, int] | None:
         if self._value is _Where._UNSET:
@@ -233,6 +231,11 @@ class Walk:
     #: scalars of its inputs, whether inside a call that keeps Unreduced axes): a jaxpr that
     #: many equations share (`jax.nn.relu`'s jit, once per layer) is walked once
     _clean: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    #: each equation's static facts, read once (the refinement walk of the same check reads
+    #: the same ones: `check.check_shard_map`)
+    views: Views = dataclasses.field(default_factory=Views)
+    #: the elementwise rules' predictions, by what they read (`_elementwise`)
+    _predicted: dict[Any, list[SpmdType]] = dataclasses.field(default_factory=dict)
 
     def violation(self, e: SpmdTypeError, where: tuple[str, int] | None, extra: str) -> None:
         key = (e.code, where, e.headline)
@@ -251,36 +254,32 @@ class Walk:
 
     def eqn(self, eqn: Any, producers: dict[int, Any], depth: int,
             parent: _Where | tuple[str, int] | None = None) -> None:
-        name = _compat.primitive_name(eqn)
+        view = self.views.of(eqn)
+        name = view.name
         # equations of a cached inner jaxpr (jnp.cumsum's jit) may have no user frame: they
         # belong to the line of the enclosing equation (read lazily: only steps, violations
         # and collectives need the Python stack of an equation)
-        loc = _Where(eqn, parent)
-        ins = tuple(_compat.aval_type(v.aval) for v in eqn.invars)
-        outs = tuple(_compat.aval_type(v.aval) for v in eqn.outvars)
-        subs = _compat.sub_jaxprs(eqn)
+        loc = _Where(view, parent)
+        ins, outs, subs = view.types, view.outs, view.subs
         op = name
         predicted: list[SpmdType] | None = None
         code = None
         try:
             if name in _surface.AXIS_PRIMITIVES:
                 rule = _surface.AXIS_PRIMITIVES[name]
-                ins = self._effective(eqn, rule, ins, producers)
-                axes = _axes(eqn)
+                ins = self._effective(eqn, rule, ins, producers, view.axes)
                 if self.record_steps:
                     op = _api_name(loc.frames, name)
                 try:
-                    predicted = [_rules.axis_op(rule, t, axes, self.features, op=op)
-                                 for t in ins]
+                    predicted = self._collective(view, rule, ins, op)
                 except SpmdTypeError:
                     if op != name:
                         raise
                     # the message names the API the user called (read from the stack only now)
                     op = _api_name(loc.frames, name)
-                    predicted = [_rules.axis_op(rule, t, axes, self.features, op=op)
-                                 for t in ins]
+                    predicted = self._collective(view, rule, ins, op)
             elif name in _rules.PRIMITIVES:
-                predicted = self._elementwise(eqn, name, ins)
+                predicted = self._elementwise(view, ins)
             elif not subs:
                 self._drops_unreduced(name, ins, outs)
         except SpmdTypeError as e:
@@ -309,8 +308,9 @@ class Walk:
             value = self._value(eqn.invars[0])
             if value is not _rules.UNKNOWN:
                 self._known[id(eqn.outvars[0])] = value
-        unreduced_in = frozenset().union(*(t.unreduced for t in ins))
-        kept = bool(name in _CALLS and unreduced_in and outs
+        unreduced_in = frozenset().union(*(t.unreduced for t in ins)) if name in _CALLS \
+            else frozenset()
+        kept = bool(unreduced_in and outs
                     and all(unreduced_in <= t.unreduced for t in outs))
         self._kept_unreduced += kept
         for sub in subs:
@@ -349,9 +349,9 @@ class Walk:
 
     # -- collectives and casts
     def _effective(self, eqn: Any, rule: str, ins: tuple[SpmdType, ...],
-                   producers: dict[int, Any]) -> tuple[SpmdType, ...]:
-        """The states the user passed to a collective: before a pvary JAX inserted for it."""
-        axes = _axes(eqn)
+                   producers: dict[int, Any], axes: tuple[str, ...]) -> tuple[SpmdType, ...]:
+        """The states the user passed to a collective over `axes`: before a pvary JAX inserted
+        for it."""
         out: list[SpmdType] = []
         is_cast = _rules.AXIS_OPS[rule].is_cast
         for v, t in zip(eqn.invars, ins, strict=True):
@@ -368,7 +368,40 @@ class Walk:
         return tuple(out)
 
     # -- elementwise, structural, reductions
-    def _elementwise(self, eqn: Any, name: str, ins: Sequence[SpmdType]) -> list[SpmdType]:
+    def _collective(self, view: EqnView, rule: str, ins: Sequence[SpmdType], op: str
+                    ) -> list[SpmdType]:
+        """The states the rule of a collective equation predicts for the operands' states
+        `ins`: memoized per walk like `_elementwise`'s (the API name `op` is read only by an
+        error, never memoized)."""
+        static = view.key(self.views.ids)
+        key = None if static is None else (static, tuple(ins))
+        got = None if key is None else self._predicted.get(key)
+        if got is None:
+            got = [_rules.axis_op(rule, t, view.axes, self.features, op=op) for t in ins]
+            if key is not None:
+                self._predicted[key] = got
+        return got
+
+    def _elementwise(self, view: EqnView, ins: Sequence[SpmdType]) -> list[SpmdType]:
+        """The states the rule of an elementwise equation predicts: memoized per walk on the
+        equation's static facts (`EqnView.key`) and, for the rows that read them, its
+        operands' values (a rule's error is raised again at each equation)."""
+        eqn, name = view.eqn, view.name
+        static = view.key(self.views.ids)
+        values = tuple(self._value(v) for v in eqn.invars) \
+            if name in _rules.ARGUMENT_PRIMITIVES else ()
+        try:
+            key = None if static is None else (static, tuple(ins), *values)
+            got = None if key is None else self._predicted.get(key)
+        except TypeError:   # a value that is not hashable
+            key = got = None
+        if got is None:
+            got = self._elementwise_rule(eqn, name, ins)
+            if key is not None:
+                self._predicted[key] = got
+        return got
+
+    def _elementwise_rule(self, eqn: Any, name: str, ins: Sequence[SpmdType]) -> list[SpmdType]:
         # the rule `st.*` applies for these arguments (pad's padding value, astype's dtypes)
         params = {"new_dtype": _compat.dtype_name(eqn.params["new_dtype"])} \
             if "new_dtype" in eqn.params else {}
@@ -404,14 +437,6 @@ class Walk:
 #: call-like primitives whose one nested jaxpr takes the equation's operands in order
 _CALLS = frozenset({"pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
                     "custom_jvp_call"})
-
-
-def _axes(eqn: Any) -> tuple[str, ...]:
-    """The mesh axes a collective equation acts on (`axes` or `axis_name` param)."""
-    raw = eqn.params.get("axes", eqn.params.get("axis_name", ()))
-    if isinstance(raw, str):
-        raw = (raw,)
-    return tuple(a for a in raw if isinstance(a, str))
 
 
 def boundary_source(var: Any, producers: dict[int, Any]) -> Any:

@@ -121,7 +121,7 @@ if TYPE_CHECKING:
         predicate_type,
         widen_under_predicate,
     )
-    from .primitives import PRIMITIVE_OPERANDS, PRIMITIVES, primitive_rule
+    from .primitives import ARGUMENT_PRIMITIVES, PRIMITIVE_OPERANDS, PRIMITIVES, primitive_rule
 
 _LAZY_MODULES = ("boundary", "docs", "lattice", "primitives")
 
@@ -159,7 +159,7 @@ __all__ = [
     "join_carry", "join_state", "mean_type", "normalize_axes", "parse_states", "pcast_op", "predicate_labels",
     "predicate_type", "primitive_rule", "spec_text", "take_type", "unary", "where_type", "widen_under_predicate",
     # issue 12: rules that depend on arguments
-    "POSITIONAL", "SECONDARY", "STATIC_DTYPE", "UNKNOWN", "VARY", "argument_rule", "call_type", "named_arguments",
+    "ARGUMENT_PRIMITIVES", "POSITIONAL", "SECONDARY", "STATIC_DTYPE", "UNKNOWN", "VARY", "argument_rule", "call_type", "named_arguments",
     "secondary_join",
     # rows whose rule depends on dtypes; constructors' fill arguments; how a mean is bound
     "DTYPE_KINDS", "FILL_ARGUMENTS", "MEAN", "REAL_PARTS", "SUM_THEN_DIVIDE", "dtype_rule",

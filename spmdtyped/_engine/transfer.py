@@ -1,0 +1,97 @@
+"""The refinement walk's memo of whole equations (issue 27, item 6: the engine's cost).
+
+What `RefineWalk.eqn` writes for an equation's results (their refinements and their side
+facts, `refine_facts.Side`) is a function of the equation's static facts (`eqns.EqnView`:
+primitive, params, states, shapes, dtypes, literal values) and of what the walk knows of its
+operands (refinement, side facts, known scalar value). A program's repeated layers repeat
+their equations with the same operands' facts: `key` names that input, `record` keeps the
+results the walk wrote the first time, and `replay` writes them again for the next equation
+with the same key, without running the rules.
+
+Only what those inputs decide is memoized:
+- an equation that reported a violation, left one pending, or made a sum of in_spec Shards
+  (`refine_content.Summed`: it carries its line) is not recorded (`record` is not called);
+- `key` is None (walk it) for a nested jaxpr's equation (calls, control flow: their own memo
+  is `RefineWalk.calls`), a reduction whose residual check reads the equation that defined its
+  operand (`refine_content`), an operand with a pending violation or a sum of in_spec Shards,
+  `optimization_barrier` (each output keeps its own operand's inputs), a non-scalar literal,
+  and any equation of a jaxpr whose gradients are batched (the per-example sums);
+- what stays per value is written on every equation, replayed or not: the inputs a result is
+  computed from (`Side.lineage`, the union of its operands') and its defining equation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _compat, _surface
+from .._rules.refine import NONE, Refinement
+from .._rules.refine import content as _rc
+from .eqns import EqnView
+from .refine_facts import CONTENT, Side
+
+#: the primitives never replayed (see the module docstring)
+_WALKED = frozenset({"optimization_barrier", "shard_map"})
+_LINEAGE = CONTENT.index("lineage")
+
+#: what `record` keeps of each result: its refinement and its side facts (`Side.export`,
+#: lineage left out)
+Record = tuple[tuple[Refinement, tuple[Any, ...]], ...]
+
+
+def key(view: EqnView, ids: dict[Any, int], env: dict[Any, Refinement], side: Side,
+        scalars: dict[Any, object], pending: dict[Any, Any], *, quiet: bool,
+        batched: bool) -> tuple[Any, ...] | None:
+    """What the walk of the equation `view` reads (see the module docstring); None when it
+    must be walked."""
+    name = view.name
+    if view.subs or name in _WALKED or batched:
+        return None
+    if not quiet and _surface.AXIS_PRIMITIVES.get(name) in _rc.SUMMING:
+        return None
+    static = view.key(ids)
+    if static is None:
+        return None
+    parts: list[Any] = [static, quiet]
+    for v, lit in zip(view.eqn.invars, view.lits, strict=True):
+        if lit:
+            value = _compat.literal_value(v)
+            if value is None:
+                return None
+            parts.append(("literal", value))
+            continue
+        if v in pending or v in side.summed:
+            return None
+        parts.append((env.get(v, NONE), side.signature(v), scalars.get(v)))
+    return tuple(parts)
+
+
+def record(view: EqnView, env: dict[Any, Refinement], side: Side) -> Record | None:
+    """The results' refinements and side facts the walk wrote for `view`; None when a result
+    carries a sum of in_spec Shards (not replayed)."""
+    out = []
+    for o in view.eqn.outvars:
+        if o in side.summed:
+            return None
+        facts = side.export(o)
+        content = facts[5]
+        content = content[:_LINEAGE] + (0,) + content[_LINEAGE + 1:]
+        out.append((env[o], facts[:5] + (content,)))
+    return tuple(out)
+
+
+def replay(view: EqnView, got: Record, env: dict[Any, Refinement], side: Side) -> None:
+    """Write `got` (`record`) for the results of `view`, with their own lineage and
+    defining equation."""
+    eqn = view.eqn
+    lineage = 0
+    for v, lit in zip(eqn.invars, view.lits, strict=True):
+        if not lit:
+            lineage |= side.lineage.get(v, 0)
+    for o, (ref, facts) in zip(eqn.outvars, got, strict=True):
+        env[o] = ref
+        side.seed(o, facts)
+        side.defs[o] = eqn
+        if lineage:
+            side.lineage[o] = lineage
+
