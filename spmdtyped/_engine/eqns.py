@@ -5,8 +5,14 @@ The state walk (`walk.Walk`) and the refinement walk (`refine_walk.RefineWalk`) 
 equation of the program, nested jaxprs included. Each needs the equation's primitive, the
 states JAX recorded for its operands and results, their shapes, its nested jaxprs and its
 axes; derived from JAX's objects at every visit, these cost more than either walk's rules
-(docs/performance.md §2). `Views` reads them once per equation and hands both walks the same
+(docs/performance.md §2). `Views` reads them once per check and hands both walks the same
 `EqnView`.
+
+Equations with the same primitive, params and abstract values (a program's repeated layers)
+share their facts: JAX interns abstract values (`ShapedArray`, jax 0.10 and 0.12: equal ones
+are one object), so `static_key` is a tuple of objects hashed by identity, and the facts are
+read once per distinct equation. Its number (`EqnView.key`) is what the walks' memos key an
+equation's rule on.
 """
 
 from __future__ import annotations
@@ -18,39 +24,60 @@ from .._rules import LITERAL, SpmdType
 from .refine_facts import eqn_axes, is_literal, shape_of
 
 
+def static_key(eqn: Any) -> tuple[Any, ...] | None:
+    """What an equation's static facts are read from: primitive, params, the abstract values
+    of its operands and results, which operands are literals; None when it cannot be a key."""
+    return (eqn.primitive, tuple(eqn.params.items()), tuple([v.aval for v in eqn.invars]),
+            tuple(map(type, eqn.invars)), tuple([v.aval for v in eqn.outvars]))
+
+
+class _Static:
+    """The facts equal equations share (see the module docstring)."""
+
+    __slots__ = ("name", "lits", "types", "ins", "outs", "shapes", "out_shape", "subs", "axes",
+                 "key")
+
+    def __init__(self, eqn: Any, key: int | None) -> None:
+        self.name: str = _compat.primitive_name(eqn)
+        self.lits = tuple(is_literal(v) for v in eqn.invars)
+        self.types = tuple(_compat.aval_type(v.aval) for v in eqn.invars)
+        self.ins = tuple(LITERAL if lit else t for lit, t in zip(self.lits, self.types, strict=True))
+        self.outs = tuple(_compat.aval_type(v.aval) for v in eqn.outvars)
+        self.shapes = tuple(shape_of(v) for v in eqn.invars)
+        self.out_shape = shape_of(eqn.outvars[0]) if eqn.outvars else ()
+        self.subs = tuple(_compat.sub_jaxprs(eqn))
+        self.axes = eqn_axes(eqn)
+        self.key = key
+
+
 class EqnView:
     """One equation's static facts (`Views.of`)."""
 
-    __slots__ = ("eqn", "name", "types", "ins", "outs", "shapes", "out_shape", "subs", "axes",
-                 "lits", "_frames", "_key")
+    __slots__ = ("eqn", "name", "lits", "types", "ins", "outs", "shapes", "out_shape", "subs",
+                 "axes", "key", "_frames", "_values")
 
-    def __init__(self, eqn: Any) -> None:
+    def __init__(self, eqn: Any, facts: _Static) -> None:
         self.eqn = eqn
         #: the primitive, under its 0.12 name (`_compat.primitive_name`)
-        self.name: str = _compat.primitive_name(eqn)
-        lits, types, ins, shapes = [], [], [], []
-        for v in eqn.invars:   # (one pass: every equation of every program is read here)
-            lit = is_literal(v)
-            t = _compat.aval_type(v.aval)
-            lits.append(lit)
-            types.append(t)
-            ins.append(LITERAL if lit else t)
-            shapes.append(shape_of(v))
+        self.name: str = facts.name
         #: whether each operand is a literal
-        self.lits: tuple[bool, ...] = tuple(lits)
+        self.lits: tuple[bool, ...] = facts.lits
         #: the state JAX recorded for each operand (a literal's too)
-        self.types: tuple[SpmdType, ...] = tuple(types)
+        self.types: tuple[SpmdType, ...] = facts.types
         #: the operands' states as the refinement rules take them: `LITERAL` for a literal
-        self.ins: tuple[Any, ...] = tuple(ins)
-        self.outs: tuple[SpmdType, ...] = tuple(_compat.aval_type(v.aval) for v in eqn.outvars)
-        self.shapes: tuple[tuple[int, ...], ...] = tuple(shapes)
-        self.out_shape: tuple[int, ...] = shape_of(eqn.outvars[0]) if eqn.outvars else ()
+        self.ins: tuple[Any, ...] = facts.ins
+        self.outs: tuple[SpmdType, ...] = facts.outs
+        self.shapes: tuple[tuple[int, ...], ...] = facts.shapes
+        self.out_shape: tuple[int, ...] = facts.out_shape
         #: the nested jaxprs (open), `_compat.sub_jaxprs`
-        self.subs: tuple[Any, ...] = tuple(_compat.sub_jaxprs(eqn))
+        self.subs: tuple[Any, ...] = facts.subs
         #: the mesh axes a collective acts on (empty for other primitives)
-        self.axes: tuple[str, ...] = eqn_axes(eqn)
+        self.axes: tuple[str, ...] = facts.axes
+        #: a number equal for equations with equal static facts (`static_key`), what the
+        #: walks' memos key the equation's rule on; None when its params are not hashable
+        self.key: int | None = facts.key
         self._frames: tuple[tuple[str, int, str], ...] | None = None
-        self._key: Any = _UNSET
+        self._values: tuple[object | None, ...] | None = None
 
     @property
     def frames(self) -> tuple[tuple[str, int, str], ...]:
@@ -59,26 +86,14 @@ class EqnView:
             self._frames = _compat.eqn_frames(self.eqn)
         return self._frames
 
-    def key(self, ids: dict[Any, int]) -> int | None:
-        """A small number that stands for everything the walks read of the equation besides
-        what they know of its operands (primitive, params, states, shapes, dtypes), equal for
-        equal equations (`ids` numbers them); None when a param is not hashable."""
-        if self._key is _UNSET:
-            static = (self.name, tuple(self.eqn.params.items()), self.ins, self.outs, self.shapes,
-                      self.out_shape, tuple(_dtype(v) for v in self.eqn.invars),
-                      tuple(_dtype(v) for v in self.eqn.outvars))
-            try:
-                self._key = ids.setdefault(static, len(ids))
-            except TypeError:   # a param JAX does not make hashable
-                self._key = None
-        return self._key  # type: ignore[no-any-return]
-
-
-_UNSET: Any = object()
-
-
-def _dtype(v: Any) -> Any:
-    return getattr(getattr(v, "aval", None), "dtype", None)
+    @property
+    def values(self) -> tuple[object | None, ...]:
+        """Each operand's value when it is a scalar literal (`_compat.literal_value`), else
+        None."""
+        if self._values is None:
+            self._values = tuple(_compat.literal_value(v) if lit else None
+                                 for v, lit in zip(self.eqn.invars, self.lits, strict=True))
+        return self._values
 
 
 class Views:
@@ -86,15 +101,36 @@ class Views:
     share one (`check.check_shard_map`); it lives as long as the check, so no equation is kept
     alive after it."""
 
-    __slots__ = ("_views", "ids")
+    __slots__ = ("_views", "_static", "_transforms")
 
     def __init__(self) -> None:
         self._views: dict[int, EqnView] = {}
-        #: the static keys of the equations (`EqnView.key`)
-        self.ids: dict[Any, int] = {}
+        self._static: dict[Any, _Static] = {}
+        self._transforms: dict[int, tuple[Any, tuple[str, ...]]] = {}
+
+    def transforms(self, eqn: Any) -> tuple[str, ...]:
+        """`_compat.eqn_transforms(eqn)`, read once per name stack of the program (equations
+        traced in one scope share it)."""
+        stack = getattr(getattr(eqn, "source_info", None), "name_stack", None)
+        hit = self._transforms.get(id(stack))
+        if hit is None or hit[0] is not stack:
+            hit = self._transforms[id(stack)] = (stack, _compat.eqn_transforms(eqn))
+        return hit[1]
 
     def of(self, eqn: Any) -> EqnView:
         got = self._views.get(id(eqn))
         if got is None or got.eqn is not eqn:
-            got = self._views[id(eqn)] = EqnView(eqn)
+            got = self._views[id(eqn)] = EqnView(eqn, self._facts(eqn))
         return got
+
+    def _facts(self, eqn: Any) -> _Static:
+        key = static_key(eqn)
+        try:
+            facts = None if key is None else self._static.get(key)
+        except TypeError:   # a param JAX does not make hashable: facts of its own
+            key = facts = None
+        if facts is None:
+            facts = _Static(eqn, None if key is None else len(self._static))
+            if key is not None:
+                self._static[key] = facts
+        return facts

@@ -62,16 +62,18 @@ class Gradients:
     batched: frozenset[tuple[str, ...]]
 
 
-def read(eqns: Sequence[Any], outvars: Sequence[Any], line_of: Any) -> Gradients:
+def read(eqns: Sequence[Any], outvars: Sequence[Any], line_of: Any,
+         transforms: Any = _compat.eqn_transforms) -> Gradients:
     """The gradients computed by the equations `eqns` of a jaxpr returning `outvars` (see the
-    module docstring); `line_of(eqn)` is the user's `(file, line)` of an equation, or None."""
+    module docstring); `line_of(eqn)` is the user's `(file, line)` of an equation, or None,
+    `transforms(eqn)` its transformations (`_compat.eqn_transforms`)."""
     batched: set[tuple[str, ...]] = set()
     forward_defined: set[Any] = set()
     primals_at: dict[tuple[Any, ...], list[Any]] = {}
     producer: dict[Any, Any] = {}
     used_outside: set[Any] = {v for v in outvars if not is_literal(v)}
     for eqn in eqns:
-        t = _compat.eqn_transforms(eqn)
+        t = transforms(eqn)
         if _BACKWARD in t:   # (`is_backward`, on the transformations read once)
             for v in eqn.outvars:
                 producer[v] = eqn

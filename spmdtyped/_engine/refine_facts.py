@@ -262,7 +262,7 @@ class Side:
     def signature(self, v: Any) -> tuple[Any, ...]:
         """Every fact of the value `v` (a `Var`) but its lineage and sums: equal for values
         the walk cannot tell apart (`transfer.key`)."""
-        return (v in self.const, v in self.zero, self.scaled.get(v), self.bcast.get(v),
+        return (v in self.const, v in self.zero, self.scaled.get(v), self.bcast.get(v) or None,
                 v in self.grad, self.same.get(v), self.gathered.get(v), self.sliced.get(v),
                 self.accum.get(v), self.own.get(v), self.unsure.get(v))
 

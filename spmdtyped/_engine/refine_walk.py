@@ -147,7 +147,7 @@ class RefineWalk:
         for v, f in zip(jaxpr.invars, facts or (), strict=False):
             side.seed(v, f)
         pending: dict[Any, Pending] = {}
-        grads = _gradients.read(jaxpr.eqns, jaxpr.outvars, _line_of)
+        grads = _gradients.read(jaxpr.eqns, jaxpr.outvars, _line_of, self.views.transforms)
         typed: dict[int, Any] = {}
         for eqn in jaxpr.eqns:
             self.eqn(eqn, env, side, pending, grads, parent=parent, quiet=quiet)
@@ -190,7 +190,7 @@ class RefineWalk:
             # cotangent rule of their primals (`gradients`), not by walking what JAX
             # generated (class 7, G5)
             quiet = True
-        key = _transfer.key(view, self.views.ids, env, side, self.scalars, pending, quiet=quiet,
+        key = _transfer.key(view, env, side, self.scalars, pending, quiet=quiet,
                             batched=bool(grads.batched))
         hit = None if key is None else self.transfer.get(key)
         if hit is not None:   # an equation walked before, with the same operands' facts
@@ -285,7 +285,7 @@ class RefineWalk:
         its operands' types, refinements and shapes (`_PURE`: collectives, structural ops,
         reductions): memoized per walk, so a program's repeated layers pay for each distinct
         equation once. A rule's error is never memoized (raised again at each equation)."""
-        static = view.key(self.views.ids)
+        static = view.key
         key = None if static is None else (static, *refs)
         got = None if key is None else self.memo.get(key)
         if got is not None:

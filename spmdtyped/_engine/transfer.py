@@ -2,7 +2,7 @@
 
 What `RefineWalk.eqn` writes for an equation's results (their refinements and their side
 facts, `refine_facts.Side`) is a function of the equation's static facts (`eqns.EqnView`:
-primitive, params, states, shapes, dtypes, literal values) and of what the walk knows of its
+primitive, params, abstract values, literal values) and of what the walk knows of its
 operands (refinement, side facts, known scalar value). A program's repeated layers repeat
 their equations with the same operands' facts: `key` names that input, `record` keeps the
 results the walk wrote the first time, and `replay` writes them again for the next equation
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _compat, _surface
+from .. import _surface
 from .._rules.refine import NONE, Refinement
 from .._rules.refine import content as _rc
 from .eqns import EqnView
@@ -35,11 +35,11 @@ _WALKED = frozenset({"optimization_barrier", "shard_map"})
 _LINEAGE = CONTENT.index("lineage")
 
 #: what `record` keeps of each result: its refinement and its side facts (`Side.export`,
-#: lineage left out)
-Record = tuple[tuple[Refinement, tuple[Any, ...]], ...]
+#: lineage left out; None when it has none)
+Record = tuple[tuple[Refinement, tuple[Any, ...] | None], ...]
 
 
-def key(view: EqnView, ids: dict[Any, int], env: dict[Any, Refinement], side: Side,
+def key(view: EqnView, env: dict[Any, Refinement], side: Side,
         scalars: dict[Any, object], pending: dict[Any, Any], *, quiet: bool,
         batched: bool) -> tuple[Any, ...] | None:
     """What the walk of the equation `view` reads (see the module docstring); None when it
@@ -49,13 +49,13 @@ def key(view: EqnView, ids: dict[Any, int], env: dict[Any, Refinement], side: Si
         return None
     if not quiet and _surface.AXIS_PRIMITIVES.get(name) in _rc.SUMMING:
         return None
-    static = view.key(ids)
+    static = view.key
     if static is None:
         return None
     parts: list[Any] = [static, quiet]
-    for v, lit in zip(view.eqn.invars, view.lits, strict=True):
+    for i, (v, lit) in enumerate(zip(view.eqn.invars, view.lits, strict=True)):
         if lit:
-            value = _compat.literal_value(v)
+            value = view.values[i]
             if value is None:
                 return None
             parts.append(("literal", value))
@@ -76,7 +76,8 @@ def record(view: EqnView, env: dict[Any, Refinement], side: Side) -> Record | No
         facts = side.export(o)
         content = facts[5]
         content = content[:_LINEAGE] + (0,) + content[_LINEAGE + 1:]
-        out.append((env[o], facts[:5] + (content,)))
+        known = any(facts[:5]) or any(content)
+        out.append((env[o], facts[:5] + (content,) if known else None))
     return tuple(out)
 
 
@@ -90,7 +91,8 @@ def replay(view: EqnView, got: Record, env: dict[Any, Refinement], side: Side) -
             lineage |= side.lineage.get(v, 0)
     for o, (ref, facts) in zip(eqn.outvars, got, strict=True):
         env[o] = ref
-        side.seed(o, facts)
+        if facts is not None:
+            side.seed(o, facts)
         side.defs[o] = eqn
         if lineage:
             side.lineage[o] = lineage

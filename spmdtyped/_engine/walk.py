@@ -373,7 +373,7 @@ class Walk:
         """The states the rule of a collective equation predicts for the operands' states
         `ins`: memoized per walk like `_elementwise`'s (the API name `op` is read only by an
         error, never memoized)."""
-        static = view.key(self.views.ids)
+        static = view.key
         key = None if static is None else (static, tuple(ins))
         got = None if key is None else self._predicted.get(key)
         if got is None:
@@ -387,7 +387,7 @@ class Walk:
         equation's static facts (`EqnView.key`) and, for the rows that read them, its
         operands' values (a rule's error is raised again at each equation)."""
         eqn, name = view.eqn, view.name
-        static = view.key(self.views.ids)
+        static = view.key
         values = tuple(self._value(v) for v in eqn.invars) \
             if name in _rules.ARGUMENT_PRIMITIVES else ()
         try:

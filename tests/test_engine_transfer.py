@@ -1,0 +1,209 @@
+"""The engine's memos of whole equations (issue 27, item 6: its cost): the refinement walk
+replays an equation it walked before with the same operands' facts (`_engine.transfer`), and
+the state walk its collective and elementwise predictions (`walk.Walk`), both keyed on the
+equation's static facts (`_engine.eqns.static_key`).
+
+A memo is right only if it changes nothing but the time: on every program of the bug suite
+(buggy and fixed) and of the porting suite (the correct programs and their buggy variants),
+`infer` lists the same violations, at the same lines, with the memos as without them (no
+static key: every equation walked). Raw JAX bodies of repeated layers whose equations are
+equal but whose operands differ only in what the walk knows of them (a bias divided by the
+axis size against the bias itself; a result computed from other inputs) are reported at the
+layer that has the bug, under `typed_shard_map` and `infer`; the fixed program equals a
+single-device reference in values and gradients.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+import bugs
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+from test_porting import BUGS as PORT_BUGS
+from test_porting import PROGRAMS as PORT_PROGRAMS
+from test_porting import load
+
+import spmdtyped as st
+from spmdtyped._engine import eqns, transfer
+from spmdtyped._engine.check import shard_map_eqn
+from spmdtyped._engine.refine_walk import check_program
+
+
+def _violations(body: Any, args: Any, mesh: Any, in_specs: Any, out_specs: Any) -> list[Any]:
+    rep = st.adapters.infer(body, *args, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+    return [(v.code, v.line) for v in rep.violations]
+
+
+def _both(body: Any, args: Any, mesh: Any, in_specs: Any, out_specs: Any,
+          monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[Any]]:
+    memo = _violations(body, args, mesh, in_specs, out_specs)
+    with monkeypatch.context() as m:
+        m.setattr(eqns, "static_key", lambda eqn: None)   # no memo keys: walk all
+        walked = _violations(body, args, mesh, in_specs, out_specs)
+    return memo, walked
+
+
+@pytest.mark.parametrize("name,variant", [(n, v) for n in bugs.BUG_CLASSES
+                                          for v in ("buggy_body", "fixed_body")])
+def test_bug_suite_same_report_without_memos(name: str, variant: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    m = importlib.import_module(f"bugs.{name}")
+    memo, walked = _both(getattr(m, variant), m.make_inputs(), m.mesh, m.IN_SPECS, m.OUT_SPECS,
+                         monkeypatch)
+    assert memo == walked
+    assert bool(memo) == (variant == "buggy_body")
+
+
+@pytest.mark.parametrize("name,bug", [(n, None) for n in PORT_PROGRAMS] + list(PORT_BUGS))
+def test_porting_suite_same_report_without_memos(name: str, bug: str | None, mesh_dp_tp: Any,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = load(name)
+    if bug is None:
+        body, in_specs, out_specs = getattr(mod, mod.MAIN), mod.IN_SPECS, mod.OUT_SPECS
+    else:
+        body = getattr(mod, bug)
+        in_specs, out_specs = mod.BUGS[bug]
+    memo, walked = _both(body, mod.make_args(mesh_dp_tp), mesh_dp_tp, in_specs, out_specs,
+                         monkeypatch)
+    assert memo == walked
+    assert bool(memo) == (bug is not None)
+
+
+# ------------------------------------------------------------------ repeated layers
+
+LAYERS = 4
+D = 16
+
+
+def _line(fn: Any, marker: str) -> int:
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, text in enumerate(lines) if marker in text)
+
+
+TP = 4
+
+
+def layers_prescaled_bias(x: Any, ws: Any, b: Any) -> Any:
+    """Tensor-parallel MLP layers that add the bias to the row-parallel output before its
+    psum: divided by the axis size first (each device adds its share), except in the third
+    layer (counted once per device: SPMD210)."""
+    h = x
+    for i, (w1, w2) in enumerate(ws):
+        y = jnp.tanh(h @ w1) @ w2
+        share = b / TP if i != 2 else b
+        y = y + jax.lax.pcast(share, "tp", to="varying")   # BUG at layer 2 only
+        h = jax.lax.psum(y, "tp") + h
+    return h
+
+
+def layers_fixed(x: Any, ws: Any, b: Any) -> Any:
+    h = x
+    for i, (w1, w2) in enumerate(ws):
+        y = jax.lax.psum(jnp.tanh(h @ w1) @ w2, "tp")
+        h = (y + b if i == 2 else y) + h
+    return h
+
+
+def layers_fixed_reference(x: Any, ws: Any, b: Any) -> Any:
+    h = x
+    for i, (w1, w2) in enumerate(ws):
+        y = jnp.tanh(h @ w1) @ w2
+        h = (y + b if i == 2 else y) + h
+    return h
+
+
+SPECS = (P(), [(P(None, "tp"), P("tp", None))] * LAYERS, P())
+
+
+def _args(mesh: Any) -> tuple[Any, ...]:
+    rng = np.random.default_rng(0)
+
+    def put(a: Any, spec: Any) -> Any:
+        return jax.device_put(jnp.asarray(a, jnp.float32), NamedSharding(mesh, spec))
+
+    ws = [(put(rng.normal(size=(D, 2 * D)) / 4, P(None, "tp")),
+           put(rng.normal(size=(2 * D, D)) / 4, P("tp", None))) for _ in range(LAYERS)]
+    return put(rng.normal(size=(4, D)), P()), ws, put(rng.normal(size=(D,)), P())
+
+
+@pytest.fixture(scope="module")
+def mesh() -> Any:
+    return jax.make_mesh((2, 4), ("dp", "tp"))
+
+
+def test_a_layer_equal_but_for_its_bias_is_reported(mesh: Any) -> None:
+    """The `add` of every layer is the same equation, and so is the cast before it; the share
+    of the other layers and the bias of the third differ only in what the walk knows of them
+    (divided by the axis size): the memo tells them apart."""
+    args = _args(mesh)
+    at = _line(layers_prescaled_bias, "# BUG")
+    rep = st.adapters.infer(layers_prescaled_bias, *args, mesh=mesh, in_specs=SPECS,
+                            out_specs=P())
+    assert [(v.code, v.line) for v in rep.violations] == [("SPMD210", at)]
+    step = st.adapters.typed_shard_map(layers_prescaled_bias, mesh=mesh, in_specs=SPECS,
+                                       out_specs=P())
+    with pytest.raises(st.SpmdTypeError) as ei:
+        jax.jit(step).lower(*args)
+    assert (ei.value.code, ei.value.line) == ("SPMD210", at)
+
+
+def test_repeated_layers_are_replayed(mesh: Any) -> None:
+    """The layers after the first are replayed, not walked: the memo holds one entry per
+    distinct equation, fewer than the equations walked."""
+    args = _args(mesh)
+    closed = jax.make_jaxpr(jax.shard_map(layers_fixed, mesh=mesh, in_specs=SPECS,
+                                          out_specs=P()))(*args)
+    found: list[Any] = []
+    walk = check_program(shard_map_eqn(closed), ("dp", "tp"), mesh,
+                         lambda e, where, extra: found.append(e))
+    assert found == []
+    body = shard_map_eqn(closed).params["jaxpr"]
+    assert 0 < len(walk.transfer) < len(body.eqns) * 2 // 3
+
+
+def test_the_lineage_of_a_replayed_result_is_its_own(mesh: Any) -> None:
+    """A replayed equation's result is computed from its own operands' inputs (the facts are
+    replayed, the lineage is not): a psum of an in_spec Shard combined with the other
+    sharded input at the output is SPMD108 in the layer that does it."""
+
+    def step(p: Any, g: Any, q: Any) -> Any:
+        gp = jax.lax.pmean(g * 2.0, "tp")
+        gq = jax.lax.pmean(q * 2.0, "tp")   # the same equations as g's, on q's slices
+        return p - 0.1 * gp, q - 0.1 * gq   # BUG: p's update takes the mean of g's slices
+
+    specs = (P("tp"), P("tp"), P("tp"))
+    rng = np.random.default_rng(1)
+    args = tuple(jax.device_put(jnp.asarray(rng.normal(size=(8,)), jnp.float32),
+                                NamedSharding(mesh, P("tp"))) for _ in range(3))
+    got = _violations(step, args, mesh, specs, (P("tp"), P("tp")))
+    assert [code for code, _line in got] == ["SPMD108"]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(transfer, "key", lambda *a, **k: None)
+        assert _violations(step, args, mesh, specs, (P("tp"), P("tp"))) == got
+
+
+def test_the_fixed_layers_equal_one_device(mesh: Any) -> None:
+    args = _args(mesh)
+    step = jax.jit(st.adapters.typed_shard_map(layers_fixed, mesh=mesh, in_specs=SPECS,
+                                               out_specs=P()))
+    host = jax.tree.map(lambda a: jnp.asarray(np.asarray(a)), args)
+    np.testing.assert_allclose(np.asarray(step(*args)), np.asarray(layers_fixed_reference(*host)),
+                               rtol=1e-5, atol=1e-5)
+
+    def loss(*a: Any) -> Any:
+        return jnp.sum(step(*a) ** 2)
+
+    with jax.set_mesh(mesh):
+        grads = jax.grad(loss, argnums=(0, 1, 2))(*args)
+    want = jax.grad(lambda *a: jnp.sum(layers_fixed_reference(*a) ** 2),
+                    argnums=(0, 1, 2))(*host)
+    for g, w in zip(jax.tree.leaves(grads), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4)
+
