@@ -9,7 +9,9 @@ calls, a loss `pmean` over dp, forward and backward (`jax.value_and_grad` inside
    cache has seen it), interleaved (`_common.interleaved`), thread CPU time, minimum over
    rounds. `typed_shard_map` traces the body once (the jaxpr it checks is the one JAX lowers),
    so the ratio is 1 + the walk's cost. Goal: <= 1.10 at 128 layers.
-2. **infer scaling**: `st.adapters.infer(step, ...)` at 32, 64, 128, 256, 512 layers; time
+2. **The engine alone**: the check of the same program's staged shard_map, timed by itself
+   (the whole difference between the two; steadier than their ratio on a noisy machine).
+3. **infer scaling**: `st.adapters.infer(step, ...)` at 32, 64, 128, 256, 512 layers; time
    per layer should stay flat (linear growth).
 
 Run: `python benchmarks/bench_infer.py [--layers 128] [--rounds 6]`.
@@ -22,6 +24,7 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -90,6 +93,33 @@ def trace_lower_ratio(layers: int, rounds: int) -> tuple[float, float, float]:
     return min(cpu.a), min(cpu.b), min(cpu.b) / min(cpu.a)
 
 
+def engine_time(layers: int, rounds: int) -> tuple[int, float]:
+    """The engine alone on the drop-in's program: `(equations, seconds)`, the check every face
+    runs (`_engine.check.check_staged`: the four-state walk, the boundary and the refinement
+    walk) of the staged shard_map of a freshly traced step (no memo of the engine has seen
+    it), minimum over `rounds`, thread CPU. Steadier than the trace + lower ratio on a noisy
+    machine: it is the whole difference between the two (docs/performance.md §2)."""
+    import jax
+
+    from spmdtyped._engine import check as engine
+
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"))
+    args = make_args(mesh, layers)
+    in_specs, out_specs = specs(layers)
+    best, n = float("inf"), 0
+    for _ in range(rounds):
+        closed = jax.make_jaxpr(jax.shard_map(make_step(layers), mesh=mesh, in_specs=in_specs,
+                                              out_specs=out_specs))(*args)
+        gc.collect()
+        t0 = time.thread_time()
+        found = engine.check_staged(closed, where="bench")
+        best = min(best, time.thread_time() - t0)
+        assert not found, found
+        n = sum(len(getattr(e.params["jaxpr"], "jaxpr", e.params["jaxpr"]).eqns)
+                for e in engine.staged_shard_maps(closed))
+    return n, best
+
+
 def infer_time(layers: int, rounds: int = 3) -> float:
     import jax
 
@@ -118,6 +148,9 @@ def main() -> None:
     raw, typed, ratio = trace_lower_ratio(args.layers, args.rounds)
     print(f"cold trace+lower, {args.layers} layers (thread CPU, min of {args.rounds}): "
           f"raw {fmt_s(raw)}, typed_shard_map {fmt_s(typed)}, ratio {ratio:.3f}")
+    n, check = engine_time(args.layers, args.rounds)
+    print(f"the engine alone: {n} top-level equations, {fmt_s(check)} (min of {args.rounds}), "
+          f"{check / raw:.1%} of the raw trace + lower")
     print("infer time by program size:")
     print(f"{'layers':>8s} {'infer':>10s} {'per layer':>10s}")
     for n in map(int, args.sizes.split(",")):
