@@ -9,10 +9,11 @@ results the walk wrote the first time, and `replay` writes them again for the ne
 with the same key, without running the rules.
 
 Only what those inputs decide is memoized:
-- an equation that reported a violation, left one pending, or made a sum of in_spec Shards
-  (`refine_content.Summed`: it carries its line) is not recorded (`record` is not called);
-- `key` is None (walk it) for a nested jaxpr's equation (calls, control flow: their own memo
-  is `RefineWalk.calls`), a reduction whose residual check reads the equation that defined its
+- an equation that reported a violation or changed the pending ones is not recorded (the
+  walk does not call `record`), nor one that made a sum of in_spec Shards
+  (`refine_content.Summed`: it carries its line; `record` returns None);
+- `key` is None (walk it) for an equation that holds a nested jaxpr (calls, control flow:
+  their own memo is `RefineWalk.calls`), a reduction whose residual check reads the equation that defined its
   operand (`refine_content`), an operand with a pending violation or a sum of in_spec Shards,
   `optimization_barrier` (each output keeps its own operand's inputs), a non-scalar literal,
   and any equation of a jaxpr whose gradients are batched (the per-example sums);
