@@ -13,7 +13,7 @@ import jax
 import pytest
 from test_porting import BUGS as PORT_BUGS
 from test_porting import PROGRAMS as PORT_PROGRAMS
-from test_porting import load
+from test_porting import load, program
 
 import spmdtyped as st
 
@@ -60,11 +60,7 @@ PORT_CASES = [(n, None) for n in PORT_PROGRAMS] + list(PORT_BUGS)
 @pytest.mark.parametrize("name,bug", PORT_CASES)
 def test_porting_suite_parity(name, bug, mesh_dp_tp):
     mod = load(name)
-    if bug is None:
-        body, in_specs, out_specs = getattr(mod, mod.MAIN), mod.IN_SPECS, mod.OUT_SPECS
-    else:
-        body = getattr(mod, bug)
-        in_specs, out_specs = mod.BUGS[bug]
+    body, in_specs, out_specs = program(mod, bug)
     args = mod.make_args(mesh_dp_tp)
     want = _infer_verdict(body, args, mesh_dp_tp, in_specs, out_specs)
     assert (want is None) == (bug is None)

@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from test_porting import BUGS as PORT_BUGS
 from test_porting import PROGRAMS as PORT_PROGRAMS
-from test_porting import load
+from test_porting import load, program
 
 import spmdtyped as st
 from spmdtyped._engine import eqns, transfer
@@ -65,11 +65,7 @@ def test_bug_suite_same_report_without_memos(name: str, variant: str,
 def test_porting_suite_same_report_without_memos(name: str, bug: str | None, mesh_dp_tp: Any,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     mod = load(name)
-    if bug is None:
-        body, in_specs, out_specs = getattr(mod, mod.MAIN), mod.IN_SPECS, mod.OUT_SPECS
-    else:
-        body = getattr(mod, bug)
-        in_specs, out_specs = mod.BUGS[bug]
+    body, in_specs, out_specs = program(mod, bug)
     memo, walked = _both(body, mod.make_args(mesh_dp_tp), mesh_dp_tp, in_specs, out_specs,
                          monkeypatch)
     assert memo == walked

@@ -14,6 +14,7 @@ import pathlib
 import re
 import sys
 import types
+from typing import Any
 
 import jax
 import numpy as np
@@ -111,6 +112,14 @@ def bug_marker(module: types.ModuleType, fn_name: str) -> tuple[str, int]:
 
 
 BUGS = [(name, bug) for name in PROGRAMS for bug in load(name).BUGS]
+
+
+def program(mod: types.ModuleType, bug: str | None) -> tuple[Any, Any, Any]:
+    """`(body, in_specs, out_specs)` of a porting program: its main function (`bug` None) or
+    its buggy variant `bug`."""
+    if bug is None:
+        return getattr(mod, mod.MAIN), mod.IN_SPECS, mod.OUT_SPECS
+    return (getattr(mod, bug), *mod.BUGS[bug])
 
 
 def test_suite_size():
