@@ -51,7 +51,9 @@ class _Static:
 
 
 class EqnView:
-    """One equation's static facts (`Views.of`)."""
+    """One equation's static facts (`Views.of`): those it shares with equal equations
+    (`_Static`), copied into its own slots so the walks read each in one attribute lookup,
+    and its own (the equation, its stack, its literals' values)."""
 
     __slots__ = ("eqn", "name", "lits", "types", "ins", "outs", "shapes", "out_shape", "subs",
                  "axes", "key", "_frames", "_values")

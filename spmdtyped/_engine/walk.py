@@ -234,7 +234,7 @@ class Walk:
     #: each equation's static facts, read once (the refinement walk of the same check reads
     #: the same ones: `check.check_shard_map`)
     views: Views = dataclasses.field(default_factory=Views)
-    #: the elementwise rules' predictions, by what they read (`_elementwise`)
+    #: the collective and elementwise rules' predictions, by what they read (`_predict`)
     _predicted: dict[Any, list[SpmdType]] = dataclasses.field(default_factory=dict)
 
     def violation(self, e: SpmdTypeError, where: tuple[str, int] | None, extra: str) -> None:
@@ -371,32 +371,29 @@ class Walk:
     def _collective(self, view: EqnView, rule: str, ins: Sequence[SpmdType], op: str
                     ) -> list[SpmdType]:
         """The states the rule of a collective equation predicts for the operands' states
-        `ins`: memoized per walk like `_elementwise`'s (the API name `op` is read only by an
-        error, never memoized)."""
-        static = view.key
-        key = None if static is None else (static, tuple(ins))
-        got = None if key is None else self._predicted.get(key)
-        if got is None:
-            got = [_rules.axis_op(rule, t, view.axes, self.features, op=op) for t in ins]
-            if key is not None:
-                self._predicted[key] = got
-        return got
+        `ins` (`_predict`; the API name `op` is read only by an error)."""
+        return self._predict(view, ins, (), lambda: [
+            _rules.axis_op(rule, t, view.axes, self.features, op=op) for t in ins])
 
     def _elementwise(self, view: EqnView, ins: Sequence[SpmdType]) -> list[SpmdType]:
-        """The states the rule of an elementwise equation predicts: memoized per walk on the
-        equation's static facts (`EqnView.key`) and, for the rows that read them, its
-        operands' values (a rule's error is raised again at each equation)."""
-        eqn, name = view.eqn, view.name
-        static = view.key
-        values = tuple(self._value(v) for v in eqn.invars) \
-            if name in _rules.ARGUMENT_PRIMITIVES else ()
+        """The states the rule of an elementwise equation predicts (`_predict`, with its
+        operands' values for the rows that read them)."""
+        values = tuple(self._value(v) for v in view.eqn.invars) \
+            if view.name in _rules.ARGUMENT_PRIMITIVES else ()
+        return self._predict(view, ins, values,
+                             lambda: self._elementwise_rule(view.eqn, view.name, ins))
+
+    def _predict(self, view: EqnView, ins: Sequence[SpmdType], values: tuple[object, ...],
+                 rule: Any) -> list[SpmdType]:
+        """`rule()`, memoized per walk on the equation's static facts (`EqnView.key`), the
+        operands' states and `values`; a rule's error is raised again at each equation."""
         try:
-            key = None if static is None else (static, tuple(ins), *values)
+            key = None if view.key is None else (view.key, tuple(ins), *values)
             got = None if key is None else self._predicted.get(key)
         except TypeError:   # a value that is not hashable
             key = got = None
         if got is None:
-            got = self._elementwise_rule(eqn, name, ins)
+            got = rule()
             if key is not None:
                 self._predicted[key] = got
         return got
