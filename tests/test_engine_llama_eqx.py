@@ -103,7 +103,7 @@ def _tp():
         yield
 
 
-def _inputs():
+def inputs():
     model = put(as_decoder(L.init_params()), SPECS)
     state = OPT.init(model)
     x, y = L.batch()
@@ -122,7 +122,7 @@ MISTAKES = {
 def test_mistake_caught_at_its_line(mistake, grad):
     code, line, fix = MISTAKES[mistake]
     L.CONFIG["MISTAKE"] = None if mistake == "pmean_reduced_grads" else mistake
-    model, state, x, y = _inputs()
+    model, state, x, y = inputs()
     step = make_step(grad, mistake, state_specs(state))
     e = L.assert_mistake(lambda: step(model, state, x, y), code, line(), fix)
     assert e.file.endswith(("_llama.py", "test_engine_llama_eqx.py"))
@@ -145,7 +145,7 @@ def _reference_run(steps):
 
 @pytest.mark.parametrize("grad", ["eqx", "jax"])
 def test_correct_model_trains_equal_to_one_device(grad):
-    model, state, x, y = _inputs()
+    model, state, x, y = inputs()
     step = make_step(grad, None, state_specs(state))
     losses = []
     for _ in range(2):
@@ -197,14 +197,14 @@ def test_raw_step_mistake_caught_at_its_line(mistake, face):
     if mistake == "pmean_reduced_grads":
         line = lambda: RAW_PMEAN_LINE  # noqa: E731
     L.CONFIG["MISTAKE"] = None if mistake == "pmean_reduced_grads" else mistake
-    model, state, x, y = _inputs()
+    model, state, x, y = inputs()
     step = make_raw_step(face, mistake, state_specs(state))
     L.assert_mistake(lambda: step(model, state, x, y), code, line(), fix)
 
 
 @pytest.mark.parametrize("face", ["checking", "typed_shard_map"])
 def test_raw_correct_step_trains_as_jax_shard_map(face):
-    model, state, x, y = _inputs()
+    model, state, x, y = inputs()
     sspecs = state_specs(state)
     checked, raw = make_raw_step(face, None, sspecs), make_raw_step("jax", None, sspecs)
     got = want = (model, state)

@@ -10,7 +10,9 @@ static key: every equation walked). Raw JAX bodies of repeated layers whose equa
 equal but whose operands differ only in what the walk knows of them (a bias divided by the
 axis size against the bias itself; a result computed from other inputs) are reported at the
 layer that has the bug, under `typed_shard_map` and `infer`; the fixed program equals a
-single-device reference in values and gradients.
+single-device reference in values and gradients. The Llama-style decoder in equinox
+(tests/_llama.py: repeated blocks of jnp / jax.nn) and its raw step (`eqx.filter_value_and_grad`,
+optax, a `jax.tree.map` lambda) give the same verdict with the memos and without them.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import importlib
 import inspect
 from typing import Any
 
+import _llama
 import bugs
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import test_engine_llama_eqx as llama_eqx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from test_porting import BUGS as PORT_BUGS
@@ -203,3 +207,32 @@ def test_the_fixed_layers_equal_one_device(mesh: Any) -> None:
     for g, w in zip(jax.tree.leaves(grads), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4)
 
+
+
+# ------------------------------------------------------------------ an equinox model
+
+@pytest.mark.parametrize("mistake", ["correct", *sorted(llama_eqx.MISTAKES)])
+def test_equinox_llama_same_verdict_without_memos(mistake: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Llama-style decoder in equinox (jnp / jax.nn inside the modules, repeated blocks),
+    its raw step (`eqx.filter_value_and_grad`, optax, a `jax.tree.map` lambda) under
+    `typed_shard_map`: each mistake is the same error at the same line with the memos and
+    without them, and the correct step's loss is the same number."""
+
+    def verdict() -> Any:
+        model, state, x, y = llama_eqx.inputs()
+        step = llama_eqx.make_raw_step("typed_shard_map", None if mistake == "correct"
+                                       else mistake, llama_eqx.state_specs(state))
+        try:
+            return float(step(model, state, x, y)[2])
+        except st.SpmdTypeError as e:
+            return e.code, e.line
+
+    with _llama.tensor_parallel():
+        _llama.CONFIG["MISTAKE"] = mistake if mistake in ("bias_before_psum", "no_psum") else None
+        memo = verdict()
+        with monkeypatch.context() as m:
+            m.setattr(eqns, "static_key", lambda eqn: None)
+            walked = verdict()
+    assert memo == walked
+    assert isinstance(memo, float) == (mistake == "correct")
