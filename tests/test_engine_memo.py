@@ -106,3 +106,73 @@ def test_the_fixed_program_equals_one_device(mesh: Any) -> None:
     for g, w in zip(grads, want, strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4)
 
+
+
+@jax.custom_jvp
+def add_bias_jvp(y: jax.Array, b: jax.Array) -> jax.Array:
+    return y + b
+
+
+add_bias_jvp.defjvp(lambda primals, tangents: (add_bias_jvp(*primals), tangents[0] + tangents[1]))
+
+
+def layers(x: Any, x_sh: Any, w_row: Any, w_col: Any, b_col: Any, b: Any, *, bug_at: int | None
+           ) -> Any:
+    """Four layers, each through the custom_jvp helper (JAX traces its body anew at every
+    call: four nested jaxprs equal in all but identity); at `bug_at`, the replicated bias is
+    added to a row-parallel partial sum inside it, before the psum."""
+    h = x @ w_col
+    out = []
+    for i in range(4):
+        # one line for both calls: the clean one (a column-parallel output plus its bias
+        # slice) and the buggy one differ in their operands' refinements only
+        y, bias = (x_sh @ w_row, jax.lax.pcast(b, "tp", to="varying")) if i == bug_at \
+            else (h, b_col)
+        z = add_bias_jvp(y, bias)
+        if i == bug_at:
+            out.append(jax.lax.psum(z, "tp"))
+        else:
+            h = z
+            out.append(jax.lax.psum(x_sh @ w_row, "tp") + b)
+    return sum(out), h
+
+
+def test_a_helper_traced_anew_at_each_call_is_walked_once(mesh: Any) -> None:
+    args = _args(mesh)
+    closed = jax.make_jaxpr(jax.shard_map(lambda *a: layers(*a, bug_at=None), mesh=mesh,
+                                          in_specs=SPECS, out_specs=OUT))(*args)
+    eqn = shard_map_eqn(closed)
+    body = eqn.params["jaxpr"]
+    calls = [e.params["call_jaxpr"] for e in getattr(body, "jaxpr", body).eqns
+             if e.primitive.name == "custom_jvp_call"]
+    assert len(calls) == 4 and len({id(c) for c in calls}) == 4   # four jaxprs, one shape
+    found: list[Any] = []
+    walk = check_program(eqn, ("dp", "tp"), mesh, lambda e, where, extra: found.append(e))
+    assert found == []
+    assert len(walk.calls) == 1
+
+
+@pytest.mark.parametrize("bug_at", [0, 3])
+def test_a_helper_traced_anew_reports_the_layer_that_has_the_bug(mesh: Any, bug_at: int) -> None:
+    args = _args(mesh)
+
+    def step(*a: Any) -> Any:
+        return layers(*a, bug_at=bug_at)
+
+    rep = st.adapters.infer(step, *args, mesh=mesh, in_specs=SPECS, out_specs=OUT)
+    assert [v.code for v in rep.violations] == ["SPMD210"]
+    lines, first = inspect.getsourcelines(add_bias_jvp.fun)
+    at = first + next(i for i, text in enumerate(lines) if "return" in text)
+    assert (rep.violations[0].file, rep.violations[0].line) == (__file__, at)
+    with pytest.raises(st.SpmdTypeError, match="SPMD210"):
+        jax.jit(st.adapters.typed_shard_map(step, mesh=mesh, in_specs=SPECS, out_specs=OUT)
+                ).lower(*args)
+    # the fixed layers compute the one-device numbers
+    got, h = jax.jit(st.adapters.typed_shard_map(lambda *a: layers(*a, bug_at=None), mesh=mesh,
+                                                 in_specs=SPECS, out_specs=OUT))(*args)
+    x, x_sh, w_row, w_col, b_col, b = (np.asarray(a) for a in args)
+    np.testing.assert_allclose(got, 4 * (x_sh @ w_row + b), rtol=1e-4, atol=1e-4)
+    # (the bug is real: the bias is counted once per tp device)
+    bad, _ = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=SPECS, out_specs=OUT))(*args)
+    np.testing.assert_allclose(bad - got, np.broadcast_to(3 * b, got.shape), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(h, x @ w_col + 4 * b_col, rtol=1e-5, atol=1e-5)

@@ -21,7 +21,10 @@ from typing import Any
 
 from .. import _compat
 from .._rules import LITERAL, SpmdType
-from .refine_facts import eqn_axes, is_literal, shape_of
+from .frames import user_frame
+from .refine_facts import eqn_axes, from_autodiff, is_literal, shape_of
+
+_UNSET: Any = object()
 
 
 def static_key(eqn: Any) -> tuple[Any, ...] | None:
@@ -56,7 +59,7 @@ class EqnView:
     and its own (the equation, its stack, its literals' values)."""
 
     __slots__ = ("eqn", "name", "lits", "types", "ins", "outs", "shapes", "out_shape", "subs",
-                 "axes", "key", "_frames", "_values")
+                 "axes", "key", "_frames", "_values", "_user", "_autodiff")
 
     def __init__(self, eqn: Any, facts: _Static) -> None:
         self.eqn = eqn
@@ -80,6 +83,8 @@ class EqnView:
         self.key: int | None = facts.key
         self._frames: tuple[tuple[str, int, str], ...] | None = None
         self._values: tuple[object | None, ...] | None = None
+        self._user: Any = _UNSET
+        self._autodiff: bool | None = None
 
     @property
     def frames(self) -> tuple[tuple[str, int, str], ...]:
@@ -87,6 +92,23 @@ class EqnView:
         if self._frames is None:
             self._frames = _compat.eqn_frames(self.eqn)
         return self._frames
+
+    @property
+    def user(self) -> tuple[str, int] | None:
+        """The user's frame of the equation (`frames.user_frame`), read on first use."""
+        if self._user is _UNSET:
+            self._user = user_frame(self.frames)
+        return self._user  # type: ignore[no-any-return]
+
+    def autodiff(self, parent: tuple[str, int] | None) -> bool:
+        """Whether JAX's autodiff generated the equation (`refine_facts.from_autodiff`), its
+        location the user's frame or else `parent` (the enclosing equation's)."""
+        user = self.user
+        if user is None:
+            return from_autodiff(self.frames, parent)
+        if self._autodiff is None:
+            self._autodiff = from_autodiff(self.frames, user)
+        return self._autodiff
 
     @property
     def values(self) -> tuple[object | None, ...]:
@@ -103,12 +125,46 @@ class Views:
     share one (`check.check_shard_map`); it lives as long as the check, so no equation is kept
     alive after it."""
 
-    __slots__ = ("_views", "_static", "_transforms")
+    __slots__ = ("_views", "_static", "_transforms", "_shapes", "_shape_ids")
 
     def __init__(self) -> None:
         self._views: dict[int, EqnView] = {}
         self._static: dict[Any, _Static] = {}
         self._transforms: dict[int, tuple[Any, tuple[str, ...]]] = {}
+        self._shapes: dict[int, tuple[Any, int | None]] = {}
+        self._shape_ids: dict[tuple[Any, ...], int] = {}
+
+    def shape(self, jaxpr: Any) -> int | None:
+        """A number equal for the nested jaxprs that both walks walk alike: the same equations
+        (`EqnView.key`, Python stack, name-stack transformations, literal values) wired the
+        same way. JAX traces some nested jaxprs anew at each call (a `custom_jvp` function's
+        `call_jaxpr`, once per layer): keyed by identity, their walks' memos would miss at
+        every layer. None when an equation has no key or a literal operand is not a scalar.
+        A stack counts by identity (`_compat.eqn_frames` gives equal tracebacks one tuple;
+        the views keep each alive while the check runs, so an id is never reused meanwhile)."""
+        hit = self._shapes.get(id(jaxpr))
+        if hit is not None and hit[0] is jaxpr:
+            return hit[1]
+        index: dict[Any, int] = {v: i for i, v in enumerate((*jaxpr.constvars, *jaxpr.invars))}
+        parts: list[Any] = [len(jaxpr.constvars), len(jaxpr.invars)]
+        got: int | None = None
+        for e in jaxpr.eqns:
+            view = self.of(e)
+            if view.key is None:
+                break
+            wiring = tuple(("literal", view.values[i]) if lit else index.get(v, -1)
+                           for i, (v, lit) in enumerate(zip(e.invars, view.lits, strict=True)))
+            if -1 in wiring or ("literal", None) in wiring:
+                break
+            parts.append((view.key, id(view.frames), self.transforms(e), wiring))
+            for o in e.outvars:
+                index[o] = len(index)
+        else:
+            out = tuple(("literal", _compat.literal_value(v)) if is_literal(v) else index.get(v, -1)
+                        for v in jaxpr.outvars)
+            got = self._shape_ids.setdefault((*parts, out), len(self._shape_ids))
+        self._shapes[id(jaxpr)] = (jaxpr, got)
+        return got
 
     def transforms(self, eqn: Any) -> tuple[str, ...]:
         """`_compat.eqn_transforms(eqn)`, read once per name stack of the program (equations
@@ -118,6 +174,10 @@ class Views:
         if hit is None or hit[0] is not stack:
             hit = self._transforms[id(stack)] = (stack, _compat.eqn_transforms(eqn))
         return hit[1]
+
+    def user(self, eqn: Any) -> tuple[str, int] | None:
+        """The user's frame of `eqn` (`EqnView.user`)."""
+        return self.of(eqn).user
 
     def of(self, eqn: Any) -> EqnView:
         got = self._views.get(id(eqn))

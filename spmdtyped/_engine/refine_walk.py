@@ -59,7 +59,6 @@ from .refine_facts import (
     dynamic_slice_ref,
     eqn_axes,
     excused,
-    from_autodiff,
     gather_ref,
     in_refinements,
     is_literal,
@@ -71,7 +70,7 @@ from .refine_facts import (
     track_side,
     varying_predicate_error,
 )
-from .walk import call_site, user_frame
+from .walk import call_site
 
 Where = "tuple[str, int] | None"
 Report = Callable[[SpmdTypeError, Any, str], None]
@@ -99,8 +98,9 @@ class RefineWalk:
     #: the in_specs / out_specs of the body's inputs and outputs (`refine_content`)
     in_specs: Sequence[Any] = ()
     out_specs: Sequence[Any] = ()
-    #: the nested jaxprs walked with nothing reported, by identity, operands' refinements and
-    #: facts: a jaxpr many calls share (`jax.nn.relu`'s jit, once per layer) is walked once
+    #: the nested jaxprs walked with nothing reported, by `Views.shape`, operands'
+    #: refinements and facts: a jaxpr many calls share (`jax.nn.relu`'s jit, once per layer),
+    #: or that JAX traces anew at each call (its `custom_jvp`), is walked once
     calls: dict[Any, Any] = dataclasses.field(default_factory=dict)
     #: how many violations `report` received
     reported: int = 0
@@ -147,7 +147,7 @@ class RefineWalk:
         for v, f in zip(jaxpr.invars, facts or (), strict=False):
             side.seed(v, f)
         pending: dict[Any, Pending] = {}
-        grads = _gradients.read(jaxpr.eqns, jaxpr.outvars, _line_of, self.views.transforms)
+        grads = _gradients.read(jaxpr.eqns, jaxpr.outvars, self.views.user, self.views.transforms)
         typed: dict[int, Any] = {}
         for eqn in jaxpr.eqns:
             self.eqn(eqn, env, side, pending, grads, parent=parent, quiet=quiet)
@@ -182,10 +182,9 @@ class RefineWalk:
             quiet: bool) -> None:
         view = self.views.of(eqn)
         name = view.name
-        frames = view.frames
-        where = user_frame(frames) or parent
+        where = view.user or parent
         summed = not quiet and bool(grads.batched) and _gradients.per_example_sum(eqn, grads)
-        if from_autodiff(frames, where):
+        if view.autodiff(parent):
             # a tangent or transposed equation: the gradients it computes are typed by the
             # cotangent rule of their primals (`gradients`), not by walking what JAX
             # generated (class 7, G5)
@@ -445,21 +444,22 @@ class RefineWalk:
             return None
         facts = [side.export(v) for v in eqn.invars]
         local = _content.localized(facts)   # the walk of `sub` reads no caller's input
-        key: Any = (id(sub), tuple(refs), tuple(local), quiet)
+        shape = self.views.shape(sub)
+        key: Any = None if shape is None else (shape, tuple(refs), tuple(local), quiet)
         try:
-            hit = self.calls.get(key)
+            hit = None if key is None else self.calls.get(key)
         except TypeError:   # a fact JAX does not make hashable: no memo
             key = hit = None
         left: list[Pending]
-        if hit is not None and hit[0] is sub:
-            res, left, self.out_facts = list(hit[1]), [], hit[2]
+        if hit is not None:
+            res, left, self.out_facts = list(hit[0]), [], hit[1]
         else:
             reported = self.reported
             res, left = self.jaxpr(sub, refs, parent=where, quiet=quiet, facts=local)
             # (a sum of in_spec Shards made inside carries its location: walked again)
             if key is not None and not left and reported == self.reported \
                     and not _content.sums_made(self.out_facts, facts):
-                self.calls[key] = (sub, tuple(res), self.out_facts)
+                self.calls[key] = (tuple(res), self.out_facts)
         for v, f in zip(eqn.outvars, _content.globalized(self.out_facts, facts), strict=False):
             side.seed(v, f)
         for p in left:
@@ -563,10 +563,6 @@ class RefineWalk:
         if partial:
             kept[axis] = PARTIAL
         return Refinement.of(kept, any(r.data for r in refs))
-
-
-def _line_of(eqn: Any) -> tuple[str, int] | None:
-    return user_frame(_compat.eqn_frames(eqn))
 
 
 # ------------------------------------------------------------------------------ entry

@@ -18,55 +18,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import sys
-import sysconfig
 import traceback
 from collections.abc import Sequence
 from typing import Any
-
-import jax
 
 from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
 from .eqns import EqnView, Views
-from .refine_facts import ByIdentity, from_autodiff
-
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: frames in these directories are library code: JAX, jaxlib, spmdtyped, the standard library
-_SKIP_DIRS = tuple(
-    os.path.dirname(os.path.abspath(file)) + os.sep
-    for file in (getattr(m, "__file__", None) for m in (jax, sys.modules.get("jaxlib")))
-    if file
-) + (_PKG_DIR + os.sep, os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep)
+from .frames import is_library, user_frame
+from .refine_facts import from_autodiff
 
 #: user-facing collectives, looked up on the stack to name the API a primitive came from: the
 #: `jax.lax` names of the surface table (`_surface.LAX_NAMES`)
 _API_NAMES = _surface.LAX_NAMES
-
-
-@functools.lru_cache(maxsize=4096)
-def _is_library(file: str) -> bool:
-    f = os.path.abspath(file)
-    return f.startswith(_SKIP_DIRS) or file.startswith("<")
-
-
-def user_frame(frames: Sequence[tuple[str, int, str]]) -> tuple[str, int] | None:
-    """The innermost frame outside JAX, spmdtyped and the standard library."""
-    # an equation's frames are one tuple per traceback (`_compat.eqn_frames`): every walk of
-    # the program asks for each equation's
-    return _user_frame(frames) if isinstance(frames, tuple) else _scan_user_frame(frames)
-
-
-def _scan_user_frame(frames: Sequence[tuple[str, int, str]]) -> tuple[str, int] | None:
-    for file, line, _fn in frames:
-        if not _is_library(file):
-            return file, line
-    return None
-
-
-_user_frame = ByIdentity(_scan_user_frame)
 
 
 def call_site(frames: Sequence[tuple[str, int, str]], api: str) -> tuple[str, int] | None:
@@ -74,7 +39,7 @@ def call_site(frames: Sequence[tuple[str, int, str]], api: str) -> tuple[str, in
     `jax.vmap(...)(...)` line), outward from the bind; None when the stack has no such call."""
     seen = False
     for file, line, fn in frames:
-        if _is_library(file):
+        if is_library(file):
             seen = seen or api in fn
         elif seen:
             return file, line
@@ -85,7 +50,7 @@ def _library_functions(frames: Sequence[tuple[str, int, str]]) -> list[str]:
     """Function names of the library frames between the bind and the user's code."""
     out = []
     for file, _line, fn in frames:
-        if not _is_library(file):
+        if not is_library(file):
             break
         out.append(fn)
     return out
@@ -227,10 +192,14 @@ class Walk:
     #: (`concatenate` of one with an Unreduced slice is the Unreduced value JAX says it is)
     _dropped: set[int] = dataclasses.field(default_factory=set)
     #: the nested jaxprs walked with nothing found (no violation, mismatch or dropped state),
-    #: keyed by the jaxpr's identity and what the walk of it reads besides its avals (the known
+    #: keyed by `Views.shape` and what the walk of it reads besides its avals (the known
     #: scalars of its inputs, whether inside a call that keeps Unreduced axes): a jaxpr that
-    #: many equations share (`jax.nn.relu`'s jit, once per layer) is walked once
+    #: many equations share (`jax.nn.relu`'s jit, once per layer), or that JAX traces anew at
+    #: each call (its `custom_jvp`), is walked once
     _clean: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    #: the `EqnView.key`s of the equations checked with nothing found whose check reads only
+    #: their static facts (see `eqn`): a program's repeated layers check each once
+    _clean_eqns: set[int] = dataclasses.field(default_factory=set)
     #: each equation's static facts, read once (the refinement walk of the same check reads
     #: the same ones: `check.check_shard_map`)
     views: Views = dataclasses.field(default_factory=Views)
@@ -256,6 +225,17 @@ class Walk:
             parent: _Where | tuple[str, int] | None = None) -> None:
         view = self.views.of(eqn)
         name = view.name
+        # an equation whose check reads only its static facts (no collective but a cast:
+        # `_effective` reads a collective's producers; no nested jaxpr, no operand value, no
+        # steps, no Unreduced-keeping call around it) is checked once per `EqnView.key`
+        static = None if (self.record_steps or self._kept_unreduced or view.subs
+                          or name in _rules.ARGUMENT_PRIMITIVES
+                          or (name in _surface.AXIS_PRIMITIVES
+                              and not _rules.AXIS_OPS[_surface.AXIS_PRIMITIVES[name]].is_cast)
+                          ) else view.key
+        if static is not None and static in self._clean_eqns:
+            return
+        mismatches = len(self.mismatches)
         # equations of a cached inner jaxpr (jnp.cumsum's jit) may have no user frame: they
         # belong to the line of the enclosing equation (read lazily: only steps, violations
         # and collectives need the Python stack of an equation)
@@ -323,15 +303,18 @@ class Walk:
         self._kept_unreduced -= kept
         if self._kept_unreduced and name in _CALLS and unreduced_in and not kept:
             self._dropped.update(id(v) for v in eqn.outvars)  # jnp.flip's jit, in jnp.pad's
+        if static is not None and code is None and mismatches == len(self.mismatches):
+            self._clean_eqns.add(static)
 
     def _sub(self, sub: Any, depth: int, loc: _Where) -> None:
         """Walk a nested jaxpr, once per `_clean` key (see there)."""
         key = None
-        if not self.record_steps:
-            key = (id(sub), bool(self._kept_unreduced),
+        shape = None if self.record_steps else self.views.shape(sub)
+        if shape is not None:
+            key = (shape, bool(self._kept_unreduced),
                    tuple(self._known.get(id(v), _rules.UNKNOWN) for v in sub.invars))
             try:
-                if self._clean.get(key) is sub:
+                if key in self._clean:
                     return
             except TypeError:   # a known value that is not hashable: walked every time
                 key = None
@@ -339,7 +322,7 @@ class Walk:
         self.jaxpr(sub, depth, loc)
         if key is not None and found == (len(self.violations), len(self.mismatches),
                                          len(self._dropped), len(self._seen)):
-            self._clean[key] = sub
+            self._clean[key] = None
 
     def _value(self, v: Any) -> object:
         """A scalar literal's value (in the jaxpr, or passed into this nested call), else
