@@ -34,7 +34,7 @@ from typing import Any
 from .. import _compat
 from .._rules.refine import NONE, Refinement
 from .._rules.refine import shape as _rs
-from .refine_facts import Side, is_literal, shape_of
+from .refine_facts import Side, is_literal
 
 #: the `add_any` that sums the cotangent contributions of a value used several times
 _ACCUMULATE = "add_any"
@@ -48,7 +48,9 @@ def is_backward(eqn: Any) -> bool:
 
 
 def _key(v: Any) -> tuple[Any, ...]:
-    return shape_of(v), str(getattr(getattr(v, "aval", None), "dtype", ""))
+    """What a gradient and its primal share: shape and dtype."""
+    aval = getattr(v, "aval", None)
+    return getattr(aval, "shape", ()), getattr(aval, "dtype", None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +143,7 @@ def type_gradient(v: Any, primals: Sequence[Any], env: dict[Any, Refinement], si
     if same is None:
         return
     env[v] = _rs.cotangent(same).restrict(_compat.aval_type(v.aval).varying).with_data(True)
-    side.grad.add(v)
+    side.mark_grad(v)
 
 
 def per_example_sum(eqn: Any, gradients: Gradients) -> bool:

@@ -248,6 +248,8 @@ class Side:
         self.summed: dict[Any, tuple[Any, ...]] = {}
         #: var -> the equation that defines it (in this jaxpr)
         self.defs: dict[Any, Any] = {}
+        #: var -> the number of what the walk knows of it, once read (`transfer.fact_id`)
+        self.ids: dict[Any, int] = {}
 
     def export(self, v: Any) -> tuple[Any, ...]:
         """The facts of `v`, to seed the matching variable of a nested jaxpr (or the caller)."""
@@ -265,6 +267,12 @@ class Side:
         return (v in self.const, v in self.zero, self.scaled.get(v), self.bcast.get(v) or None,
                 v in self.grad, self.same.get(v), self.gathered.get(v), self.sliced.get(v),
                 self.accum.get(v), self.own.get(v), self.unsure.get(v))
+
+    def mark_grad(self, v: Any) -> None:
+        """`v` is a gradient the body computes (`gradients.type_gradient`, after the equation
+        that defines it: its `transfer.fact_id` is read again)."""
+        self.grad.add(v)
+        self.ids.pop(v, None)
 
     def seed(self, v: Any, facts: tuple[Any, ...]) -> None:
         const, zero, scaled, bcast, grad, content = facts

@@ -108,6 +108,9 @@ class RefineWalk:
     views: Views = dataclasses.field(default_factory=Views)
     #: the memo of whole equations (`transfer`): what they read -> what they wrote
     transfer: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    #: what the walk knows of a value (refinement, side facts, known scalar) -> its number
+    #: (`transfer.fact_id`): equal values the walk cannot tell apart share one
+    known: dict[Any, int] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         given = self.report
@@ -189,22 +192,24 @@ class RefineWalk:
             # cotangent rule of their primals (`gradients`), not by walking what JAX
             # generated (class 7, G5)
             quiet = True
-        key = _transfer.key(view, env, side, self.scalars, pending, quiet=quiet,
+        key = _transfer.key(view, env, side, self.scalars, pending, self.known, quiet=quiet,
                             batched=bool(grads.batched))
         hit = None if key is None else self.transfer.get(key)
+        recorded = False
         if hit is not None:   # an equation walked before, with the same operands' facts
             _transfer.replay(view, hit, env, side)
         else:
             reported, waiting = self.reported, len(pending)
             self._walk(view, env, side, pending, where, quiet, summed)
-            got = None if key is None or reported != self.reported or waiting != len(pending) \
-                else _transfer.record(view, env, side)
-            if got is not None:
-                self.transfer[key] = got
+            recorded = key is not None and reported == self.reported and waiting == len(pending)
         if name in ("pvary", "convert_element_type", "reduced_vary_cast") and eqn.invars:
             value = self._scalar(eqn.invars[0])
             if value is not None:
                 self.scalars.update({v: value for v in eqn.outvars})
+        if recorded:   # (after the scalars its results hold: part of what is recorded)
+            got = _transfer.record(view, env, side, self.scalars, self.known)
+            if got is not None:
+                self.transfer[key] = got
 
     def _walk(self, view: EqnView, env: dict[Any, Refinement], side: Side,
               pending: dict[Any, Pending], where: Any, quiet: bool, summed: bool) -> None:

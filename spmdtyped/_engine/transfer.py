@@ -35,16 +35,29 @@ from .refine_facts import CONTENT, Side
 _WALKED = frozenset({"optimization_barrier", "shard_map"})
 _LINEAGE = CONTENT.index("lineage")
 
-#: what `record` keeps of each result: its refinement and its side facts (`Side.export`,
-#: lineage left out; None when it has none)
-Record = tuple[tuple[Refinement, tuple[Any, ...] | None], ...]
+#: what `record` keeps of each result: its refinement, its side facts (`Side.export`,
+#: lineage left out; None when it has none) and its `fact_id`
+Record = tuple[tuple[Refinement, tuple[Any, ...] | None, int], ...]
+
+
+def fact_id(v: Any, env: dict[Any, Refinement], side: Side, scalars: dict[Any, object],
+            known: dict[Any, int]) -> int:
+    """The number of what the walk knows of the value `v` (its refinement, `Side.signature`,
+    known scalar): equal for values the walk cannot tell apart, numbered in `known` (one per
+    check). Kept in `side.ids` once read: a value's facts are written where it is defined,
+    before any use reads them (`Side.mark_grad`, the one later write, drops it)."""
+    got = side.ids.get(v)
+    if got is None:
+        facts = (env.get(v, NONE), side.signature(v), scalars.get(v))
+        got = side.ids[v] = known.setdefault(facts, len(known))
+    return got
 
 
 def key(view: EqnView, env: dict[Any, Refinement], side: Side,
-        scalars: dict[Any, object], pending: dict[Any, Any], *, quiet: bool,
-        batched: bool) -> tuple[Any, ...] | None:
-    """What the walk of the equation `view` reads (see the module docstring); None when it
-    must be walked."""
+        scalars: dict[Any, object], pending: dict[Any, Any], known: dict[Any, int], *,
+        quiet: bool, batched: bool) -> tuple[Any, ...] | None:
+    """What the walk of the equation `view` reads (see the module docstring), each operand
+    by its `fact_id`; None when it must be walked."""
     name = view.name
     if view.subs or name in _WALKED or batched:
         return None
@@ -54,6 +67,7 @@ def key(view: EqnView, env: dict[Any, Refinement], side: Side,
     if static is None:
         return None
     parts: list[Any] = [static, quiet]
+    ids, summed = side.ids, side.summed
     for i, (v, lit) in enumerate(zip(view.eqn.invars, view.lits, strict=True)):
         if lit:
             value = view.values[i]
@@ -61,15 +75,17 @@ def key(view: EqnView, env: dict[Any, Refinement], side: Side,
                 return None
             parts.append(("literal", value))
             continue
-        if v in pending or v in side.summed:
+        if v in pending or v in summed:
             return None
-        parts.append((env.get(v, NONE), side.signature(v), scalars.get(v)))
+        got = ids.get(v)
+        parts.append(fact_id(v, env, side, scalars, known) if got is None else got)
     return tuple(parts)
 
 
-def record(view: EqnView, env: dict[Any, Refinement], side: Side) -> Record | None:
-    """The results' refinements and side facts the walk wrote for `view`; None when a result
-    carries a sum of in_spec Shards (not replayed)."""
+def record(view: EqnView, env: dict[Any, Refinement], side: Side, scalars: dict[Any, object],
+           known: dict[Any, int]) -> Record | None:
+    """The results' refinements, side facts and `fact_id`s the walk wrote for `view`; None
+    when a result carries a sum of in_spec Shards (not replayed)."""
     out = []
     for o in view.eqn.outvars:
         if o in side.summed:
@@ -77,8 +93,9 @@ def record(view: EqnView, env: dict[Any, Refinement], side: Side) -> Record | No
         facts = side.export(o)
         content = facts[5]
         content = content[:_LINEAGE] + (0,) + content[_LINEAGE + 1:]
-        known = any(facts[:5]) or any(content)
-        out.append((env[o], facts[:5] + (content,) if known else None))
+        known_facts = any(facts[:5]) or any(content)
+        out.append((env[o], facts[:5] + (content,) if known_facts else None,
+                    fact_id(o, env, side, scalars, known)))
     return tuple(out)
 
 
@@ -90,10 +107,12 @@ def replay(view: EqnView, got: Record, env: dict[Any, Refinement], side: Side) -
     for v, lit in zip(eqn.invars, view.lits, strict=True):
         if not lit:
             lineage |= side.lineage.get(v, 0)
-    for o, (ref, facts) in zip(eqn.outvars, got, strict=True):
+    ids = side.ids
+    for o, (ref, facts, fid) in zip(eqn.outvars, got, strict=True):
         env[o] = ref
         if facts is not None:
             side.seed(o, facts)
+        ids[o] = fid
         side.defs[o] = eqn
         if lineage:
             side.lineage[o] = lineage
