@@ -126,6 +126,8 @@ class SpmdPlugin(Plugin):
         callee = self._refined_callee(fullname)
         if callee is not None:  # a user function with Shard / Partial / Rep parameters
             return guarded(functools.partial(refined.check_call, callee=callee))
+        if "." not in fullname and _vmapped():  # `g(w, x)` of a local `g = st.grad(f)`
+            return guarded(_feature("autodiff").grad_call)
         defn = self._helper(fullname)
         if defn is not None:  # a user function with parameters of no state: its body re-checked
             return guarded(functools.partial(_feature("calls").check_call, defn=defn))
@@ -170,6 +172,8 @@ class SpmdPlugin(Plugin):
             return guarded(functools.partial(_feature("autodiff").analyze, name=names.AUTODIFF[fullname]))
         if fullname.startswith(names.GRAD_LAMBDA_CALLS):  # `st.grad(lambda w: ...)(w)`
             return guarded(_feature("autodiff").lambda_call)
+        if fullname.startswith(names.GRAD_CALLS):  # `g(w, x)` of `g = st.grad(f)`
+            return guarded(_feature("autodiff").grad_call)
         if fullname in names.SHARD_MAP:  # the function under it keeps its signature
             return guarded(_feature("signature").keeping(
                 functools.partial(_feature("boundary").analyze, feature="shard_map")))
@@ -297,6 +301,13 @@ class SpmdPlugin(Plugin):
             return None
         # (`unknown = true` adds errors to every cached module: part of the key too)
         return f"{_DIGEST}:{CONFIG.jax}:unknown={CONFIG.unknown}"
+
+
+def _vmapped() -> bool:
+    """Inside the body of a function `jax.vmap` maps (`_mypy.calls.VMAPPED`: its module is
+    imported by then)."""
+    module = sys.modules.get(f"{__package__}._mypy.calls")
+    return module is not None and bool(module.VMAPPED[0])
 
 
 def _installed(path: str) -> bool:

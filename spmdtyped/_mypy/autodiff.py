@@ -26,6 +26,7 @@ from mypy.nodes import (
     CallExpr,
     Context,
     Expression,
+    FuncDef,
     IntExpr,
     LambdaExpr,
     NameExpr,
@@ -52,7 +53,7 @@ from mypy.types import (
 from .. import _rules
 from .._errors import SpmdTypeError
 from .._rules import SpmdType
-from . import names, pytrees, refined
+from . import calls, names, pytrees, refined
 from .codes import report
 from .convert import (
     SARRAY,
@@ -335,32 +336,43 @@ def _vmap(ctx: FunctionContext) -> Type:
     if not (ctx.args and ctx.args[0]):
         return default
     found = _grad_of(ctx.api, ctx.args[0][0])
-    if found is None:
+    if found is None:  # a function of the module's that takes a gradient inside
+        f_t = get_proper_type(_type_of(ctx.api, ctx.args[0][0]))
+        if isinstance(f_t, CallableType) and isinstance(f_t.definition, FuncDef) \
+                and calls.has_body(ctx.api, f_t.definition) and calls.mentions(f_t.definition, _GRAD_FULLNAMES):
+            return named(ctx.api, VMAP_OF_GRAD, [f_t, tuple_of(ctx.api, [])])
         return default
     g_expr, bound = found
     g_t = get_proper_type(_type_of(ctx.api, g_expr))
-    if not isinstance(g_t, CallableType):
+    loss = _loss_and_nums(ctx.api, g_expr)
+    if not isinstance(g_t, CallableType) or loss is None:
         return default
+    loss_t, nums = loss
+    int_t = named(ctx.api, "builtins.int", [])
+    bound_t = tuple_of(ctx.api, [_type_of(ctx.api, b) for b in bound])
+    meta = tuple_of(ctx.api, [loss_t, bound_t, *(LiteralType(k, int_t) for k in nums)])
+    return named(ctx.api, VMAP_OF_GRAD, [g_t, meta])
+
+
+def _loss_and_nums(api: Any, g_expr: CallExpr) -> tuple[Type, tuple[int, ...]] | None:
+    """The declared loss type of `st.grad(f, argnums, has_aux)`'s `f` (a typed one) and the
+    differentiated argnums; None where either is unknown."""
     fun = _call_arg(g_expr, "fun", 0)
-    lookup = getattr(ctx.api, "lookup_type_or_none", None)
+    lookup = getattr(api, "lookup_type_or_none", None)
     ft = get_proper_type(lookup(fun)) if fun is not None and lookup is not None else None
     nums = _argnums(_call_arg(g_expr, "argnums", 1))
     aux = _call_arg(g_expr, "has_aux", 2)
     has_aux = aux is not None and not (isinstance(aux, NameExpr) and aux.fullname == "builtins.False")
     if not isinstance(ft, CallableType) or nums is None or (has_aux and not (
             isinstance(aux, NameExpr) and aux.fullname == "builtins.True")):
-        return default
+        return None
     loss_t: Type | None = ft.ret_type
     if has_aux:
         items = tuple_items(ft.ret_type, 2)
         loss_t = items[0] if items is not None else None
     if loss_t is None or not isinstance(to_operand(loss_t), SpmdType):
-        return default
-    int_t = named(ctx.api, "builtins.int", [])
-    bound_t = tuple_of(ctx.api, [_type_of(ctx.api, b) for b in bound])
-    meta = tuple_of(ctx.api, [loss_t, bound_t, *(LiteralType(k, int_t) for k in
-                                                   ((nums,) if isinstance(nums, int) else nums))])
-    return named(ctx.api, VMAP_OF_GRAD, [g_t, meta])
+        return None
+    return loss_t, (nums,) if isinstance(nums, int) else nums
 
 
 def _grad_of(api: Any, expr: Expression) -> tuple[CallExpr, list[Expression]] | None:
@@ -396,8 +408,9 @@ def _type_of(api: Any, expr: Expression) -> Type:
     return t
 
 
-#: the gradient forms `jax.vmap` of which is checked (SPMD407)
+#: the gradient forms `jax.vmap` of which is checked (SPMD407), and their full names
 _VMAPPED_GRADS: Final = ("grad", "value_and_grad", "jax.grad", "jax.value_and_grad")
+_GRAD_FULLNAMES: Final = frozenset(n for n, f in FULLNAMES.items() if f in _VMAPPED_GRADS)
 
 
 def vmap_call(ctx: MethodContext) -> Type:
@@ -408,30 +421,61 @@ def vmap_call(ctx: MethodContext) -> Type:
     if not (isinstance(p, Instance) and len(p.args) == 2):
         return ctx.default_return_type
     g_t, meta = get_proper_type(p.args[0]), get_proper_type(p.args[1])
-    if not (isinstance(g_t, CallableType) and isinstance(meta, TupleType) and len(meta.items) > 1):
+    if not (isinstance(g_t, CallableType) and isinstance(meta, TupleType) and len(meta.items) != 1):
         return any_type()
+    positional = [t for group, kinds in zip(ctx.arg_types, ctx.arg_kinds, strict=True)
+                  for t, k in zip(group, kinds, strict=True) if k == ARG_POS]
+    if not meta.items:  # `jax.vmap(f)` of a function that takes a gradient inside
+        if isinstance(g_t.definition, FuncDef):
+            calls.check_vmapped(ctx, g_t.definition, positional)
+        return _result(ctx, g_t, [])
     bound = get_proper_type(meta.items[1])
     bound_ts = list(bound.items) if isinstance(bound, TupleType) else []
-    positional = [*bound_ts, *(t for group, kinds in zip(ctx.arg_types, ctx.arg_kinds, strict=True)
-                               for t, k in zip(group, kinds, strict=True) if k == ARG_POS)]
-    states = [to_operand(t) for t in positional]
-    loss = to_operand(meta.items[0])
-    varying_in = frozenset().union(*(s.varying for s in states if isinstance(s, SpmdType)))
-    if isinstance(loss, SpmdType) and loss.varying & varying_in:
-        params: list[tuple[str, SpmdType]] = []
-        for item in meta.items[2:]:
-            k = getattr(get_proper_type(item), "value", None)
-            if isinstance(k, int) and k < len(states) and isinstance(states[k], SpmdType):
-                name = g_t.arg_names[k] if k < len(g_t.arg_names) and g_t.arg_names[k] else f"argument {k}"
-                state = states[k]
-                assert isinstance(state, SpmdType)
-                params.append((name, state))
-        try:
-            op = g_t.name.partition("(")[0] if g_t.name and "(" in g_t.name else "st.grad"
-            _rules.check_vmap_grad(SpmdType(loss.varying & varying_in), params, op=op)
-        except SpmdTypeError as err:
-            report(ctx.api, err, ctx.context)
+    nums = [k for k in (getattr(get_proper_type(i), "value", None) for i in meta.items[2:])
+            if isinstance(k, int)]
+    _per_example(ctx.api, ctx.context, g_t, meta.items[0], nums, [*bound_ts, *positional])
     return _result(ctx, g_t, bound_ts)
+
+
+def _per_example(api: Any, context: Context, g_t: CallableType, loss_t: Type, nums: list[int],
+                 positional: list[Type]) -> None:
+    """SPMD407 for the call of gradient function `g_t` (loss `loss_t`, argnums `nums`) traced
+    under `jax.vmap` on arguments of types `positional`."""
+    states = [to_operand(t) for t in positional]
+    loss = to_operand(loss_t)
+    varying_in = frozenset().union(*(s.varying for s in states if isinstance(s, SpmdType)))
+    if not (isinstance(loss, SpmdType) and loss.varying & varying_in):
+        return
+    params: list[tuple[str, SpmdType]] = []
+    for k in nums:
+        state = states[k] if k < len(states) else None
+        if isinstance(state, SpmdType):
+            name = g_t.arg_names[k] if k < len(g_t.arg_names) else None
+            params.append((name or f"argument {k}", state))
+    try:
+        op = g_t.name.partition("(")[0] if g_t.name and "(" in g_t.name else "st.grad"
+        _rules.check_vmap_grad(SpmdType(loss.varying & varying_in), params, op=op)
+    except SpmdTypeError as err:
+        report(api, err, context)
+
+
+def grad_call(ctx: FunctionContext) -> Type:
+    """A call of `st.grad(f)` & co. (`g(w, x)`, `st.grad(f)(w, x)`) in the body of a function
+    `jax.vmap` maps (`calls.check_vmapped`): traced under vmap, SPMD407 as for
+    `jax.vmap(st.grad(f))`; elsewhere nothing (mypy's own result)."""
+    default = ctx.default_return_type
+    call = ctx.context
+    if not calls.VMAPPED[0] or not isinstance(call, CallExpr):
+        return default
+    found = _grad_of(ctx.api, call.callee)
+    loss = _loss_and_nums(ctx.api, found[0]) if found is not None and not found[1] else None
+    g_t = get_proper_type(_type_of(ctx.api, found[0])) if found is not None else None
+    if loss is None or not isinstance(g_t, CallableType):
+        return default
+    positional = [t for group, kinds in zip(ctx.arg_types, ctx.arg_kinds, strict=True)
+                  for t, k in zip(group, kinds, strict=True) if k == ARG_POS]
+    _per_example(ctx.api, call, g_t, loss[0], list(loss[1]), positional)
+    return default
 
 
 def _result(ctx: MethodContext, g_t: CallableType, bound: list[Type]) -> Type:

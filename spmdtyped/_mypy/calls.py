@@ -15,7 +15,10 @@ generators and coroutines. What the re-check changes in the helper's nodes (its 
 and locals' inferred types, `FuncItem.expanded`) is put back.
 
 Methods too: `self.mlp(h)` on an equinox module whose `__call__` has no annotations is checked
-the same way, `self` typed as the receiver.
+the same way, `self` typed as the receiver. And `jax.vmap(f)(*args)` of a function of the
+module whose body takes a gradient (`st.grad(loss)(p, x)`, `g(p, x)` of `g = jax.grad(loss)`):
+its body is checked on the arguments with `VMAPPED` set, where each gradient call is checked
+for per-example gradients of a replicated parameter (SPMD407, `autodiff.grad_call`).
 
 Helpers of the module being checked only: mypy frees a module's function bodies once it is
 checked (and one read from its cache has none), so a helper imported from another module keeps
@@ -37,6 +40,7 @@ from mypy.nodes import (
     Block,
     Decorator,
     Expression,
+    ExpressionStmt,
     ForStmt,
     FuncDef,
     IfStmt,
@@ -53,6 +57,7 @@ from mypy.nodes import (
     WithStmt,
 )
 from mypy.plugin import FunctionContext, MethodContext
+from mypy.traverser import all_name_and_member_expressions
 from mypy.typeops import make_simplified_union
 from mypy.types import AnyType, CallableType, Instance, Type, get_proper_type
 
@@ -130,7 +135,7 @@ def check_method_call(ctx: MethodContext, defn: FuncDef) -> Type:
 def _check(ctx: FunctionContext | MethodContext, defn: FuncDef, receiver: Type | None) -> Type:
     default = ctx.default_return_type
     if _DEPTH[0] >= DEPTH or id(defn) in _ACTIVE or not _open(default) \
-            or not _user_module(ctx.api, getattr(ctx.api, "path", "")) or not _has_body(ctx.api, defn):
+            or not _user_module(ctx.api, getattr(ctx.api, "path", "")) or not has_body(ctx.api, defn):
         return default
     declared = get_proper_type(defn.type) if defn.type is not None else None
     start = 1 if receiver is not None else 0
@@ -149,21 +154,59 @@ def _check(ctx: FunctionContext | MethodContext, defn: FuncDef, receiver: Type |
             types.append(formal)
     if not stated:
         return default  # plain arrays: mypy's own result, as before
-    key = (id(defn), tuple(str(t) for t in types))
+    _report(ctx, defn, types)
+    memo = _MEMO.get(_key(defn, types))
+    return memo[1] if memo is not None and memo[1] is not None else default
+
+
+def check_vmapped(ctx: MethodContext, defn: FuncDef, positional: list[Type]) -> None:
+    """`jax.vmap(f)(*args)` of a function of the module whose body takes a gradient
+    (`autodiff.grad_call`): the body checked on the arguments' types as traced under vmap, its
+    errors (SPMD407) reported at the call."""
+    if _DEPTH[0] >= DEPTH or id(defn) in _ACTIVE or not has_body(ctx.api, defn) \
+            or _is_method(defn) or len(positional) > len(defn.arguments):
+        return
+    declared = get_proper_type(defn.type) if defn.type is not None else None
+    types = [positional[i] if i < len(positional) else
+             declared.arg_types[i] if isinstance(declared, CallableType) else any_type()
+             for i in range(len(defn.arguments))]
+    VMAPPED[0] += 1
+    try:
+        _report(ctx, defn, types)
+    finally:
+        VMAPPED[0] -= 1
+
+
+def _key(defn: FuncDef, types: list[Type]) -> tuple[int, bool, tuple[str, ...]]:
+    return id(defn), VMAPPED[0] > 0, tuple(str(t) for t in types)
+
+
+def _report(ctx: FunctionContext | MethodContext, defn: FuncDef, types: list[Type]) -> None:
+    """Check `defn`'s body on `types` (once per run: `_MEMO`) and report its rule errors at the
+    call."""
+    key = _key(defn, types)
     memo = _MEMO.get(key)
     if memo is None or memo[0] is not defn:
         result, errors = _recheck(ctx.api, defn, types)
         memo = _MEMO[key] = (defn, result, errors)
-    _, result, errors = memo
     where = _where(ctx.api, defn)
-    for severity, message, code in errors:
+    for severity, message, code in memo[2]:
         if severity == "error":  # a helper's helper: `in f (line 3) -> g (line 9), ...`
             text = f"in {where} -> {message[3:]}" if message.startswith(_PREFIX) \
                 else f"in {where}, on this call's arguments: {message}"
             ctx.api.fail(text, ctx.context, code=code)
         else:
             ctx.api.msg.note(message, ctx.context, code=code)
-    return result if result is not None else default
+
+
+def mentions(defn: FuncDef, fullnames: frozenset[str]) -> bool:
+    """Whether the body of `defn` names one of `fullnames` (in its statements' expressions,
+    not in nested functions)."""
+    for e in _Saved(defn).expressions:
+        names, members = all_name_and_member_expressions(e)
+        if any(n.fullname in fullnames for n in (*names, *members)):
+            return True
+    return False
 
 
 def _user_module(api: Any, path: str) -> bool:
@@ -172,7 +215,7 @@ def _user_module(api: Any, path: str) -> bool:
     return "/site-packages/" not in path and "/dist-packages/" not in path and "/typeshed/" not in path
 
 
-def _has_body(api: Any, defn: FuncDef) -> bool:
+def has_body(api: Any, defn: FuncDef) -> bool:
     """Whether `defn` is of a user module analysed in this run (one read from mypy's cache has
     no body to check)."""
     module, name = defn.fullname, ""
@@ -233,6 +276,7 @@ class _Saved:
     def __init__(self, defn: FuncDef) -> None:
         self.defn = defn
         self.returns: list[ReturnStmt] = []
+        self.expressions: list[Expression] = []  # returned, assigned and evaluated ones
         self.vars: dict[int, tuple[Var, Any]] = {}
         for a in defn.arguments:
             self.vars[id(a.variable)] = (a.variable, a.variable.type)
@@ -243,12 +287,16 @@ class _Saved:
         """The body's statements, not those of the functions or lambdas in it."""
         if isinstance(node, ReturnStmt) and node.expr is not None:
             self.returns.append(node)
+            self.expressions.append(node.expr)
+        elif isinstance(node, ExpressionStmt):
+            self.expressions.append(node.expr)
         targets: list[Expression] = []
         blocks: list[Statement | None] = []
         if isinstance(node, Block):
             blocks = list(node.body)
         elif isinstance(node, AssignmentStmt):
             targets = list(node.lvalues)
+            self.expressions.append(node.rvalue)
         elif isinstance(node, IfStmt):
             blocks = [*node.body, node.else_body]
         elif isinstance(node, ForStmt):
@@ -279,4 +327,6 @@ class _Saved:
 #: (id of the FuncDef, argument types) -> (the FuncDef, result, errors): once per run
 _MEMO: Final[dict[tuple[int, tuple[str, ...]], tuple[FuncDef, Type | None, list[tuple[str, str, Any]]]]] = {}
 _DEPTH: Final = [0]
+#: inside the body of a function `jax.vmap` maps (`check_vmapped`): its gradients are per-example
+VMAPPED: Final = [0]
 _ACTIVE: Final[set[int]] = set()

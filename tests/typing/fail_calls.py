@@ -88,3 +88,17 @@ def per_example_grads(params: Invariant, xs: Varying["dp"]) -> None:
     jax.vmap(jax.grad(_per_example_loss), in_axes=(None, 0))(params, xs)  # E: spmd-vmap-grad-invariant
     jg = jax.value_and_grad(_per_example_loss)
     jax.vmap(jg, in_axes=(None, 0))(params, xs)  # E: spmd-vmap-grad-invariant
+
+
+def per_example_grad(p, x):  # vmapped below: its gradient is per-example
+    return st.grad(_per_example_loss)(p, x)
+
+
+def per_example_grad_named(p: Invariant, x: Varying["dp"]) -> Varying["dp"]:
+    g = jax.grad(_per_example_loss)
+    return g(p, x)
+
+
+def vmapped_functions(params: Invariant, xs: Varying["dp"]) -> None:
+    jax.vmap(per_example_grad, in_axes=(None, 0))(params, xs)  # E: spmd-vmap-grad-invariant
+    jax.vmap(per_example_grad_named, in_axes=(None, 0))(params, xs)  # E: spmd-vmap-grad-invariant

@@ -82,3 +82,18 @@ def per_example_grads(params: Invariant, xs: Varying["dp"]) -> Varying["dp"]:
     g_x = st.grad(_per_example_loss, argnums=1)  # the argument that varies
     per_x: Varying["dp"] = jax.vmap(functools.partial(g_x, params))(xs)
     return per_x + jax.vmap(g_x, in_axes=(None, 0))(params, xs)
+
+
+def per_example_grad(p, x):
+    return st.grad(_per_example_loss)(p, x)
+
+
+def per_example_grad_x(p: Invariant, x: Varying["dp"]) -> Varying["dp"]:
+    g = jax.grad(_per_example_loss, argnums=1)  # the argument that varies
+    return g(p, x)
+
+
+def vmapped_functions(params: Invariant, xs: Varying["dp"]) -> None:
+    jax.vmap(per_example_grad, in_axes=(None, 0))(st.pcast(params, "dp", to="varying"), xs)
+    jax.vmap(per_example_grad_x, in_axes=(None, 0))(params, xs)
+    per_example_grad(params, xs)  # not under jax.vmap: the total gradient, right
