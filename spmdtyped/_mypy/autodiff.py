@@ -11,11 +11,14 @@ checked with `_rules.grad_loss_type` (SPMD405). A lambda called at once
 
 `jax.vmap(st.grad(f, ...), ...)` is a `VmapOfGrad[G, tuple[L, B, *argnums]]` (`G` the gradient
 function, `L` `f`'s declared loss, `B` the types of the arguments `functools.partial(g, *bound)`
-binds; the grad may be bound to a name first, `g = st.grad(f)`): its call is `G`'s, and per-example gradients of replicated
-parameters are SPMD407 (`_rules.check_vmap_grad`, the runtime's rule when `st.grad` is traced
-under `vmap`): the loss varies over the axes `L` declares that some argument varies over (a
-loss can vary only where an input does), and a differentiated argument Invariant there has
-each per-example gradient summed over the devices (jax#36886)."""
+binds; the grad may be bound to a name first, `g = st.grad(f)`): its call is `G`'s, and
+per-example gradients of replicated parameters are SPMD407 (`_rules.check_vmap_grad`, the
+runtime's rule when `st.grad` is traced under `vmap`): the loss varies over the axes `L`
+declares that some argument varies over (a loss can vary only where an input does), and a
+differentiated argument Invariant there has each per-example gradient summed over the devices
+(jax#36886). `jax.vmap(f)` of a function of
+the module that takes a gradient inside is a `VmapOfGrad[F, tuple[()]]`: its call checks `f`'s
+body as traced under vmap (`calls.check_vmapped`), where each gradient call is `grad_call`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Calls of the user's own functions: a helper whose parameters have no state keeps the states.
 
-`def add_bias(h, b): return h + b` has no annotations (or `jax.Array` / `Any` ones), so mypy
-types its result `Any` and checks nothing inside it. Called with typed arguments
+`def add_bias(h, b): return h + b` has no annotations (or `Any` ones; `jax.Array` ones too,
+though a typed argument for one is mypy's `arg-type` already), so mypy types its result `Any`
+and checks nothing inside it. Called with typed arguments
 (`add_bias(x @ w, b)`: a Partial over 'tp' and an Invariant bias), the helper's body is
 checked again with the call's argument types for those parameters, as mypy checks a lambda
 against its context (`TypeChecker.check_func_item` with a `type_override`, its types kept in a
@@ -11,7 +12,8 @@ on those arguments is reported at the call, with the helper's name and line and 
 Bounded: a body is checked once per (function, argument types) in a run (`_MEMO`), at most
 `DEPTH` helpers deep, never into itself (recursion). A call whose arguments carry no state
 (plain arrays, `Any`) keeps mypy's own result, as do decorated functions, overloads,
-generators and coroutines. What the re-check changes in the helper's nodes (its parameters'
+generators, coroutines and constructors (`__init__`: its check infers the class's
+attributes). What the re-check changes in the helper's nodes (its parameters'
 and locals' inferred types, `FuncItem.expanded`) is put back.
 
 Methods too: `self.mlp(h)` on an equinox module whose `__call__` has no annotations is checked
@@ -59,7 +61,7 @@ from mypy.nodes import (
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.traverser import all_name_and_member_expressions
 from mypy.typeops import make_simplified_union
-from mypy.types import AnyType, CallableType, Instance, Type, get_proper_type
+from mypy.types import AnyType, CallableType, Instance, TupleType, Type, UnionType, get_proper_type
 
 from .._rules import SpmdType
 from .codes import AXIS, CODES, UNKNOWN
@@ -72,13 +74,16 @@ _JAX_ARRAY: Final = frozenset({"jax._src.basearray.Array", "jax.Array"})
 _RULE_CODES: Final = frozenset(c for c in CODES.values() if c not in (AXIS, UNKNOWN))
 _PREFIX: Final = "in `"
 _SINGLE: Final = (ARG_POS, ARG_OPT, ARG_NAMED, ARG_NAMED_OPT)
+#: methods whose check infers the class's attributes (`self.w = ...`): never checked again
+_CONSTRUCTION: Final = frozenset({"__init__", "__new__", "__post_init__", "__init_subclass__"})
 
 
 def definition(node: Any) -> FuncDef | None:
     """The `FuncDef` of a user function a call can be re-checked through, else None."""
     if isinstance(node, Decorator) or not isinstance(node, FuncDef):
         return None
-    if node.is_generator or node.is_coroutine or node.is_property or node.is_overload:
+    if node.is_generator or node.is_coroutine or node.is_property or node.is_overload \
+            or node.name in _CONSTRUCTION:
         return None
     t = get_proper_type(node.type) if node.type is not None else None
     if t is None:
@@ -107,6 +112,13 @@ def _open(t: Type) -> bool:
     """A parameter type that says nothing of a state: none, `Any`, `jax.Array`."""
     p = get_proper_type(t)
     return isinstance(p, AnyType) or (isinstance(p, Instance) and p.type.fullname in _JAX_ARRAY)
+
+
+def _imprecise(t: Type) -> bool:
+    """`Any`, or a union or tuple with an `Any` among its items (`Any | SArray[...]`)."""
+    p = get_proper_type(t)
+    return isinstance(p, AnyType) or (isinstance(p, UnionType | TupleType)
+                                      and any(_imprecise(i) for i in p.items))
 
 
 def _stated(t: Type) -> bool:
@@ -138,6 +150,8 @@ def _check(ctx: FunctionContext | MethodContext, defn: FuncDef, receiver: Type |
             or not _user_module(ctx.api, getattr(ctx.api, "path", "")) or not has_body(ctx.api, defn):
         return default
     declared = get_proper_type(defn.type) if defn.type is not None else None
+    if isinstance(declared, CallableType) and declared.variables:
+        return default  # a generic helper: mypy's own inference of the call
     start = 1 if receiver is not None else 0
     n = len(defn.arguments)
     if len(ctx.arg_types) != n - start:
@@ -167,6 +181,8 @@ def check_vmapped(ctx: MethodContext, defn: FuncDef, positional: list[Type]) -> 
             or _is_method(defn) or len(positional) > len(defn.arguments):
         return
     declared = get_proper_type(defn.type) if defn.type is not None else None
+    if isinstance(declared, CallableType) and declared.variables:
+        return
     types = [positional[i] if i < len(positional) else
              declared.arg_types[i] if isinstance(declared, CallableType) else any_type()
              for i in range(len(defn.arguments))]
@@ -264,8 +280,8 @@ def _recheck(api: Any, defn: FuncDef, types: list[Type]) -> tuple[Type | None, l
     if not any(s == "error" for s, _, _ in errors):
         errors = []
     rets = [get_proper_type(type_map[r.expr]) if r.expr in type_map else None for r in saved.returns]
-    if not rets or any(r is None or isinstance(r, AnyType) for r in rets):
-        return None, errors
+    if not rets or any(r is None or _imprecise(r) for r in rets):
+        return None, errors  # a return of unknown type: mypy's own Any
     return make_simplified_union([r for r in rets if r is not None]), errors
 
 

@@ -56,6 +56,18 @@ def result_state_followed(x: Varying["dp"]) -> Invariant:
     return tanh_of(x)  # E: spmd-out-spec-state
 
 
+def defined_later(x: Varying["dp"], g: Invariant) -> Invariant:
+    a, _ = split_scale(x, g)
+    return a  # E: spmd-out-spec-state
+
+
+def split_scale(x, g, flip=False):
+    y = x * g
+    if flip:
+        return -y, y
+    return y, -y
+
+
 class MLP(eqx.Module):
     w_up: st.Shard["tp", Literal[-1]]
     w_down: st.Shard["tp", Literal[-2]]

@@ -47,6 +47,18 @@ def states_kept(x: Varying["dp"], g: Invariant) -> Varying["dp"]:
     return st.pmean(add_bias(z, g), "dp") + y
 
 
+def defined_later(x: Varying["dp"], g: Invariant) -> Varying["dp"]:
+    a, b = split_scale(x, g)  # a helper defined below, with locals, a branch, a tuple
+    return a + b
+
+
+def split_scale(x, g, flip=False):
+    y = x * g
+    if flip:
+        return -y, y
+    return y, -y
+
+
 def plain(x: jax.Array, b: jax.Array) -> jax.Array:
     return add_bias(rms(x, b), b)  # plain arrays: mypy's own Any, as before
 
