@@ -9,6 +9,12 @@ against its context (`TypeChecker.check_func_item` with a `type_override`, its t
 throw-away type map): the result is the body's return type, and a rule error inside the body
 on those arguments is reported at the call, with the helper's name and line and the rule's fix.
 
+Never a false error on a correct program: only what the body does on every path is reported
+(a mistake inside an `if` / loop / `try` block may be on a path these arguments never take);
+a literal argument is passed as its literal type, so mypy skips the branches it rules out
+(`if reduced:` for `reduced=False`); a result is typed only where every reachable return has
+one and the same known type.
+
 Bounded: a body is checked once per (function, argument types) in a run (`_MEMO`), at most
 `DEPTH` helpers deep, never into itself (recursion). A call whose arguments carry no state
 (plain arrays, `Any`) keeps mypy's own result, as do decorated functions, overloads,
@@ -60,7 +66,6 @@ from mypy.nodes import (
 )
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.traverser import all_name_and_member_expressions
-from mypy.typeops import make_simplified_union
 from mypy.types import AnyType, CallableType, Instance, TupleType, Type, UnionType, get_proper_type
 
 from .._rules import SpmdType
@@ -114,6 +119,15 @@ def _open(t: Type) -> bool:
     return isinstance(p, AnyType) or (isinstance(p, Instance) and p.type.fullname in _JAX_ARRAY)
 
 
+def _literal(t: Type) -> Type:
+    """A literal argument's own type (`False`, `"sum"`): mypy then skips the branches of the
+    helper it does not take (`if reduced:`)."""
+    p = get_proper_type(t)
+    if isinstance(p, Instance) and p.last_known_value is not None:
+        return p.last_known_value
+    return t
+
+
 def _imprecise(t: Type) -> bool:
     """`Any`, or a union or tuple with an `Any` among its items (`Any | SArray[...]`)."""
     p = get_proper_type(t)
@@ -162,7 +176,7 @@ def _check(ctx: FunctionContext | MethodContext, defn: FuncDef, receiver: Type |
         formal = declared.arg_types[i] if isinstance(declared, CallableType) else any_type()
         acts, kinds = ctx.arg_types[i - start], ctx.arg_kinds[i - start]
         if len(acts) == 1 and kinds[0] in _SINGLE and defn.arg_kinds[i] in _SINGLE and _open(formal):
-            types.append(acts[0])
+            types.append(_literal(acts[0]))
             stated = stated or _stated(acts[0])
         else:
             types.append(formal)
@@ -275,14 +289,22 @@ def _recheck(api: Any, defn: FuncDef, types: list[Type]) -> tuple[Type | None, l
         _DEPTH[0] -= 1
         _ACTIVE.discard(id(defn))
         saved.restore()
+    # a block that may not run on these arguments (`if reduced:` of a flag the caller sets, a
+    # shape test) is not reported: only what the helper does on every path
     errors = [(e.severity, e.message, e.code) for e in found if e.code in _RULE_CODES
-              and defn.line <= e.line <= (defn.end_line or e.line)]
+              and defn.line <= e.line <= (defn.end_line or e.line)
+              and not any(a <= e.line <= b for a, b in saved.branches)]
     if not any(s == "error" for s, _, _ in errors):
         errors = []
-    rets = [get_proper_type(type_map[r.expr]) if r.expr in type_map else None for r in saved.returns]
-    if not rets or any(r is None or _imprecise(r) for r in rets):
-        return None, errors  # a return of unknown type: mypy's own Any
-    return make_simplified_union([r for r in rets if r is not None]), errors
+    # the returns mypy reached (a literal argument's branch not taken is not), all of one type
+    rets = [get_proper_type(type_map[r.expr]) for r in saved.returns if r.expr in type_map]
+    if not rets or any(_imprecise(r) for r in rets) or len({str(r) for r in rets}) > 1:
+        return None, errors  # a return of unknown type, or of several: mypy's own Any
+    return rets[0], errors
+
+
+def _span(block: Block) -> tuple[int, int]:
+    return block.body[0].line, max(s.end_line or s.line for s in block.body)
 
 
 class _Saved:
@@ -293,6 +315,8 @@ class _Saved:
         self.defn = defn
         self.returns: list[ReturnStmt] = []
         self.expressions: list[Expression] = []  # returned, assigned and evaluated ones
+        #: the lines of the blocks that may not run (if / else, loops, try): first, last
+        self.branches: list[tuple[int, int]] = []
         self.vars: dict[int, tuple[Var, Any]] = {}
         for a in defn.arguments:
             self.vars[id(a.variable)] = (a.variable, a.variable.type)
@@ -323,6 +347,8 @@ class _Saved:
             blocks, targets = [node.body], [t for t in node.target if t is not None]
         elif isinstance(node, TryStmt):
             blocks = [node.body, *node.handlers, node.else_body, node.finally_body]
+        if isinstance(node, IfStmt | ForStmt | WhileStmt | TryStmt):
+            self.branches.extend(_span(b) for b in blocks if isinstance(b, Block) and b.body)
         while targets:
             t = targets.pop()
             if isinstance(t, TupleExpr | ListExpr):
@@ -340,8 +366,9 @@ class _Saved:
         self.defn.expanded[:] = self.expanded
 
 
-#: (id of the FuncDef, argument types) -> (the FuncDef, result, errors): once per run
-_MEMO: Final[dict[tuple[int, tuple[str, ...]], tuple[FuncDef, Type | None, list[tuple[str, str, Any]]]]] = {}
+#: (id of the FuncDef, under jax.vmap, argument types) -> (the FuncDef, result, errors): once
+#: per run
+_MEMO: Final[dict[tuple[int, bool, tuple[str, ...]], tuple[FuncDef, Type | None, list[tuple[str, str, Any]]]]] = {}
 _DEPTH: Final = [0]
 #: inside the body of a function `jax.vmap` maps (`check_vmapped`): its gradients are per-example
 VMAPPED: Final = [0]

@@ -59,6 +59,23 @@ def split_scale(x, g, flip=False):
     return y, -y
 
 
+def maybe_reduce(h, b, reduced):
+    if reduced:  # a branch: what it does is not reported (it may not run on these arguments)
+        return h + b
+    return st.psum(h, "tp") + b
+
+
+def mode(h, b, how):
+    if how == "sum":
+        return st.psum(h, "tp") + b
+    return h + b
+
+
+def flags(h: st.Shard["tp", Literal[-1]], w2: st.Shard["tp", Literal[-2]], b: Invariant) -> Invariant:
+    y: Invariant = maybe_reduce(h @ w2, b, False)  # the literal's branch only: Invariant
+    return y + mode(h @ w2, b, "sum")
+
+
 def plain(x: jax.Array, b: jax.Array) -> jax.Array:
     return add_bias(rms(x, b), b)  # plain arrays: mypy's own Any, as before
 
