@@ -413,7 +413,8 @@ class ShardMapDecorator(Generic[_S, _M]):
 
 class VmapOfGrad(Generic[_F2, _P]):
     """What the mypy plugin makes of `jax.vmap(st.grad(f, ...), ...)`: `F` the gradient
-    function's type, `P` the loss type of `f`. Calling it checks per-example gradients of
+    function's type, `P` the loss type of `f`, the types of the arguments a
+    `functools.partial` binds and the differentiated argnums. Calling it checks per-example gradients of
     replicated parameters (SPMD407) and gives `F`'s result. Never seen without the plugin."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from mypy.nodes import CallExpr, Decorator, RefExpr, TypeInfo
+from mypy.nodes import CallExpr, Decorator, FuncDef, RefExpr, TypeInfo
 from mypy.options import Options
 from mypy.plugin import (
     AnalyzeTypeContext,
@@ -126,7 +126,31 @@ class SpmdPlugin(Plugin):
         callee = self._refined_callee(fullname)
         if callee is not None:  # a user function with Shard / Partial / Rep parameters
             return guarded(functools.partial(refined.check_call, callee=callee))
+        if "." not in fullname and _vmapped():  # `g(w, x)` of a local `g = st.grad(f)`
+            return guarded(_feature("autodiff").grad_call)
+        defn = self._helper(fullname)
+        if defn is not None:  # a user function with parameters of no state: its body re-checked
+            return guarded(functools.partial(_feature("calls").check_call, defn=defn))
         return None
+
+    def _helper(self, fullname: str) -> Any:
+        """A user function whose parameters say no state (`_mypy.calls`), else None."""
+        if fullname.startswith(_NOT_USER) or "." not in fullname:
+            return None
+        node = self._node(fullname)
+        if not isinstance(node, FuncDef):
+            return None
+        return _feature("calls").definition(node)
+
+    def _helper_method(self, fullname: str) -> Any:
+        """A user class's method whose parameters say no state (`_mypy.calls`), else None."""
+        if fullname.startswith(_NOT_USER):
+            return None
+        owner, _, name = fullname.rpartition(".")
+        info = self._node(owner) if owner else None
+        if not isinstance(info, TypeInfo):
+            return None
+        return _feature("calls").method(info, name)
 
     def _function_table(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         collective = collectives.name_of(fullname)
@@ -148,6 +172,8 @@ class SpmdPlugin(Plugin):
             return guarded(functools.partial(_feature("autodiff").analyze, name=names.AUTODIFF[fullname]))
         if fullname.startswith(names.GRAD_LAMBDA_CALLS):  # `st.grad(lambda w: ...)(w)`
             return guarded(_feature("autodiff").lambda_call)
+        if fullname.startswith(names.GRAD_CALLS):  # `g(w, x)` of `g = st.grad(f)`
+            return guarded(_feature("autodiff").grad_call)
         if fullname in names.SHARD_MAP:  # the function under it keeps its signature
             return guarded(_feature("signature").keeping(
                 functools.partial(_feature("boundary").analyze, feature="shard_map")))
@@ -232,6 +258,10 @@ class SpmdPlugin(Plugin):
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         hook = self._table("method", fullname, self._method_table)
+        if hook is None:
+            defn = self._helper_method(fullname)
+            if defn is not None:  # `self.mlp(h)`: a user method re-checked on the call's states
+                hook = guarded(functools.partial(_feature("calls").check_method_call, defn=defn))
         if self._unknown:  # `spmd-unknown`: every method call is watched for a lost state
             watched = _feature("unknown").watch(hook, fullname, self._node)
             return guarded(watched) if watched is not None else None
@@ -271,6 +301,13 @@ class SpmdPlugin(Plugin):
             return None
         # (`unknown = true` adds errors to every cached module: part of the key too)
         return f"{_DIGEST}:{CONFIG.jax}:unknown={CONFIG.unknown}"
+
+
+def _vmapped() -> bool:
+    """Inside the body of a function `jax.vmap` maps (`_mypy.calls.VMAPPED`: its module is
+    imported by then)."""
+    module = sys.modules.get(f"{__package__}._mypy.calls")
+    return module is not None and bool(module.VMAPPED[0])
 
 
 def _installed(path: str) -> bool:

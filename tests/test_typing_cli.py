@@ -145,6 +145,26 @@ def test_docs_unknown_block(tmp_path: Path) -> None:
     assert got == shown.group(1).strip().splitlines(), proc.stdout + proc.stderr
 
 
+def test_static_md_across_functions(tmp_path: Path) -> None:
+    """docs/static.md's "Across functions" program: `check` prints the page's errors (a helper
+    with no annotations checked on the call's arguments, its result's state, vmap of a grad
+    bound to a name)."""
+    import re
+
+    page = (REPO / "docs" / "static.md").read_text()
+    section = page[page.index("## Across functions"):]
+    program = re.search(r"```python\n(.*?)```", section, re.S)
+    shown = re.search(r"```text\n(.*?)```", section, re.S)
+    assert program and shown
+    (tmp_path / "prog.py").write_text(program.group(1))
+    env = dict(os.environ, PYTHONPATH=str(REPO), SPMDTYPED_PLUGIN_DEBUG="1")
+    proc = subprocess.run([sys.executable, "-m", "spmdtyped", "check", "--cache-dir",
+                           str(CACHE / "cli-across"), "prog.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    got = [ln for ln in proc.stdout.splitlines() if ": error: " in ln]
+    assert got == shown.group(1).strip().splitlines(), proc.stdout + proc.stderr
+
+
 def test_the_unknown_key_invalidates_mypy_cache(tmp_path: Path) -> None:
     """Turning `[spmdtyped] unknown = true` on (nothing else changed, one cache directory)
     rechecks the cached module: the key is part of the plugin's configuration data."""

@@ -31,6 +31,8 @@ full names to. None imports JAX: the rules come from `spmdtyped._rules`.
 - `autodiff`: `st.grad`, `st.value_and_grad`, `st.vjp` (and `jax.grad` / `jax.value_and_grad`
   of a typed loss).
 - `control`: `st.fori_loop`, `while_loop`, `scan`, `cond`, `switch`.
+- `calls`: calls of the module's own functions and methods with parameters of no state (no
+  annotations, `Any`): the body checked again on the call's argument types (result and errors).
 - `unknown`: the opt-in `spmd-unknown` (`[spmdtyped] unknown = true`, `check --strict`): the
   first place where a typed value's state or refinement is lost, with the reason (a watch over
   the call and method hooks, `jax.tree.map` of an unknown tree).

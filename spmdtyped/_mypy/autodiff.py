@@ -9,12 +9,16 @@ Reduced swap, Varying kept), so a direct call `st.grad(f)(w, x)` and a later cal
 checked with `_rules.grad_loss_type` (SPMD405). A lambda called at once
 (`st.value_and_grad(lambda w: ...)(w)`) is typed from the call's arguments (`lambda_call`).
 
-`jax.vmap(st.grad(f, ...), ...)` is a `VmapOfGrad[G, tuple[L, *argnums]]` (`G` the gradient
-function, `L` `f`'s declared loss): its call is `G`'s, and per-example gradients of replicated
-parameters are SPMD407 (`_rules.check_vmap_grad`, the runtime's rule when `st.grad` is traced
-under `vmap`): the loss varies over the axes `L` declares that some argument varies over (a
-loss can vary only where an input does), and a differentiated argument Invariant there has
-each per-example gradient summed over the devices (jax#36886)."""
+`jax.vmap(st.grad(f, ...), ...)` is a `VmapOfGrad[G, tuple[L, B, *argnums]]` (`G` the gradient
+function, `L` `f`'s declared loss, `B` the types of the arguments `functools.partial(g, *bound)`
+binds; the grad may be bound to a name first, `g = st.grad(f)`): its call is `G`'s, and
+per-example gradients of replicated parameters are SPMD407 (`_rules.check_vmap_grad`, the
+runtime's rule when `st.grad` is traced under `vmap`): the loss varies over the axes `L`
+declares that some argument varies over (a loss can vary only where an input does), and a
+differentiated argument Invariant there has each per-example gradient summed over the devices
+(jax#36886). `jax.vmap(f)` of a function of
+the module that takes a gradient inside is a `VmapOfGrad[F, tuple[()]]`: its call checks `f`'s
+body as traced under vmap (`calls.check_vmapped`), where each gradient call is `grad_call`."""
 
 from __future__ import annotations
 
@@ -25,10 +29,12 @@ from mypy.nodes import (
     CallExpr,
     Context,
     Expression,
+    FuncDef,
     IntExpr,
     LambdaExpr,
     NameExpr,
     RefExpr,
+    TempNode,
     TupleExpr,
 )
 from mypy.plugin import FunctionContext, MethodContext
@@ -50,7 +56,7 @@ from mypy.types import (
 from .. import _rules
 from .._errors import SpmdTypeError
 from .._rules import SpmdType
-from . import names, pytrees, refined
+from . import calls, names, pytrees, refined
 from .codes import report
 from .convert import (
     SARRAY,
@@ -64,6 +70,7 @@ from .convert import (
     tuple_items,
     tuple_of,
 )
+from .extents import assignments
 
 #: full name -> function
 FULLNAMES: Final = names.AUTODIFF
@@ -325,35 +332,88 @@ def _call_arg(call: CallExpr, name: str, index: int) -> Expression | None:
 
 
 def _vmap(ctx: FunctionContext) -> Type:
-    """`jax.vmap(st.grad(f, ...), ...)`: a `VmapOfGrad` (see the module docstring); any other
-    `jax.vmap` keeps JAX's own type."""
+    """`jax.vmap(st.grad(f, ...), ...)`: a `VmapOfGrad` (see the module docstring); the grad
+    may be bound to a name first (`g = st.grad(f)`) or have leading arguments bound by
+    `functools.partial(g, w)` (`_grad_of`); any other `jax.vmap` keeps JAX's own type."""
     default = ctx.default_return_type
     if not (ctx.args and ctx.args[0]):
         return default
-    g_expr, g_t = ctx.args[0][0], get_proper_type(ctx.arg_types[0][0])
-    if not (isinstance(g_expr, CallExpr) and isinstance(g_expr.callee, RefExpr)
-            and FULLNAMES.get(g_expr.callee.fullname) in ("grad", "value_and_grad", "jax.grad",
-                                                       "jax.value_and_grad")
-            and isinstance(g_t, CallableType)):
+    found = _grad_of(ctx.api, ctx.args[0][0])
+    if found is None:  # a function of the module's that takes a gradient inside
+        f_t = get_proper_type(_type_of(ctx.api, ctx.args[0][0]))
+        if isinstance(f_t, CallableType) and isinstance(f_t.definition, FuncDef) \
+                and calls.has_body(ctx.api, f_t.definition) and calls.mentions(f_t.definition, _GRAD_FULLNAMES):
+            return named(ctx.api, VMAP_OF_GRAD, [f_t, tuple_of(ctx.api, [])])
         return default
+    g_expr, bound = found
+    g_t = get_proper_type(_type_of(ctx.api, g_expr))
+    loss = _loss_and_nums(ctx.api, g_expr)
+    if not isinstance(g_t, CallableType) or loss is None:
+        return default
+    loss_t, nums = loss
+    int_t = named(ctx.api, "builtins.int", [])
+    bound_t = tuple_of(ctx.api, [_type_of(ctx.api, b) for b in bound])
+    meta = tuple_of(ctx.api, [loss_t, bound_t, *(LiteralType(k, int_t) for k in nums)])
+    return named(ctx.api, VMAP_OF_GRAD, [g_t, meta])
+
+
+def _loss_and_nums(api: Any, g_expr: CallExpr) -> tuple[Type, tuple[int, ...]] | None:
+    """The declared loss type of `st.grad(f, argnums, has_aux)`'s `f` (a typed one) and the
+    differentiated argnums; None where either is unknown."""
     fun = _call_arg(g_expr, "fun", 0)
-    lookup = getattr(ctx.api, "lookup_type_or_none", None)
+    lookup = getattr(api, "lookup_type_or_none", None)
     ft = get_proper_type(lookup(fun)) if fun is not None and lookup is not None else None
     nums = _argnums(_call_arg(g_expr, "argnums", 1))
     aux = _call_arg(g_expr, "has_aux", 2)
     has_aux = aux is not None and not (isinstance(aux, NameExpr) and aux.fullname == "builtins.False")
     if not isinstance(ft, CallableType) or nums is None or (has_aux and not (
             isinstance(aux, NameExpr) and aux.fullname == "builtins.True")):
-        return default
+        return None
     loss_t: Type | None = ft.ret_type
     if has_aux:
         items = tuple_items(ft.ret_type, 2)
         loss_t = items[0] if items is not None else None
     if loss_t is None or not isinstance(to_operand(loss_t), SpmdType):
-        return default
-    int_t = named(ctx.api, "builtins.int", [])
-    meta = tuple_of(ctx.api, [loss_t, *(LiteralType(k, int_t) for k in ((nums,) if isinstance(nums, int) else nums))])
-    return named(ctx.api, VMAP_OF_GRAD, [g_t, meta])
+        return None
+    return loss_t, (nums,) if isinstance(nums, int) else nums
+
+
+def _grad_of(api: Any, expr: Expression) -> tuple[CallExpr, list[Expression]] | None:
+    """The `st.grad(f, ...)` call (or `st.value_and_grad`, `jax.grad` ...) that `jax.vmap`'s
+    function is, with the arguments bound before the call's: itself, a name assigned it once
+    in the enclosing function (or module), or `functools.partial(<either>, *bound)`."""
+    bound: list[Expression] = []
+    for _ in range(3):  # a name of a partial of a name of the grad, at most
+        if isinstance(expr, NameExpr):
+            found = assignments(api, expr)
+            if len(found) != 1 or found[0][1] is not None:
+                return None
+            expr = found[0][0]
+        call = expr
+        if not (isinstance(call, CallExpr) and isinstance(call.callee, RefExpr)):
+            return None
+        if FULLNAMES.get(call.callee.fullname) in _VMAPPED_GRADS:
+            return call, bound
+        if call.callee.fullname != "functools.partial" or bound or not call.args \
+                or any(k != ARG_POS for k in call.arg_kinds):
+            return None
+        expr, bound = call.args[0], list(call.args[1:])
+    return None
+
+
+def _type_of(api: Any, expr: Expression) -> Type:
+    """The type mypy gave `expr` (checked already: no second report), else its inference."""
+    try:
+        t: Type = api.lookup_type(expr)
+    except KeyError:
+        with api.msg.filter_errors():
+            t = api.expr_checker.accept(expr)
+    return t
+
+
+#: the gradient forms `jax.vmap` of which is checked (SPMD407), and their full names
+_VMAPPED_GRADS: Final = ("grad", "value_and_grad", "jax.grad", "jax.value_and_grad")
+_GRAD_FULLNAMES: Final = frozenset(n for n, f in FULLNAMES.items() if f in _VMAPPED_GRADS)
 
 
 def vmap_call(ctx: MethodContext) -> Type:
@@ -364,36 +424,71 @@ def vmap_call(ctx: MethodContext) -> Type:
     if not (isinstance(p, Instance) and len(p.args) == 2):
         return ctx.default_return_type
     g_t, meta = get_proper_type(p.args[0]), get_proper_type(p.args[1])
-    if not (isinstance(g_t, CallableType) and isinstance(meta, TupleType) and meta.items):
+    if not (isinstance(g_t, CallableType) and isinstance(meta, TupleType) and len(meta.items) != 1):
         return any_type()
     positional = [t for group, kinds in zip(ctx.arg_types, ctx.arg_kinds, strict=True)
                   for t, k in zip(group, kinds, strict=True) if k == ARG_POS]
+    if not meta.items:  # `jax.vmap(f)` of a function that takes a gradient inside
+        if isinstance(g_t.definition, FuncDef):
+            calls.check_vmapped(ctx, g_t.definition, positional)
+        return _result(ctx, g_t, [])
+    bound = get_proper_type(meta.items[1])
+    bound_ts = list(bound.items) if isinstance(bound, TupleType) else []
+    nums = [k for k in (getattr(get_proper_type(i), "value", None) for i in meta.items[2:])
+            if isinstance(k, int)]
+    _per_example(ctx.api, ctx.context, g_t, meta.items[0], nums, [*bound_ts, *positional])
+    return _result(ctx, g_t, bound_ts)
+
+
+def _per_example(api: Any, context: Context, g_t: CallableType, loss_t: Type, nums: list[int],
+                 positional: list[Type]) -> None:
+    """SPMD407 for the call of gradient function `g_t` (loss `loss_t`, argnums `nums`) traced
+    under `jax.vmap` on arguments of types `positional`."""
     states = [to_operand(t) for t in positional]
-    loss = to_operand(meta.items[0])
+    loss = to_operand(loss_t)
     varying_in = frozenset().union(*(s.varying for s in states if isinstance(s, SpmdType)))
-    if isinstance(loss, SpmdType) and loss.varying & varying_in:
-        params: list[tuple[str, SpmdType]] = []
-        for item in meta.items[1:]:
-            k = getattr(get_proper_type(item), "value", None)
-            if isinstance(k, int) and k < len(states) and isinstance(states[k], SpmdType):
-                name = g_t.arg_names[k] if k < len(g_t.arg_names) and g_t.arg_names[k] else f"argument {k}"
-                state = states[k]
-                assert isinstance(state, SpmdType)
-                params.append((name, state))
-        try:
-            _rules.check_vmap_grad(SpmdType(loss.varying & varying_in), params, op="st.grad")
-        except SpmdTypeError as err:
-            report(ctx.api, err, ctx.context)
-    return _result(ctx, g_t)
-
-
-def _result(ctx: MethodContext, g_t: CallableType) -> Type:
-    """mypy's inference of the gradient function's call on the same arguments (its errors,
-    already reported for the arguments, filtered), else Any."""
+    if not (isinstance(loss, SpmdType) and loss.varying & varying_in):
+        return
+    params: list[tuple[str, SpmdType]] = []
+    for k in nums:
+        state = states[k] if k < len(states) else None
+        if isinstance(state, SpmdType):
+            name = g_t.arg_names[k] if k < len(g_t.arg_names) else None
+            params.append((name or f"argument {k}", state))
     try:
-        args = [a for group in ctx.args for a in group]
-        kinds = [k for group in ctx.arg_kinds for k in group]
-        names = [n for group in ctx.arg_names for n in group]
+        op = g_t.name.partition("(")[0] if g_t.name and "(" in g_t.name else "st.grad"
+        _rules.check_vmap_grad(SpmdType(loss.varying & varying_in), params, op=op)
+    except SpmdTypeError as err:
+        report(api, err, context)
+
+
+def grad_call(ctx: FunctionContext) -> Type:
+    """A call of `st.grad(f)` & co. (`g(w, x)`, `st.grad(f)(w, x)`) in the body of a function
+    `jax.vmap` maps (`calls.check_vmapped`): traced under vmap, SPMD407 as for
+    `jax.vmap(st.grad(f))`; elsewhere nothing (mypy's own result)."""
+    default = ctx.default_return_type
+    call = ctx.context
+    if not calls.VMAPPED[0] or not isinstance(call, CallExpr):
+        return default
+    found = _grad_of(ctx.api, call.callee)
+    loss = _loss_and_nums(ctx.api, found[0]) if found is not None and not found[1] else None
+    g_t = get_proper_type(_type_of(ctx.api, found[0])) if found is not None else None
+    if loss is None or not isinstance(g_t, CallableType):
+        return default
+    positional = [t for group, kinds in zip(ctx.arg_types, ctx.arg_kinds, strict=True)
+                  for t, k in zip(group, kinds, strict=True) if k == ARG_POS]
+    _per_example(ctx.api, call, g_t, loss[0], list(loss[1]), positional)
+    return default
+
+
+def _result(ctx: MethodContext, g_t: CallableType, bound: list[Type]) -> Type:
+    """mypy's inference of the gradient function's call on the same arguments (after those
+    `functools.partial` bound; its errors, already reported for the arguments, filtered),
+    else Any."""
+    try:
+        args = [*(TempNode(t, context=ctx.context) for t in bound), *(a for group in ctx.args for a in group)]
+        kinds = [*(ARG_POS for _ in bound), *(k for group in ctx.arg_kinds for k in group)]
+        names = [*(None for _ in bound), *(n for group in ctx.arg_names for n in group)]
         with ctx.api.msg.filter_errors():
             ret, _ = ctx.api.expr_checker.check_call(g_t, args, kinds, ctx.context, names)
         return ret  # type: ignore[no-any-return]

@@ -29,6 +29,9 @@ AUTODIFF: Final = {f"{m}.{n}": n for m in ("spmdtyped", "spmdtyped._ops.autodiff
 #: mypy gives them (`autodiff._grad_name`: a lambda is "fun"; `jax.grad` of a lambda keeps
 #: JAX's unnamed `Callable`, whose call reaches no plugin hook)
 GRAD_LAMBDA_CALLS: Final = ("st.grad(fun", "st.value_and_grad(fun")
+#: the calls of any gradient function (`autodiff.grad_call`: SPMD407 in the body of a function
+#: `jax.vmap` maps)
+GRAD_CALLS: Final = ("st.grad(", "st.value_and_grad(", "jax.grad(", "jax.value_and_grad(")
 #: `jax.vmap(st.grad(...))`'s call (`autodiff.vmap_call`: SPMD407)
 VMAP_OF_GRAD: Final = f"{STATIC}.VmapOfGrad"
 VMAP_CALL: Final = f"{VMAP_OF_GRAD}.__call__"

@@ -1,6 +1,7 @@
 # legs: plugin
 """The three mistakes of tests/_llama.py in the equinox block of pass_llama_eqx.py (jnp /
-jax.nn / jax.lax inside, docs/ecosystem.md's style): mypy with the plugin reports each at its
+jax.nn / jax.lax inside, docs/ecosystem.md's style; the bias one also through a method and a
+helper with no annotations, checked on the call's arguments): mypy with the plugin reports each at its
 line with an `spmd-*` code (`# MISTAKE: <name>` marks the line, as in tests/_llama.py)."""
 
 import equinox as eqx
@@ -21,6 +22,25 @@ class MLPBiasBeforePsum(MLP):
     def __call__(self, x: Varying["dp"]) -> Varying["dp"]:
         h = jax.nn.silu(x @ self.w_gate) * (x @ self.w_up)
         return jax.lax.psum(h @ self.w_down + self.b_down, "tp")  # MISTAKE: bias_before_psum  # E: spmd-partial-plus-replicated
+
+
+class MLPBiasBeforePsumInMethod(MLP):
+    def down(self, h):  # a method with no annotations: checked where it is called
+        return h @ self.w_down + self.b_down
+
+    def __call__(self, x: Varying["dp"]) -> Varying["dp"]:
+        h = jax.nn.silu(x @ self.w_gate) * (x @ self.w_up)
+        return jax.lax.psum(self.down(h), "tp")  # MISTAKE: bias_before_psum  # E: spmd-partial-plus-replicated
+
+
+def down_with_bias(mlp, h):  # a helper with no annotations: the same
+    return h @ mlp.w_down + mlp.b_down
+
+
+class MLPBiasBeforePsumInHelper(MLP):
+    def __call__(self, x: Varying["dp"]) -> Varying["dp"]:
+        h = jax.nn.silu(x @ self.w_gate) * (x @ self.w_up)
+        return jax.lax.psum(down_with_bias(self, h), "tp")  # MISTAKE: bias_before_psum  # E: spmd-partial-plus-replicated
 
 
 def step_pmean_reduced_grads(block: Block, x: Varying["dp"]

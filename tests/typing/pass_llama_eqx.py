@@ -1,8 +1,8 @@
 # legs: plugin
 """A Llama-style block in equinox written as docs/ecosystem.md teaches: jnp / jax.nn / jax.lax
 inside the modules, state hints on the fields, the methods and the step, nothing rewritten into
-`st.numpy`. mypy with the plugin follows every state (the column-parallel Shard, the
-row-parallel partial sum, the causal mask of `jnp.tril`, the gradient) and reports nothing;
+`st.numpy`, a helper and a method with no annotations. mypy with the plugin follows every
+state (the column-parallel Shard, the row-parallel partial sum through the unannotated ones, the causal mask of `jnp.tril`, the gradient) and reports nothing;
 fail_llama_eqx.py has the three mistakes of tests/_llama.py; tests/test_typing_llama.py runs
 this model against a single-device reference (values and gradients). The modules are built
 from raw arrays outside the typed code (fields: another item of issue 23)."""
@@ -39,6 +39,10 @@ class Attention(eqx.Module):
         return jax.lax.psum(o @ self.wo, "tp")
 
 
+def swiglu(gate, up):  # a helper with no annotations: checked at each call on its arguments
+    return jax.nn.silu(gate) * up
+
+
 class MLP(eqx.Module):
     w_gate: st.Shard["tp", -1]  # column-parallel
     w_up: st.Shard["tp", -1]
@@ -46,8 +50,11 @@ class MLP(eqx.Module):
     b_down: Invariant
 
     def __call__(self, x: Varying["dp"]) -> Varying["dp"]:
-        h = jax.nn.silu(x @ self.w_gate) * (x @ self.w_up)
-        return jax.lax.psum(h @ self.w_down, "tp") + self.b_down  # reduce, then the bias
+        h = swiglu(x @ self.w_gate, x @ self.w_up)
+        return jax.lax.psum(self.down(h), "tp") + self.b_down  # reduce, then the bias
+
+    def down(self, h):  # a method with no annotations: the same (its result a partial sum)
+        return h @ self.w_down
 
 
 class Block(eqx.Module):

@@ -1,0 +1,375 @@
+"""Calls of the user's own functions: a helper whose parameters have no state keeps the states.
+
+`def add_bias(h, b): return h + b` has no annotations (or `Any` ones; `jax.Array` ones too,
+though a typed argument for one is mypy's `arg-type` already), so mypy types its result `Any`
+and checks nothing inside it. Called with typed arguments
+(`add_bias(x @ w, b)`: a Partial over 'tp' and an Invariant bias), the helper's body is
+checked again with the call's argument types for those parameters, as mypy checks a lambda
+against its context (`TypeChecker.check_func_item` with a `type_override`, its types kept in a
+throw-away type map): the result is the body's return type, and a rule error inside the body
+on those arguments is reported at the call, with the helper's name and line and the rule's fix.
+
+Never a false error on a correct program: only what the body does on every path is reported
+(a mistake inside an `if` / loop / `try` block may be on a path these arguments never take);
+a literal argument is passed as its literal type, so mypy skips the branches it rules out
+(`if reduced:` for `reduced=False`); a result is typed only where every reachable return has
+one and the same known type.
+
+Bounded: a body is checked once per (function, argument types) in a run (`_MEMO`), at most
+`DEPTH` helpers deep, never into itself (recursion). A call whose arguments carry no state
+(plain arrays, `Any`) keeps mypy's own result, as do decorated functions, overloads,
+generators, coroutines and constructors (`__init__`: its check infers the class's
+attributes). What the re-check changes in the helper's nodes (its parameters'
+and locals' inferred types, `FuncItem.expanded`) is put back.
+
+Methods too: `self.mlp(h)` on an equinox module whose `__call__` has no annotations is checked
+the same way, `self` typed as the receiver. And `jax.vmap(f)(*args)` of a function of the
+module whose body takes a gradient (`st.grad(loss)(p, x)`, `g(p, x)` of `g = jax.grad(loss)`):
+its body is checked on the arguments with `VMAPPED` set, where each gradient call is checked
+for per-example gradients of a replicated parameter (SPMD407, `autodiff.grad_call`).
+
+Helpers of the module being checked only: mypy frees a module's function bodies once it is
+checked (and one read from its cache has none), so a helper imported from another module keeps
+mypy's own result. That also keeps the cache right: a caller's errors depend on no other
+module's bodies.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from mypy.nodes import (
+    ARG_NAMED,
+    ARG_NAMED_OPT,
+    ARG_OPT,
+    ARG_POS,
+    FUNC_NO_INFO,
+    AssignmentStmt,
+    Block,
+    Decorator,
+    Expression,
+    ExpressionStmt,
+    ForStmt,
+    FuncDef,
+    IfStmt,
+    ListExpr,
+    NameExpr,
+    ReturnStmt,
+    StarExpr,
+    Statement,
+    TryStmt,
+    TupleExpr,
+    TypeInfo,
+    Var,
+    WhileStmt,
+    WithStmt,
+)
+from mypy.plugin import FunctionContext, MethodContext
+from mypy.traverser import all_name_and_member_expressions
+from mypy.types import AnyType, CallableType, Instance, TupleType, Type, UnionType, get_proper_type
+
+from .._rules import SpmdType
+from .codes import AXIS, CODES, UNKNOWN
+from .convert import SARRAY, any_type, named, to_operand
+
+#: how many helpers deep a re-check goes (a helper calling a helper calling a helper)
+DEPTH: Final = 3
+_JAX_ARRAY: Final = frozenset({"jax._src.basearray.Array", "jax.Array"})
+#: the codes reported again at the call: the rule table's (not the opt-in ones)
+_RULE_CODES: Final = frozenset(c for c in CODES.values() if c not in (AXIS, UNKNOWN))
+_PREFIX: Final = "in `"
+_SINGLE: Final = (ARG_POS, ARG_OPT, ARG_NAMED, ARG_NAMED_OPT)
+#: methods whose check infers the class's attributes (`self.w = ...`): never checked again
+_CONSTRUCTION: Final = frozenset({"__init__", "__new__", "__post_init__", "__init_subclass__"})
+
+
+def definition(node: Any) -> FuncDef | None:
+    """The `FuncDef` of a user function a call can be re-checked through, else None."""
+    if isinstance(node, Decorator) or not isinstance(node, FuncDef):
+        return None
+    if node.is_generator or node.is_coroutine or node.is_property or node.is_overload \
+            or node.name in _CONSTRUCTION:
+        return None
+    t = get_proper_type(node.type) if node.type is not None else None
+    if t is None:
+        return node
+    if not isinstance(t, CallableType):
+        return None
+    start = 1 if _is_method(node) else 0
+    return node if any(_open(a) for a in t.arg_types[start:]) else None
+
+
+def method(info: Any, name: str) -> FuncDef | None:
+    """The method `name` of class `info` (inherited ones too), re-checkable, else None."""
+    if not isinstance(info, TypeInfo):
+        return None
+    node = info.get_method(name)
+    return definition(node) if node is not None and _is_method(node) else None
+
+
+def _is_method(node: Any) -> bool:
+    """An instance method (its first parameter is the receiver)."""
+    return isinstance(node, FuncDef) and node.info is not FUNC_NO_INFO and not node.is_static \
+        and not node.is_class and bool(node.arg_names)
+
+
+def _open(t: Type) -> bool:
+    """A parameter type that says nothing of a state: none, `Any`, `jax.Array`."""
+    p = get_proper_type(t)
+    return isinstance(p, AnyType) or (isinstance(p, Instance) and p.type.fullname in _JAX_ARRAY)
+
+
+def _literal(t: Type) -> Type:
+    """A literal argument's own type (`False`, `"sum"`): mypy then skips the branches of the
+    helper it does not take (`if reduced:`)."""
+    p = get_proper_type(t)
+    if isinstance(p, Instance) and p.last_known_value is not None:
+        return p.last_known_value
+    return t
+
+
+def _imprecise(t: Type) -> bool:
+    """`Any`, or a union or tuple with an `Any` among its items (`Any | SArray[...]`)."""
+    p = get_proper_type(t)
+    return isinstance(p, AnyType) or (isinstance(p, UnionType | TupleType)
+                                      and any(_imprecise(i) for i in p.items))
+
+
+def _stated(t: Type) -> bool:
+    """An argument of a known state (a typed array, or a tuple / list of them)."""
+    p = get_proper_type(t)
+    if isinstance(p, Instance) and p.type.fullname == SARRAY:
+        return isinstance(to_operand(p), SpmdType)
+    items = getattr(p, "items", None)
+    if isinstance(items, list):
+        return any(_stated(i) for i in items)
+    if isinstance(p, Instance) and p.type.fullname in ("builtins.list", "builtins.tuple") and p.args:
+        return _stated(p.args[-1])
+    return False
+
+
+def check_call(ctx: FunctionContext, defn: FuncDef) -> Type:
+    """A call of a user function (`definition`): its body's result on the call's arguments."""
+    return _check(ctx, defn, None)
+
+
+def check_method_call(ctx: MethodContext, defn: FuncDef) -> Type:
+    """A method call on an instance (`method`): the same, `self` typed as the receiver."""
+    return _check(ctx, defn, ctx.type)
+
+
+def _check(ctx: FunctionContext | MethodContext, defn: FuncDef, receiver: Type | None) -> Type:
+    default = ctx.default_return_type
+    if _DEPTH[0] >= DEPTH or id(defn) in _ACTIVE or not _open(default) \
+            or not _user_module(ctx.api, getattr(ctx.api, "path", "")) or not has_body(ctx.api, defn):
+        return default
+    declared = get_proper_type(defn.type) if defn.type is not None else None
+    if isinstance(declared, CallableType) and declared.variables:
+        return default  # a generic helper: mypy's own inference of the call
+    start = 1 if receiver is not None else 0
+    n = len(defn.arguments)
+    if len(ctx.arg_types) != n - start:
+        return default
+    types: list[Type] = [receiver] if receiver is not None else []
+    stated = False
+    for i in range(start, n):
+        formal = declared.arg_types[i] if isinstance(declared, CallableType) else any_type()
+        acts, kinds = ctx.arg_types[i - start], ctx.arg_kinds[i - start]
+        if len(acts) == 1 and kinds[0] in _SINGLE and defn.arg_kinds[i] in _SINGLE and _open(formal):
+            types.append(_literal(acts[0]))
+            stated = stated or _stated(acts[0])
+        else:
+            types.append(formal)
+    if not stated:
+        return default  # plain arrays: mypy's own result, as before
+    _report(ctx, defn, types)
+    memo = _MEMO.get(_key(defn, types))
+    return memo[1] if memo is not None and memo[1] is not None else default
+
+
+def check_vmapped(ctx: MethodContext, defn: FuncDef, positional: list[Type]) -> None:
+    """`jax.vmap(f)(*args)` of a function of the module whose body takes a gradient
+    (`autodiff.grad_call`): the body checked on the arguments' types as traced under vmap, its
+    errors (SPMD407) reported at the call."""
+    if _DEPTH[0] >= DEPTH or id(defn) in _ACTIVE or not has_body(ctx.api, defn) \
+            or _is_method(defn) or len(positional) > len(defn.arguments):
+        return
+    declared = get_proper_type(defn.type) if defn.type is not None else None
+    if isinstance(declared, CallableType) and declared.variables:
+        return
+    types = [positional[i] if i < len(positional) else
+             declared.arg_types[i] if isinstance(declared, CallableType) else any_type()
+             for i in range(len(defn.arguments))]
+    VMAPPED[0] += 1
+    try:
+        _report(ctx, defn, types)
+    finally:
+        VMAPPED[0] -= 1
+
+
+def _key(defn: FuncDef, types: list[Type]) -> tuple[int, bool, tuple[str, ...]]:
+    return id(defn), VMAPPED[0] > 0, tuple(str(t) for t in types)
+
+
+def _report(ctx: FunctionContext | MethodContext, defn: FuncDef, types: list[Type]) -> None:
+    """Check `defn`'s body on `types` (once per run: `_MEMO`) and report its rule errors at the
+    call."""
+    key = _key(defn, types)
+    memo = _MEMO.get(key)
+    if memo is None or memo[0] is not defn:
+        result, errors = _recheck(ctx.api, defn, types)
+        memo = _MEMO[key] = (defn, result, errors)
+    where = _where(ctx.api, defn)
+    for severity, message, code in memo[2]:
+        if severity == "error":  # a helper's helper: `in f (line 3) -> g (line 9), ...`
+            text = f"in {where} -> {message[3:]}" if message.startswith(_PREFIX) \
+                else f"in {where}, on this call's arguments: {message}"
+            ctx.api.fail(text, ctx.context, code=code)
+        else:
+            ctx.api.msg.note(message, ctx.context, code=code)
+
+
+def mentions(defn: FuncDef, fullnames: frozenset[str]) -> bool:
+    """Whether the body of `defn` names one of `fullnames` (in its statements' expressions,
+    not in nested functions)."""
+    for e in _Saved(defn).expressions:
+        names, members = all_name_and_member_expressions(e)
+        if any(n.fullname in fullnames for n in (*names, *members)):
+            return True
+    return False
+
+
+def _user_module(api: Any, path: str) -> bool:
+    """A module of the user's (not site-packages: JAX's, equinox's own code)."""
+    path = "/" + path.replace("\\", "/")
+    return "/site-packages/" not in path and "/dist-packages/" not in path and "/typeshed/" not in path
+
+
+def has_body(api: Any, defn: FuncDef) -> bool:
+    """Whether `defn` is of a user module analysed in this run (one read from mypy's cache has
+    no body to check)."""
+    module, name = defn.fullname, ""
+    modules = getattr(api, "modules", {})
+    while module and module not in modules:
+        module, _, name = module.rpartition(".")
+    tree = modules.get(module)
+    if tree is None or not _user_module(api, tree.path) or tree.is_cache_skeleton:
+        return False
+    try:
+        return bool(defn.body.body) and len(defn.arguments) == len(defn.arg_kinds)
+    except AttributeError:  # a node read from the cache: no body
+        return False
+
+
+def _where(api: Any, defn: FuncDef) -> str:
+    """`add_bias` (line 3), with the module where it is another one's."""
+    name = f"{defn.info.name}.{defn.name}" if _is_method(defn) else defn.name
+    module = defn.fullname.rpartition("." + name)[0] if defn.fullname else ""
+    here = getattr(getattr(api, "tree", None), "fullname", None)
+    at = f"line {defn.line}" if not module or module == here else f"{module} line {defn.line}"
+    return f"`{name}` ({at})"
+
+
+def _recheck(api: Any, defn: FuncDef, types: list[Type]) -> tuple[Type | None, list[tuple[str, str, Any]]]:
+    """The body of `defn` checked with parameter types `types`: its return type (None where
+    a return is unknown or `Any`) and the rule errors found in it (severity, message, code)."""
+    override = CallableType(types, list(defn.arg_kinds), list(defn.arg_names), any_type(),
+                            named(api, "builtins.function", []), name=defn.name, definition=defn)
+    saved = _Saved(defn)
+    _DEPTH[0] += 1
+    _ACTIVE.add(id(defn))
+    try:
+        with api.msg.filter_errors(save_filtered_errors=True) as watcher, \
+                api.local_type_map as type_map, api.tscope.function_scope(defn):
+            api.check_func_item(defn, type_override=override, name=defn.name)
+        found = watcher.filtered_errors()
+    except Exception:  # noqa: BLE001 - internal API: mypy's own result
+        return None, []
+    finally:
+        _DEPTH[0] -= 1
+        _ACTIVE.discard(id(defn))
+        saved.restore()
+    # a block that may not run on these arguments (`if reduced:` of a flag the caller sets, a
+    # shape test) is not reported: only what the helper does on every path
+    errors = [(e.severity, e.message, e.code) for e in found if e.code in _RULE_CODES
+              and defn.line <= e.line <= (defn.end_line or e.line)
+              and not any(a <= e.line <= b for a, b in saved.branches)]
+    if not any(s == "error" for s, _, _ in errors):
+        errors = []
+    # the returns mypy reached (a literal argument's branch not taken is not), all of one type
+    rets = [get_proper_type(type_map[r.expr]) for r in saved.returns if r.expr in type_map]
+    if not rets or any(_imprecise(r) for r in rets) or len({str(r) for r in rets}) > 1:
+        return None, errors  # a return of unknown type, or of several: mypy's own Any
+    return rets[0], errors
+
+
+def _span(block: Block) -> tuple[int, int]:
+    return block.body[0].line, max(s.end_line or s.line for s in block.body)
+
+
+class _Saved:
+    """What a re-check writes into the helper's nodes, read before and put back after: the
+    inferred types of its parameters and locals, its `expanded` items; and its returns."""
+
+    def __init__(self, defn: FuncDef) -> None:
+        self.defn = defn
+        self.returns: list[ReturnStmt] = []
+        self.expressions: list[Expression] = []  # returned, assigned and evaluated ones
+        #: the lines of the blocks that may not run (if / else, loops, try): first, last
+        self.branches: list[tuple[int, int]] = []
+        self.vars: dict[int, tuple[Var, Any]] = {}
+        for a in defn.arguments:
+            self.vars[id(a.variable)] = (a.variable, a.variable.type)
+        self._walk(defn.body)
+        self.expanded = list(defn.expanded)
+
+    def _walk(self, node: Statement | None) -> None:
+        """The body's statements, not those of the functions or lambdas in it."""
+        if isinstance(node, ReturnStmt) and node.expr is not None:
+            self.returns.append(node)
+            self.expressions.append(node.expr)
+        elif isinstance(node, ExpressionStmt):
+            self.expressions.append(node.expr)
+        targets: list[Expression] = []
+        blocks: list[Statement | None] = []
+        if isinstance(node, Block):
+            blocks = list(node.body)
+        elif isinstance(node, AssignmentStmt):
+            targets = list(node.lvalues)
+            self.expressions.append(node.rvalue)
+        elif isinstance(node, IfStmt):
+            blocks = [*node.body, node.else_body]
+        elif isinstance(node, ForStmt):
+            blocks, targets = [node.body, node.else_body], [node.index]
+        elif isinstance(node, WhileStmt):
+            blocks = [node.body, node.else_body]
+        elif isinstance(node, WithStmt):
+            blocks, targets = [node.body], [t for t in node.target if t is not None]
+        elif isinstance(node, TryStmt):
+            blocks = [node.body, *node.handlers, node.else_body, node.finally_body]
+        if isinstance(node, IfStmt | ForStmt | WhileStmt | TryStmt):
+            self.branches.extend(_span(b) for b in blocks if isinstance(b, Block) and b.body)
+        while targets:
+            t = targets.pop()
+            if isinstance(t, TupleExpr | ListExpr):
+                targets.extend(t.items)
+            elif isinstance(t, StarExpr):
+                targets.append(t.expr)
+            elif isinstance(t, NameExpr) and isinstance(t.node, Var) and id(t.node) not in self.vars:
+                self.vars[id(t.node)] = (t.node, t.node.type)
+        for b in blocks:
+            self._walk(b)
+
+    def restore(self) -> None:
+        for var, t in self.vars.values():
+            var.type = t
+        self.defn.expanded[:] = self.expanded
+
+
+#: (id of the FuncDef, under jax.vmap, argument types) -> (the FuncDef, result, errors): once
+#: per run
+_MEMO: Final[dict[tuple[int, bool, tuple[str, ...]], tuple[FuncDef, Type | None, list[tuple[str, str, Any]]]]] = {}
+_DEPTH: Final = [0]
+#: inside the body of a function `jax.vmap` maps (`check_vmapped`): its gradients are per-example
+VMAPPED: Final = [0]
+_ACTIVE: Final[set[int]] = set()
