@@ -13,7 +13,7 @@ from spmdtyped import SpmdTypeError, _rules, _surface
 from spmdtyped._cli.stubgen import main
 from spmdtyped._stubgen import messages, parse_axes, render
 from spmdtyped._stubgen.forms import _forms, plan
-from spmdtyped._stubgen.model import ANY, Alt, Arr, Overload, Var, lit, match, var
+from spmdtyped._stubgen.model import ANY, Alt, Arr, Overload, Var, lit, match, param_text, var
 from spmdtyped._stubgen.select import StubError, axis_rule, select, unary_rule, verify
 from spmdtyped._typed import hints as _hints
 
@@ -94,6 +94,27 @@ def test_collectives_exact_at_two_and_three_axes() -> None:
                 continue
             if p.form.kind in ("collective", "unop") or p.form.binding == "unary":
                 assert p.tally.false_errors == 0, (p.form.name, p.tally.false_examples[:3])
+
+
+def test_collective_overloads_merged_by_state() -> None:
+    """pyright evaluates a nested argument once per overload it tries (docs/pyright.md, "Cost"):
+    a collective's legal overloads of every axis come before its union catches, and a Varying
+    call over the second axis tries no Unreduced overload of the first; each axis keeps the
+    order `select` checked."""
+    text = render(("dp", "tp"))["spmdtyped/__init__.pyi"]
+    psum = [ln for ln in text.splitlines() if ln.startswith("def psum(x: SArray")]
+    unions = [k for k, ln in enumerate(psum) if "] | SArray[" in ln]
+    legal = [k for k, ln in enumerate(psum) if ln.endswith("]: ...")]
+    assert unions and legal and max(legal) < min(unions), psum
+    first_tp_varying = next(k for k, ln in enumerate(psum)
+                            if 'x: SArray[Literal["tp"] | _Vo_tp' in ln)
+    assert not any('Literal["dp"]' in ln.split(", axis_name")[0].split(",")[1]
+                   for ln in psum[:first_tp_varying]), psum[:first_tp_varying]
+    (p,) = [p for p in plan(("dp", "tp")) if p.form.name == "psum"]
+    for _, axis, ovs in p.groups:
+        mine = [ln.split("x: ", 1)[1].split(", axis_name")[0] for ln in psum
+                if f'axis_name: Literal["{axis}"]' in ln]
+        assert mine == [param_text(ov.params[0]) for ov in ovs], axis
 
 
 def test_select_refuses_what_the_rules_reject() -> None:

@@ -24,6 +24,7 @@ from .._errors import error
 from . import static as _static
 from .forms import Planned, plan
 from .model import Overload, Var, axis_type, param_text, result_text, typevars
+from .select import axis_segment
 
 #: the result the stub does not compute (`where`, `einsum`, raw operands): a subclass of
 #: `SArray[Any, Any, Any]` rather than the bare generic, so that every form can take it in a
@@ -145,6 +146,32 @@ def _untyped_lines(p: Planned) -> list[str]:
     return []
 
 
+def _interleaved(groups: Sequence[tuple[str | None, str | None, list[Overload]]]
+                 ) -> list[tuple[str | None, str | None, Overload]]:
+    """A collective's overloads in stub order: per `to=` value, the axes' lists merged by
+    `axis_segment` (every axis's Invariant and Varying overloads, then every axis's Unreduced
+    ones, then Reduced, then the catches), each list's own order kept.
+
+    The `axis_name` literal makes two axes' overloads disjoint, so only the order within one
+    axis decides a verdict (`select` checked it); a checker evaluates the argument once per
+    overload it tries and reads `axis_name` after it, so axis by axis a legal call over the
+    last axis would try every overload of the axes before it, catches included
+    (docs/pyright.md, "Cost")."""
+    out: list[tuple[str | None, str | None, Overload]] = []
+    for to in dict.fromkeys(to for to, _, _ in groups):
+        tagged = []
+        for n, (t, axis, ovs) in enumerate(groups):
+            if t != to:
+                continue
+            segs = [axis_segment(ov, axis or "") for ov in ovs]
+            if segs != sorted(segs):  # pragma: no cover - a pool out of segment order
+                raise ValueError(f"stubgen: the overloads over {axis!r} are not in segment order")
+            tagged += [((seg, n, k), axis, ov)
+                       for k, (seg, ov) in enumerate(zip(segs, ovs, strict=True))]
+        out += [(to, axis, ov) for _, axis, ov in sorted(tagged, key=lambda x: x[0])]
+    return out
+
+
 def _function_lines(p: Planned) -> list[str]:
     f, out = p.form, []
     if f.kind == "collective":
@@ -152,14 +179,13 @@ def _function_lines(p: Planned) -> list[str]:
         to_any = [] if not f.to else ([] if "*" in tail else ["*"]) + [f.to]
         out += _def(f.name, ["x: _TU", "axis_name: str | tuple[str, ...]", *tail, *to_any],
                     ANY_ARRAY, None, "")
-        for to, axis, ovs in p.groups:
+        for to, axis, ov in _interleaved(p.groups):
             to_param = [] if to is None else [
                 f'to: Literal["{to}"]' + (f' = "{to}"' if f.to.endswith(f'= "{to}"') else "")]
-            for ov in ovs:
-                params = [f"x: {param_text(ov.params[0])}", f'axis_name: Literal["{axis}"]', *tail]
-                if to_param:
-                    params += ([] if "*" in params else ["*"]) + to_param
-                out += _def(f.name, params, result_text(ov.result), ov, "")
+            params = [f"x: {param_text(ov.params[0])}", f'axis_name: Literal["{axis}"]', *tail]
+            if to_param:
+                params += ([] if "*" in params else ["*"]) + to_param
+            out += _def(f.name, params, result_text(ov.result), ov, "")
         out += _def(f.name, ["x: _Typed | _RawArray", "axis_name: str | tuple[str, ...]", *tail,
                              *to_any], ANY_ARRAY, None, "")
         out += _def(f.name, ["x: dict[Any, Any] | list[Any] | tuple[Any, ...]",

@@ -219,25 +219,30 @@ _STATE_SLOT = {_rules.V: "v", _rules.U: "u", _rules.R: "r"}
 def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
     """A collective or cast over one axis `a`: one pattern per state of `a` (exact: no other axis
     in that slot; others: a TypeVar bound to the other axes takes the rest), each moved to every
-    state; then an `@deprecated` catch for the state. States in the order I, R, U, V, so that a
-    covariant V pattern only sees values that are Varying on `a`."""
+    state; `@deprecated` catches for the states.
+
+    Order: Invariant first (its patterns, then its catch), so that a covariant V pattern only
+    sees values that hold `a` somewhere; then the V, U and R patterns, whose other slots are
+    TypeVars bound to the other axes (a value holding `a` in another slot does not match them);
+    the Reduced / Unreduced / Varying catches (unions of literal sets) last. Why this order: a
+    checker evaluates a nested argument once per overload it tries (`st.psum(g @ w2, "tp")`), a
+    union parameter once per member, and stops at the first match: the legal forms come before
+    the catches a legal call never needs (docs/pyright.md, "Cost")."""
     o = _others(axes, a)
     out: list[Overload] = []
     vo, uo, ro = (_v(f"_{k}o_{a}", o) for k in "VUR")
-    free = {"v": var(V1), "u": var(U), "r": var(R)}
-    for s in (_rules.I, _rules.R, _rules.U, _rules.V):
-        deps: list[Alt] = []
-        dep: dict[str, Slot] | None
+    bounded = {"v": var(vo), "u": var(uo), "r": var(ro)}
+    catches: list[Overload] = []
+    for s in (_rules.I, _rules.V, _rules.U, _rules.R):
         if s is _rules.I:
-            shapes = [{"v": var(vo), "u": var(uo), "r": var(ro)}]
-            rest = [dict(shapes[0])]
-            dep = shapes[0]
+            shapes = [dict(bounded)]
+            rest = [dict(bounded)]
         else:
             k = _STATE_SLOT[s]
             shapes, rest = [], []
             for split in ("exact", "others"):
                 for clean in (False, True):
-                    pat = {j: (NEVER if clean and j != "v" else free[j]) for j in _SLOTS}
+                    pat = {j: (NEVER if clean and j != "v" else bounded[j]) for j in _SLOTS}
                     pat[k] = lit(a) if split == "exact" else var({"v": vo, "u": uo, "r": ro}[k], a)
                     left = dict(pat)
                     left[k] = NEVER if split == "exact" else var({"v": vo, "u": uo, "r": ro}[k])
@@ -245,9 +250,9 @@ def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
                         continue
                     shapes.append(pat)
                     rest.append(left)
-            dep = None  # the state's catch: one union of literal sets (both checkers solve it)
-            deps.append(Alt(tuple(Arr(*(lit(*axs) if j == k else ANY for j in _SLOTS))
-                                  for axs in _holding(axes, a))))
+            # the state's catch: one union of literal sets (both checkers solve it)
+            catches.append(Overload((Alt(tuple(Arr(*(lit(*axs) if j == k else ANY for j in _SLOTS))
+                                               for axs in _holding(axes, a))),), None, "?"))
         for pat, left in zip(shapes, rest, strict=True):
             for t in (_rules.I, _rules.V, _rules.U, _rules.R):
                 res = dict(left)
@@ -256,10 +261,25 @@ def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
                     res[k2] = Slot(res[k2].lits | {a}, res[k2].vars)
                 out.append(Overload((Arr(pat["v"], pat["u"], pat["r"]),),
                                     Arr(res["v"], res["u"], res["r"])))
-        for d in (*deps, *((dep,) if dep is not None else ())):
-            out.append(Overload((d if isinstance(d, Alt) else Arr(d["v"], d["u"], d["r"]),),
-                                None, "?"))
-    return out
+        if s is _rules.I:
+            out.append(Overload((Arr(var(vo), var(uo), var(ro)),), None, "?"))
+    # Reduced, Unreduced, then Varying (covariant: it would take what the other two catch)
+    return out + catches[::-1]
+
+
+def axis_segment(ov: Overload, a: str) -> int:
+    """Where `axis_pool`'s overload `ov` over `a` belongs in the stub: 0 Invariant or Varying on
+    `a` (the Invariant catch guards the covariant Varying patterns of its axis), 1 Unreduced,
+    2 Reduced, 3 a catch of unions. Within one axis the pool's order is sorted this way; the
+    stub merges the axes by it (legal common forms first)."""
+    (x,) = ov.params[:1]
+    if isinstance(x, Alt):
+        return 3
+    if isinstance(x, Arr) and a in x.u.lits:
+        return 1
+    if isinstance(x, Arr) and a in x.r.lits:
+        return 2
+    return 0
 
 
 def _holding(axes: Sequence[str], a: str) -> list[tuple[str, ...]]:
