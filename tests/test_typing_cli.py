@@ -6,6 +6,7 @@ import configparser
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from test_typing import CACHE, REPO
@@ -127,42 +128,38 @@ def test_merged_config_carries_the_spmdtyped_section(tmp_path: Path) -> None:
     assert dict(cp["spmdtyped"]) == {"jax": "0.12"}
 
 
-def test_docs_unknown_block(tmp_path: Path) -> None:
-    """docs/static.md's `spmd-unknown` program: `check --strict` prints the page's lines."""
+def _page_program(tmp_path: Path, heading: str, flags: list[str], cache: str,
+                  keep: Callable[[str], bool]) -> None:
+    """The Python program of docs/static.md's section `heading`, run through `check` with
+    `flags`: the lines `keep` selects from its output are the section's `text` block."""
     import re
 
     page = (REPO / "docs" / "static.md").read_text()
-    section = page[page.index("### Where the state is lost"):]
+    section = page[page.index(heading):]
     program = re.search(r"```python\n(.*?)```", section, re.S)
     shown = re.search(r"```text\n(.*?)```", section, re.S)
     assert program and shown
     (tmp_path / "prog.py").write_text(program.group(1))
     env = dict(os.environ, PYTHONPATH=str(REPO), SPMDTYPED_PLUGIN_DEBUG="1")
-    proc = subprocess.run([sys.executable, "-m", "spmdtyped", "check", "--strict", "--cache-dir",
-                           str(CACHE / "cli-strict"), "prog.py"], cwd=tmp_path, env=env,
+    proc = subprocess.run([sys.executable, "-m", "spmdtyped", "check", *flags, "--cache-dir",
+                           str(CACHE / cache), "prog.py"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
-    got = [ln for ln in proc.stdout.splitlines() if ln.endswith("[spmd-unknown]")]
+    got = [ln for ln in proc.stdout.splitlines() if keep(ln)]
     assert got == shown.group(1).strip().splitlines(), proc.stdout + proc.stderr
+
+
+def test_docs_unknown_block(tmp_path: Path) -> None:
+    """docs/static.md's `spmd-unknown` program: `check --strict` prints the page's lines."""
+    _page_program(tmp_path, "### Where the state is lost", ["--strict"], "cli-strict",
+                  lambda ln: ln.endswith("[spmd-unknown]"))
 
 
 def test_static_md_across_functions(tmp_path: Path) -> None:
     """docs/static.md's "Across functions" program: `check` prints the page's errors (a helper
     with no annotations checked on the call's arguments, its result's state, vmap of a grad
     bound to a name)."""
-    import re
-
-    page = (REPO / "docs" / "static.md").read_text()
-    section = page[page.index("## Across functions"):]
-    program = re.search(r"```python\n(.*?)```", section, re.S)
-    shown = re.search(r"```text\n(.*?)```", section, re.S)
-    assert program and shown
-    (tmp_path / "prog.py").write_text(program.group(1))
-    env = dict(os.environ, PYTHONPATH=str(REPO), SPMDTYPED_PLUGIN_DEBUG="1")
-    proc = subprocess.run([sys.executable, "-m", "spmdtyped", "check", "--cache-dir",
-                           str(CACHE / "cli-across"), "prog.py"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
-    got = [ln for ln in proc.stdout.splitlines() if ": error: " in ln]
-    assert got == shown.group(1).strip().splitlines(), proc.stdout + proc.stderr
+    _page_program(tmp_path, "## Across functions", [], "cli-across",
+                  lambda ln: ": error: " in ln)
 
 
 def test_the_unknown_key_invalidates_mypy_cache(tmp_path: Path) -> None:
