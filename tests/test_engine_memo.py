@@ -176,3 +176,31 @@ def test_a_helper_traced_anew_reports_the_layer_that_has_the_bug(mesh: Any, bug_
     bad, _ = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=SPECS, out_specs=OUT))(*args)
     np.testing.assert_allclose(bad - got, np.broadcast_to(3 * b, got.shape), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(h, x @ w_col + 4 * b_col, rtol=1e-5, atol=1e-5)
+
+
+def test_a_check_leaves_no_cyclic_garbage(mesh: Any) -> None:
+    """Everything a check builds is freed by reference counting when it ends: a reference
+    cycle (a closure stored on a walk, a recursive helper holding the views) would keep the
+    walks' memos and views alive until a collection during the lowering, which then traverses
+    them (docs/performance.md §2)."""
+    import gc
+
+    from spmdtyped._engine.check import check_staged
+
+    args = _args(mesh)
+    closed = jax.make_jaxpr(jax.shard_map(lambda *a: layers(*a, bug_at=None), mesh=mesh,
+                                          in_specs=SPECS, out_specs=OUT))(*args)
+    buggy_closed = jax.make_jaxpr(jax.shard_map(lambda *a: layers(*a, bug_at=2), mesh=mesh,
+                                                in_specs=SPECS, out_specs=OUT))(*args)
+    check_staged(closed, where="test")   # module-level caches filled once
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        assert check_staged(closed, where="test") == []
+        assert [v.code for v in check_staged(buggy_closed, where="test")] == ["SPMD210"]
+        gc.collect()
+        garbage = [type(o).__name__ for o in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert garbage == []

@@ -71,9 +71,11 @@ def _collector_paused() -> Iterator[None]:
     few short-lived objects per equation and free them all at the end, and each collection the
     allocations trigger would traverse the whole traced program. Measured on the 128-layer
     drop-in benchmark: a second full collection per trace + lower, about 100 ms, more than
-    the walks' own cost (docs/performance.md §2). Nothing the walks build is cyclic garbage.
-    The check that paused it turns it back on (a program that turned it off keeps it off; a
-    second thread checking meanwhile finds it paused and leaves it to the first)."""
+    the walks' own cost (docs/performance.md §2). Nothing the walks build is cyclic garbage
+    (`tests/test_engine_memo.py` holds them to it: a cycle would keep a walk's memos alive
+    until a collection during the lowering, and turning the collector on again would start
+    one). The check that paused it turns it back on (a program that turned it off keeps it
+    off; a second thread checking meanwhile finds it paused and leaves it to the first)."""
     paused = gc.isenabled()
     if paused:
         gc.disable()
@@ -92,8 +94,13 @@ def check_shard_map(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, 
     face: kept for measuring the refinement's cost). `strict=True` (`st.shard_map(...,
     strict=True)`): every sum of an in_spec Shard over its own axis is SPMD108."""
     with _collector_paused():
-        return _check(eqn, manual=manual, mesh=mesh, source=source, where=where, steps=steps,
-                      refine=refine, strict=strict)
+        got = _check(eqn, manual=manual, mesh=mesh, source=source, where=where, steps=steps,
+                     refine=refine, strict=strict)
+        # freed while the collector is paused: their deallocation takes back the allocations
+        # they counted, so that turning the collector on again does not start a collection
+        # that traverses them (measured: 4-5 ms of the 128-layer benchmark's check)
+        got.walk.release()
+        return got
 
 
 def _check(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: str,

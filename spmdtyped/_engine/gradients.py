@@ -96,33 +96,41 @@ def read(eqns: Sequence[Any], outvars: Sequence[Any], line_of: Any,
         return Gradients({}, frozenset(batched))
 
     shared: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-
-    def primals(v: Any, depth: int = 0) -> tuple[Any, ...] | None:
-        eqn = producer.get(v)
-        if eqn is None or depth > 64:
-            return None
-        if _compat.primitive_name(eqn) == _ACCUMULATE:
-            found: dict[Any, None] = {}
-            for u in eqn.invars:
-                got = None if is_literal(u) else primals(u, depth + 1)
-                if got is None:
-                    return None
-                found.update(dict.fromkeys(got))
-            return tuple(found)
-        line = line_of(eqn)
-        key = (line, *_key(v))
-        if line is None or key not in primals_at:
-            return None
-        if key not in shared:   # one tuple per line and key: `type_gradient` memoizes on it
-            shared[key] = tuple(dict.fromkeys(primals_at[key]))
-        return shared[key]
-
     links = {}
     for v in used_outside:
-        got = primals(v)
+        got = _primals(v, producer, primals_at, shared, line_of)
         if got:
             links[v] = got
     return Gradients(links, frozenset(batched))
+
+
+def _primals(v: Any, producer: dict[Any, Any], primals_at: dict[tuple[Any, ...], list[Any]],
+             shared: dict[tuple[Any, ...], tuple[Any, ...]], line_of: Any, depth: int = 0
+             ) -> tuple[Any, ...] | None:
+    """The primals the gradient `v` may be the cotangent of (`read`): through the `add_any`
+    that sums several uses' contributions, the values forward equations at the line of the
+    backward equation that defines it take with its shape and dtype. (A module function: a
+    recursive closure would be a reference cycle holding `line_of`, and with it the check's
+    views, until the next collection.)"""
+    eqn = producer.get(v)
+    if eqn is None or depth > 64:
+        return None
+    if _compat.primitive_name(eqn) == _ACCUMULATE:
+        found: dict[Any, None] = {}
+        for u in eqn.invars:
+            got = None if is_literal(u) else _primals(u, producer, primals_at, shared, line_of,
+                                                      depth + 1)
+            if got is None:
+                return None
+            found.update(dict.fromkeys(got))
+        return tuple(found)
+    line = line_of(eqn)
+    key = (line, *_key(v))
+    if line is None or key not in primals_at:
+        return None
+    if key not in shared:   # one tuple per line and key: `type_gradient` memoizes on it
+        shared[key] = tuple(dict.fromkeys(primals_at[key]))
+    return shared[key]
 
 
 def type_gradient(v: Any, primals: Sequence[Any], env: dict[Any, Refinement], side: Side,

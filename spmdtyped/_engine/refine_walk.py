@@ -112,13 +112,12 @@ class RefineWalk:
     #: (`transfer.fact_id`): equal values the walk cannot tell apart share one
     known: dict[Any, int] = dataclasses.field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        given = self.report
-
-        def counted(e: SpmdTypeError, where: Any, extra: str) -> None:
-            self.reported += 1
-            given(e, where, extra)
-        self.report = counted
+    def _report(self, e: SpmdTypeError, where: Any, extra: str) -> None:
+        """`report`, counted (`reported`). (A method, not a closure stored on the walk: that
+        would make the walk and everything it holds cyclic garbage, freed only by the next
+        collection.)"""
+        self.reported += 1
+        self.report(e, where, extra)
 
     # ------------------------------------------------------------------ entry points
 
@@ -127,9 +126,9 @@ class RefineWalk:
         outs, pending = self.jaxpr(jaxpr, list(in_refs), parent=None, quiet=False,
                                    facts=_content.input_facts(jaxpr.invars))
         for p in pending:   # reaching the body's outputs: nothing will excuse them
-            self.report(p.error, p.where, p.extra)
+            self._report(p.error, p.where, p.extra)
         _content.at_outputs(jaxpr.outvars, self.out_facts, self.out_specs, self.in_specs,
-                            self.report)
+                            self._report)
         return outs
 
     # ------------------------------------------------------------------ jaxprs
@@ -173,7 +172,7 @@ class RefineWalk:
                 continue
             if excused(p, uses.get(v, [])):
                 continue
-            self.report(p.error, p.where, p.extra)
+            self._report(p.error, p.where, p.extra)
         outs = [NONE if is_literal(v) else env.get(v, NONE) for v in jaxpr.outvars]
         self.out_facts = [side.export(v) for v in jaxpr.outvars]
         return outs, left
@@ -230,7 +229,7 @@ class RefineWalk:
                 if e.code == "SPMD211" and eqn.outvars:   # a per-shard statistic if only pmax'd
                     pending[eqn.outvars[0]] = Pending(e, where, f"primitive: {op}", "nonlinear")
                 else:
-                    self.report(e, where, f"primitive: {op}")
+                    self._report(e, where, f"primitive: {op}")
         if results is None:
             results = [NONE] * len(outs)
         if summed:   # jax.vmap(jax.grad(f)) w.r.t. a parameter Invariant where the loss varies
@@ -243,7 +242,7 @@ class RefineWalk:
             # `b / n` broadcast against the partial sum, or cast by JAX: still b's share
             results = [_r.with_share(results[0], outs[0], refs[0].share)]
         track_side(side, eqn, name, self.axis_sizes)
-        _content.track(view, refs, results, side, where, quiet=quiet, report=self.report)
+        _content.track(view, refs, results, side, where, quiet=quiet, report=self._report)
         for v, t, r in zip(eqn.outvars, outs, results, strict=False):
             env[v] = r.restrict(t.varying).with_data(r.data or data)
         # opaque values cast back to Varying on the axes they dropped; a per-example gradient
@@ -263,7 +262,7 @@ class RefineWalk:
         shapes, out_shape = view.shapes, view.out_shape
         if name in _surface.AXIS_PRIMITIVES:   # its operands' content first (`refine_content`)
             refs = _content.at_collective(view, refs, side, env, where, quiet=quiet,
-                                          strict=self.strict, report=self.report)
+                                          strict=self.strict, report=self._report)
             return self._pure(view, refs)
         kind = _surface.PRIMITIVE_REFINE.get(name, (None, name))[0]
         if name in _PURE or kind in ("reduction", "along"):
@@ -482,7 +481,7 @@ class RefineWalk:
         if diverge and not quiet:
             bad = sorted(a for a in diverge for o in outs if a not in o.varying)
             if bad:
-                self.report(varying_predicate_error("jax.lax.cond", sorted(set(bad)), outs), where,
+                self._report(varying_predicate_error("jax.lax.cond", sorted(set(bad)), outs), where,
                             "primitive: cond")
         joined: list[Refinement] | None = None
         for br in eqn.params["branches"]:
@@ -504,7 +503,7 @@ class RefineWalk:
         if diverge and not quiet:
             bad = sorted(a for a in diverge for o in outs if a not in o.varying)
             if bad:
-                self.report(varying_predicate_error("jax.lax.while_loop", sorted(set(bad)), outs),
+                self._report(varying_predicate_error("jax.lax.while_loop", sorted(set(bad)), outs),
                             where, "primitive: while")
         carry = [diverged(r, diverge) for r in carry]
         carry = self._fixed_point(bj, list(bconsts), carry, outs, nb, where)

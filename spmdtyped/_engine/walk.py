@@ -206,6 +206,13 @@ class Walk:
     #: the collective and elementwise rules' predictions, by what they read (`_predict`)
     _predicted: dict[Any, list[SpmdType]] = dataclasses.field(default_factory=dict)
 
+    def release(self) -> None:
+        """Drop what only the walk itself reads (each equation's view, the memos), keeping what
+        it found (steps, violations, mismatches): the check is over."""
+        self.views = Views()
+        self._predicted, self._clean, self._known = {}, {}, {}
+        self._clean_eqns, self._dropped = set(), set()
+
     def violation(self, e: SpmdTypeError, where: tuple[str, int] | None, extra: str) -> None:
         key = (e.code, where, e.headline)
         if key not in self._seen:
