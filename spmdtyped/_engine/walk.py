@@ -32,6 +32,10 @@ from .refine_facts import from_autodiff
 #: user-facing collectives, looked up on the stack to name the API a primitive came from: the
 #: `jax.lax` names of the surface table (`_surface.LAX_NAMES`)
 _API_NAMES = _surface.LAX_NAMES
+#: the collective primitives whose check reads their operands' producers (`Walk._effective`:
+#: every collective but the casts)
+_READS_PRODUCERS = frozenset(name for name, rule in _surface.AXIS_PRIMITIVES.items()
+                             if not _rules.AXIS_OPS[rule].is_cast)
 
 
 def call_site(frames: Sequence[tuple[str, int, str]], api: str) -> tuple[str, int] | None:
@@ -236,9 +240,7 @@ class Walk:
         # `_effective` reads a collective's producers; no nested jaxpr, no operand value, no
         # steps, no Unreduced-keeping call around it) is checked once per `EqnView.key`
         static = None if (self.record_steps or self._kept_unreduced or view.subs
-                          or name in _rules.ARGUMENT_PRIMITIVES
-                          or (name in _surface.AXIS_PRIMITIVES
-                              and not _rules.AXIS_OPS[_surface.AXIS_PRIMITIVES[name]].is_cast)
+                          or name in _rules.ARGUMENT_PRIMITIVES or name in _READS_PRODUCERS
                           ) else view.key
         if static is not None and static in self._clean_eqns:
             return

@@ -426,8 +426,7 @@ def vmap_call(ctx: MethodContext) -> Type:
     g_t, meta = get_proper_type(p.args[0]), get_proper_type(p.args[1])
     if not (isinstance(g_t, CallableType) and isinstance(meta, TupleType) and len(meta.items) != 1):
         return any_type()
-    positional = [t for group, kinds in zip(ctx.arg_types, ctx.arg_kinds, strict=True)
-                  for t, k in zip(group, kinds, strict=True) if k == ARG_POS]
+    positional = _positional(ctx)
     if not meta.items:  # `jax.vmap(f)` of a function that takes a gradient inside
         if isinstance(g_t.definition, FuncDef):
             calls.check_vmapped(ctx, g_t.definition, positional)
@@ -438,6 +437,12 @@ def vmap_call(ctx: MethodContext) -> Type:
             if isinstance(k, int)]
     _per_example(ctx.api, ctx.context, g_t, meta.items[0], nums, [*bound_ts, *positional])
     return _result(ctx, g_t, bound_ts)
+
+
+def _positional(ctx: FunctionContext | MethodContext) -> list[Type]:
+    """The types of a call's positional arguments."""
+    return [t for group, kinds in zip(ctx.arg_types, ctx.arg_kinds, strict=True)
+            for t, k in zip(group, kinds, strict=True) if k == ARG_POS]
 
 
 def _per_example(api: Any, context: Context, g_t: CallableType, loss_t: Type, nums: list[int],
@@ -475,8 +480,7 @@ def grad_call(ctx: FunctionContext) -> Type:
     g_t = get_proper_type(_type_of(ctx.api, found[0])) if found is not None else None
     if loss is None or not isinstance(g_t, CallableType):
         return default
-    positional = [t for group, kinds in zip(ctx.arg_types, ctx.arg_kinds, strict=True)
-                  for t, k in zip(group, kinds, strict=True) if k == ARG_POS]
+    positional = _positional(ctx)
     _per_example(ctx.api, call, g_t, loss[0], list(loss[1]), positional)
     return default
 
