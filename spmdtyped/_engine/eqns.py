@@ -17,21 +17,35 @@ equation's rule on.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from .. import _compat
 from .._rules import LITERAL, SpmdType
 from .frames import user_frame
-from .refine_facts import eqn_axes, from_autodiff, is_literal, shape_of
+from .refine_facts import ByIdentity, eqn_axes, from_autodiff, is_literal, shape_of
 
-_UNSET: Any = object()
+_aval = operator.attrgetter("aval")
 
 
 def static_key(eqn: Any) -> tuple[Any, ...] | None:
     """What an equation's static facts are read from: primitive, params, the abstract values
-    of its operands and results, which operands are literals; None when it cannot be a key."""
-    return (eqn.primitive, tuple(eqn.params.items()), tuple([v.aval for v in eqn.invars]),
-            tuple(map(type, eqn.invars)), tuple([v.aval for v in eqn.outvars]))
+    of its operands and results, which operands are literals; None when it cannot be a key.
+    (Flat: the operands' count, then their avals, their variable types, the results' avals.)"""
+    ins = eqn.invars
+    return (eqn.primitive, tuple(eqn.params.items()), len(ins), *map(_aval, ins),
+            *map(type, ins), *map(_aval, eqn.outvars))
+
+
+def _scan_locate(frames: tuple[tuple[str, int, str], ...]
+                 ) -> tuple[tuple[str, int] | None, bool]:
+    user = user_frame(frames)
+    return user, user is not None and from_autodiff(frames, user)
+
+
+#: an equation's user frame and whether autodiff generated it there, by its stack (one tuple
+#: per traceback, `_compat.eqn_frames`): one lookup per equation for both
+_locate = ByIdentity(_scan_locate)
 
 
 class _Static:
@@ -54,15 +68,17 @@ class _Static:
 
 
 class EqnView:
-    """One equation's static facts (`Views.of`): those it shares with equal equations
+    """One equation's static facts (`Views.all`): those it shares with equal equations
     (`_Static`), copied into its own slots so the walks read each in one attribute lookup,
     and its own (the equation, its stack, its literals' values)."""
 
     __slots__ = ("eqn", "name", "lits", "types", "ins", "outs", "shapes", "out_shape", "subs",
-                 "axes", "key", "_frames", "_values", "_user", "_autodiff")
+                 "axes", "key", "transforms", "_frames", "_values", "_located")
 
-    def __init__(self, eqn: Any, facts: _Static) -> None:
+    def __init__(self, eqn: Any, facts: _Static, transforms: tuple[str, ...]) -> None:
         self.eqn = eqn
+        #: the transformations that generated it, outermost first (`_compat.eqn_transforms`)
+        self.transforms = transforms
         #: the primitive, under its 0.12 name (`_compat.primitive_name`)
         self.name: str = facts.name
         #: whether each operand is a literal
@@ -83,8 +99,7 @@ class EqnView:
         self.key: int | None = facts.key
         self._frames: tuple[tuple[str, int, str], ...] | None = None
         self._values: tuple[object | None, ...] | None = None
-        self._user: Any = _UNSET
-        self._autodiff: bool | None = None
+        self._located: tuple[tuple[str, int] | None, bool] | None = None
 
     @property
     def frames(self) -> tuple[tuple[str, int, str], ...]:
@@ -96,19 +111,20 @@ class EqnView:
     @property
     def user(self) -> tuple[str, int] | None:
         """The user's frame of the equation (`frames.user_frame`), read on first use."""
-        if self._user is _UNSET:
-            self._user = user_frame(self.frames)
-        return self._user  # type: ignore[no-any-return]
+        got = self._located
+        if got is None:
+            got = self._located = _locate(self.frames)
+        return got[0]
 
     def autodiff(self, parent: tuple[str, int] | None) -> bool:
         """Whether JAX's autodiff generated the equation (`refine_facts.from_autodiff`), its
         location the user's frame or else `parent` (the enclosing equation's)."""
-        user = self.user
-        if user is None:
+        got = self._located
+        if got is None:
+            got = self._located = _locate(self.frames)
+        if got[0] is None:
             return from_autodiff(self.frames, parent)
-        if self._autodiff is None:
-            self._autodiff = from_autodiff(self.frames, user)
-        return self._autodiff
+        return got[1]
 
     @property
     def values(self) -> tuple[object | None, ...]:
@@ -125,14 +141,14 @@ class Views:
     share one (`check.check_shard_map`); it lives as long as the check, so no equation is kept
     alive after it."""
 
-    __slots__ = ("_views", "_static", "_transforms", "_shapes", "_shape_ids")
+    __slots__ = ("_static", "_transforms", "_shapes", "_shape_ids", "_lists")
 
     def __init__(self) -> None:
-        self._views: dict[int, EqnView] = {}
         self._static: dict[Any, _Static] = {}
         self._transforms: dict[int, tuple[Any, tuple[str, ...]]] = {}
         self._shapes: dict[int, tuple[Any, int | None]] = {}
         self._shape_ids: dict[tuple[Any, ...], int] = {}
+        self._lists: dict[int, tuple[Any, list[EqnView]]] = {}
 
     def shape(self, jaxpr: Any) -> int | None:
         """A number equal for the nested jaxprs that both walks walk alike: the same equations
@@ -148,15 +164,15 @@ class Views:
         index: dict[Any, int] = {v: i for i, v in enumerate((*jaxpr.constvars, *jaxpr.invars))}
         parts: list[Any] = [len(jaxpr.constvars), len(jaxpr.invars)]
         got: int | None = None
-        for e in jaxpr.eqns:
-            view = self.of(e)
+        for view in self.all(jaxpr):
+            e = view.eqn
             if view.key is None:
                 break
             wiring = tuple(("literal", view.values[i]) if lit else index.get(v, -1)
                            for i, (v, lit) in enumerate(zip(e.invars, view.lits, strict=True)))
             if -1 in wiring or ("literal", None) in wiring:
                 break
-            parts.append((view.key, id(view.frames), self.transforms(e), wiring))
+            parts.append((view.key, id(view.frames), view.transforms, wiring))
             for o in e.outvars:
                 index[o] = len(index)
         else:
@@ -175,14 +191,14 @@ class Views:
             hit = self._transforms[id(stack)] = (stack, _compat.eqn_transforms(eqn))
         return hit[1]
 
-    def user(self, eqn: Any) -> tuple[str, int] | None:
-        """The user's frame of `eqn` (`EqnView.user`)."""
-        return self.of(eqn).user
-
-    def of(self, eqn: Any) -> EqnView:
-        got = self._views.get(id(eqn))
-        if got is None or got.eqn is not eqn:
-            got = self._views[id(eqn)] = EqnView(eqn, self._facts(eqn))
+    def all(self, jaxpr: Any) -> list[EqnView]:
+        """The views of the equations of `jaxpr` (open), in order; read once per jaxpr."""
+        hit = self._lists.get(id(jaxpr))
+        if hit is not None and hit[0] is jaxpr:
+            return hit[1]
+        facts, transforms = self._facts, self.transforms
+        got = [EqnView(e, facts(e), transforms(e)) for e in jaxpr.eqns]
+        self._lists[id(jaxpr)] = (jaxpr, got)
         return got
 
     def _facts(self, eqn: Any) -> _Static:

@@ -34,6 +34,7 @@ from typing import Any
 from .. import _compat
 from .._rules.refine import NONE, Refinement
 from .._rules.refine import shape as _rs
+from .eqns import EqnView
 from .refine_facts import Side, is_literal
 
 #: the `add_any` that sums the cotangent contributions of a value used several times
@@ -64,29 +65,30 @@ class Gradients:
     batched: frozenset[tuple[str, ...]]
 
 
-def read(eqns: Sequence[Any], outvars: Sequence[Any], line_of: Any,
-         transforms: Any = _compat.eqn_transforms) -> Gradients:
-    """The gradients computed by the equations `eqns` of a jaxpr returning `outvars` (see the
-    module docstring); `line_of(eqn)` is the user's `(file, line)` of an equation, or None,
-    `transforms(eqn)` its transformations (`_compat.eqn_transforms`)."""
+def read(views: Sequence[EqnView], outvars: Sequence[Any]) -> Gradients:
+    """The gradients computed by the equations of a jaxpr (their views, `eqns.Views.all`)
+    returning `outvars` (see the module docstring)."""
     batched: set[tuple[str, ...]] = set()
     forward_defined: set[Any] = set()
     primals_at: dict[tuple[Any, ...], list[Any]] = {}
-    producer: dict[Any, Any] = {}
+    producer: dict[Any, EqnView] = {}
     used_outside: set[Any] = {v for v in outvars if not is_literal(v)}
-    for eqn in eqns:
-        t = transforms(eqn)
+    for view in views:
+        t = view.transforms
+        eqn = view.eqn
         if _BACKWARD in t:   # (`is_backward`, on the transformations read once)
             for v in eqn.outvars:
-                producer[v] = eqn
+                producer[v] = view
             continue
-        ins = [v for v in eqn.invars if not is_literal(v)]
+        lits = view.lits
+        ins = [v for v, lit in zip(eqn.invars, lits, strict=True) if not lit] \
+            if True in lits else eqn.invars
         if producer:
             used_outside.update(v for v in ins if v in producer)
         if _FORWARD in t:   # a forward equation of a gradient
             if "vmap" in t[:t.index(_FORWARD)]:
                 batched.add(t[:t.index(_FORWARD)])
-            line = line_of(eqn)
+            line = view.user
             if line is not None:
                 for v in ins:
                     if v not in forward_defined and v not in producer:
@@ -98,33 +100,33 @@ def read(eqns: Sequence[Any], outvars: Sequence[Any], line_of: Any,
     shared: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     links = {}
     for v in used_outside:
-        got = _primals(v, producer, primals_at, shared, line_of)
+        got = _primals(v, producer, primals_at, shared)
         if got:
             links[v] = got
     return Gradients(links, frozenset(batched))
 
 
-def _primals(v: Any, producer: dict[Any, Any], primals_at: dict[tuple[Any, ...], list[Any]],
-             shared: dict[tuple[Any, ...], tuple[Any, ...]], line_of: Any, depth: int = 0
+def _primals(v: Any, producer: dict[Any, EqnView],
+             primals_at: dict[tuple[Any, ...], list[Any]],
+             shared: dict[tuple[Any, ...], tuple[Any, ...]], depth: int = 0
              ) -> tuple[Any, ...] | None:
     """The primals the gradient `v` may be the cotangent of (`read`): through the `add_any`
     that sums several uses' contributions, the values forward equations at the line of the
     backward equation that defines it take with its shape and dtype. (A module function: a
-    recursive closure would be a reference cycle holding `line_of`, and with it the check's
-    views, until the next collection.)"""
-    eqn = producer.get(v)
-    if eqn is None or depth > 64:
+    recursive closure would be a reference cycle holding the check's views until the next
+    collection.)"""
+    view = producer.get(v)
+    if view is None or depth > 64:
         return None
-    if _compat.primitive_name(eqn) == _ACCUMULATE:
+    if view.name == _ACCUMULATE:
         found: dict[Any, None] = {}
-        for u in eqn.invars:
-            got = None if is_literal(u) else _primals(u, producer, primals_at, shared, line_of,
-                                                      depth + 1)
+        for u in view.eqn.invars:
+            got = None if is_literal(u) else _primals(u, producer, primals_at, shared, depth + 1)
             if got is None:
                 return None
             found.update(dict.fromkeys(got))
         return tuple(found)
-    line = line_of(eqn)
+    line = view.user
     key = (line, *_key(v))
     if line is None or key not in primals_at:
         return None

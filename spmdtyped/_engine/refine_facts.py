@@ -34,7 +34,7 @@ class ByIdentity:
         self.memo: dict[Any, tuple[Any, Any]] = {}
 
     def __call__(self, obj: Any, *rest: Any) -> Any:
-        key = (id(obj), *rest)
+        key = (id(obj), *rest) if rest else id(obj)
         hit = self.memo.get(key)
         if hit is not None and hit[0] is obj:
             return hit[1]

@@ -81,6 +81,8 @@ Report = Callable[[SpmdTypeError, Any, str], None]
 _PURE = frozenset({"axis_index", "sort", "rev", "dot_general", "transpose", "reshape", "squeeze",
                    "expand_dims", "broadcast_in_dim", "slice", "dynamic_slice", "gather",
                    "concatenate", "pad", "iota", "optimization_barrier"})
+#: the casts whose result holds the scalar constant its operand holds (`RefineWalk.scalars`)
+_CARRY_SCALARS = frozenset({"pvary", "convert_element_type", "reduced_vary_cast"})
 
 
 @dataclasses.dataclass
@@ -149,13 +151,16 @@ class RefineWalk:
         for v, f in zip(jaxpr.invars, facts or (), strict=False):
             side.seed(v, f)
         pending: dict[Any, Pending] = {}
-        grads = _gradients.read(jaxpr.eqns, jaxpr.outvars, self.views.user, self.views.transforms)
+        views = self.views.all(jaxpr)
+        grads = _gradients.read(views, jaxpr.outvars)
         typed: dict[int, Any] = {}
-        for eqn in jaxpr.eqns:
-            self.eqn(eqn, env, side, pending, grads, parent=parent, quiet=quiet)
-            for v in eqn.outvars:
-                if v in grads.links:
-                    _gradients.type_gradient(v, grads.links[v], env, side, typed)
+        links = grads.links
+        for view in views:
+            self.eqn(view, env, side, pending, grads, parent=parent, quiet=quiet)
+            if links:
+                for v in view.eqn.outvars:
+                    if v in links:
+                        _gradients.type_gradient(v, links[v], env, side, typed)
         outvars = [v for v in jaxpr.outvars if not is_literal(v)]
         left: list[Pending] = []
         uses: dict[Any, list[Any]] = {}
@@ -179,29 +184,33 @@ class RefineWalk:
 
     # ------------------------------------------------------------------ one equation
 
-    def eqn(self, eqn: Any, env: dict[Any, Refinement], side: Side,
+    def eqn(self, view: EqnView, env: dict[Any, Refinement], side: Side,
             pending: dict[Any, Pending], grads: _gradients.Gradients, *, parent: Any,
             quiet: bool) -> None:
-        view = self.views.of(eqn)
-        name = view.name
-        where = view.user or parent
-        summed = not quiet and bool(grads.batched) and _gradients.per_example_sum(eqn, grads)
+        """One equation: replayed (`transfer`) when an equation with the same static facts was
+        walked before with the same operands' facts, else its rules run (`_walk`)."""
+        batched = bool(grads.batched)
+        # (read before `quiet` turns on for autodiff: the per-example sum is a transposed
+        # equation; `key` is None for every equation of a batched jaxpr)
+        summing = not quiet and batched
         if view.autodiff(parent):
             # a tangent or transposed equation: the gradients it computes are typed by the
             # cotangent rule of their primals (`gradients`), not by walking what JAX
             # generated (class 7, G5)
             quiet = True
         key = _transfer.key(view, env, side, self.scalars, pending, self.known, quiet=quiet,
-                            batched=bool(grads.batched))
+                            batched=batched)
         hit = None if key is None else self.transfer.get(key)
         recorded = False
+        eqn, name = view.eqn, view.name
         if hit is not None:   # an equation walked before, with the same operands' facts
             _transfer.replay(view, hit, env, side)
         else:
+            summed = summing and _gradients.per_example_sum(eqn, grads)
             reported, waiting = self.reported, len(pending)
-            self._walk(view, env, side, pending, where, quiet, summed)
+            self._walk(view, env, side, pending, view.user or parent, quiet, summed)
             recorded = key is not None and reported == self.reported and waiting == len(pending)
-        if name in ("pvary", "convert_element_type", "reduced_vary_cast") and eqn.invars:
+        if name in _CARRY_SCALARS and eqn.invars:
             value = self._scalar(eqn.invars[0])
             if value is not None:
                 self.scalars.update({v: value for v in eqn.outvars})

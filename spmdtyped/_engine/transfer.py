@@ -57,25 +57,26 @@ def key(view: EqnView, env: dict[Any, Refinement], side: Side,
         scalars: dict[Any, object], pending: dict[Any, Any], known: dict[Any, int], *,
         quiet: bool, batched: bool) -> tuple[Any, ...] | None:
     """What the walk of the equation `view` reads (see the module docstring), each operand
-    by its `fact_id`; None when it must be walked."""
-    name = view.name
-    if view.subs or name in _WALKED or batched:
-        return None
-    if not quiet and _surface.AXIS_PRIMITIVES.get(name) in _rc.SUMMING:
-        return None
+    by its `fact_id`; None when it must be walked. (The hottest path of the check: one call
+    per equation of the program.)"""
     static = view.key
-    if static is None:
+    if static is None or batched or view.subs:
+        return None
+    name = view.name
+    if name in _WALKED or (not quiet and _surface.AXIS_PRIMITIVES.get(name) in _rc.SUMMING):
         return None
     parts: list[Any] = [static, quiet]
     ids, summed = side.ids, side.summed
-    for i, (v, lit) in enumerate(zip(view.eqn.invars, view.lits, strict=True)):
-        if lit:
+    lits = view.lits
+    literal = True in lits
+    for i, v in enumerate(view.eqn.invars):
+        if literal and lits[i]:
             value = view.values[i]
             if value is None:
                 return None
             parts.append(("literal", value))
             continue
-        if v in pending or v in summed:
+        if (pending and v in pending) or (summed and v in summed):
             return None
         got = ids.get(v)
         parts.append(fact_id(v, env, side, scalars, known) if got is None else got)
@@ -103,17 +104,17 @@ def replay(view: EqnView, got: Record, env: dict[Any, Refinement], side: Side) -
     """Write `got` (`record`) for the results of `view`, with their own lineage and
     defining equation."""
     eqn = view.eqn
+    lineages = side.lineage
     lineage = 0
     for v, lit in zip(eqn.invars, view.lits, strict=True):
         if not lit:
-            lineage |= side.lineage.get(v, 0)
-    ids = side.ids
+            lineage |= lineages.get(v, 0)
+    ids, defs = side.ids, side.defs
     for o, (ref, facts, fid) in zip(eqn.outvars, got, strict=True):
         env[o] = ref
         if facts is not None:
             side.seed(o, facts)
         ids[o] = fid
-        side.defs[o] = eqn
+        defs[o] = eqn
         if lineage:
-            side.lineage[o] = lineage
-
+            lineages[o] = lineage

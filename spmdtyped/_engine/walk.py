@@ -226,16 +226,16 @@ class Walk:
     def jaxpr(self, jaxpr: Any, depth: int = 0,
               parent: _Where | tuple[str, int] | None = None) -> dict[int, Any]:
         producers: dict[int, Any] = {}
-        for eqn in jaxpr.eqns:
-            self.eqn(eqn, producers, depth, parent)
+        for view in self.views.all(jaxpr):
+            self.eqn(view, producers, depth, parent)
+            eqn = view.eqn
             for v in eqn.outvars:
                 producers[id(v)] = eqn
         return producers
 
-    def eqn(self, eqn: Any, producers: dict[int, Any], depth: int,
+    def eqn(self, view: EqnView, producers: dict[int, Any], depth: int,
             parent: _Where | tuple[str, int] | None = None) -> None:
-        view = self.views.of(eqn)
-        name = view.name
+        eqn, name = view.eqn, view.name
         # an equation whose check reads only its static facts (no collective but a cast:
         # `_effective` reads a collective's producers; no nested jaxpr, no operand value, no
         # steps, no Unreduced-keeping call around it) is checked once per `EqnView.key`
