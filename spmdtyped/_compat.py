@@ -406,6 +406,8 @@ def literal_value(v: Any) -> object | None:
     val = getattr(v, "val", None)
     if val is None or getattr(v, "count", None) is not None:
         return None
+    if type(val) in (int, float, bool, complex):   # (most: `x * 2.0`; what `.item()` gives)
+        return val
     arr = np.asarray(val)
     return arr.item() if arr.size == 1 else None
 

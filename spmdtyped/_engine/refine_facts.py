@@ -217,6 +217,12 @@ def opaque_call_pending(eqn: Any, ins: Sequence[Any], outs: Sequence[SpmdType], 
 CONTENT = ("same", "gathered", "sliced", "accum", "own", "unsure", "lineage")
 
 
+#: the facts of `Side` kept as sets of values, and those kept as a dict per value (but
+#: lineage and sums): what `Side.replayable` reads
+_SETS = ("const", "zero", "grad")
+_DICTS = ("scaled", "bcast") + CONTENT[:CONTENT.index("lineage")]
+
+
 class Side:
     """What the refinements do not say about a value: which dims it was broadcast along
     (constant there: its real extent is 1), whether it is a constant built in the program
@@ -267,6 +273,24 @@ class Side:
         return (v in self.const, v in self.zero, self.scaled.get(v), self.bcast.get(v) or None,
                 v in self.grad, self.same.get(v), self.gathered.get(v), self.sliced.get(v),
                 self.accum.get(v), self.own.get(v), self.unsure.get(v))
+
+    def replayable(self, v: Any) -> tuple[tuple[str, Any], ...]:
+        """The facts of `v` but its lineage and sums, as `(attribute, value)` pairs, the ones
+        it has only (`restore` writes them for another value: `transfer`)."""
+        got: list[tuple[str, Any]] = [(k, True) for k in _SETS if v in getattr(self, k)]
+        for k in _DICTS:
+            value = getattr(self, k).get(v)
+            if value:
+                got.append((k, value))
+        return tuple(got)
+
+    def restore(self, v: Any, facts: tuple[tuple[str, Any], ...]) -> None:
+        """Write `facts` (`replayable`) for the value `v`."""
+        for k, value in facts:
+            if value is True:
+                getattr(self, k).add(v)
+            else:
+                getattr(self, k)[v] = value
 
     def mark_grad(self, v: Any) -> None:
         """`v` is a gradient the body computes (`gradients.type_gradient`, after the equation

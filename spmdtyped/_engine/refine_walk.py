@@ -200,12 +200,10 @@ class RefineWalk:
             quiet = True
         key = _transfer.key(view, env, side, self.scalars, pending, self.known, quiet=quiet,
                             batched=batched)
-        hit = None if key is None else self.transfer.get(key)
         recorded = False
         eqn, name = view.eqn, view.name
-        if hit is not None:   # an equation walked before, with the same operands' facts
-            _transfer.replay(view, hit, env, side)
-        else:
+        # (replayed: an equation walked before, with the same operands' facts)
+        if not _transfer.replayed(view, key, self.transfer, env, side):
             summed = summing and _gradients.per_example_sum(eqn, grads)
             reported, waiting = self.reported, len(pending)
             self._walk(view, env, side, pending, view.user or parent, quiet, summed)

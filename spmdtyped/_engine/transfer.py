@@ -5,7 +5,7 @@ facts, `refine_facts.Side`) is a function of the equation's static facts (`eqns.
 primitive, params, abstract values, literal values) and of what the walk knows of its
 operands (refinement, side facts, known scalar value). A program's repeated layers repeat
 their equations with the same operands' facts: `key` names that input, `record` keeps the
-results the walk wrote the first time, and `replay` writes them again for the next equation
+results the walk wrote the first time, and `replayed` writes them again for the next equation
 with the same key, without running the rules.
 
 Only what those inputs decide is memoized:
@@ -29,15 +29,14 @@ from .. import _surface
 from .._rules.refine import NONE, Refinement
 from .._rules.refine import content as _rc
 from .eqns import EqnView
-from .refine_facts import CONTENT, Side
+from .refine_facts import Side
 
 #: the primitives never replayed (see the module docstring)
 _WALKED = frozenset({"optimization_barrier", "shard_map"})
-_LINEAGE = CONTENT.index("lineage")
 
-#: what `record` keeps of each result: its refinement, its side facts (`Side.export`,
-#: lineage left out; None when it has none) and its `fact_id`
-Record = tuple[tuple[Refinement, tuple[Any, ...] | None, int], ...]
+#: what `record` keeps of each result: its refinement, its side facts but lineage and sums
+#: (`Side.replayable`) and its `fact_id`
+Record = tuple[tuple[Refinement, tuple[tuple[str, Any], ...], int], ...]
 
 
 def fact_id(v: Any, env: dict[Any, Refinement], side: Side, scalars: dict[Any, object],
@@ -91,18 +90,17 @@ def record(view: EqnView, env: dict[Any, Refinement], side: Side, scalars: dict[
     for o in view.eqn.outvars:
         if o in side.summed:
             return None
-        facts = side.export(o)
-        content = facts[5]
-        content = content[:_LINEAGE] + (0,) + content[_LINEAGE + 1:]
-        known_facts = any(facts[:5]) or any(content)
-        out.append((env[o], facts[:5] + (content,) if known_facts else None,
-                    fact_id(o, env, side, scalars, known)))
+        out.append((env[o], side.replayable(o), fact_id(o, env, side, scalars, known)))
     return tuple(out)
 
 
-def replay(view: EqnView, got: Record, env: dict[Any, Refinement], side: Side) -> None:
-    """Write `got` (`record`) for the results of `view`, with their own lineage and
-    defining equation."""
+def replayed(view: EqnView, key: tuple[Any, ...] | None, memo: dict[Any, Record],
+             env: dict[Any, Refinement], side: Side) -> bool:
+    """Write what `memo` recorded under `key` (`record`) for the results of `view`, with their
+    own lineage and defining equation; False when it recorded nothing (walk the equation)."""
+    got = None if key is None else memo.get(key)
+    if got is None:
+        return False
     eqn = view.eqn
     lineages = side.lineage
     lineage = 0
@@ -112,9 +110,10 @@ def replay(view: EqnView, got: Record, env: dict[Any, Refinement], side: Side) -
     ids, defs = side.ids, side.defs
     for o, (ref, facts, fid) in zip(eqn.outvars, got, strict=True):
         env[o] = ref
-        if facts is not None:
-            side.seed(o, facts)
+        if facts:
+            side.restore(o, facts)
         ids[o] = fid
         defs[o] = eqn
         if lineage:
             lineages[o] = lineage
+    return True
