@@ -37,6 +37,7 @@ from test_porting import load, program
 import spmdtyped as st
 from spmdtyped._engine import eqns, transfer
 from spmdtyped._engine.check import shard_map_eqn
+from spmdtyped._engine.refine_facts import Side
 from spmdtyped._engine.refine_walk import check_program
 
 
@@ -236,3 +237,41 @@ def test_equinox_llama_same_verdict_without_memos(mistake: str,
             walked = verdict()
     assert memo == walked
     assert isinstance(memo, float) == (mistake == "correct")
+
+
+def test_a_reduction_is_keyed_on_the_terms_of_its_sum(mesh: Any) -> None:
+    """The residual check of a psum (SPMD210) reads the two terms of the add its operand is,
+    not only the operand: two psums of equal adds whose results the walk knows alike get
+    different memo keys when one add's term is replicated over the axis and the other's is
+    not, and equal keys when their terms are alike (`refine_content.residual_terms`)."""
+
+    def two(a: Any, t1: Any, t2: Any) -> Any:
+        return jax.lax.psum(a + t1, "tp"), jax.lax.psum(a + t2, "tp")
+
+    spec = P(None, "tp")
+    args = [jax.device_put(jnp.ones((4, 8), jnp.float32), NamedSharding(mesh, spec))] * 3
+    closed = jax.make_jaxpr(jax.shard_map(two, mesh=mesh, in_specs=(spec,) * 3,
+                                          out_specs=(P(),) * 2))(*args)
+    body = shard_map_eqn(closed).params["jaxpr"]
+    views = eqns.Views().all(getattr(body, "jaxpr", body))
+    adds = [v for v in views if v.name == "add"]
+    psums = [v for v in views if v.name in ("psum", "psum_invariant")]
+    assert len(adds) == len(psums) == 2
+
+    def keys(side: Side) -> list[Any]:
+        for v in views:
+            for o in v.eqn.outvars:
+                side.defs[o] = v.eqn
+        known: dict[Any, int] = {}
+        return [transfer.key(p, {}, side, {}, {}, known, quiet=False, batched=False)
+                for p in psums]
+
+    side = Side()
+    side.same[adds[0].eqn.invars[1]] = frozenset({"tp"})   # t1 replicated over tp
+    first, second = keys(side)
+    assert first is not None and second is not None and first != second
+    side = Side()
+    for add in adds:
+        side.same[add.eqn.invars[1]] = frozenset({"tp"})
+    first, second = keys(side)
+    assert first == second

@@ -137,24 +137,37 @@ def _replicated(v: Any, axis: str, side: Side) -> str | None:
     return None
 
 
-def _residual(v: Any, rule: str, axes: Sequence[str], side: Side, env: dict[Any, Refinement],
-              where: Any, report: Report) -> None:
-    """SPMD210 at the `add` (or the scatter-add into a buffer) whose result the reduction takes
-    (through reshapes and casts), when one term (the buffer) is replicated over a reduced axis
-    and the other (the updates) per-device contributions (`accum`)."""
+def residual_terms(v: Any, side: Side) -> tuple[Any, str, tuple[Any, ...]] | None:
+    """What the residual check of a reduction of `v` (`_residual`) reads: the equation whose
+    result the reduction takes through reshapes and casts (`_THROUGH`), its primitive and its
+    two terms (the buffer first, then the contributions for a scatter-add); None when it is no
+    sum of two terms (nothing to check). The walk's memo of whole equations keys a reduction
+    on the terms' facts (`transfer.key`)."""
     e = side.defs.get(v)
     while e is not None and _compat.primitive_name(e) in _THROUGH and e.invars \
             and not is_literal(e.invars[0]):
         e = side.defs.get(e.invars[0])
     if e is None:
-        return
+        return None
     prim = _compat.primitive_name(e)
     if prim in ("add", "add_any", "sub") and len(e.invars) == 2:
-        pairs = [(e.invars[0], e.invars[1]), (e.invars[1], e.invars[0])]
-    elif prim in ("scatter-add", "scatter_add") and len(e.invars) >= 3:
-        pairs = [(e.invars[0], e.invars[2])]   # contributions scatter-added into a residual
-    else:
+        return e, prim, (e.invars[0], e.invars[1])
+    if prim in ("scatter-add", "scatter_add") and len(e.invars) >= 3:
+        return e, prim, (e.invars[0], e.invars[2])
+    return None
+
+
+def _residual(v: Any, rule: str, axes: Sequence[str], side: Side, env: dict[Any, Refinement],
+              where: Any, report: Report) -> None:
+    """SPMD210 at the `add` (or the scatter-add into a buffer) whose result the reduction takes
+    (through reshapes and casts), when one term (the buffer) is replicated over a reduced axis
+    and the other (the updates) per-device contributions (`accum`)."""
+    got = residual_terms(v, side)
+    if got is None:
         return
+    e, prim, (a0, a1) = got
+    # (a scatter-add's contributions are scatter-added into a residual: one pair)
+    pairs = [(a0, a1)] if prim.startswith("scatter") else [(a0, a1), (a1, a0)]
     for a in axes:
         for u, x in pairs:
             what = _replicated(u, a, side)

@@ -12,9 +12,12 @@ Only what those inputs decide is memoized:
 - an equation that reported a violation or changed the pending ones is not recorded (the
   walk does not call `record`), nor one that made a sum of in_spec Shards
   (`refine_content.Summed`: it carries its line; `record` returns None);
+- a reduction whose residual check reads the sum its operand is (`refine_content.
+  residual_terms`: through reshapes and casts, the two terms of an add or a scatter-add) is
+  keyed on those terms' facts as well;
 - `key` is None (walk it) for an equation that holds a nested jaxpr (calls, control flow:
-  their own memo is `RefineWalk.calls`), a reduction whose residual check reads the equation that defined its
-  operand (`refine_content`), an operand with a pending violation or a sum of in_spec Shards,
+  their own memo is `RefineWalk.calls`), an operand with a pending violation or a sum of
+  in_spec Shards (or such a term of its sum),
   `optimization_barrier` (each output keeps its own operand's inputs), a non-scalar literal,
   and any equation of a jaxpr whose gradients are batched (the per-example sums);
 - what stays per value is written on every equation, replayed or not: the inputs a result is
@@ -25,11 +28,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _surface
+from .. import _compat, _surface
 from .._rules.refine import NONE, Refinement
 from .._rules.refine import content as _rc
 from .eqns import EqnView
-from .refine_facts import Side
+from .refine_content import residual_terms
+from .refine_facts import Side, is_literal
 
 #: the primitives never replayed (see the module docstring)
 _WALKED = frozenset({"optimization_barrier", "shard_map"})
@@ -62,10 +66,30 @@ def key(view: EqnView, env: dict[Any, Refinement], side: Side,
     if static is None or batched or view.subs:
         return None
     name = view.name
-    if name in _WALKED or (not quiet and _surface.AXIS_PRIMITIVES.get(name) in _rc.SUMMING):
+    if name in _WALKED:
         return None
     parts: list[Any] = [static, quiet]
     ids, summed = side.ids, side.summed
+    if not quiet and _surface.AXIS_PRIMITIVES.get(name) in _rc.SUMMING:
+        # its residual check (`refine_content.residual_terms`) reads the terms of the sum
+        # its operand is: keyed on their facts too
+        for v, lit in zip(view.eqn.invars, view.lits, strict=True):
+            got = None if lit else residual_terms(v, side)
+            if got is None:
+                parts.append(None)
+                continue
+            e, prim, terms = got
+            parts.append(prim)
+            for u in terms:
+                if is_literal(u):
+                    value = _compat.literal_value(u)
+                    if value is None:
+                        return None
+                    parts.append(("literal", value))
+                elif (pending and u in pending) or (summed and u in summed):
+                    return None
+                else:
+                    parts.append((u.aval, fact_id(u, env, side, scalars, known)))
     lits = view.lits
     literal = True in lits
     for i, v in enumerate(view.eqn.invars):
