@@ -11,11 +11,15 @@ on those arguments is reported at the call, with the helper's name, the line of 
 its body and the rule's fix. A parameter left to a literal default (`axis="dp"`) has the
 literal's type.
 
-Never a false error on a correct program: only what the body does on every path is reported
-(a mistake inside an `if` / loop / `try` block may be on a path these arguments never take);
-a literal argument is passed as its literal type, so mypy skips the branches it rules out
-(`if reduced:` for `reduced=False`); a result is typed only where every reachable return has
-one and the same known type.
+Never a false error on a correct program: only what the body does on every path it takes on
+these arguments is reported. A literal argument is passed as its literal type, so mypy skips
+the branches it rules out (`if reduced:` for `reduced=False`), and an `if` block is reported
+only where the `if` is sure to take it (`_taken`: its condition a literal bool, or its other
+block left unchecked); the blocks of an `if` no literal decides (a flag the caller sets only
+for arguments that suit the block, a shape test), loop bodies (mypy checks them again with
+the types of a second iteration, which a loop run once never has) and a `try`'s `except` /
+`else` blocks are not; a `try`'s body and `finally` are. A result is typed only where every
+reachable return has one and the same known type.
 
 Bounded: a body is checked once per (function, argument types) in a run (`_MEMO`), at most
 `DEPTH` helpers deep, never into itself (recursion). A call whose arguments carry no state
@@ -363,11 +367,13 @@ def _recheck(api: Any, defn: FuncItem, types: list[Type]) -> tuple[Type | None, 
         _DEPTH[0] -= 1
         _ACTIVE.discard(id(defn))
         saved.restore()
-    # a block that may not run on these arguments (`if reduced:` of a flag the caller sets, a
-    # shape test) is not reported: only what the helper does on every path
+    # a block that may not run on these arguments (`if reduced:` of a flag the caller does not
+    # pass as a literal, a shape test, a loop) is not reported: only what the helper does on
+    # every path it takes on them
+    uncertain = saved.uncertain(type_map)
     errors = [(e.severity, e.message, e.code, e.line) for e in found if e.code in _RULE_CODES
               and defn.line <= e.line <= (defn.end_line or e.line)
-              and not any(a <= e.line <= b for a, b in saved.branches)]
+              and not any(a <= e.line <= b for a, b in uncertain)]
     if not any(s == "error" for s, _, _, _ in errors):
         errors = []
     # the returns mypy reached (a literal argument's branch not taken is not), all of one type
@@ -381,6 +387,36 @@ def _span(block: Block) -> tuple[int, int]:
     return block.body[0].line, max(s.end_line or s.line for s in block.body)
 
 
+def _taken(node: IfStmt, type_map: dict[Expression, Type]) -> int | None:
+    """The block (0: the body, 1: the `else`) an `if` takes whenever it runs on the re-check's
+    arguments, else None: its condition of a literal bool type (`if reduced:` of a literal
+    argument), or the other block left unchecked by mypy (unreachable: `if how == "sum":` of
+    `how="sum"`, with an `else`)."""
+    if len(node.body) != 1:
+        return None
+    cond = type_map.get(node.expr[0])
+    p = get_proper_type(cond) if cond is not None else None
+    if isinstance(p, Instance) and p.last_known_value is not None:
+        p = p.last_known_value
+    if isinstance(p, LiteralType) and isinstance(p.value, bool):
+        return 0 if p.value else 1
+    body, other = _reached(node.body[0], type_map), _reached(node.else_body, type_map)
+    if body is True and other is False:
+        return 0
+    return 1 if body is False and other is True else None
+
+
+def _reached(block: Block | None, type_map: dict[Expression, Type]) -> bool | None:
+    """Whether mypy checked a block (its first statement with an expression has a type),
+    None where that cannot be read."""
+    for stmt in block.body if block is not None else []:
+        expr = stmt.rvalue if isinstance(stmt, AssignmentStmt) else \
+            stmt.expr[0] if isinstance(stmt, IfStmt) else getattr(stmt, "expr", None)
+        if isinstance(expr, Expression):
+            return expr in type_map
+    return None
+
+
 class _Saved:
     """What a re-check writes into the helper's nodes, read before and put back after: the
     inferred types of its parameters and locals, its `expanded` items; and its returns."""
@@ -389,8 +425,10 @@ class _Saved:
         self.defn = defn
         self.returns: list[ReturnStmt] = []
         self.expressions: list[Expression] = []  # returned, assigned and evaluated ones
-        #: the lines of the blocks that may not run (if / else, loops, try): first, last
+        #: the lines of the blocks that may not run (loops, `except` / `else` of a try): first,
+        #: last; and the `if` statements (`uncertain`: which of their blocks may not run)
         self.branches: list[tuple[int, int]] = []
+        self.ifs: list[IfStmt] = []
         self.vars: dict[int, tuple[Var, Any]] = {}
         for a in defn.arguments:
             self.vars[id(a.variable)] = (a.variable, a.variable.type)
@@ -421,8 +459,13 @@ class _Saved:
             blocks, targets = [node.body], [t for t in node.target if t is not None]
         elif isinstance(node, TryStmt):
             blocks = [node.body, *node.handlers, node.else_body, node.finally_body]
-        if isinstance(node, IfStmt | ForStmt | WhileStmt | TryStmt):
+        if isinstance(node, IfStmt):
+            self.ifs.append(node)
+        elif isinstance(node, ForStmt | WhileStmt):
             self.branches.extend(_span(b) for b in blocks if isinstance(b, Block) and b.body)
+        elif isinstance(node, TryStmt):  # its body and `finally` run whenever the try does
+            self.branches.extend(_span(b) for b in (*node.handlers, node.else_body)
+                                 if isinstance(b, Block) and b.body)
         while targets:
             t = targets.pop()
             if isinstance(t, TupleExpr | ListExpr):
@@ -433,6 +476,16 @@ class _Saved:
                 self.vars[id(t.node)] = (t.node, t.node.type)
         for b in blocks:
             self._walk(b)
+
+    def uncertain(self, type_map: dict[Expression, Type]) -> list[tuple[int, int]]:
+        """The lines of the blocks that may not run whenever the helper runs on the re-check's
+        arguments (`branches`, and each `if`'s blocks but the one it is sure to take)."""
+        spans = list(self.branches)
+        for node in self.ifs:
+            taken = _taken(node, type_map)
+            spans.extend(_span(b) for i, b in enumerate([*node.body, node.else_body])
+                         if b is not None and b.body and i != taken)
+        return spans
 
     def restore(self) -> None:
         for var, t in self.vars.values():

@@ -3,7 +3,8 @@
 the call that gives them typed arguments (the helpers have no annotations, or `Any` ones: mypy types their results `Any` and checks nothing in them), and per-example
 gradients of a replicated parameter under `jax.vmap` whatever the gradient function is bound
 to (a name, `functools.partial`, a lambda, a bound method of an equinox / flax nnx module); gradients
-reduced twice through a helper `jax.tree.map` maps (in a lambda or named itself). Plain mypy (the `mypy` leg) sees none of it and reports nothing."""
+reduced twice through a helper `jax.tree.map` maps (in a lambda or named itself); a mistake in
+the `if` block of a helper that the call's literal arguments choose. Plain mypy (the `mypy` leg) sees none of it and reports nothing."""
 
 import functools
 from typing import Any, Literal
@@ -163,3 +164,37 @@ class NnxTrainer(nnx.Module):
 def vmapped_methods(t: Trainer, n: NnxTrainer, xs: Varying["dp"]) -> None:
     jax.vmap(t.per_example)(xs)  # E: spmd-vmap-grad-invariant
     jax.vmap(n.per_example)(xs)  # E: spmd-vmap-grad-invariant
+
+
+# a mistake inside an `if` block of a helper: reported where the call's literal arguments decide
+# the branch (its other block unchecked by mypy), and in the body of a `try` (the helpers are
+# pass_calls.py's again: only the module's own bodies are followed)
+def bias_then_reduce(h, b, bias_first=False):
+    if bias_first:
+        return st.psum(h + b, "tp")
+    return st.psum(h, "tp") + b
+
+
+def by_order(h, b, order):
+    if order == "bias first":
+        y = st.psum(h + b, "tp")
+    elif order == "reduce first":
+        y = st.psum(h, "tp") + b
+    else:
+        raise ValueError(order)
+    return y
+
+
+def reduce_in_try(h, b):
+    try:
+        y = h + b
+    except ValueError:
+        raise
+    return st.psum(y, "tp")
+
+
+def decided_branches(h: st.Shard["tp", Literal[-1]], w2: st.Shard["tp", Literal[-2]], b: Invariant) -> None:
+    bias_then_reduce(h @ w2, b, True)  # E: spmd-partial-plus-replicated
+    bias_then_reduce(h @ w2, b, bias_first=True)  # E: spmd-partial-plus-replicated
+    by_order(h @ w2, b, "bias first")  # E: spmd-partial-plus-replicated
+    reduce_in_try(h @ w2, b)  # E: spmd-partial-plus-replicated

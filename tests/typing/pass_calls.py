@@ -196,3 +196,29 @@ class NnxTrainer(nnx.Module):
 def vmapped_methods(t: Trainer, n: NnxTrainer, xs: Varying["dp"]) -> None:
     jax.vmap(t.per_example)(xs)
     jax.vmap(n.per_example)(xs)
+
+
+# a helper's `if` blocks: the one the call's literal arguments choose is checked, another (or
+# both, where the flag is no literal: it may be set only for arguments that suit it) is not
+def bias_then_reduce(h, b, bias_first=False):
+    if bias_first:
+        return st.psum(h + b, "tp")
+    return st.psum(h, "tp") + b
+
+
+def by_order(h, b, order):
+    if order == "bias first":
+        y = st.psum(h + b, "tp")
+    elif order == "reduce first":
+        y = st.psum(h, "tp") + b
+    else:
+        raise ValueError(order)
+    return y
+
+
+def decided_branches(h: st.Shard["tp", Literal[-1]], w2: st.Shard["tp", Literal[-2]], b: Invariant,
+                     flag: bool) -> Invariant:
+    y: Invariant = bias_then_reduce(h @ w2, b)  # the default: reduce first
+    y = y + bias_then_reduce(h @ w2, b, False) + by_order(h @ w2, b, "reduce first")
+    bias_then_reduce(h @ w2, b, flag)  # a flag no literal decides: its blocks are not reported
+    return y + bias_then_reduce(h @ w2, b / st.axis_size("tp"), True)  # the bias pre-divided
