@@ -16,8 +16,8 @@ these arguments is reported. A literal argument is passed as its literal type, s
 the branches it rules out (`if reduced:` for `reduced=False`), and an `if` block is reported
 only where the `if` is sure to take it (`_taken`: its condition a literal bool, or its other
 block left unchecked); the blocks of an `if` no literal decides (a flag the caller sets only
-for arguments that suit the block, a shape test), loop bodies (mypy checks them again with
-the types of a second iteration, which a loop run once never has) and a `try`'s `except` /
+for arguments that suit the block, a shape test), loop bodies (mypy checks one with the
+types of its later iterations joined in, which a loop run once never has) and a `try`'s `except` /
 `else` blocks are not; a `try`'s body and `finally` are. A result is typed only where every
 reachable return has one and the same known type.
 
