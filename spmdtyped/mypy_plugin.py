@@ -258,7 +258,9 @@ class SpmdPlugin(Plugin):
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         hook = self._table("method", fullname, self._method_table)
-        if hook is None:
+        if hook is None and fullname.endswith(".__getitem__") and self._nnx_variable(fullname):
+            hook = guarded(_feature("pytrees").variable_item)  # `self.w[...]` of an `nnx.Param`
+        elif hook is None:
             defn = self._helper_method(fullname)
             if defn is not None:  # `self.mlp(h)`: a user method re-checked on the call's states
                 hook = guarded(functools.partial(_feature("calls").check_method_call, defn=defn))
@@ -266,6 +268,15 @@ class SpmdPlugin(Plugin):
             watched = _feature("unknown").watch(hook, fullname, self._node)
             return guarded(watched) if watched is not None else None
         return hook  # type: ignore[no-any-return]
+
+    def _nnx_variable(self, fullname: str) -> bool:
+        """Whether `Owner.method` is a method of a flax `nnx.Variable` class (`nnx.Param`,
+        `nnx.BatchStat`, a user's subclass): mypy names the method by the receiver's class."""
+        owner = fullname.rpartition(".")[0]
+        if not owner.startswith("flax.") and owner.startswith(_NOT_USER):
+            return False
+        info = self._node(owner)
+        return isinstance(info, TypeInfo) and info.has_base(names.NNX_VARIABLE)
 
     def _method_table(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         if fullname in operators.METHODS:

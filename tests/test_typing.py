@@ -153,6 +153,31 @@ def test_seed_error_names_the_fix(plugin_run: tuple[int, str]) -> None:
     assert "python -m spmdtyped explain SPMD101" in lines[i + 2]
 
 
+def test_helper_mistakes_name_their_line(plugin_run: tuple[int, str]) -> None:
+    """A mistake inside an unannotated `__call__` / helper method of the flax nnx Llama
+    (fail_llama_nnx.py) is reported at the typed call, naming the method and the line of the
+    mistake (`# MISTAKE:`), a helper's helper as a chain of lines, with the rule's fix."""
+    _, out = plugin_run
+    source = (TYPING / "fail_llama_nnx.py").read_text().splitlines()
+    mistakes = {n for n, ln in enumerate(source, 1) if re.search(r"# MISTAKE: \w+", ln)}
+    lines = out.splitlines()
+    named = set()
+    for i, ln in enumerate(lines):
+        if ln.startswith("fail_llama_nnx.py:") and ": error: in `" in ln:
+            at = [int(m) for m in re.findall(r"\(line (\d+)\)", ln)]
+            assert at and at[-1] in mistakes, ln
+            named.add(at[-1])
+            assert "fix: st.psum(x, 'tp') + b" in lines[i + 1], lines[i + 1]
+    inner = next(n for n, ln in enumerate(source, 1) if "+ self.b_down[...]  # MISTAKE" in ln
+                 and "def down" in source[n - 2])
+    call = next(n for n, ln in enumerate(source, 1) if n > inner and "psum(self.down(h), " in ln)
+    assert f"`MLPBiasInDown.__call__` (line {call}) -> `MLPBiasInDown.down` (line {inner})" in out, out
+    # every mistake in a method is named; the pmean one is in the typed step, at its own line
+    pmean = next(n for n, ln in enumerate(source, 1) if "MISTAKE: pmean_reduced_grads" in ln)
+    assert named == mistakes - {pmean}
+    assert any(ln.startswith(f"fail_llama_nnx.py:{pmean}: error:") for ln in lines)
+
+
 def test_return_mismatch_is_the_out_boundary_error(plugin_run: tuple[int, str]) -> None:
     """A state mismatch at a `return` is the runtime's out-boundary rule (`_rules.check_return`,
     SPMD401) with its fix, not mypy's `return-value` (which it replaces)."""

@@ -3,7 +3,9 @@ hints on fields, methods and the step; mypy with the plugin reports nothing on i
 the three mistakes of fail_llama_eqx.py at its line, `test_typing.py`) computes what a single
 device computes: the loss and the gradient of the row-parallel weight, against tests/_llama.py's
 block on one device, on a (dp: 2, tp: 4) mesh. Under check_vma=False JAX tracks no state, so the
-runtime refuses the jnp code on typed values (SPMD202, naming the st.numpy form)."""
+runtime refuses the jnp code on typed values (SPMD202, naming the st.numpy form). The flax nnx
+block of pass_llama_nnx.py (unannotated `__call__` and helper method, `nnx.Param` fields) too:
+its step's loss and updated weights equal one device's."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import spmdtyped as st
 
 sys.path.insert(0, str(Path(__file__).parent / "typing"))
 import pass_llama_eqx as M  # noqa: E402
+import pass_llama_nnx as N  # noqa: E402
 
 COL, ROW = P(None, "tp"), P("tp", None)
 
@@ -67,3 +70,20 @@ def test_without_check_vma_the_jnp_code_is_refused(mesh_dp_tp: Any) -> None:
         step(block, xs)
     assert e.value.code == "SPMD202"
     assert "check_vma=False" in str(e.value) and "st.numpy." in str(e.value)
+
+
+def test_typed_nnx_block_equals_one_device(mesh_dp_tp: Any) -> None:
+    p = L.block_params(jax.random.key(3))
+    x = jax.random.normal(jax.random.key(4), (4, L.SEQ, L.D), jnp.float32)
+    specs = N.Block(P(), P(), N.Attention(COL, COL, COL, ROW), N.MLP(COL, COL, ROW, P()))
+    block = N.Block(p["g1"], p["g2"], N.Attention(p["wq"], p["wk"], p["wv"], p["wo"]),
+                    N.MLP(p["w_gate"], p["w_up"], p["w_down"], p["b_down"]))
+    block = jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh_dp_tp, s)), block, specs)
+    step = st.shard_map(N.step, mesh=mesh_dp_tp, in_specs=(specs, P("dp")), out_specs=(P(), specs))
+    loss, new = step(block, jax.device_put(x, NamedSharding(mesh_dp_tp, P("dp"))))
+    want_loss, want = jax.value_and_grad(lambda q: jnp.mean(L.block(q, x) ** 2))(p)
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5, atol=1e-6)
+    for got, k in ((new.mlp.w_down, "w_down"), (new.mlp.b_down, "b_down"), (new.attn.wq, "wq"),
+                   (new.attn.wo, "wo"), (new.g2, "g2")):
+        np.testing.assert_allclose(got[...], p[k] - 0.1 * want[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    assert np.abs(np.asarray(want["w_down"])).max() > 1e-3  # a gradient that can be wrong

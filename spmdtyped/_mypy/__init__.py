@@ -38,5 +38,6 @@ full names to. None imports JAX: the rules come from `spmdtyped._rules`.
   the call and method hooks, `jax.tree.map` of an unknown tree).
 - `pytrees`: pytree classes (equinox / flax nnx modules, dataclasses, NamedTuples): their
   constructors take global arrays for state-hinted fields, their leaves, their gradients;
-  `jax.tree.map` lambdas typed from the trees' leaves.
+  `jax.tree.map` lambdas typed from the trees' leaves (a helper of the module mapped: `calls`); a
+  flax `nnx.Param`'s `[...]` its value's type.
 """

@@ -17,8 +17,10 @@ runtime's rule when `st.grad` is traced under `vmap`): the loss varies over the 
 declares that some argument varies over (a loss can vary only where an input does), and a
 differentiated argument Invariant there has each per-example gradient summed over the devices
 (jax#36886). `jax.vmap(f)` of a function of
-the module that takes a gradient inside is a `VmapOfGrad[F, tuple[()]]`: its call checks `f`'s
-body as traced under vmap (`calls.check_vmapped`), where each gradient call is `grad_call`."""
+the module that takes a gradient inside is a `VmapOfGrad[F, tuple[()]]` (a bound method
+`self.per_example`: `VmapOfGrad[F, tuple[R]]`, `R` the receiver's type; a lambda
+`jax.vmap(lambda x: st.grad(loss)(p, x))` too, read again from the call's callee): its call checks the body as traced under vmap (`calls.check_vmapped`), where
+each gradient call is `grad_call`."""
 
 from __future__ import annotations
 
@@ -30,14 +32,17 @@ from mypy.nodes import (
     Context,
     Expression,
     FuncDef,
+    FuncItem,
     IntExpr,
     LambdaExpr,
+    MemberExpr,
     NameExpr,
     RefExpr,
     TempNode,
     TupleExpr,
 )
 from mypy.plugin import FunctionContext, MethodContext
+from mypy.traverser import all_name_and_member_expressions
 from mypy.types import (
     AnyType,
     CallableType,
@@ -339,12 +344,8 @@ def _vmap(ctx: FunctionContext) -> Type:
     if not (ctx.args and ctx.args[0]):
         return default
     found = _grad_of(ctx.api, ctx.args[0][0])
-    if found is None:  # a function of the module's that takes a gradient inside
-        f_t = get_proper_type(_type_of(ctx.api, ctx.args[0][0]))
-        if isinstance(f_t, CallableType) and isinstance(f_t.definition, FuncDef) \
-                and calls.has_body(ctx.api, f_t.definition) and calls.mentions(f_t.definition, _GRAD_FULLNAMES):
-            return named(ctx.api, VMAP_OF_GRAD, [f_t, tuple_of(ctx.api, [])])
-        return default
+    if found is None:  # a function, method or lambda of the module's that takes a gradient inside
+        return _vmap_of_body(ctx, ctx.args[0][0]) or default
     g_expr, bound = found
     g_t = get_proper_type(_type_of(ctx.api, g_expr))
     loss = _loss_and_nums(ctx.api, g_expr)
@@ -355,6 +356,56 @@ def _vmap(ctx: FunctionContext) -> Type:
     bound_t = tuple_of(ctx.api, [_type_of(ctx.api, b) for b in bound])
     meta = tuple_of(ctx.api, [loss_t, bound_t, *(LiteralType(k, int_t) for k in nums)])
     return named(ctx.api, VMAP_OF_GRAD, [g_t, meta])
+
+
+def _vmap_of_body(ctx: FunctionContext, f: Expression) -> Type | None:
+    """`jax.vmap(f)` of a function of the module whose body takes a gradient: a module
+    function or a lambda (`jax.vmap(lambda x: st.grad(loss)(p, x))`, found again at the call:
+    `_vmapped_lambda`) is a `VmapOfGrad[F, tuple[()]]`, a bound method `self.per_example` /
+    `model.per_example` a `VmapOfGrad[F, tuple[R]]` (`R` the receiver's type); else None."""
+    f_t = get_proper_type(_type_of(ctx.api, f))
+    if not isinstance(f_t, CallableType):
+        return None
+    if isinstance(f, LambdaExpr):
+        defn: FuncItem = f
+        if not calls.user_code(ctx.api):
+            return None
+    elif isinstance(f_t.definition, FuncDef) and calls.has_body(ctx.api, f_t.definition):
+        defn = f_t.definition
+    else:
+        return None
+    if not (calls.mentions(defn, _GRAD_FULLNAMES) or (
+            isinstance(defn, LambdaExpr) and _names_a_grad(ctx.api, defn))):
+        return None
+    meta: list[Type] = []
+    if isinstance(defn, FuncDef) and calls.is_method(defn):
+        if not (isinstance(f, MemberExpr) and f.name == defn.name):
+            return None  # `Model.per_example` unbound, or a method under another name
+        meta = [_type_of(ctx.api, f.expr)]
+    return named(ctx.api, VMAP_OF_GRAD, [f_t, tuple_of(ctx.api, meta)])
+
+
+def _names_a_grad(api: Any, fun: LambdaExpr) -> bool:
+    """Whether a lambda calls a gradient function the enclosing function bound to a name
+    (`g = jax.grad(loss)`; `jax.vmap(lambda x: g(p, x))`)."""
+    own = {a.variable.name for a in fun.arguments}
+    names, _ = all_name_and_member_expressions(fun.expr())
+    return any(n.name not in own and _grad_of(api, n) is not None for n in names)
+
+
+def _vmapped_lambda(api: Any, call: Context) -> LambdaExpr | None:
+    """The lambda of `jax.vmap(lambda ...: ...)(*args)`, or of `f(*args)` of a name assigned
+    `jax.vmap(lambda ...)` once in the enclosing function (a lambda is no symbol a type can
+    name as its definition)."""
+    expr = call.callee if isinstance(call, CallExpr) else None
+    if isinstance(expr, NameExpr):
+        found = assignments(api, expr)
+        expr = found[0][0] if len(found) == 1 and found[0][1] is None else None
+    if isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr) \
+            and FULLNAMES.get(expr.callee.fullname) == "vmap" and expr.args \
+            and expr.arg_kinds[0] == ARG_POS and isinstance(expr.args[0], LambdaExpr):
+        return expr.args[0]
+    return None
 
 
 def _loss_and_nums(api: Any, g_expr: CallExpr) -> tuple[Type, tuple[int, ...]] | None:
@@ -424,12 +475,13 @@ def vmap_call(ctx: MethodContext) -> Type:
     if not (isinstance(p, Instance) and len(p.args) == 2):
         return ctx.default_return_type
     g_t, meta = get_proper_type(p.args[0]), get_proper_type(p.args[1])
-    if not (isinstance(g_t, CallableType) and isinstance(meta, TupleType) and len(meta.items) != 1):
+    if not (isinstance(g_t, CallableType) and isinstance(meta, TupleType)):
         return any_type()
     positional = _positional(ctx)
-    if not meta.items:  # `jax.vmap(f)` of a function that takes a gradient inside
-        if isinstance(g_t.definition, FuncDef):
-            calls.check_vmapped(ctx, g_t.definition, positional)
+    if len(meta.items) < 2:  # `jax.vmap(f)` of a function, method, lambda with a gradient inside
+        defn = g_t.definition if isinstance(g_t.definition, FuncDef) else _vmapped_lambda(ctx.api, ctx.context)
+        if defn is not None:
+            calls.check_vmapped(ctx, defn, [*meta.items, *positional])
         return _result(ctx, g_t, [])
     bound = get_proper_type(meta.items[1])
     bound_ts = list(bound.items) if isinstance(bound, TupleType) else []

@@ -7,13 +7,19 @@ and checks nothing inside it. Called with typed arguments
 checked again with the call's argument types for those parameters, as mypy checks a lambda
 against its context (`TypeChecker.check_func_item` with a `type_override`, its types kept in a
 throw-away type map): the result is the body's return type, and a rule error inside the body
-on those arguments is reported at the call, with the helper's name and line and the rule's fix.
+on those arguments is reported at the call, with the helper's name, the line of the mistake in
+its body and the rule's fix. A parameter left to a literal default (`axis="dp"`) has the
+literal's type.
 
-Never a false error on a correct program: only what the body does on every path is reported
-(a mistake inside an `if` / loop / `try` block may be on a path these arguments never take);
-a literal argument is passed as its literal type, so mypy skips the branches it rules out
-(`if reduced:` for `reduced=False`); a result is typed only where every reachable return has
-one and the same known type.
+Never a false error on a correct program: only what the body does on every path it takes on
+these arguments is reported. A literal argument is passed as its literal type, so mypy skips
+the branches it rules out (`if reduced:` for `reduced=False`), and an `if` block is reported
+only where the `if` is sure to take it (`_taken`: its condition a literal bool, or its other
+block left unchecked); the blocks of an `if` no literal decides (a flag the caller sets only
+for arguments that suit the block, a shape test), loop bodies (mypy checks one with the
+types of its later iterations joined in, which a loop run once never has) and a `try`'s `except` /
+`else` blocks are not; a `try`'s body and `finally` are. A result is typed only where every
+reachable return has one and the same known type.
 
 Bounded: a body is checked once per (function, argument types) in a run (`_MEMO`), at most
 `DEPTH` helpers deep, never into itself (recursion). A call whose arguments carry no state
@@ -22,11 +28,14 @@ generators, coroutines and constructors (`__init__`: its check infers the class'
 attributes). What the re-check changes in the helper's nodes (its parameters'
 and locals' inferred types, `FuncItem.expanded`) is put back.
 
-Methods too: `self.mlp(h)` on an equinox module whose `__call__` has no annotations is checked
-the same way, `self` typed as the receiver. And `jax.vmap(f)(*args)` of a function of the
-module whose body takes a gradient (`st.grad(loss)(p, x)`, `g(p, x)` of `g = jax.grad(loss)`):
-its body is checked on the arguments with `VMAPPED` set, where each gradient call is checked
-for per-example gradients of a replicated parameter (SPMD407, `autodiff.grad_call`).
+Methods too: `self.mlp(h)` on an equinox or flax nnx module whose `__call__` has no
+annotations is checked the same way, `self` typed as the receiver. A helper `jax.tree.map`
+maps (`jax.tree.map(average, grads)`, `check_mapped`, from `pytrees`) is checked on the trees'
+leaf types. And `jax.vmap(f)(*args)` of a function, bound method or lambda of the module whose
+body takes a gradient (`st.grad(loss)(p, x)`, `g(p, x)` of `g = jax.grad(loss)`): its body is
+checked on the arguments with `VMAPPED` set, where each gradient call is checked for
+per-example gradients of a replicated parameter (SPMD407, `autodiff.grad_call`; of a lambda,
+only that: the rest of its body was checked where it stands).
 
 Helpers of the module being checked only: mypy frees a module's function bodies once it is
 checked (and one read from its cache has none), so a helper imported from another module keeps
@@ -51,12 +60,16 @@ from mypy.nodes import (
     ExpressionStmt,
     ForStmt,
     FuncDef,
+    FuncItem,
     IfStmt,
+    IntExpr,
+    LambdaExpr,
     ListExpr,
     NameExpr,
     ReturnStmt,
     StarExpr,
     Statement,
+    StrExpr,
     TryStmt,
     TupleExpr,
     TypeInfo,
@@ -66,17 +79,30 @@ from mypy.nodes import (
 )
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.traverser import all_name_and_member_expressions
-from mypy.types import AnyType, CallableType, Instance, TupleType, Type, UnionType, get_proper_type
+from mypy.types import (
+    AnyType,
+    CallableType,
+    Instance,
+    LiteralType,
+    TupleType,
+    Type,
+    UnionType,
+    get_proper_type,
+)
 
 from .._rules import SpmdType
 from .codes import AXIS, CODES, UNKNOWN
 from .convert import SARRAY, any_type, named, to_operand
 
+#: a rule error found in a helper's body: severity, message, code, line
+_Found = tuple[str, str, Any, int]
 #: how many helpers deep a re-check goes (a helper calling a helper calling a helper)
 DEPTH: Final = 3
 _JAX_ARRAY: Final = frozenset({"jax._src.basearray.Array", "jax.Array"})
 #: the codes reported again at the call: the rule table's (not the opt-in ones)
 _RULE_CODES: Final = frozenset(c for c in CODES.values() if c not in (AXIS, UNKNOWN))
+#: per-example gradients of a replicated parameter (`autodiff.grad_call`)
+_VMAP_CODES: Final = frozenset({CODES["SPMD407"]})
 _PREFIX: Final = "in `"
 _SINGLE: Final = (ARG_POS, ARG_OPT, ARG_NAMED, ARG_NAMED_OPT)
 #: methods whose check infers the class's attributes (`self.w = ...`): never checked again
@@ -95,7 +121,7 @@ def definition(node: Any) -> FuncDef | None:
         return node
     if not isinstance(t, CallableType):
         return None
-    start = 1 if _is_method(node) else 0
+    start = 1 if is_method(node) else 0
     return node if any(_open(a) for a in t.arg_types[start:]) else None
 
 
@@ -104,10 +130,10 @@ def method(info: Any, name: str) -> FuncDef | None:
     if not isinstance(info, TypeInfo):
         return None
     node = info.get_method(name)
-    return definition(node) if node is not None and _is_method(node) else None
+    return definition(node) if node is not None and is_method(node) else None
 
 
-def _is_method(node: Any) -> bool:
+def is_method(node: Any) -> bool:
     """An instance method (its first parameter is the receiver)."""
     return isinstance(node, FuncDef) and node.info is not FUNC_NO_INFO and not node.is_static \
         and not node.is_class and bool(node.arg_names)
@@ -126,6 +152,21 @@ def _literal(t: Type) -> Type:
     if isinstance(p, Instance) and p.last_known_value is not None:
         return p.last_known_value
     return t
+
+
+def _default(api: Any, defn: FuncDef, i: int, formal: Type) -> Type:
+    """The type of parameter `i` left to its default: a literal default's own literal type
+    where the parameter says nothing of it (`axis="dp"`: a collective over it is checked),
+    else `formal`."""
+    init = defn.arguments[i].initializer
+    if not _open(formal) or init is None:
+        return formal
+    if isinstance(init, StrExpr | IntExpr):
+        base = "builtins.str" if isinstance(init, StrExpr) else "builtins.int"
+        return LiteralType(init.value, named(api, base, []))
+    if isinstance(init, NameExpr) and init.fullname in ("builtins.True", "builtins.False"):
+        return LiteralType(init.fullname == "builtins.True", named(api, "builtins.bool", []))
+    return formal
 
 
 def _imprecise(t: Type) -> bool:
@@ -161,7 +202,7 @@ def check_method_call(ctx: MethodContext, defn: FuncDef) -> Type:
 def _check(ctx: FunctionContext | MethodContext, defn: FuncDef, receiver: Type | None) -> Type:
     default = ctx.default_return_type
     if _DEPTH[0] >= DEPTH or id(defn) in _ACTIVE or not _open(default) \
-            or not _user_module(ctx.api, getattr(ctx.api, "path", "")) or not has_body(ctx.api, defn):
+            or not user_code(ctx.api) or not has_body(ctx.api, defn):
         return default
     declared = get_proper_type(defn.type) if defn.type is not None else None
     if isinstance(declared, CallableType) and declared.variables:
@@ -179,7 +220,7 @@ def _check(ctx: FunctionContext | MethodContext, defn: FuncDef, receiver: Type |
             types.append(_literal(acts[0]))
             stated = stated or _stated(acts[0])
         else:
-            types.append(formal)
+            types.append(_default(ctx.api, defn, i, formal) if not acts else formal)
     if not stated:
         return default  # plain arrays: mypy's own result, as before
     _report(ctx, defn, types)
@@ -187,12 +228,36 @@ def _check(ctx: FunctionContext | MethodContext, defn: FuncDef, receiver: Type |
     return memo[1] if memo is not None and memo[1] is not None else default
 
 
-def check_vmapped(ctx: MethodContext, defn: FuncDef, positional: list[Type]) -> None:
-    """`jax.vmap(f)(*args)` of a function of the module whose body takes a gradient
-    (`autodiff.grad_call`): the body checked on the arguments' types as traced under vmap, its
-    errors (SPMD407) reported at the call."""
-    if _DEPTH[0] >= DEPTH or id(defn) in _ACTIVE or not has_body(ctx.api, defn) \
-            or _is_method(defn) or len(positional) > len(defn.arguments):
+def check_mapped(ctx: FunctionContext, defn: FuncDef, leaves: list[Type]) -> Type | None:
+    """`jax.tree.map(helper, tree, *rest)` of a function of the module (`definition`): its
+    body checked on the trees' leaf types (`leaves`: one per tree, a union of each tree's
+    leaves; `Any` before them for the path of `tree_map_with_path`), its rule errors reported
+    at the call; the body's result type for each leaf, else None."""
+    if _DEPTH[0] >= DEPTH or id(defn) in _ACTIVE or is_method(defn) or not user_code(ctx.api) \
+            or not has_body(ctx.api, defn) or len(leaves) > len(defn.arguments) \
+            or not any(_stated(t) for t in leaves):
+        return None
+    declared = get_proper_type(defn.type) if defn.type is not None else None
+    if isinstance(declared, CallableType) and declared.variables:
+        return None
+    types: list[Type] = []
+    for i in range(len(defn.arguments)):
+        formal = declared.arg_types[i] if isinstance(declared, CallableType) else any_type()
+        mapped = i < len(leaves) and defn.arg_kinds[i] in _SINGLE and _open(formal)
+        types.append(leaves[i] if mapped else _default(ctx.api, defn, i, formal))
+    _report(ctx, defn, types)
+    memo = _MEMO.get(_key(defn, types))
+    return memo[1] if memo is not None else None
+
+
+def check_vmapped(ctx: MethodContext, defn: FuncItem, positional: list[Type]) -> None:
+    """`jax.vmap(f)(*args)` of a function, bound method or lambda of the module whose body
+    takes a gradient (`autodiff.grad_call`): the body checked on the arguments' types as traced
+    under vmap (`positional`: the receiver's first for a method), its errors (SPMD407)
+    reported at the call."""
+    if _DEPTH[0] >= DEPTH or id(defn) in _ACTIVE or len(positional) > len(defn.arguments) \
+            or (isinstance(defn, LambdaExpr) and not user_code(ctx.api)) \
+            or (isinstance(defn, FuncDef) and not has_body(ctx.api, defn)):
         return
     declared = get_proper_type(defn.type) if defn.type is not None else None
     if isinstance(declared, CallableType) and declared.variables:
@@ -201,27 +266,30 @@ def check_vmapped(ctx: MethodContext, defn: FuncDef, positional: list[Type]) -> 
              declared.arg_types[i] if isinstance(declared, CallableType) else any_type()
              for i in range(len(defn.arguments))]
     VMAPPED[0] += 1
-    try:
-        _report(ctx, defn, types)
+    try:  # a lambda's body was checked where it stands: only what vmap adds is new
+        _report(ctx, defn, types, _VMAP_CODES if isinstance(defn, LambdaExpr) else _RULE_CODES)
     finally:
         VMAPPED[0] -= 1
 
 
-def _key(defn: FuncDef, types: list[Type]) -> tuple[int, bool, tuple[str, ...]]:
+def _key(defn: FuncItem, types: list[Type]) -> tuple[int, bool, tuple[str, ...]]:
     return id(defn), VMAPPED[0] > 0, tuple(str(t) for t in types)
 
 
-def _report(ctx: FunctionContext | MethodContext, defn: FuncDef, types: list[Type]) -> None:
-    """Check `defn`'s body on `types` (once per run: `_MEMO`) and report its rule errors at the
-    call."""
+def _report(ctx: FunctionContext | MethodContext, defn: FuncItem, types: list[Type],
+            only: frozenset[Any] = _RULE_CODES) -> None:
+    """Check `defn`'s body on `types` (once per run: `_MEMO`) and report its rule errors (of
+    the codes `only`) at the call, each naming the line in the body where the rule is broken."""
     key = _key(defn, types)
     memo = _MEMO.get(key)
     if memo is None or memo[0] is not defn:
         result, errors = _recheck(ctx.api, defn, types)
         memo = _MEMO[key] = (defn, result, errors)
-    where = _where(ctx.api, defn)
-    for severity, message, code in memo[2]:
-        if severity == "error":  # a helper's helper: `in f (line 3) -> g (line 9), ...`
+    for severity, message, code, line in memo[2]:
+        if code not in only:
+            continue
+        if severity == "error":  # a helper's helper: `in f (line 4) -> g (line 10), ...`
+            where = _where(ctx.api, defn, line)
             text = f"in {where} -> {message[3:]}" if message.startswith(_PREFIX) \
                 else f"in {where}, on this call's arguments: {message}"
             ctx.api.fail(text, ctx.context, code=code)
@@ -229,7 +297,7 @@ def _report(ctx: FunctionContext | MethodContext, defn: FuncDef, types: list[Typ
             ctx.api.msg.note(message, ctx.context, code=code)
 
 
-def mentions(defn: FuncDef, fullnames: frozenset[str]) -> bool:
+def mentions(defn: FuncItem, fullnames: frozenset[str]) -> bool:
     """Whether the body of `defn` names one of `fullnames` (in its statements' expressions,
     not in nested functions)."""
     for e in _Saved(defn).expressions:
@@ -237,6 +305,11 @@ def mentions(defn: FuncDef, fullnames: frozenset[str]) -> bool:
         if any(n.fullname in fullnames for n in (*names, *members)):
             return True
     return False
+
+
+def user_code(api: Any) -> bool:
+    """Whether the module being checked is the user's (a lambda in it has its body)."""
+    return _user_module(api, getattr(api, "path", ""))
 
 
 def _user_module(api: Any, path: str) -> bool:
@@ -261,20 +334,25 @@ def has_body(api: Any, defn: FuncDef) -> bool:
         return False
 
 
-def _where(api: Any, defn: FuncDef) -> str:
-    """`add_bias` (line 3), with the module where it is another one's."""
-    name = f"{defn.info.name}.{defn.name}" if _is_method(defn) else defn.name
+def _where(api: Any, defn: FuncItem, line: int) -> str:
+    """`add_bias` (line 4): the helper and the line of its body where a rule is broken, with
+    the module where it is another one's."""
+    if isinstance(defn, LambdaExpr):
+        return f"the lambda (line {line})"
+    name = f"{defn.info.name}.{defn.name}" if is_method(defn) else defn.name
     module = defn.fullname.rpartition("." + name)[0] if defn.fullname else ""
     here = getattr(getattr(api, "tree", None), "fullname", None)
-    at = f"line {defn.line}" if not module or module == here else f"{module} line {defn.line}"
+    at = f"line {line}" if not module or module == here else f"{module} line {line}"
     return f"`{name}` ({at})"
 
 
-def _recheck(api: Any, defn: FuncDef, types: list[Type]) -> tuple[Type | None, list[tuple[str, str, Any]]]:
+def _recheck(api: Any, defn: FuncItem, types: list[Type]) -> tuple[Type | None, list[_Found]]:
     """The body of `defn` checked with parameter types `types`: its return type (None where
-    a return is unknown or `Any`) and the rule errors found in it (severity, message, code)."""
+    a return is unknown or `Any`) and the rule errors found in it (severity, message, code,
+    line)."""
     override = CallableType(types, list(defn.arg_kinds), list(defn.arg_names), any_type(),
-                            named(api, "builtins.function", []), name=defn.name, definition=defn)
+                            named(api, "builtins.function", []), name=defn.name,
+                            definition=defn if isinstance(defn, FuncDef) else None)
     saved = _Saved(defn)
     _DEPTH[0] += 1
     _ACTIVE.add(id(defn))
@@ -289,12 +367,14 @@ def _recheck(api: Any, defn: FuncDef, types: list[Type]) -> tuple[Type | None, l
         _DEPTH[0] -= 1
         _ACTIVE.discard(id(defn))
         saved.restore()
-    # a block that may not run on these arguments (`if reduced:` of a flag the caller sets, a
-    # shape test) is not reported: only what the helper does on every path
-    errors = [(e.severity, e.message, e.code) for e in found if e.code in _RULE_CODES
+    # a block that may not run on these arguments (`if reduced:` of a flag the caller does not
+    # pass as a literal, a shape test, a loop) is not reported: only what the helper does on
+    # every path it takes on them
+    uncertain = saved.uncertain(type_map)
+    errors = [(e.severity, e.message, e.code, e.line) for e in found if e.code in _RULE_CODES
               and defn.line <= e.line <= (defn.end_line or e.line)
-              and not any(a <= e.line <= b for a, b in saved.branches)]
-    if not any(s == "error" for s, _, _ in errors):
+              and not any(a <= e.line <= b for a, b in uncertain)]
+    if not any(s == "error" for s, _, _, _ in errors):
         errors = []
     # the returns mypy reached (a literal argument's branch not taken is not), all of one type
     rets = [get_proper_type(type_map[r.expr]) for r in saved.returns if r.expr in type_map]
@@ -307,16 +387,48 @@ def _span(block: Block) -> tuple[int, int]:
     return block.body[0].line, max(s.end_line or s.line for s in block.body)
 
 
+def _taken(node: IfStmt, type_map: dict[Expression, Type]) -> int | None:
+    """The block (0: the body, 1: the `else`) an `if` takes whenever it runs on the re-check's
+    arguments, else None: its condition of a literal bool type (`if reduced:` of a literal
+    argument), or the other block left unchecked by mypy (unreachable: `if how == "sum":` of
+    `how="sum"`, with an `else`)."""
+    if len(node.body) != 1:
+        return None
+    cond = type_map.get(node.expr[0])
+    p = get_proper_type(cond) if cond is not None else None
+    if isinstance(p, Instance) and p.last_known_value is not None:
+        p = p.last_known_value
+    if isinstance(p, LiteralType) and isinstance(p.value, bool):
+        return 0 if p.value else 1
+    body, other = _reached(node.body[0], type_map), _reached(node.else_body, type_map)
+    if body is True and other is False:
+        return 0
+    return 1 if body is False and other is True else None
+
+
+def _reached(block: Block | None, type_map: dict[Expression, Type]) -> bool | None:
+    """Whether mypy checked a block (its first statement with an expression has a type),
+    None where that cannot be read."""
+    for stmt in block.body if block is not None else []:
+        expr = stmt.rvalue if isinstance(stmt, AssignmentStmt) else \
+            stmt.expr[0] if isinstance(stmt, IfStmt) else getattr(stmt, "expr", None)
+        if isinstance(expr, Expression):
+            return expr in type_map
+    return None
+
+
 class _Saved:
     """What a re-check writes into the helper's nodes, read before and put back after: the
     inferred types of its parameters and locals, its `expanded` items; and its returns."""
 
-    def __init__(self, defn: FuncDef) -> None:
+    def __init__(self, defn: FuncItem) -> None:
         self.defn = defn
         self.returns: list[ReturnStmt] = []
         self.expressions: list[Expression] = []  # returned, assigned and evaluated ones
-        #: the lines of the blocks that may not run (if / else, loops, try): first, last
+        #: the lines of the blocks that may not run (loops, `except` / `else` of a try): first,
+        #: last; and the `if` statements (`uncertain`: which of their blocks may not run)
         self.branches: list[tuple[int, int]] = []
+        self.ifs: list[IfStmt] = []
         self.vars: dict[int, tuple[Var, Any]] = {}
         for a in defn.arguments:
             self.vars[id(a.variable)] = (a.variable, a.variable.type)
@@ -347,8 +459,13 @@ class _Saved:
             blocks, targets = [node.body], [t for t in node.target if t is not None]
         elif isinstance(node, TryStmt):
             blocks = [node.body, *node.handlers, node.else_body, node.finally_body]
-        if isinstance(node, IfStmt | ForStmt | WhileStmt | TryStmt):
+        if isinstance(node, IfStmt):
+            self.ifs.append(node)
+        elif isinstance(node, ForStmt | WhileStmt):
             self.branches.extend(_span(b) for b in blocks if isinstance(b, Block) and b.body)
+        elif isinstance(node, TryStmt):  # its body and `finally` run whenever the try does
+            self.branches.extend(_span(b) for b in (*node.handlers, node.else_body)
+                                 if isinstance(b, Block) and b.body)
         while targets:
             t = targets.pop()
             if isinstance(t, TupleExpr | ListExpr):
@@ -360,15 +477,25 @@ class _Saved:
         for b in blocks:
             self._walk(b)
 
+    def uncertain(self, type_map: dict[Expression, Type]) -> list[tuple[int, int]]:
+        """The lines of the blocks that may not run whenever the helper runs on the re-check's
+        arguments (`branches`, and each `if`'s blocks but the one it is sure to take)."""
+        spans = list(self.branches)
+        for node in self.ifs:
+            taken = _taken(node, type_map)
+            spans.extend(_span(b) for i, b in enumerate([*node.body, node.else_body])
+                         if b is not None and b.body and i != taken)
+        return spans
+
     def restore(self) -> None:
         for var, t in self.vars.values():
             var.type = t
         self.defn.expanded[:] = self.expanded
 
 
-#: (id of the FuncDef, under jax.vmap, argument types) -> (the FuncDef, result, errors): once
+#: (id of the function or lambda, under jax.vmap, argument types) -> (it, result, errors): once
 #: per run
-_MEMO: Final[dict[tuple[int, bool, tuple[str, ...]], tuple[FuncDef, Type | None, list[tuple[str, str, Any]]]]] = {}
+_MEMO: Final[dict[tuple[int, bool, tuple[str, ...]], tuple[FuncItem, Type | None, list[_Found]]]] = {}
 _DEPTH: Final = [0]
 #: inside the body of a function `jax.vmap` maps (`check_vmapped`): its gradients are per-example
 VMAPPED: Final = [0]

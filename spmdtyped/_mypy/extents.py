@@ -16,7 +16,9 @@ from mypy.nodes import (
     AssignmentStmt,
     EllipsisExpr,
     Expression,
+    FuncItem,
     IndexExpr,
+    LambdaExpr,
     ListExpr,
     MemberExpr,
     NameExpr,
@@ -34,7 +36,9 @@ from . import refined
 def assignments(api: Any, name: NameExpr) -> list[tuple[Expression, int | None]]:
     """The values assigned to `name` by the statements of the enclosing function's body (or
     the module's), each with the name's position when it is one target of a tuple unpacking."""
-    fn = api.scope.current_function()
+    # a lambda's names are its enclosing function's (`jax.vmap(lambda x: g(p, x))`)
+    fn = next((e for e in reversed(api.scope.stack)
+               if isinstance(e, FuncItem) and not isinstance(e, LambdaExpr)), None)
     body = fn.body.body if fn is not None else getattr(api.tree, "defs", [])
     found: list[tuple[Expression, int | None]] = []
     for stmt in body:

@@ -56,6 +56,9 @@ FUNCTIONS: Final = {f"spmdtyped.{r.kind}.{r.name}": (r.kind, r.name, r.rule, r.b
 #: leaves (`pytrees`: the leaves' types from the trees' static types)
 TREE_MAPS: Final = {"jax._src.tree.map": 0, "jax._src.tree_util.tree_map": 0,
                     "jax._src.tree.map_with_path": 1, "jax._src.tree_util.tree_map_with_path": 1}
+#: flax's variable class: `param[...]` of an `nnx.Param[Varying["tp"]]` (or of another subclass)
+#: is its value's type (`pytrees.variable_item`)
+NNX_VARIABLE: Final = "flax.nnx.variablelib.Variable"
 
 # JAX's own spellings of the rows (`jax_forms`): `jnp.exp`, `jax.nn.relu`, `jax.lax.psum`
 

@@ -19,10 +19,14 @@ a dataclass or a NamedTuple say, and the leaves of a tree's static type.
   `tree_map_signature`, `tree_map`): a `lambda` `f` takes the union of each tree's leaf types, so
   its body is checked (`jax.tree.map(lambda g: st.pmean(g, "dp"), grads)`); the result is the
   first tree's structure with the lambda's result as leaves (a class: the class itself). Only
-  where some leaf is a typed value, no `is_leaf` is given and `f` is a lambda (a `def` keeps its
-  own signature, checked by mypy as before). A class-typed tree after the first gives `Any`
-  leaves: a module of the same class is often its spec tree (`jax.tree.map(lambda a, s: ...,
+  where some leaf is a typed value, no `is_leaf` is given and `f` is a lambda or a helper of the
+  module with parameters of no state (`jax.tree.map(average, grads)`: its body checked on the
+  leaf types, `_helper_result`); another `def` keeps its own signature, checked by mypy as
+  before. A class-typed tree after the first gives `Any` leaves: a module of the same class is often its spec tree (`jax.tree.map(lambda a, s: ...,
   model, specs)`), whose leaves are `PartitionSpec`s.
+- **A flax variable's value** (`variable_item`): `self.w[...]` of an `nnx.Param[Varying["tp"]]`
+  is the value's type, as `self.w.value` is (flax types `[...]` `jax.Array` for a
+  `Variable[jax.Array]` only, `Any` otherwise); another index keeps flax's type.
 - **Gradients of class parameters** (`class_cotangent`, read by `autodiff`): a class whose
   typed leaves are all their own cotangent (no Reduced / Unreduced field) is its own gradient's
   type.
@@ -32,8 +36,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from mypy.nodes import ARG_POS, LambdaExpr, TypeInfo, Var
-from mypy.plugin import FunctionContext, FunctionSigContext
+from mypy.maptype import map_instance_to_supertype
+from mypy.nodes import ARG_POS, EllipsisExpr, Expression, FuncDef, LambdaExpr, RefExpr, TypeInfo, Var
+from mypy.plugin import FunctionContext, FunctionSigContext, MethodContext
 from mypy.subtypes import is_same_type
 from mypy.types import (
     AnyType,
@@ -49,6 +54,7 @@ from mypy.types import (
 
 from .. import _rules
 from .._rules import SpmdType
+from . import names
 from .convert import (
     ARRAY,
     ARRAY_LIKE,
@@ -65,7 +71,7 @@ from .convert import (
 #: base classes whose subclasses are pytrees with attribute fields (flax nnx); dataclasses and
 #: `eqx.Module` (a `dataclass_transform`) are read from mypy's dataclass metadata
 _NNX_BASES: Final = frozenset({"flax.nnx.pytreelib.Pytree", "flax.nnx.module.Module"})
-_NNX_VARIABLE: Final = "flax.nnx.variablelib.Variable"
+_NNX_VARIABLE: Final = names.NNX_VARIABLE
 _ARRAYS: Final = frozenset({f"{ARRAY[0]}.{ARRAY[1]}", "numpy.ndarray"})
 _SEQUENCES: Final = frozenset({"builtins.list", "builtins.tuple", "typing.Sequence",
                                "collections.abc.Sequence"})
@@ -192,23 +198,28 @@ def tree_map_signature(ctx: FunctionSigContext, lead: int) -> FunctionLike:
     f, tree, rest, is_leaf = where
     if is_leaf is not None and ctx.args[is_leaf]:
         return sig
-    if not (ctx.args[f] and isinstance(ctx.args[f][0], LambdaExpr) and ctx.args[tree]):
+    if not (ctx.args[f] and ctx.args[tree]):
+        return sig
+    fun_expr = ctx.args[f][0]
+    lam = isinstance(fun_expr, LambdaExpr)
+    if not (lam or _helper(fun_expr)):
         return sig
     trees = [*ctx.args[tree], *(ctx.args[rest] if rest is not None else [])]
     with ctx.api.msg.filter_errors():  # type: ignore[attr-defined]
         types = [ctx.api.get_expression_type(e) for e in trees]
     leaf_types = [_leaf_type(t, first=i == 0) for i, t in enumerate(types)]
     if all(lt is None for lt in leaf_types):
-        from . import unknown  # `spmd-unknown`: the lambda's leaves are Any
+        if lam:
+            from . import unknown  # `spmd-unknown`: the lambda's leaves are Any
 
-        unknown.tree_map(ctx.api, ctx.args[f][0], trees[0], ctx.context)
+            unknown.tree_map(ctx.api, fun_expr, trees[0], ctx.context)
         return sig
     params: list[Type] = [*([any_type()] * lead), *(lt or any_type() for lt in leaf_types)]
     fun = CallableType(params, [ARG_POS] * len(params), [None] * len(params), any_type(),
                        named(ctx.api, "builtins.function", []))
     # the first tree keeps its own type as its context (a `{"w": w}` display is `dict[Any, Any]`
     # in JAX's `Any` context: the result's structure is read from it)
-    formals: dict[int, Type] = {f: fun}
+    formals: dict[int, Type] = {f: fun} if lam else {}  # a helper keeps its own signature
     if leaf_types[0] is not None:
         formals[tree] = types[0]
     return sig.copy_modified(arg_types=[formals.get(i, t) for i, t in enumerate(sig.arg_types)])
@@ -246,17 +257,59 @@ def tree_map(ctx: FunctionContext, lead: int) -> Type:
     where = _formals(list(ctx.callee_arg_names))
     if where is None:
         return ctx.default_return_type
-    f, tree, _, is_leaf = where
-    if (is_leaf is not None and ctx.args[is_leaf]) or not (ctx.args[f] and ctx.args[tree]) \
-            or not isinstance(ctx.args[f][0], LambdaExpr):
+    f, tree, rest, is_leaf = where
+    if (is_leaf is not None and ctx.args[is_leaf]) or not (ctx.args[f] and ctx.args[tree]):
         return ctx.default_return_type
-    ft = get_proper_type(ctx.arg_types[f][0])
     tree_t = ctx.arg_types[tree][0]
-    if not isinstance(ft, CallableType) or isinstance(get_proper_type(ft.ret_type), AnyType) \
-            or _leaf_type(tree_t, first=True) is None:
+    if _leaf_type(tree_t, first=True) is None:
         return ctx.default_return_type
-    out = _rebuilt(tree_t, ft.ret_type)
+    if isinstance(ctx.args[f][0], LambdaExpr):
+        ft = get_proper_type(ctx.arg_types[f][0])
+        ret = ft.ret_type if isinstance(ft, CallableType) else None
+    else:  # `jax.tree.map(average, grads)` of a helper of the module: its body on the leaves
+        ret = _helper_result(ctx, ctx.args[f][0], lead,
+                             [*ctx.arg_types[tree], *(ctx.arg_types[rest] if rest is not None else [])])
+    if ret is None or isinstance(get_proper_type(ret), AnyType):
+        return ctx.default_return_type
+    out = _rebuilt(tree_t, ret)
     return out if out is not None else ctx.default_return_type
+
+
+def _helper(f: Expression) -> FuncDef | None:
+    """A function of the user's with parameters of no state (`calls.definition`), named."""
+    if not (isinstance(f, RefExpr) and isinstance(f.node, FuncDef)):
+        return None
+    from . import calls
+
+    return calls.definition(f.node)
+
+
+def _helper_result(ctx: FunctionContext, f: Expression, lead: int, trees: list[Type]) -> Type | None:
+    """The result of a helper of the module with parameters of no state (`_helper`) mapped
+    over `trees`: its body checked on their leaf types, its rule errors reported at the call
+    (`calls.check_mapped`); None for any other function."""
+    from . import calls
+
+    defn = _helper(f)
+    if defn is None:
+        return None
+    leaf_types = [_leaf_type(t, first=i == 0) or any_type() for i, t in enumerate(trees)]
+    return calls.check_mapped(ctx, defn, [*([any_type()] * lead), *leaf_types])
+
+
+# ------------------------------------------------------------------------- flax variables
+
+
+def variable_item(ctx: MethodContext) -> Type:
+    """`v[...]` of a flax `Variable` (`nnx.Param[Varying["tp"]]`): the value's type where it
+    is a typed value (see the module docstring)."""
+    p = get_proper_type(ctx.type)
+    if not (isinstance(p, Instance) and len(ctx.args) == 1 and len(ctx.args[0]) == 1
+            and isinstance(ctx.args[0][0], EllipsisExpr)):
+        return ctx.default_return_type
+    base = next((b for b in p.type.mro if b.fullname == _NNX_VARIABLE), None)
+    value = map_instance_to_supertype(p, base).args if base is not None else ()
+    return value[0] if value and is_sarray(value[0]) else ctx.default_return_type
 
 
 # ------------------------------------------------------------------------- gradients
