@@ -7,6 +7,7 @@ zeros, division by an axis size), and the walk's own errors (SPMD303, SPMD407, S
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -483,13 +484,23 @@ def gather_ref(ins: Sequence[Any], refs: Sequence[Refinement], out: SpmdType,
 
 
 def in_refinements(specs: Sequence[Any], avals: Sequence[Any], manual: Sequence[str]) -> list[Refinement]:
-    """The refinement of each shard_map input from its in_spec (`refine_shape.from_spec`)."""
+    """The refinement of each shard_map input from its in_spec (`refine_shape.from_spec`),
+    read once per distinct spec and rank (a program's layers repeat theirs)."""
     out = []
+    seen: dict[tuple[Any, ...], Refinement] = {}
     for spec, aval in zip(specs, avals, strict=True):
         ndim = len(getattr(aval, "shape", ()) or ())
         entries = getattr(spec, "partitions", None)
         entries = tuple(entries) if entries is not None else tuple(spec or ())
-        out.append(_rs.from_spec(entries, ndim, manual))
+        try:
+            got = seen.get((entries, ndim))
+        except TypeError:   # an entry that is not hashable
+            got = None
+        if got is None:
+            got = _rs.from_spec(entries, ndim, manual)
+            with contextlib.suppress(TypeError):
+                seen[(entries, ndim)] = got
+        out.append(got)
     return out
 
 
