@@ -263,7 +263,7 @@ def test_a_reduction_is_keyed_on_the_terms_of_its_sum(mesh: Any) -> None:
             for o in v.eqn.outvars:
                 side.defs[o] = v.eqn
         known: dict[Any, int] = {}
-        return [transfer.key(p, {}, side, {}, {}, known, quiet=False, batched=False)
+        return [transfer.key(p, p.key, {}, side, {}, {}, known, quiet=False, batched=False)
                 for p in psums]
 
     side = Side()
@@ -275,3 +275,38 @@ def test_a_reduction_is_keyed_on_the_terms_of_its_sum(mesh: Any) -> None:
         side.same[add.eqn.invars[1]] = frozenset({"tp"})
     first, second = keys(side)
     assert first == second
+
+
+@jax.jit
+def _keep(y: Any, b: Any) -> Any:
+    return y * 2.0 + jnp.zeros_like(b)   # a partial sum scaled: clean (a zero term)
+
+
+@jax.jit
+def _add(y: Any, b: Any) -> Any:
+    return y * 2.0 + b   # a replicated bias added to a partial sum: SPMD210
+
+
+def test_calls_with_equal_operands_are_told_apart_by_their_bodies(mesh: Any) -> None:
+    """A call is replayed by the shape of its nested jaxpr (`eqns.Views.call_key`), not only
+    its operands: two jitted helpers with the same signature and the same operands, the
+    second adding a replicated bias to the partial sum, are told apart (the second reported
+    inside its body), and a call of the clean helper again is replayed."""
+
+    def step(x_sh: Any, w_row: Any, b: Any) -> Any:
+        y, bias = x_sh @ w_row, jax.lax.pcast(b, "tp", to="varying")
+        return jax.lax.psum(_keep(y, bias) + _keep(y, bias) + _add(y, bias), "tp")
+
+    specs = (P(None, "tp"), P("tp", None), P())
+    rng = np.random.default_rng(2)
+    args = tuple(jax.device_put(jnp.asarray(rng.normal(size=s), jnp.float32),
+                                NamedSharding(mesh, p))
+                 for s, p in zip([(4, 16), (16, 8), (8,)], specs, strict=True))
+    rep = st.adapters.infer(step, *args, mesh=mesh, in_specs=specs, out_specs=P())
+    assert [(v.code, v.line) for v in rep.violations] == [("SPMD210", _line(_add, "SPMD210"))]
+    closed = jax.make_jaxpr(jax.shard_map(lambda *a: jax.lax.psum(
+        _keep(a[0] @ a[1], jax.lax.pcast(a[2], "tp", to="varying"))
+        + _keep(a[0] @ a[1], jax.lax.pcast(a[2], "tp", to="varying")), "tp"),
+        mesh=mesh, in_specs=specs, out_specs=P()))(*args)
+    walk = check_program(shard_map_eqn(closed), ("dp", "tp"), mesh, lambda *a: None)
+    assert len(walk.calls) == 1   # the second call of `_keep` replayed, not walked again

@@ -182,6 +182,18 @@ class Views:
         self._shapes[id(jaxpr)] = (jaxpr, got)
         return got
 
+    def call_key(self, view: EqnView) -> tuple[Any, ...] | None:
+        """What the walk of a call's nested jaxprs reads of the call besides its operands: the
+        primitive, the nested jaxprs' `shape`s, the operands' and results' abstract values and
+        which operands are literals; None when a nested jaxpr has no shape. (Its `key` holds
+        the jaxprs by identity, and JAX traces a `custom_jvp` function anew at every call.)"""
+        shapes = tuple(self.shape(s) for s in view.subs)
+        if None in shapes:
+            return None
+        eqn = view.eqn
+        return (view.name, shapes, *map(_aval, eqn.invars), view.lits,
+                *map(_aval, eqn.outvars))
+
     def transforms(self, eqn: Any) -> tuple[str, ...]:
         """`_compat.eqn_transforms(eqn)`, read once per name stack of the program (equations
         traced in one scope share it)."""

@@ -28,5 +28,8 @@ KNOWN_PLAIN = frozenset({"eigh", "svd", "qr", "cholesky", "triangular_solve", "l
                           "pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
                           "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
                           "shard_map"})
+#: call-like primitives whose one nested jaxpr takes the equation's operands in order
+CALLS = frozenset({"pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
+                   "custom_jvp_call"})
 #: every primitive the walk follows (the rest: `_opaque`, or plain Varying; strict=True lists them)
 FOLLOWED = set(_surface.PRIMITIVE_REFINE) | STRUCTURAL | KNOWN_PLAIN

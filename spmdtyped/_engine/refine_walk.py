@@ -46,7 +46,7 @@ from . import gradients as _gradients
 from . import refine_content as _content
 from . import transfer as _transfer
 from .eqns import EqnView, Views
-from .primitives import KEEPS_SHARE, KNOWN_PLAIN, STRUCTURAL
+from .primitives import CALLS, KEEPS_SHARE, KNOWN_PLAIN, STRUCTURAL
 from .refine_facts import (
     Pending,
     Side,
@@ -198,8 +198,10 @@ class RefineWalk:
             # cotangent rule of their primals (`gradients`), not by walking what JAX
             # generated (class 7, G5)
             quiet = True
-        key = _transfer.key(view, env, side, self.scalars, pending, self.known, quiet=quiet,
-                            batched=batched)
+        static = view.key if not view.subs else \
+            self.views.call_key(view) if view.name in CALLS else None
+        key = _transfer.key(view, static, env, side, self.scalars, pending, self.known,
+                            quiet=quiet, batched=batched)
         recorded = False
         eqn, name = view.eqn, view.name
         # (replayed: an equation walked before, with the same operands' facts)

@@ -15,8 +15,12 @@ Only what those inputs decide is memoized:
 - a reduction whose residual check reads the sum its operand is (`refine_content.
   residual_terms`: through reshapes and casts, the two terms of an add or a scatter-add) is
   keyed on those terms' facts as well;
-- `key` is None (walk it) for an equation that holds a nested jaxpr (calls, control flow:
-  their own memo is `RefineWalk.calls`), an operand with a pending violation or a sum of
+- a call (`primitives.CALLS`: a jit, a `custom_jvp` function) is keyed on the shapes of its
+  nested jaxprs (`eqns.Views.call_key`), not their identity: its results' side facts are
+  its body's, their lineage the union of its operands' (`refine_content.track`), as for any
+  equation;
+- `key` is None (walk it) for control flow and the other equations that hold a nested jaxpr
+  (their own memo is `RefineWalk.calls`), an operand with a pending violation or a sum of
   in_spec Shards (or such a term of its sum),
   `optimization_barrier` (each output keeps its own operand's inputs), a non-scalar literal,
   and any equation of a jaxpr whose gradients are batched (the per-example sums);
@@ -56,14 +60,14 @@ def fact_id(v: Any, env: dict[Any, Refinement], side: Side, scalars: dict[Any, o
     return got
 
 
-def key(view: EqnView, env: dict[Any, Refinement], side: Side,
+def key(view: EqnView, static: Any, env: dict[Any, Refinement], side: Side,
         scalars: dict[Any, object], pending: dict[Any, Any], known: dict[Any, int], *,
         quiet: bool, batched: bool) -> tuple[Any, ...] | None:
     """What the walk of the equation `view` reads (see the module docstring), each operand
-    by its `fact_id`; None when it must be walked. (The hottest path of the check: one call
+    by its `fact_id`; None when it must be walked. `static`: its static facts (`EqnView.key`,
+    or a call's `Views.call_key`; None: walk it). (The hottest path of the check: one call
     per equation of the program.)"""
-    static = view.key
-    if static is None or batched or view.subs:
+    if static is None or batched:
         return None
     name = view.name
     if name in _WALKED:

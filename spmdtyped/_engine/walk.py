@@ -27,6 +27,7 @@ from .._errors import SpmdTypeError, error
 from .._rules import SpmdType
 from .eqns import EqnView, Views
 from .frames import is_library, user_frame
+from .primitives import CALLS
 from .refine_facts import from_autodiff
 
 #: user-facing collectives, looked up on the stack to name the API a primitive came from: the
@@ -297,20 +298,20 @@ class Walk:
             value = self._value(eqn.invars[0])
             if value is not _rules.UNKNOWN:
                 self._known[id(eqn.outvars[0])] = value
-        unreduced_in = frozenset().union(*(t.unreduced for t in ins)) if name in _CALLS \
+        unreduced_in = frozenset().union(*(t.unreduced for t in ins)) if name in CALLS \
             else frozenset()
         kept = bool(unreduced_in and outs
                     and all(unreduced_in <= t.unreduced for t in outs))
         self._kept_unreduced += kept
         for sub in subs:
-            if len(subs) == 1 and len(sub.invars) == len(eqn.invars) and name in _CALLS:
+            if len(subs) == 1 and len(sub.invars) == len(eqn.invars) and name in CALLS:
                 for v, inner in zip(eqn.invars, sub.invars, strict=True):
                     value = self._value(v)
                     if value is not _rules.UNKNOWN:
                         self._known[id(inner)] = value
             self._sub(sub, depth + 1, loc)
         self._kept_unreduced -= kept
-        if self._kept_unreduced and name in _CALLS and unreduced_in and not kept:
+        if self._kept_unreduced and name in CALLS and unreduced_in and not kept:
             self._dropped.update(id(v) for v in eqn.outvars)  # jnp.flip's jit, in jnp.pad's
         if static is not None and code is None and mismatches == len(self.mismatches):
             self._clean_eqns.add(static)
@@ -423,9 +424,6 @@ class Walk:
                         fix=f"{name}(jax.lax.psum(x, {tuple(lost) if len(lost) > 1 else lost[0]!r}))")
 
 
-#: call-like primitives whose one nested jaxpr takes the equation's operands in order
-_CALLS = frozenset({"pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
-                    "custom_jvp_call"})
 
 
 def boundary_source(var: Any, producers: dict[int, Any]) -> Any:
