@@ -78,11 +78,11 @@ def key(view: EqnView, static: Any, env: dict[Any, Refinement], side: Side,
         # its residual check (`refine_content.residual_terms`) reads the terms of the sum
         # its operand is: keyed on their facts too
         for v, lit in zip(view.eqn.invars, view.lits, strict=True):
-            got = None if lit else residual_terms(v, side)
-            if got is None:
+            summing = None if lit else residual_terms(v, side)
+            if summing is None:
                 parts.append(None)
                 continue
-            e, prim, terms = got
+            _add, prim, terms = summing
             parts.append(prim)
             for u in terms:
                 if is_literal(u):
