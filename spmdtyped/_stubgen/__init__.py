@@ -72,9 +72,10 @@ def parse_axes(text: str) -> tuple[str, ...]:
 def _typevar_lines(vs: Iterable[Var]) -> list[str]:
     seen: dict[str, Var] = {}
     for v in vs:
-        seen.setdefault(v.name, v)
-    return [f'{n} = TypeVar("{n}", bound={"str" if v.bound is None else axis_type(v.bound)})'
-            for n, v in sorted(seen.items())]
+        if seen.setdefault(v.name, v) != v:  # pragma: no cover - two pools disagree on a name
+            raise ValueError(f"stubgen: two TypeVars named {v.name}: {seen[v.name]} and {v}")
+    return [f'{n} = TypeVar("{n}", bound={"str" if v.bound is None else axis_type(v.bound)}'
+            + (", default=Never)" if v.never_default else ")") for n, v in sorted(seen.items())]
 
 
 def _def(name: str, params: Sequence[str], result: str, ov: Overload | None, indent: str,

@@ -230,7 +230,10 @@ def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
     the catches a legal call never needs (docs/pyright.md, "Cost")."""
     o = _others(axes, a)
     out: list[Overload] = []
-    vo, uo, ro = (_v(f"_{k}o_{a}", o) for k in "VUR")
+    # `default=Never` on all three (PEP 696: a TypeVar without a default may not follow one with
+    # a default in a signature): the V pattern with the others `Literal[a] | _Vd_a` then takes
+    # a value Varying on exactly `a` too (`_Vd_a` is Never), so no exact V pattern precedes it
+    vo, uo, ro = (Var(f"_{k}d_{a}", frozenset(o), never_default=True) for k in "VUR")
     bounded = {"v": var(vo), "u": var(uo), "r": var(ro)}
     catches: list[Overload] = []
     for s in (_rules.I, _rules.V, _rules.U, _rules.R):
@@ -241,6 +244,8 @@ def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
             k = _STATE_SLOT[s]
             shapes, rest = [], []
             for split in ("exact", "others"):
+                if split == "exact" and k == "v":
+                    continue
                 for clean in (False, True):
                     pat = {j: (NEVER if clean and j != "v" else bounded[j]) for j in _SLOTS}
                     pat[k] = lit(a) if split == "exact" else var({"v": vo, "u": uo, "r": ro}[k], a)
