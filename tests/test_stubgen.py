@@ -26,11 +26,12 @@ def test_cli_writes_the_stub_package(tmp_path: Path) -> None:
                           cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
     pkg = tmp_path / "typings" / "spmdtyped"
-    for name in ("__init__.pyi", "numpy.pyi", "nn.pyi", "lax.pyi", "adapters/__init__.pyi", "py.typed"):
+    for name in ("__init__.pyi", "numpy.pyi", "_numpy_binary.pyi", "_numpy_other.pyi", "nn.pyi", "lax.pyi",
+                 "adapters/__init__.pyi", "py.typed"):
         assert (pkg / name).exists(), name
     text = (pkg / "__init__.pyi").read_text()
     assert "def psum(x: SArray" in text and '@deprecated("SPMD101' in text
-    assert "wrote 6 files" in proc.stdout
+    assert "wrote 8 files" in proc.stdout
 
 
 @pytest.mark.parametrize(("axes", "fragment"), [
