@@ -26,11 +26,12 @@ def test_cli_writes_the_stub_package(tmp_path: Path) -> None:
                           cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
     pkg = tmp_path / "typings" / "spmdtyped"
-    for name in ("__init__.pyi", "numpy.pyi", "nn.pyi", "lax.pyi", "adapters/__init__.pyi", "py.typed"):
+    for name in ("__init__.pyi", "numpy.pyi", "_numpy_binary.pyi", "_numpy_other.pyi", "nn.pyi", "lax.pyi",
+                 "adapters/__init__.pyi", "py.typed"):
         assert (pkg / name).exists(), name
     text = (pkg / "__init__.pyi").read_text()
     assert "def psum(x: SArray" in text and '@deprecated("SPMD101' in text
-    assert "wrote 6 files" in proc.stdout
+    assert "wrote 8 files" in proc.stdout
 
 
 @pytest.mark.parametrize(("axes", "fragment"), [
@@ -107,7 +108,7 @@ def test_collective_overloads_merged_by_state() -> None:
     legal = [k for k, ln in enumerate(psum) if ln.endswith("]: ...")]
     assert unions and legal and max(legal) < min(unions), psum
     first_tp_varying = next(k for k, ln in enumerate(psum)
-                            if 'x: SArray[Literal["tp"] | _Vo_tp' in ln)
+                            if 'x: SArray[Literal["tp"] | _Vd_tp' in ln)
     assert not any('Literal["dp"]' in ln.split(", axis_name")[0].split(",")[1]
                    for ln in psum[:first_tp_varying]), psum[:first_tp_varying]
     (p,) = [p for p in plan(("dp", "tp")) if p.form.name == "psum"]
@@ -150,6 +151,24 @@ def test_model_matches_pyright_on_the_known_cases() -> None:
     assert match(ov, [_rules.SpmdType(varying=("dp", "tp"))])[1] == _rules.SpmdType(varying="tp")
     inv = Overload((Arr(var(Var("_V1")), var(Var("_U")), var(Var("_Rq"), "dp")),), None, "x")
     assert not match(inv, [_rules.SpmdType(reduced="dp")])[0]  # Literal['dp'] vs 'dp' | T
+
+
+def test_model_reads_a_never_default() -> None:
+    """`default=Never` (PEP 696): `Literal["dp"] | _Vd_dp` against `Literal["dp"]` solves
+    `_Vd_dp` to Never under both checkers (the exact Varying pattern before it is not needed);
+    against `Never` pyright still leaves it Unknown; a U slot still rejects the literal alone."""
+    d, u, r = (Var(f"_{k}d_dp", frozenset({"tp"}), never_default=True) for k in "VUR")
+    ov = Overload((Arr(var(d, "dp"), var(u), var(r)),), Arr(var(d), var(u), var(r)))
+    for mypy in (False, True):
+        assert match(ov, [_rules.SpmdType(varying="dp")], mypy=mypy) == (True, _rules.SpmdType())
+        assert match(ov, [_rules.SpmdType(varying=("dp", "tp"))], mypy=mypy)[1] == \
+            _rules.SpmdType(varying="tp")
+    assert match(ov, [_rules.SpmdType()]) == (True, None)
+    un = Overload((Arr(var(d), var(u, "dp"), var(r)),), Arr(var(d), var(u), var(r)))
+    assert not match(un, [_rules.SpmdType(unreduced="dp")])[0]
+    text = render(("dp", "tp"))["spmdtyped/__init__.pyi"]
+    assert '_Vd_tp = TypeVar("_Vd_tp", bound=Literal["dp"], default=Never)' in text
+    assert 'def psum(x: SArray[Literal["tp"], ' not in text
 
 
 def test_model_knows_how_plain_mypy_solves_a_literal_next_to_a_typevar() -> None:

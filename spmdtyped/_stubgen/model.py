@@ -12,7 +12,8 @@ signatures (measured by the oracle tests in `tests/test_stubgen_oracle.py`):
 - `U` and `R` are invariant: the set must be equal;
 - a TypeVar next to literals takes what the literals leave; when they leave nothing it stays
   unsolved in a V slot (an unsolved TypeVar in a result makes the result `Unknown`, counted as
-  wrong), and the argument does not match at all in a U or R slot;
+  wrong) unless it has a default (`default=Never`: it is then `Never`; a `Never` argument still
+  leaves it unsolved), and the argument does not match at all in a U or R slot;
 - plain mypy (`mypy=True`) joins the literals a TypeVar next to literals must take: two or
   more join to `str`, which violates the TypeVar's bound, and the overload does not match
   (`Literal["dp"] | _Ro_dp` against `Literal["dp", "sp", "tp"]`); pyright subtracts.
@@ -37,10 +38,13 @@ UNSOLVED = None
 
 @dataclasses.dataclass(frozen=True)
 class Var:
-    """A TypeVar over axis names; `bound` None means `str` (any axis)."""
+    """A TypeVar over axis names; `bound` None means `str` (any axis); `never_default`: declared
+    with `default=Never` (PEP 696), which a V slot's TypeVar the literals leave nothing to
+    takes instead of staying unsolved (see `_match_slot`)."""
 
     name: str
     bound: frozenset[str] | None = None
+    never_default: bool = False
 
     def fits(self, axes: frozenset[str]) -> bool:
         return self.bound is None or axes <= self.bound
@@ -178,6 +182,11 @@ def _match_slot(slot: Slot, have: frozenset[str], covariant: bool,
         sol[v] = rest
         if not covariant and pinned is not None:
             pinned.add(v)
+    elif v.never_default and have:
+        # `Literal["tp"] | _Vd` against `Literal["tp"]`: both checkers take the default (pyright
+        # 1.1.414; mypy solves it to Never with or without one); against `Never` pyright leaves
+        # it Unknown
+        sol[v] = frozenset()
     else:
         sol.setdefault(v, UNSOLVED)
     return True

@@ -218,8 +218,9 @@ _STATE_SLOT = {_rules.V: "v", _rules.U: "u", _rules.R: "r"}
 
 def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
     """A collective or cast over one axis `a`: one pattern per state of `a` (exact: no other axis
-    in that slot; others: a TypeVar bound to the other axes takes the rest), each moved to every
-    state; `@deprecated` catches for the states.
+    in that slot; others: a TypeVar bound to the other axes takes the rest; Varying has only the
+    latter, its TypeVar defaulting to Never), each moved to every state; `@deprecated` catches
+    for the states.
 
     Order: Invariant first (its patterns, then its catch), so that a covariant V pattern only
     sees values that hold `a` somewhere; then the V, U and R patterns, whose other slots are
@@ -230,7 +231,11 @@ def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
     the catches a legal call never needs (docs/pyright.md, "Cost")."""
     o = _others(axes, a)
     out: list[Overload] = []
-    vo, uo, ro = (_v(f"_{k}o_{a}", o) for k in "VUR")
+    # `default=Never` on all three (PEP 696: a TypeVar without a default may not follow one with
+    # a default in a signature): the V pattern with the others `Literal[a] | _Vd_a` then takes
+    # a value Varying on exactly `a` too (`_Vd_a` is Never), so no exact V pattern precedes it
+    # (one overload fewer that a nested argument is evaluated under; docs/pyright.md, "Cost")
+    vo, uo, ro = (Var(f"_{k}d_{a}", frozenset(o), never_default=True) for k in "VUR")
     bounded = {"v": var(vo), "u": var(uo), "r": var(ro)}
     catches: list[Overload] = []
     for s in (_rules.I, _rules.V, _rules.U, _rules.R):
@@ -241,6 +246,8 @@ def axis_pool(axes: Sequence[str], a: str) -> list[Overload]:
             k = _STATE_SLOT[s]
             shapes, rest = [], []
             for split in ("exact", "others"):
+                if split == "exact" and k == "v":
+                    continue
                 for clean in (False, True):
                     pat = {j: (NEVER if clean and j != "v" else bounded[j]) for j in _SLOTS}
                     pat[k] = lit(a) if split == "exact" else var({"v": vo, "u": uo, "r": ro}[k], a)
