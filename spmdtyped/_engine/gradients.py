@@ -156,11 +156,11 @@ def type_gradient(v: Any, primals: Sequence[Any], env: dict[Any, Refinement], si
     side.mark_grad(v)
 
 
-def per_example_sum(eqn: Any, gradients: Gradients) -> bool:
-    """Whether `eqn` is the psum JAX inserts, as the transpose of an implicit pvary, into a
-    gradient traced under a `jax.vmap` of its forward pass too (a per-example gradient summed
-    over the devices)."""
-    if _compat.primitive_name(eqn) != "psum_invariant":
+def per_example_sum(view: EqnView, gradients: Gradients) -> bool:
+    """Whether the equation `view` is the psum JAX inserts, as the transpose of an implicit
+    pvary, into a gradient traced under a `jax.vmap` of its forward pass too (a per-example
+    gradient summed over the devices)."""
+    if view.name != "psum_invariant":
         return False
-    t = _compat.eqn_transforms(eqn)
+    t = view.transforms
     return _BACKWARD in t and t[:t.index(_BACKWARD)] in gradients.batched

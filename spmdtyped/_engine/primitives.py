@@ -15,6 +15,9 @@ STRUCTURAL = frozenset({"dot_general", "transpose", "reshape", "broadcast_in_dim
                          "expand_dims", "slice", "dynamic_slice", "gather", "concatenate", "pad",
                          "iota", "sort", "rev", "axis_index", "split", "dynamic_update_slice",
                          "scatter", "scatter-add", "scatter_add", "full", "empty"})
+#: call-like primitives whose one nested jaxpr takes the equation's operands in order
+CALLS = frozenset({"pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
+                   "custom_jvp_call"})
 #: primitives that compute on their operands without a rule here, whose output states JAX
 #: derives from the inputs (so they never drop an axis): not opaque either
 KNOWN_PLAIN = frozenset({"eigh", "svd", "qr", "cholesky", "triangular_solve", "lu",
@@ -25,11 +28,6 @@ KNOWN_PLAIN = frozenset({"eigh", "svd", "qr", "cholesky", "triangular_solve", "l
                           "reduce_window_sum", "reduce_window_max", "reduce_window_min",
                           "optimization_barrier", "name", "with_sharding_constraint",
                           "sharding_constraint", "device_put", "mesh_cast", "reshard",
-                          "pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
-                          "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
-                          "shard_map"})
-#: call-like primitives whose one nested jaxpr takes the equation's operands in order
-CALLS = frozenset({"pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
-                   "custom_jvp_call"})
+                          "custom_vjp_call", "custom_vjp_call_jaxpr", "shard_map"}) | CALLS
 #: every primitive the walk follows (the rest: `_opaque`, or plain Varying; strict=True lists them)
 FOLLOWED = set(_surface.PRIMITIVE_REFINE) | STRUCTURAL | KNOWN_PLAIN

@@ -206,7 +206,7 @@ class RefineWalk:
         eqn, name = view.eqn, view.name
         # (replayed: an equation walked before, with the same operands' facts)
         if not _transfer.replayed(view, key, self.transfer, env, side):
-            summed = summing and _gradients.per_example_sum(eqn, grads)
+            summed = summing and _gradients.per_example_sum(view, grads)
             reported, waiting = self.reported, len(pending)
             self._walk(view, env, side, pending, view.user or parent, quiet, summed)
             recorded = key is not None and reported == self.reported and waiting == len(pending)

@@ -424,8 +424,6 @@ class Walk:
                         fix=f"{name}(jax.lax.psum(x, {tuple(lost) if len(lost) > 1 else lost[0]!r}))")
 
 
-
-
 def boundary_source(var: Any, producers: dict[int, Any]) -> Any:
     """The value the function returned, before shard_map's boundary casts."""
     src = producers.get(id(var))

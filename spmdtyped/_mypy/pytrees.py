@@ -71,7 +71,6 @@ from .convert import (
 #: base classes whose subclasses are pytrees with attribute fields (flax nnx); dataclasses and
 #: `eqx.Module` (a `dataclass_transform`) are read from mypy's dataclass metadata
 _NNX_BASES: Final = frozenset({"flax.nnx.pytreelib.Pytree", "flax.nnx.module.Module"})
-_NNX_VARIABLE: Final = names.NNX_VARIABLE
 _ARRAYS: Final = frozenset({f"{ARRAY[0]}.{ARRAY[1]}", "numpy.ndarray"})
 _SEQUENCES: Final = frozenset({"builtins.list", "builtins.tuple", "typing.Sequence",
                                "collections.abc.Sequence"})
@@ -151,7 +150,7 @@ def leaves(t: Type, *, fields: bool = True, depth: int = 0) -> list[Type]:
         return leaves(p.args[0], fields=fields, depth=depth + 1)
     if name in _MAPPINGS and p.args:
         return leaves(p.args[-1], fields=fields, depth=depth + 1)
-    if p.type.has_base(_NNX_VARIABLE):
+    if p.type.has_base(names.NNX_VARIABLE):
         return leaves(p.args[0], fields=fields, depth=depth + 1) if p.args else [any_type()]
     if is_pytree_class(p.type):
         if not fields or p.type.defn.type_vars:
@@ -244,7 +243,7 @@ def _rebuilt(t: Type, leaf: Type) -> Type | None:
     if isinstance(p, Instance) and p.args and (p.type.fullname in _SEQUENCES | _MAPPINGS):
         inner = _rebuilt(p.args[-1], leaf)
         return None if inner is None else p.copy_modified(args=[*p.args[:-1], inner])
-    if isinstance(p, Instance) and (is_pytree_class(p.type) or p.type.has_base(_NNX_VARIABLE)):
+    if isinstance(p, Instance) and (is_pytree_class(p.type) or p.type.has_base(names.NNX_VARIABLE)):
         # the same class, holding arrays (its fields' hints are the claim the boundary checks)
         lp = get_proper_type(leaf)
         arrays = is_sarray(lp) or (isinstance(lp, Instance) and lp.type.fullname in _ARRAYS)
@@ -307,7 +306,7 @@ def variable_item(ctx: MethodContext) -> Type:
     if not (isinstance(p, Instance) and len(ctx.args) == 1 and len(ctx.args[0]) == 1
             and isinstance(ctx.args[0][0], EllipsisExpr)):
         return ctx.default_return_type
-    base = next((b for b in p.type.mro if b.fullname == _NNX_VARIABLE), None)
+    base = next((b for b in p.type.mro if b.fullname == names.NNX_VARIABLE), None)
     value = map_instance_to_supertype(p, base).args if base is not None else ()
     return value[0] if value and is_sarray(value[0]) else ctx.default_return_type
 
