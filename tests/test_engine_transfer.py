@@ -310,3 +310,25 @@ def test_calls_with_equal_operands_are_told_apart_by_their_bodies(mesh: Any) -> 
         mesh=mesh, in_specs=specs, out_specs=P()))(*args)
     walk = check_program(shard_map_eqn(closed), ("dp", "tp"), mesh, lambda *a: None)
     assert len(walk.calls) == 1   # the second call of `_keep` replayed, not walked again
+
+    # the accepted program lowers, runs and equals one device, its gradient too
+    def clean(x_sh: Any, w_row: Any, b: Any) -> Any:
+        y, bias = x_sh @ w_row, jax.lax.pcast(b, "tp", to="varying")
+        return jax.lax.psum(_keep(y, bias) + _keep(y, bias), "tp")
+
+    step = st.adapters.typed_shard_map(clean, mesh=mesh, in_specs=specs, out_specs=P())
+
+    def loss(*a: Any) -> Any:
+        return jnp.sum(jnp.tanh(step(*a)))
+
+    def reference(x_sh: Any, w_row: Any, b: Any) -> Any:
+        return jnp.sum(jnp.tanh(4.0 * (x_sh @ w_row)))
+
+    host = [jnp.asarray(np.asarray(a)) for a in args]
+    np.testing.assert_allclose(jax.jit(step)(*args), 4.0 * (host[0] @ host[1]), rtol=1e-5,
+                               atol=1e-5)
+    with jax.set_mesh(mesh):
+        grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*args)
+    want = jax.grad(reference, argnums=(0, 1, 2))(*host)
+    for g, w in zip(grads, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4)
