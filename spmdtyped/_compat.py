@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax._src import core as _jcore  # private, same in 0.10 and 0.12: get_axis_env only
 from jax.sharding import PartitionSpec
 
 from ._rules import INVARIANT, JAX_0_10, JAX_0_12, UNKNOWN, Features, SpmdType
@@ -171,14 +172,15 @@ def _pbroadcast_lowers() -> bool:
     return jax.devices()[0].platform != "cpu"
 
 
-def batch_axis_names() -> tuple[str, ...]:
-    """Names bound by an enclosing `jax.vmap(axis_name=...)`/pmap that are not mesh axes."""
+def batch_axis_names(mesh_axes: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """Names bound by an enclosing `jax.vmap(axis_name=...)`/pmap that are not mesh axes
+    (`mesh_axes`: `current_mesh()[0]`, when the caller has read it)."""
     # jax._src.core.get_axis_env (private; same in 0.10 and 0.12): the named axes in scope,
     # mesh axes of an enclosing shard_map included. No public API lists vmap axis names.
-    from jax._src import core as jcore
-    env = jcore.get_axis_env()
-    mesh_axes = set(current_mesh()[0])
-    return tuple(a for a in env.axis_names() if isinstance(a, str) and a not in mesh_axes)
+    names = _jcore.get_axis_env().axis_names()
+    if mesh_axes is None:
+        mesh_axes = current_mesh()[0]
+    return tuple(a for a in names if isinstance(a, str) and a not in mesh_axes)
 axis_index = lax.axis_index
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import jax
 import jax.numpy as jnp
 import pytest
 from _helpers import trace
@@ -368,3 +369,32 @@ def test_reductions_across_devices_laid_along_their_shard_are_not_spmd215(mesh_d
     assert e.value.code == "SPMD215"
     with pytest.raises(st.CombineError):                # mixed with an input: still laid along
         trace(mesh_dp_tp, lambda x, b: x * (b + st.pmax(x, "tp")), (P("tp"), P()), local=(4, 8))
+
+
+def test_call_params_binds_as_inspect_does():
+    """`_refining.call_params` binds a call's arguments without building `inspect`'s objects
+    where the signature is plain; on every JAX function and spelling below it gives what
+    `Signature.bind(...).apply_defaults()` gives, and {} where that raises."""
+    import inspect
+
+    def by_inspect(fn, first, args, kwargs):
+        try:
+            bound = inspect.signature(fn).bind(first, *args, **kwargs)
+        except TypeError:
+            return {}
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    x = jnp.ones((2, 3))
+    calls = [
+        (jnp.sum, (), {}), (jnp.sum, (0,), {}), (jnp.sum, (), {"axis": 1, "keepdims": True}),
+        (jnp.sum, (0,), {"axis": 1}), (jnp.sum, (), {"bogus": 1}),
+        (jnp.sum, (0, None, None, True), {}),
+        (jnp.roll, (1,), {"axis": 0}), (jnp.roll, (), {}), (jnp.moveaxis, (0, 1), {}),
+        (jnp.swapaxes, (0,), {"axis2": 1}), (jnp.mean, (), {"where": None}),
+        (jnp.cumsum, (1,), {}), (jnp.transpose, ((1, 0),), {}), (jnp.reshape, ((3, 2),), {}),
+        (jax.nn.softmax, (), {"axis": 0}), (jax.nn.one_hot, (4,), {}),
+        (jnp.argmax, (), {"axis": -1, "keepdims": False}), (jnp.take, (jnp.arange(2),), {"axis": 1}),
+    ]
+    for fn, args, kwargs in calls:
+        assert _refining.call_params(fn, x, args, kwargs) == by_inspect(fn, x, args, kwargs), fn

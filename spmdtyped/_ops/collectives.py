@@ -25,9 +25,9 @@ def _axes(axis_name: Any, op: str) -> tuple[str, ...]:
     """The mesh axes of `axis_name`, checked; names bound by an enclosing `jax.vmap` are left
     out (they are not mesh axes: the manual-axis states do not change over them)."""
     axes = _rules.normalize_axes(axis_name, op)
-    batch = _compat.batch_axis_names()
-    mesh_part = tuple(a for a in axes if a not in batch)
     mesh_axes, manual = _compat.current_mesh()
+    batch = _compat.batch_axis_names(mesh_axes)
+    mesh_part = tuple(a for a in axes if a not in batch)
     vmapped = [a for a in axes if a in batch]
     if vmapped and manual and not in_vma_off() and op not in ("st.axis_index", "st.axis_size"):
         raise error("SPMD503", f"{op}: {vmapped[0]!r} is a jax.vmap axis; inside a shard_map "
@@ -49,6 +49,8 @@ def _jax_axes(axis_name: Any) -> Any:
 
 
 def _leaves_map(fn: Callable[[Any], Any], x: Any) -> Any:
+    if is_typed(x):  # one typed value, the common case: no pytree walk
+        return fn(x)
     return jax.tree_util.tree_map(fn, x, is_leaf=is_typed)
 
 

@@ -208,9 +208,17 @@ def unwrap(x: Any) -> Any:
     """The JAX value of a typed value (`x.raw`); anything else is returned unchanged. Pytrees too."""
     if is_state_class(type(x)):
         return x.raw
+    if type(x) in _SCALARS:  # the common arguments (shapes, axes, dtypes' names) at no cost
+        return x
+    if type(x) is tuple and all(type(e) in _SCALARS for e in x):
+        return x
     if _is_container(x):  # any pytree: eqx.Module, flax nnx state, registered dataclasses, ...
         return jax.tree_util.tree_map(unwrap, x, is_leaf=is_typed)
     return x
+
+
+#: leaves `unwrap` returns as they are without asking the pytree registry
+_SCALARS = frozenset({int, float, bool, complex, str, type(None)})
 
 
 def _is_container(x: Any) -> bool:
@@ -369,6 +377,14 @@ def _argument_value(name: str, v: Any, op: str = "st.numpy") -> Any:
     return v
 
 
+def _dtype_name(raw: Any) -> str:
+    """The NumPy name of the dtype JAX gives `raw`: a JAX value's own (already canonical), else
+    JAX's for it (a Python scalar's default, a NumPy float64 array's float32 without x64)."""
+    if isinstance(raw, (jax.core.Tracer, jax.Array)):
+        return raw.dtype.name  # type: ignore[no-any-return]
+    return np.dtype(jnp.result_type(raw)).name
+
+
 def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
             kwargs: dict[str, Any], *, op: str,
             refine: tuple[str, dict[str, Any] | None] | None = None) -> Any:
@@ -386,7 +402,7 @@ def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
         refine = ("plain", {})  # JAX accepts them: the result is plain Varying (not followed)
     secondary = [(n, typeof(named[n])) for n in _rules.SECONDARY.get(rule, ())
                  if named.get(n) is not None and operand(named[n])[1] is not LITERAL]
-    dtype = np.dtype(jnp.result_type(raw)).name
+    dtype = _dtype_name(raw)
     row = _rules.argument_rule(rule, keywords, dtype) or rule
     out_t = _rules.call_type(rule, t, keywords, dtype, secondary, _compat.FEATURES, op=op)
     if out_t is None:  # an argument the rule reads is in no form it knows (dtype=None)
@@ -482,9 +498,10 @@ def getattr_(x: SArray, name: str) -> Any:
                         refine=(row.refine, {"name": name}))
     if row.binding == "mean":
         return lambda axis=None, keepdims=False: mean(x, axis, keepdims=keepdims)
-    return lambda *args, **kw: call_op(rule, x, lambda r, *a, **k: getattr(r, name)(*a, **k),
-                                       args, kw, op=f".{name}()",
-                                       refine=(row.refine, _method_params(name, x, args, kw)))
+    return lambda *args, **kw: call_op(
+        rule, x, lambda r, *a, **k: getattr(r, name)(*a, **k), args, kw, op=f".{name}()",
+        refine=(row.refine, {} if row.refine in _NO_PARAMETERS
+                else _method_params(name, x, args, kw)))
 
 
 def _method_params(name: str, x: Any, args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:

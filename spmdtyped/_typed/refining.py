@@ -17,9 +17,11 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from .. import _compat
+from .._errors import allowed_codes
 from .._rules import INVARIANT, LITERAL, Operand, SpmdType, axis_size
 from .._rules import refine as rf
 from .._rules.refine import DATA, NONE, Arg, Refinement
@@ -46,6 +48,8 @@ def _type(x: Any) -> Operand:
 def shape_of(x: Any) -> tuple[int, ...] | None:
     raw = x.raw if is_state_class(type(x)) else x
     shape = getattr(raw, "shape", None)
+    if type(shape) is tuple and all(type(d) is int for d in shape):  # a tracer's, as it is
+        return shape
     if shape is not None:
         return tuple(int(d) for d in shape)
     if isinstance(raw, (bool, int, float, complex)):
@@ -66,10 +70,53 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
         return None
 
 
+_PLAIN_KINDS = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                inspect.Parameter.KEYWORD_ONLY)
+
+
+@functools.cache
+def _plain_parameters(fn: Callable[..., Any]) -> tuple[tuple[str, Any, Any], ...] | None:
+    """`fn`'s parameters as (name, kind, default) when it has no `*args` / `**kwargs`."""
+    sig = _signature(fn)
+    if sig is None or any(p.kind not in _PLAIN_KINDS for p in sig.parameters.values()):
+        return None
+    return tuple((p.name, p.kind, p.default) for p in sig.parameters.values())
+
+
+def _bind_plain(params: tuple[tuple[str, Any, Any], ...], positional: Sequence[Any],
+                kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`Signature.bind(...).apply_defaults()` for a signature of plain parameters, without
+    building the signature objects (this runs at every typed call of a trace); None where
+    the arguments do not bind simply (the caller asks `inspect`, which says why)."""
+    out: dict[str, Any] = {}
+    n = len(positional)
+    for i, (name, kind, default) in enumerate(params):
+        if i < n:
+            if kind is inspect.Parameter.KEYWORD_ONLY or name in kwargs:
+                return None
+            out[name] = positional[i]
+        elif name in kwargs:
+            if kind is inspect.Parameter.POSITIONAL_ONLY:
+                return None
+            out[name] = kwargs[name]
+        elif default is not inspect.Parameter.empty:
+            out[name] = default
+        else:
+            return None
+    if n > len(params) or len(out) != len(params) or any(k not in out for k in kwargs):
+        return None
+    return out
+
+
 def call_params(fn: Callable[..., Any], first: Any, args: Sequence[Any],
                 kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The call's arguments by name, defaults applied (`axis`, `keepdims`, `shift`, ...), as
     the JAX function `fn` would bind them; empty when they do not bind."""
+    plain = _plain_parameters(fn)
+    if plain is not None:
+        got = _bind_plain(plain, (first, *args), kwargs)
+        if got is not None:
+            return got
     sig = _signature(fn)
     if sig is None:
         return {}
@@ -300,25 +347,72 @@ def refine(kind: str, name: str, operands: Sequence[Any], out: SpmdType, out_raw
     """
     if kind == "constructor":
         return NONE
-    refs = [of(x) for x in operands]
-    grad = any(r.grad for r in refs)
-    if not any(r.items for r in refs) and kind != "where" \
-            and not (kind == "broadcast" and refs and refs[0].data):
+    refs = [x.refinement if is_state_class(type(x)) else NONE for x in operands]
+    items = grad = data = across = False
+    for r in refs:  # (one pass: this runs at every typed op of a trace)
+        items, grad = items or bool(r.items), grad or r.grad
+        data, across = data or r.data, across or bool(r.across)
+    if not items and kind != "where" and not (kind == "broadcast" and refs and refs[0].data):
         # nothing refined among the operands (the common case, kept cheap): the result is
         # plain, only `data` (and `grad`) flow
-        ref = DATA if any(r.data for r in refs) else NONE
+        ref = DATA if data else NONE
     else:
-        args = [Arg(_type(x), r, shape_of(x)) for x, r in zip(operands, refs, strict=True)]
-        ref = REFINERS[kind](name, args, out, out_raw, op, params or {})
+        ref = _refined(kind, name, operands, refs, out, out_raw, op, params or {})
     if kind == "elementwise":
         # `b / st.axis_size(a)`: a replicated term's share of a partial sum over `a`
         share = axis_size.share_of(name, operands)
         if share is not None:
             i, axes = share
             ref = rf.with_share(ref, _type(operands[i]), axes)
-    # a value computed only from reductions across the devices of an axis stays one
-    ref = rf.with_across(ref, refs)
+    if across:  # a value computed only from reductions across the devices of an axis stays one
+        ref = rf.with_across(ref, refs)
     return ref.with_grad(True) if grad else ref
+
+
+#: the rules' results by everything they read (see `_refined`); cleared when full
+_MEMO: dict[tuple[Any, ...], Refinement] = {}
+_MEMO_SIZE = 4096
+
+
+_TRACED = object()
+
+
+def _param_key(v: Any) -> Any:
+    """A call parameter in a memo key: a traced or typed value (the array operand a bound
+    signature names; no rule reads its data) by a marker, a list by a tuple."""
+    if isinstance(v, jax.core.Tracer) or is_state_class(type(v)):
+        return _TRACED
+    if isinstance(v, list):
+        return tuple(_param_key(x) for x in v)
+    return v
+
+
+def _refined(kind: str, name: str, operands: Sequence[Any], refs: list[Refinement],
+             out: SpmdType, out_raw: Any, op: str, params: Mapping[str, Any]) -> Refinement:
+    """`REFINERS[kind]` on the operands, memoised: a rule reads only the operands' types,
+    refinements and shapes, the result's state and shape, its parameters and which codes
+    `st.allow` opts out of, so a repeated layer's ops are computed once. A rule that raises is
+    not memoised (it raises again at the next call); parameters that cannot be hashed (a
+    NumPy array) are not memoised either."""
+    types = tuple(_type(x) for x in operands)
+    shapes = tuple(shape_of(x) for x in operands)
+    key: tuple[Any, ...] | None = (kind, name, op, out, getattr(out_raw, "shape", None),
+                                   allowed_codes(), types, tuple(refs), shapes,
+                                   tuple((k, _param_key(v)) for k, v in params.items())
+                                   if params else ())
+    try:
+        got = _MEMO.get(key)  # type: ignore[arg-type]
+    except TypeError:
+        key, got = None, None
+    if got is not None:
+        return got
+    args = [Arg(t, r, s) for t, r, s in zip(types, refs, shapes, strict=True)]
+    ref = REFINERS[kind](name, args, out, out_raw, op, params)
+    if key is not None:
+        if len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.clear()
+        _MEMO[key] = ref
+    return ref
 
 
 # ---------------------------------------------------------------------------------- indexing
