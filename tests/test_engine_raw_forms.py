@@ -67,6 +67,55 @@ ROW_FORMS = {
 }
 
 
+ZERO_FORMS = {
+    "0.0 * b": (lambda h, w, b: lax.psum(h @ w * 2.0 + 0.0 * b, "tp"), None),
+    "b * 0": (lambda h, w, b: lax.psum(h @ w * 2.0 + b * 0, "tp"), None),
+    "-(0.0 * tanh(b))": (lambda h, w, b: lax.psum(h @ w * 2.0 - (-(0.0 * jnp.tanh(b))), "tp"),
+                         None),
+    "0.5 * b (not zero)": (lambda h, w, b: lax.psum(h @ w * 2.0 + 0.5 * b, "tp"), "SPMD210"),
+}
+
+
+@pytest.mark.parametrize("form", ZERO_FORMS)
+def test_a_zero_term_added_before_the_reduction_is_not_a_replicated_term(mesh, form):
+    """`0.0 * b` keeps `b` in the program and adds nothing (JAX's tests write it): summed over
+    the devices it is zero, so it is no bias counted once per device (SPMD210); any other
+    multiple of `b` still is. Its gradient with respect to the sharded weight equals one
+    device's."""
+    body, want = ZERO_FORMS[form]
+    args = (_placed(mesh, H, P("dp", "tp")), _placed(mesh, W2, P("tp", None)), B)
+    got = _faces(body, mesh, ROW_IN, ROW_OUT, *args)
+    if want is not None:
+        assert got == [want, want, want]
+        return
+    assert got[0] is None, got[0]
+    for res in got[1:]:
+        np.testing.assert_allclose(res, np.asarray(H @ W2 * 2.0), rtol=1e-5, atol=1e-5)
+    f = st.adapters.typed_shard_map(body, mesh=mesh, in_specs=ROW_IN, out_specs=ROW_OUT)
+    grad = jax.jit(jax.grad(lambda h, w, b: (f(h, w, b) ** 2).sum(), argnums=(1, 2)))(*args)
+    ref = jax.grad(lambda h, w, b: ((h @ w * 2.0 + 0.0 * b) ** 2).sum(), argnums=(1, 2))(H, W2, B)
+    for g, r in zip(grad, ref, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-4)
+
+
+def test_a_zero_term_in_the_typed_dialect(mesh):
+    """The same in `st.*` code: `0.0 * b` is a zero term (`Refinement.zero`), `1.0 * b` a
+    replicated one (SPMD210, raised by the typed value's check at the line)."""
+    from spmdtyped import Invariant, Varying
+
+    def body(scale):
+        def f(h: Varying["dp", "tp"], w: Varying["tp"], b: Invariant) -> Varying["dp"]:
+            return st.psum(h @ w * 2.0 + scale * b, "tp")
+        return st.shard_map(f, mesh=mesh, in_specs=ROW_IN, out_specs=ROW_OUT)
+
+    args = (_placed(mesh, H, P("dp", "tp")), _placed(mesh, W2, P("tp", None)), B)
+    np.testing.assert_allclose(np.asarray(jax.jit(body(0.0))(*args)), np.asarray(H @ W2 * 2.0),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(st.SpmdTypeError) as e:
+        jax.jit(body(1.0))(*args)
+    assert e.value.code == "SPMD210"
+
+
 @pytest.mark.parametrize("form", ROW_FORMS)
 def test_row_parallel_bias_pre_divided_by_the_axis_size(mesh, form):
     body, want = ROW_FORMS[form]

@@ -352,7 +352,12 @@ class Side:
             self.bcast[o] = dims
         if all(self.is_constant(v) for v in ins):
             self.const.add(o)
-        if name in ("convert_element_type", "copy", "copy_p") and ins and self.is_zero(ins[0]):
+        if name in ("convert_element_type", "copy", "copy_p", "neg", "div") and ins \
+                and self.is_zero(ins[0]):
+            self.zero.add(o)
+        elif name == "mul" and any(self.is_zero(v) for v in ins):
+            # `0.0 * b`: a term that keeps `b` in the program and adds nothing (JAX's tests
+            # write it); added to a partial sum it is counted zero times, as it should be
             self.zero.add(o)
 
 

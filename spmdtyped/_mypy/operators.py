@@ -126,7 +126,14 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
     on_error = report_past_operator_fallback if past else report
     s, o = _plain(get_proper_type(ctx.type)), LITERAL if scale_type else _plain(p)
     scale = refined.scale(p) if isinstance(p, Instance) and scale_type else None
-    if s is not None and o is not None and scale is None:
+    other_e = ctx.args[0][0]
+    if isinstance(other_e, TempNode) and isinstance(ctx.context, OpExpr):
+        # `jnp.ones(4) + x`: mypy checks the reflected method on a stand-in for the left
+        # operand; the constant is the source's
+        other_e = ctx.context.left if reflected else ctx.context.right
+    # `0.0 * b`: a zero, as the runtime's `_refining.refine` makes it (`Refinement.zero`)
+    zero = name == "mul" and refined.is_zero(other_e)
+    if s is not None and o is not None and scale is None and not zero:
         # no refinement: the four-state rule alone (`rapply`'s)
         try:
             out = _rules.binary(name, *((o, s) if reflected else (s, o)), CONFIG.features, op=op,
@@ -136,11 +143,6 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
             return default
         return from_spmd(ctx.api, out)
     self_alts = refined.ralternatives(ctx.api, ctx.type, None)
-    other_e = ctx.args[0][0]
-    if isinstance(other_e, TempNode) and isinstance(ctx.context, OpExpr):
-        # `jnp.ones(4) + x`: mypy checks the reflected method on a stand-in for the left
-        # operand; the constant is the source's
-        other_e = ctx.context.left if reflected else ctx.context.right
     other_alts = [refined.Val(LITERAL, rank=0)] if scale_type \
         else refined.ralternatives(ctx.api, other_t, other_e)
     if self_alts is None or other_alts is None:
@@ -154,6 +156,8 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
 
     if scale is not None:  # the runtime's operands, in the rule's order, for `share_of`
         inner = refined.with_scale(name, inner, (scale, None) if reflected else (None, scale))
+    elif zero:
+        inner = refined.with_zero(inner)
 
     def refine(out: SpmdType, s: refined.Val, o: refined.Val) -> tuple[Refinement, int | None]:
         return inner(out, *((o, s) if reflected else (s, o)))

@@ -5,7 +5,8 @@ union of str Literals, one per refined axis (`"tp=S-1"` Shard of dim -1, `"tp=P"
 `"tp=R"` Rep, `"tp=I"` an axis_index, `"tp=O"` an owner predicate), `"#2"` for a known
 rank and `"/dp,tp"` for a share (`Refinement.share`: a replicated value divided by
 `st.axis_size(("dp", "tp"))`), `"@-3=tp"` for a dim whose extent is the local extent of a
-dim sharded over `"tp"` (`Refinement.extents`), always with `Any` in the union. `Any` makes
+dim sharded over `"tp"` (`Refinement.extents`), `"0"` for a zero (`Refinement.zero`: `0.0 *
+b`), always with `Any` in the union. `Any` makes
 refinements gradual for mypy's own checks (a plain value fits a `Shard` parameter, a
 reassigned variable may change its refinement);
 where mypy merges two refinements of one variable (an assignment narrows by a meet, a ternary
@@ -95,6 +96,7 @@ class _Slot(NamedTuple):
     rank: int | None
     share: tuple[str, ...]
     extents: tuple[tuple[int, tuple[str, ...]], ...]
+    zero: bool
 
 
 def _read_slot(k: Type) -> _Slot:
@@ -104,10 +106,14 @@ def _read_slot(k: Type) -> _Slot:
     ranks: set[int] = set()
     shares: set[str] = set()
     extents: dict[int, set[tuple[str, ...]]] = {}
+    zero = False
     for item in (get_proper_type(i) for i in (p.items if isinstance(p, UnionType) else [p])):
         if not (isinstance(item, LiteralType) and isinstance(item.value, str)):
             continue
         v = item.value
+        if v == "0":
+            zero = True
+            continue
         if v.startswith("#"):
             ranks.add(int(v[1:]))
             continue
@@ -133,7 +139,8 @@ def _read_slot(k: Type) -> _Slot:
     return _Slot({a: next(iter(ks)) for a, ks in kinds.items() if len(ks) == 1},
                  next(iter(ranks)) if len(ranks) == 1 else None,
                  tuple(next(iter(shares)).split(",")) if len(shares) == 1 else (),
-                 tuple((d, next(iter(a))) for d, a in sorted(extents.items()) if len(a) == 1))
+                 tuple((d, next(iter(a))) for d, a in sorted(extents.items()) if len(a) == 1),
+                 zero)
 
 
 def read_k(k: Type) -> tuple[dict[str, Kind | int], int | None]:
@@ -151,8 +158,8 @@ def read(t: Type) -> tuple[Refinement, int | None]:
         return NONE, None
     slot = _read_slot(p.args[3])
     ref = Refinement.of({a: k for a, k in slot.kinds.items() if not isinstance(k, int)})
-    if slot.share or slot.extents:
-        ref = dataclasses.replace(ref, share=slot.share, extents=slot.extents)
+    if slot.share or slot.extents or slot.zero:
+        ref = dataclasses.replace(ref, share=slot.share, extents=slot.extents, zero=slot.zero)
     return ref, slot.rank
 
 
@@ -164,10 +171,12 @@ def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None
     items = kinds.as_dict() if isinstance(kinds, Refinement) else kinds
     share = kinds.share if isinstance(kinds, Refinement) else ()
     extents = kinds.extents if isinstance(kinds, Refinement) else ()
-    if not items and not share and not extents and not (keep_rank and rank is not None):
+    zero = isinstance(kinds, Refinement) and kinds.zero
+    if not items and not share and not extents and not zero \
+            and not (keep_rank and rank is not None):
         return any_type()
     s = str_type(api)
-    key = (s.type, tuple(sorted(items.items())), rank, share, extents)
+    key = (s.type, tuple(sorted(items.items())), rank, share, extents, zero)
     lits = _K_LITERALS.get(key)
     if lits is None:
         if len(_K_LITERALS) > 1024:
@@ -178,6 +187,8 @@ def k_type(api: Any, kinds: dict[str, Kind | int] | Refinement, rank: int | None
         if share:
             lits.append(LiteralType(f"/{','.join(share)}", s))
         lits.extend(LiteralType(f"@{d}={','.join(axes)}", s) for d, axes in extents)
+        if zero:
+            lits.append(LiteralType("0", s))
         _K_LITERALS[key] = lits
     return UnionType.make_union([*lits, any_type()])
 
@@ -187,8 +198,8 @@ _K_LITERALS: Final[dict[tuple[object, ...], list[Type]]] = {}
 
 
 def _plain(ref: Refinement) -> bool:
-    """Nothing to keep in the slot: no refined axis, share or extent."""
-    return not ref and not ref.share and not ref.extents
+    """Nothing to keep in the slot: no refined axis, share, extent or zero."""
+    return not ref and not ref.share and not ref.extents and not ref.zero
 
 
 def encode(api: Any, out: SpmdType, ref: Refinement, rank: int | None) -> Instance:
@@ -287,6 +298,16 @@ def with_scale(name: str, refine: Refine, operands: Sequence[object]) -> Refine:
         return ref, rank
     refine_scaled.from_plain = True  # type: ignore[attr-defined]  # a plain operand's share
     return refine_scaled
+
+
+def with_zero(refine: Refine) -> Refine:
+    """`refine`, its result a zero (`0.0 * b`, `b * 0`: the runtime's `_refining.refine` for a
+    product with a literal zero)."""
+    def refine_zero(out: SpmdType, *vals: Val) -> tuple[Refinement, int | None]:
+        ref, rank = refine(out, *vals)
+        return dataclasses.replace(ref, zero=True), rank
+    refine_zero.from_plain = True  # type: ignore[attr-defined]  # a plain operand's zero
+    return refine_zero
 
 
 def rapply(api: Any, context: Context, default: Type, alts: Sequence[Sequence[Val]],

@@ -12,6 +12,7 @@ SPMD210-213, SPMD215).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +44,11 @@ def _type(x: Any) -> Operand:
         return INVARIANT
     t = _compat.typeof_raw_or_none(x)
     return t if t is not None else INVARIANT
+
+
+def _is_zero(x: Any) -> bool:
+    """A Python number equal to zero (`0`, `0.0`; not `False`)."""
+    return type(x) in (int, float) and x == 0
 
 
 def shape_of(x: Any) -> tuple[int, ...] | None:
@@ -364,6 +370,8 @@ def refine(kind: str, name: str, operands: Sequence[Any], out: SpmdType, out_raw
         if share is not None:
             i, axes = share
             ref = rf.with_share(ref, _type(operands[i]), axes)
+        elif name == "mul" and any(_is_zero(x) for x in operands):
+            ref = dataclasses.replace(ref, zero=True)  # `0.0 * b`: adds nothing to a sum
     if across:  # a value computed only from reductions across the devices of an axis stays one
         ref = rf.with_across(ref, refs)
     return ref.with_grad(True) if grad else ref

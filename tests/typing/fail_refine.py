@@ -13,6 +13,7 @@ from spmdtyped import Invariant, Unreduced, Varying
 def row_parallel_bias(h: st.Float[Varying["dp", "tp"], "b f/tp"], w2: st.Float[Varying["tp"], "f/tp d"],
                       b: Invariant) -> Varying["dp"]:
     y = h @ w2 + b  # E: spmd-partial-plus-replicated
+    h @ w2 + 0.5 * b  # E: spmd-partial-plus-replicated
     return st.psum(h @ w2 - 1.0, "tp")  # E: spmd-partial-plus-replicated
 
 

@@ -28,6 +28,13 @@ def row_parallel_plain_spelling(h: st.Shard["tp", -1], w2: st.Shard["tp", -2],
     return y + b
 
 
+def zero_term_before_the_reduction(h: st.Float[Varying["dp", "tp"], "b f/tp"],
+                                   w2: st.Float[Varying["tp"], "f/tp d"], b: Invariant) -> Varying["dp"]:
+    zero = 0.0 * b                         # keeps b in the program, adds nothing
+    reveal_type(zero)  # reveals: 0
+    return st.psum(h @ w2 * 2.0 + zero + b * 0, "tp")
+
+
 def shard_dims_of_both_signs(left: st.Float[st.Shard["tp", Literal[0]], "f d"],
                              second: st.Float[st.Shard["tp", 1], "b f d"],
                              right: st.Shard["tp", Literal[-1]]) -> None:

@@ -241,10 +241,14 @@ def _shares_as_partial(args: Sequence[Arg], ks: list[Kind | str], has_p: list[in
                        a: str) -> list[Kind | str]:
     """A replicated operand divided by the size of axes `S` (`Refinement.share`) is a Partial
     term on `a` when `a` is in `S` and a partial operand is Partial on every axis of `S`: the
-    reduction over `S` counts it exactly once (`h @ w2 + b / n`, the pre-divided bias)."""
+    reduction over `S` counts it exactly once (`h @ w2 + b / n`, the pre-divided bias). A zero
+    (`Refinement.zero`: `0.0 * b`) is a Partial term on every axis."""
     out = list(ks)
     for i, (x, k) in enumerate(zip(args, ks, strict=True)):
         share = x.ref.share
+        if k in (FIXED, REP) and x.ref.zero:  # a zero term sums to zero: a partial sum of it
+            out[i] = PARTIAL
+            continue
         if k not in (FIXED, REP) or a not in share:
             continue
         if any(all(kind(args[j].type, args[j].ref, b) is PARTIAL for b in share) for j in has_p):

@@ -72,13 +72,17 @@ class Refinement:
     #: `q`'s dim 1 sharded over "tp"), as `(dim, axes)` pairs: the `LocalExtent` entries of
     #: the operand's shape the plugin gives the rules. The runtime reads shapes: never set.
     extents: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    #: the value is zero (`0.0 * b`: a term that keeps `b` in the program and adds nothing):
+    #: added to a partial sum it is a Partial term on every axis (counted once per device,
+    #: it sums to zero). Only the product's own result carries it.
+    zero: bool = False
 
     def __hash__(self) -> int:
         # computed once per value (the walks key their memos on refinements: hashed often)
         got = self.__dict__.get("_hash")
         if got is None:
             got = hash((self.items, self.data, self.uniform, self.share, self.grad, self.across,
-                        self.extents))
+                        self.extents, self.zero))
             object.__setattr__(self, "_hash", got)
         return got  # type: ignore[no-any-return]
 
