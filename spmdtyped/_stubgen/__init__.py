@@ -23,7 +23,7 @@ from .. import _rules
 from .._errors import error
 from . import static as _static
 from .forms import Planned, plan
-from .model import Overload, Var, axis_type, param_text, result_text, typevars
+from .model import Overload, Var, axis_type, keep_typevars, param_text, result_text, typevars
 from .select import axis_segment
 
 #: the result the stub does not compute (`where`, `einsum`, raw operands): a subclass of
@@ -389,7 +389,9 @@ def render(axes: Sequence[str], features: _rules.Features = _rules.CONSERVATIVE)
                                   static="\n".join(_static.lines()),
                                   errors="\n".join(_static.error_classes()),
                                   hint_vars=hint_vars, hint_union=hint_union).splitlines() + colls
-    head = _SARRAY_HEAD.format(axis=axis_type(axes), plain="\n".join(plain_properties()))
+    keeps = keep_typevars([ov for p in core for _, _, ovs in p.groups for ov in ovs])
+    head = "\n".join(keeps) + _SARRAY_HEAD.format(axis=axis_type(axes),
+                                                  plain="\n".join(plain_properties()))
     init = _module_text(axes, body, vs, head=head)
     init += "\n" + _exports(init)
     files = {"spmdtyped/__init__.pyi": init}
