@@ -223,9 +223,9 @@ _UC = TypeVar("_UC", bound=str)
 _RC = TypeVar("_RC", bound=str)
 _A = TypeVar("_A", bound=str)
 _F = TypeVar("_F", bound=Callable[..., Any])
-#: a function's first overload takes a `_Untyped` argument through a bare TypeVar: pyright
-#: evaluates a nested argument against a bare TypeVar without an expected type (cheap, and
-#: cached), where `x: _Untyped` re-evaluates it (with every operator overload inside) once more
+#: a function's first overload takes a `_Untyped` argument through a bare TypeVar (measured no
+#: slower than `x: _Untyped`; pyright still evaluates a nested argument once under it, with
+#: `_TU` as the expected type: docs/pyright.md, "Cost")
 _TU = TypeVar("_TU", bound="_Untyped")
 #: a raw JAX or numpy array, by what it has and a typed value lacks (`__array__`), not by
 #: `jax.Array`: when pyright runs without the environment's interpreter (`--pythonpath`,
