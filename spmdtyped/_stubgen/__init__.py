@@ -23,7 +23,7 @@ from .. import _rules
 from .._errors import error
 from . import static as _static
 from .forms import Planned, plan
-from .model import Overload, Var, axis_type, param_text, result_text, typevars
+from .model import Overload, Var, axis_type, keep_typevars, param_text, result_text, typevars
 from .select import axis_segment
 
 #: the result the stub does not compute (`where`, `einsum`, raw operands): a subclass of
@@ -223,9 +223,9 @@ _UC = TypeVar("_UC", bound=str)
 _RC = TypeVar("_RC", bound=str)
 _A = TypeVar("_A", bound=str)
 _F = TypeVar("_F", bound=Callable[..., Any])
-#: a function's first overload takes a `_Untyped` argument through a bare TypeVar: pyright
-#: evaluates a nested argument against a bare TypeVar without an expected type (cheap, and
-#: cached), where `x: _Untyped` re-evaluates it (with every operator overload inside) once more
+#: a function's first overload takes a `_Untyped` argument through a bare TypeVar (measured no
+#: slower than `x: _Untyped`; pyright still evaluates a nested argument once under it, with
+#: `_TU` as the expected type: docs/pyright.md, "Cost")
 _TU = TypeVar("_TU", bound="_Untyped")
 #: a raw JAX or numpy array, by what it has and a typed value lacks (`__array__`), not by
 #: `jax.Array`: when pyright runs without the environment's interpreter (`--pythonpath`,
@@ -389,7 +389,9 @@ def render(axes: Sequence[str], features: _rules.Features = _rules.CONSERVATIVE)
                                   static="\n".join(_static.lines()),
                                   errors="\n".join(_static.error_classes()),
                                   hint_vars=hint_vars, hint_union=hint_union).splitlines() + colls
-    head = _SARRAY_HEAD.format(axis=axis_type(axes), plain="\n".join(plain_properties()))
+    keeps = keep_typevars([ov for p in core for _, _, ovs in p.groups for ov in ovs])
+    head = "\n".join(keeps) + _SARRAY_HEAD.format(axis=axis_type(axes),
+                                                  plain="\n".join(plain_properties()))
     init = _module_text(axes, body, vs, head=head)
     init += "\n" + _exports(init)
     files = {"spmdtyped/__init__.pyi": init}

@@ -30,6 +30,7 @@ from .select import (
     combos_of,
     constructor_pool,
     constructor_rule,
+    keep_pool,
     resolve,
     scalar_pool,
     select,
@@ -228,8 +229,10 @@ def _binary_groups(rule_name: str, axes: Sequence[str], features: _rules.Feature
 
 def _array_pairs(rule_name: str, axes: Sequence[str], features: _rules.Features, op: str,
                  free: bool = False) -> tuple[list[Overload], Tally]:
-    """The array-array overloads of a binary form, checked against the rule table."""
-    return _checked(binary_pool(axes, free), ["arr", "arr"], axes,
+    """The array-array overloads of a binary form, checked against the rule table (an
+    operator's start with the `Keep` forms, see `keep_pool`)."""
+    pool = binary_pool(axes, free) if free else [*keep_pool(), *binary_pool(axes)]
+    return _checked(pool, ["arr", "arr"], axes,
                     binary_rule(rule_name, features, op), op, (Arr(ANY, ANY, ANY),) * 2, free)
 
 

@@ -18,7 +18,8 @@ signatures (measured by the oracle tests in `tests/test_stubgen_oracle.py`):
   more join to `str`, which violates the TypeVar's bound, and the overload does not match
   (`Literal["dp"] | _Ro_dp` against `Literal["dp", "sp", "tp"]`); pyright subtracts.
 
-A parameter may be a union of patterns (`Alt`): it matches when one of them does.
+A parameter may be a union of patterns (`Alt`): it matches when one of them does; a method's
+`self` and `other` may be the receiver's own type (`Keep`).
 
 Imports neither JAX nor mypy. Read by `_stubgen_select` (which checks every overload against
 the rule table) and `_stubgen` (which writes the files).
@@ -98,6 +99,28 @@ class Raw:
 
 
 @dataclasses.dataclass(frozen=True)
+class Keep:
+    """The receiver's own type: a method's `self: _Keep` and `other: _Keep` / `-> _Keep`, one
+    TypeVar bound to `SArray[Any, U, R]` where `unreduced` / `reduced` False means `Never`.
+
+    Binding `self` solves the TypeVar to the receiver's exact state (pyright and mypy bind a
+    TypeVar in `self` before the other arguments), so an `other: _Keep` takes a state whose
+    Varying set is a subset of the receiver's and whose Unreduced and Reduced sets are equal,
+    and the result is the receiver's state. Such an overload's return type holds no TypeVar once
+    bound: a checker then evaluates it without the expected type of an enclosing call (a
+    pattern's `SArray[_V1 | _V2, ...]` is matched against it once more), which is most of what
+    a nested operator cost (docs/pyright.md, "Cost"). Methods only: a plain function solves the
+    TypeVar over all its arguments."""
+
+    unreduced: bool = True
+    reduced: bool = True
+
+    @property
+    def name(self) -> str:
+        return "_Keep" + ("" if self.unreduced else "U0") + ("" if self.reduced else "R0")
+
+
+@dataclasses.dataclass(frozen=True)
 class Alt:
     """A union of patterns `SArray[...] | SArray[...]` (literal sets, no TypeVar: both
     checkers match a union member by member)."""
@@ -105,7 +128,7 @@ class Alt:
     options: tuple[Arr, ...]
 
 
-Param = Arr | Scalar | Raw | Alt
+Param = Arr | Scalar | Raw | Alt | Keep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +136,7 @@ class Overload:
     """One overload: parameters, result (`None`: `_Untyped`), deprecation text."""
 
     params: tuple[Param, ...]
-    result: Arr | None
+    result: Arr | Keep | None
     deprecated: str | None = None
     #: a literal overload for one combination the generic patterns miss (at two axes)
     literal: bool = False
@@ -227,8 +250,22 @@ def match(ov: Overload, args: Sequence[Arg], free: bool = False,
         return False, None
     sol: dict[Var, frozenset[str] | None] = {}
     pinned: set[Var] = set()
+    kept: SpmdType | None = None
     for p, a in zip(ov.params, args, strict=True):
-        if isinstance(p, Raw):
+        if isinstance(p, Keep):
+            if free:
+                raise ValueError("a Keep parameter is for methods: a function solves it over "
+                                 "all its arguments")
+            if not isinstance(a, SpmdType):
+                return False, None
+            if kept is None:  # `self`: bound first, to the receiver's exact state
+                if (a.unreduced and not p.unreduced) or (a.reduced and not p.reduced):
+                    return False, None
+                kept = a
+            elif not (a.varying <= kept.varying and a.unreduced == kept.unreduced
+                      and a.reduced == kept.reduced):
+                return False, None
+        elif isinstance(p, Raw):
             if a != "raw":
                 return False, None
         elif isinstance(p, Scalar):
@@ -252,6 +289,8 @@ def match(ov: Overload, args: Sequence[Arg], free: bool = False,
                 return False, None
     if ov.result is None:
         return True, "any"
+    if isinstance(ov.result, Keep):
+        return True, kept
     v, u, r = (_eval(s, sol, free) for s in (ov.result.v, ov.result.u, ov.result.r))
     if v is None or u is None or r is None or (v & u) or (v & r) or (u & r):
         return True, None
@@ -292,11 +331,23 @@ def param_text(p: Param) -> str:
         return f"{p.cls}[{slot_text(p.v)}, {slot_text(p.u)}, {slot_text(p.r)}]"
     if isinstance(p, Scalar):
         return p.kind
+    if isinstance(p, Keep):
+        return p.name
     return "_RawArray"
 
 
-def result_text(r: Arr | None) -> str:
+def result_text(r: Arr | Keep | None) -> str:
     return "_Untyped" if r is None else param_text(r)
+
+
+def keep_typevars(ovs: Sequence[Overload]) -> list[str]:
+    """The declarations of the `Keep` TypeVars the overloads use."""
+    keeps = {q for ov in ovs for q in (*ov.params, ov.result) if isinstance(q, Keep)}
+    out = []
+    for k in sorted(keeps, key=lambda k: k.name):
+        u, r = ("Any" if k.unreduced else "Never"), ("Any" if k.reduced else "Never")
+        out.append(f'{k.name} = TypeVar("{k.name}", bound="SArray[Any, {u}, {r}]")')
+    return out
 
 
 def typevars(ovs: Sequence[Overload]) -> Iterator[Var]:

@@ -29,6 +29,7 @@ from .model import (
     Alt,
     Arg,
     Arr,
+    Keep,
     Overload,
     Param,
     Scalar,
@@ -125,6 +126,17 @@ def scalar_pool(kind: str, scalar_first: bool) -> list[Overload]:
         params: tuple[Param, ...] = (Scalar(kind), arr) if scalar_first else (arr, Scalar(kind))
         out.append(Overload(params, Arr(var(V1), s(u_out), s(r_out))))
     return out
+
+
+def keep_pool() -> list[Overload]:
+    """An operator method whose operands share their Unreduced and Reduced sets and whose right
+    operand is Varying on part of the left's axes: the result is the left operand's state
+    (`self: _Keep, other: _Keep, /) -> _Keep`), widest bound first. Tried before the patterns:
+    its return type is free of TypeVars once `self` is bound, so a checker does not match it
+    against the expected type of an enclosing call (`st.psum(g @ w2, "tp")`: `g @ w2` is
+    evaluated once per overload of `psum`; docs/pyright.md, "Cost")."""
+    return [Overload((Keep(u, r), Keep(u, r)), Keep(u, r))
+            for u, r in ((True, True), (False, True), (True, False), (False, False))]
 
 
 def binary_pool(axes: Sequence[str], free: bool = False) -> list[Overload]:
