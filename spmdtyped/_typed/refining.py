@@ -353,7 +353,7 @@ def refine(kind: str, name: str, operands: Sequence[Any], out: SpmdType, out_raw
     """
     if kind == "constructor":
         return NONE
-    refs = [x.refinement if is_state_class(type(x)) else NONE for x in operands]
+    refs = [of(x) for x in operands]
     items = grad = data = across = False
     for r in refs:  # (one pass: this runs at every typed op of a trace)
         items, grad = items or bool(r.items), grad or r.grad
