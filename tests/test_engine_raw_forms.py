@@ -196,3 +196,54 @@ def test_a_strict_row_is_accepted_with_one_allow_in_a_raw_body(mesh, row):
     g = st.adapters.typed_shard_map(allowed, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
     want = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs))(*args)
     np.testing.assert_array_equal(np.asarray(jax.jit(g)(*args)), np.asarray(want))
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.5])
+def test_a_zero_term_in_an_equinox_module_under_filter_value_and_grad(mesh, scale):
+    """The user's spelling: an equinox row-parallel layer written with jnp inside
+    (`jnp.tanh(x @ self.w1) @ self.w2 + 0.0 * self.b` before `jax.lax.psum`), differentiated
+    with `eqx.filter_value_and_grad` in a `st.shard_map` step whose hints are on the step only.
+    The zero term runs and its loss and gradients equal one device's; `0.5 * self.b` is
+    SPMD210 at the layer's line."""
+    import equinox as eqx
+
+    from spmdtyped import Varying
+
+    class RowParallel(eqx.Module):
+        w1: jax.Array
+        w2: jax.Array
+        b: jax.Array
+
+        def __call__(self, x, reduce=lambda v: lax.psum(v, "tp")):
+            return reduce(jnp.tanh(x @ self.w1) @ self.w2 + scale * self.b)  # the layer's line
+
+    w1 = jax.random.normal(jax.random.key(310), (16, 32), dtype=jnp.float32) / 4
+    model = RowParallel(w1, W2.repeat(2, axis=0) / 4, B)
+    specs = RowParallel(P(None, "tp"), P("tp", None), P())
+    xs = jax.random.normal(jax.random.key(311), (4, 16), dtype=jnp.float32)
+
+    @jax.jit
+    @st.shard_map(mesh=mesh, in_specs=(specs, P("dp")), out_specs=(P(), specs))
+    def step(m: RowParallel, x: Varying["dp"]):
+        loss, grads = eqx.filter_value_and_grad(
+            lambda m: lax.pmean(jnp.mean(m(x) ** 2), "dp"))(m)
+        return loss, grads
+
+    placed = jax.tree.map(lambda a, s: _placed(mesh, a, s), model, specs)
+    if scale:
+        with pytest.raises(st.SpmdTypeError) as e:
+            step(placed, _placed(mesh, xs, P("dp")))
+        assert e.value.code == "SPMD210"
+        assert (e.value.file, e.value.line) == (__file__, _line_of("# the layer's line"))
+        return
+    loss, grads = step(placed, _placed(mesh, xs, P("dp")))
+    ref_loss, ref_grads = eqx.filter_value_and_grad(
+        lambda m: jnp.mean(m(xs, reduce=lambda v: v) ** 2))(model)
+    np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-5)
+    for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-5)
+
+
+def _line_of(marker: str) -> int:
+    with open(__file__) as f:
+        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))
