@@ -8,13 +8,14 @@ or pytrees of them; outputs are typed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import jax
 
 from .. import _compat, _rules, _surface, _validate
-from .._errors import error
+from .._errors import allowed_codes, error
 from .._rules import axis_size as axis_size_rule
 from .._rules.refine import shape as refine_shape
 from .._typed import refining as _refining
@@ -69,6 +70,13 @@ def _axis_op(collective: _surface.Collective, x: Any, axis_name: Any,
     refinement reads (`scatter_dimension`, `tiled`, `axis`, `split_axis`)."""
     op = f"st.{collective.name}"
     rule = collective.op(to, op)
+    # (the row and its rule by identity: a row registered again, or a rule replaced, is a
+    # new key)
+    key = _leaf_key((collective, _rules.AXIS_OPS.get(rule), op, to), axis_name, x, params)
+    got = None if key is None else _TYPED_AXIS_OPS.get(key)
+    if got is not None:  # a repeated layer's collective: bound and compared, nothing more
+        jax_axis, out_t, ref = got
+        return checked(op, bind(x.raw, jax_axis), out_t, ref)
     axes = _axes(axis_name, op)
     jax_axis = _jax_axes(axis_name)
 
@@ -85,9 +93,42 @@ def _axis_op(collective: _surface.Collective, x: Any, axis_name: Any,
         # the Shard/Partial/Rep refinement of the result (SPMD108: a psum of a shard)
         ref = refine_shape.collective(rule, t, _refining.of(leaf), out_t, axes,
                                       shape=_refining.shape_of(leaf), op=op, params=params)
+        if key is not None and leaf is x:
+            if len(_TYPED_AXIS_OPS) >= _TYPED_AXIS_OPS_SIZE:
+                _TYPED_AXIS_OPS.clear()
+            _TYPED_AXIS_OPS[key] = (jax_axis, out_t, ref)
         return checked(op, out, out_t, ref)
 
     return _leaves_map(one, x)
+
+
+#: a collective's typing of one typed value, `(JAX's axis argument, result state,
+#: refinement)`, by `_leaf_key`; cleared when full
+_TYPED_AXIS_OPS: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
+_TYPED_AXIS_OPS_SIZE = 4096
+
+
+def _leaf_key(head: tuple[Any, ...], axis_name: Any, x: Any, params: dict[str, Any] | None
+              ) -> tuple[Any, ...] | None:
+    """What typing a collective of one typed value `x` over `axis_name` reads: `head` (the
+    collective's row and rule, its name, `to=`), the axis names, the enclosing mesh's axes, manual axes and `jax.vmap` axes, the
+    refinement's parameters, `x`'s state class, refinement and local shape, the codes
+    `st.allow` opts out of and whether JAX's states are off. None (type it afresh) for a
+    pytree, an axis name or parameter that is not a string / number / tuple of them."""
+    if not is_typed(x) or not (type(axis_name) is str or type(axis_name) is tuple
+                               and all(type(a) is str for a in axis_name)):
+        return None
+    shape = getattr(x.raw, "shape", None)
+    if shape is None or (params and not all(type(v) in _STATIC for v in params.values())):
+        return None
+    mesh = _compat.current_mesh()
+    return (*head, axis_name, mesh, _compat.batch_axis_names(mesh[0]),
+            tuple((k, type(v), v) for k, v in params.items()) if params else (), type(x), x.refinement, shape,
+            allowed_codes(), in_vma_off())
+
+
+#: parameter types a collective's memo key takes as they are
+_STATIC = frozenset({int, bool, str, type(None)})
 
 
 def _full_manual_only(op: str) -> None:
@@ -104,18 +145,29 @@ def call(name: str, x: Any, axis_name: Any, args: dict[str, Any]) -> Any:
     op = f"st.{name}"
     if "axis_index_groups" in args:
         _no_groups(args["axis_index_groups"], op)
-    fn = _compat.resolve(c.bind or c.jax)
-    check = _compat.resolve(c.check) if c.check else None
-    positional = [args[p.name] for p in c.params if not p.keyword]
-    keywords = {**{p.name: args[p.name] for p in c.params if p.keyword}, **c.fixed}
+    fn, check, positional_names, keyword_names, refined = _binding(c)
+    positional = [args[n] for n in positional_names]
+    keywords = {**{n: args[n] for n in keyword_names}, **c.fixed}
 
     def bind(r: Any, a: Any) -> Any:
         if check is not None:
             check(r, a, args, op)
         return fn(r, a, *positional, **keywords)
 
-    params = {p.name: args[p.name] for p in c.params if p.refine}
+    params = {n: args[n] for n in refined}
     return _axis_op(c, x, axis_name, bind, args.get("to") if c.select else None, params or None)
+
+
+@functools.cache
+def _binding(c: _surface.Collective) -> tuple[Callable[..., Any], Callable[..., Any] | None,
+                                              tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """A row's binding (`Collective.bind`, else JAX's function), its `check`, and the names of
+    its positional, keyword and refinement parameters (rows compare by identity: a row
+    registered again is a new key)."""
+    return (_compat.resolve(c.bind or c.jax), _compat.resolve(c.check) if c.check else None,
+            tuple(p.name for p in c.params if not p.keyword),
+            tuple(p.name for p in c.params if p.keyword),
+            tuple(p.name for p in c.params if p.refine))
 
 
 def make(c: _surface.Collective, *, module: str = __name__,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import functools
 import operator
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _compat, _rules, _surface, _validate
-from .._errors import error
+from .._errors import allowed_codes, error
 from .._rules import LITERAL, Operand, SpmdType
 from .._rules.refine import NONE as NO_REFINEMENT
 from .._rules.refine import Refinement
@@ -297,28 +298,75 @@ def _cast_literal(c: Any, like: Any, axes: frozenset[str]) -> Any:
 def binary(name: str, a: Any, b: Any, *, op: str | None = None,
            bind: Callable[[Any, Any], Any] | None = None, refine: Refine | None = None) -> Any:
     """`a <name> b` for typed or raw operands (at least one typed)."""
-    ra, ta = operand(a)
-    rb, tb = operand(b)
     op = op or f"operator {_SYMBOL.get(name, name)}"
     bind = bind or _BIND[name]
-    kind, params = refine or (_REFINE.get(name, "elementwise"), {})
-    res = _rules.binary(name, ta, tb, _compat.FEATURES, op=op,
-                        int_literal=tb is LITERAL and isinstance(rb, int) and not isinstance(rb, bool),
-                        zero_literal=tb is LITERAL and not isinstance(rb, complex) and rb == 0)
+    key = None if refine is not None and refine[1] else \
+        _operands_key((name, op, bind, refine[0] if refine else None), (a, b))
+    got = None if key is None else _TYPED_BINARY.get(key)
+    if got is None:
+        ra, ta = operand(a)
+        rb, tb = operand(b)
+        res = _rules.binary(name, ta, tb, _compat.FEATURES, op=op,
+                            int_literal=tb is LITERAL and isinstance(rb, int)
+                            and not isinstance(rb, bool),
+                            zero_literal=tb is LITERAL and not isinstance(rb, complex) and rb == 0)
+        lit_a, lit_b = ta is LITERAL, tb is LITERAL
+    else:  # (a memoised key holds typed values and literals only)
+        res, ref = got
+        lit_a, lit_b = not is_state_class(type(a)), not is_state_class(type(b))
+        ra = a if lit_a else a.raw
+        rb = b if lit_b else b.raw
     if res.bind == "integer_pow":
         out = ra ** rb
-        return checked(op, out, res.type,
-                       _refining.refine(kind, name, [a, b], res.type, out, op=op, params=params))
-    if res.bind == "mul_reciprocal":
-        rb, bind = 1.0 / rb, operator.mul
-    if res.literal_reduced:
-        if ta is LITERAL:
-            ra = _cast_literal(ra, rb, res.literal_reduced)
-        if tb is LITERAL:
-            rb = _cast_literal(rb, ra, res.literal_reduced)
-    out = bind(ra, rb)
-    return checked(op, out, res.type,
-                   _refining.refine(kind, name, [a, b], res.type, out, op=op, params=params))
+    else:
+        if res.bind == "mul_reciprocal":
+            rb, bind = 1.0 / rb, operator.mul
+        if res.literal_reduced:
+            if lit_a:
+                ra = _cast_literal(ra, rb, res.literal_reduced)
+            if lit_b:
+                rb = _cast_literal(rb, ra, res.literal_reduced)
+        out = bind(ra, rb)
+    if got is None:
+        kind, params = refine or (_REFINE.get(name, "elementwise"), {})
+        ref = _refining.refine(kind, name, [a, b], res.type, out, op=op, params=params)
+        if key is not None:
+            if len(_TYPED_BINARY) >= _TYPED_OPS_SIZE:
+                _TYPED_BINARY.clear()
+            _TYPED_BINARY[key] = (res, ref)
+    return checked(op, out, res.type, ref)
+
+
+#: `binary`'s typing of an op, `(rule's result, refinement)`, by everything the rules read
+#: (`_operands_key`): a repeated layer's operators are typed once; cleared when full
+_TYPED_BINARY: dict[tuple[Any, ...], tuple[_rules.Combined, Refinement]] = {}
+_TYPED_OPS_SIZE = 4096
+
+#: Python numbers an operator takes as a literal operand (exact types: `st.axis_size`'s
+#: int and float subclasses carry an axis for the refinement and are never memoised)
+_LITERALS = frozenset({int, float, bool, complex})
+
+
+def _operands_key(head: tuple[Any, ...], operands: tuple[Any, ...] | list[Any]
+                  ) -> tuple[Any, ...] | None:
+    """What typing an op on `operands` reads: `head` (the rule, the op's name, ...), each
+    operand's state class (its four-state type), refinement and local shape (a literal: its
+    type and value), the codes `st.allow` opts out of and whether JAX's states are off
+    (`check_vma=False`). None (type it afresh) for any other operand: a raw JAX value, a
+    NumPy array, `st.axis_size`'s numbers (they carry an axis for the refinement)."""
+    parts: list[Any] = [*head, allowed_codes(), _VMA_OFF[0]]
+    for x in operands:
+        cls = type(x)
+        if is_state_class(cls):
+            shape = getattr(x.raw, "shape", None)
+            if shape is None:  # (a typed Python number: `st.wrap(1.0)`)
+                return None
+            parts += (cls, x.refinement, shape)
+        elif cls in _LITERALS:
+            parts += (cls, x, None)
+        else:
+            return None
+    return tuple(parts)
 
 
 def nary(rule: str | Callable[[list[Operand]], _rules.Combined], args: list[Any],
@@ -327,19 +375,48 @@ def nary(rule: str | Callable[[list[Operand]], _rules.Combined], args: list[Any]
     """An n-operand op (where, concatenate, einsum, ...) typed by `combine` of rule `rule`, or
     by `rule(types)` when it is a function of the operand types (`_rules.where_type`); its
     refinement by `refine` (kind, parameters) under `name` (default: the rule)."""
-    raws, types = zip(*(operand(a) for a in args), strict=True) if args else ((), ())
-    raws = list(raws)
-    res = (_rules.combine(rule, list(types), _compat.FEATURES, op=op) if isinstance(rule, str)
-           else rule(list(types)))
-    if res.literal_reduced:
-        like = next(r for r, t in zip(raws, types, strict=True) if t is not LITERAL)
-        raws = [_cast_literal(r, like, res.literal_reduced) if t is LITERAL else r
-                for r, t in zip(raws, types, strict=True)]
-    out = bind(*raws)
     kind, params = refine or ("plain", {})
     name = name or (rule if isinstance(rule, str) else kind)
-    return checked(op, out, res.type,
-                   _refining.refine(kind, name, args, res.type, out, op=op, params=params))
+    key = _nary_key(rule, name, op, kind, params, args)
+    got = None if key is None else _TYPED_NARY.get(key)
+    if got is None:
+        raws, types = zip(*(operand(a) for a in args), strict=True) if args else ((), ())
+        res = (_rules.combine(rule, list(types), _compat.FEATURES, op=op)
+               if isinstance(rule, str) else rule(list(types)))
+        literal = [t is LITERAL for t in types]
+    else:  # (a memoised key holds typed values and literals only)
+        res, ref, shape = got
+        literal = [not is_state_class(type(a)) for a in args]
+        raws = tuple(a if lit else a.raw for a, lit in zip(args, literal, strict=True))
+    if res.literal_reduced:
+        like = next(r for r, lit in zip(raws, literal, strict=True) if not lit)
+        raws = tuple(_cast_literal(r, like, res.literal_reduced) if lit else r
+                     for r, lit in zip(raws, literal, strict=True))
+    out = bind(*raws)
+    # `bind` is the caller's closure (einsum's subscripts, concatenate's axis, ...): the
+    # refinement is served only for the result shape it was computed for
+    if got is None or getattr(out, "shape", None) != shape:
+        ref = _refining.refine(kind, name, args, res.type, out, op=op, params=params)
+        if key is not None:
+            if len(_TYPED_NARY) >= _TYPED_OPS_SIZE:
+                _TYPED_NARY.clear()
+            _TYPED_NARY[key] = (res, ref, getattr(out, "shape", None))
+    return checked(op, out, res.type, ref)
+
+
+#: `nary`'s typing of an op, `(rule's result, refinement, result shape)`, by `_nary_key`
+_TYPED_NARY: dict[tuple[Any, ...], tuple[_rules.Combined, Refinement, Any]] = {}
+
+
+def _nary_key(rule: str | Callable[[list[Operand]], _rules.Combined], name: str, op: str,
+              kind: str, params: dict[str, Any], args: list[Any]) -> tuple[Any, ...] | None:
+    """`_operands_key` of an n-operand op: the rule (a rule given as a function of the types,
+    `where`'s, by `name`), the refinement kind and its parameters (each with its type; None
+    unless all are `_static`)."""
+    if not all(_static(v) for v in params.values()):
+        return None
+    return _operands_key((rule if isinstance(rule, str) else ("function", name), name, op, kind,
+                          tuple((k, type(v), v) for k, v in params.items())), args)
 
 
 def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op: str | None = None,
@@ -387,10 +464,12 @@ def _dtype_name(raw: Any) -> str:
 
 def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
             kwargs: dict[str, Any], *, op: str,
-            refine: tuple[str, dict[str, Any] | None] | None = None) -> Any:
+            refine: tuple[str, dict[str, Any] | None] | None = None,
+            memo: tuple[Any, ...] | None = None) -> Any:
     """`jfn(x, *args, **kwargs)` for a one-array op whose rule depends on its other arguments
     (`_rules.call_type`: keywords and dtypes pick the row; secondary arrays join the result);
-    its refinement by `refine` (kind, parameters; default elementwise)."""
+    its refinement by `refine` (kind, parameters; default elementwise). `memo`: the call's
+    `_call_key`, under which its typing is kept (`typed_call`)."""
     raw, t = array_operand(x)
     named = _rules.named_arguments(rule, args, kwargs)
     keywords = {k: _argument_value(k, v, op) for k, v in named.items()}
@@ -399,7 +478,7 @@ def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
     if refine is not None and refine[1] is None:  # arguments the refinement could not read:
         with _validate.jax_arguments(op):         # JAX's verdict on them first (SPMD509)
             jax.eval_shape(lambda r: jfn(r, *raw_args, **raw_kwargs), raw)
-        refine = ("plain", {})  # JAX accepts them: the result is plain Varying (not followed)
+        refine, memo = ("plain", {}), None  # JAX accepts them: the result is plain Varying
     secondary = [(n, typeof(named[n])) for n in _rules.SECONDARY.get(rule, ())
                  if named.get(n) is not None and operand(named[n])[1] is not LITERAL]
     dtype = _dtype_name(raw)
@@ -412,25 +491,82 @@ def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
     with _validate.jax_arguments(op):
         out = jfn(_lowering_cast(row, t, raw), *raw_args, **raw_kwargs)
     kind, params = refine or ("elementwise", {})
-    return checked(op, out, out_t,
-                   _refining.refine(kind, rule, [x], out_t, out, op=op, params=params or {}))
+    ref = _refining.refine(kind, rule, [x], out_t, out, op=op, params=params or {})
+    if memo is not None:
+        if len(_TYPED_CALLS) >= _TYPED_OPS_SIZE:
+            _TYPED_CALLS.clear()
+        _TYPED_CALLS[memo] = (out_t, row, ref)
+    return checked(op, out, out_t, ref)
 
 
 #: refinement kinds (`_surface.REFINE_KINDS`) that read none of the call's arguments
 _NO_PARAMETERS = frozenset({"elementwise", "reshape", "broadcast", "constructor", "plain"})
 
 
+def typed_call(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
+               kwargs: dict[str, Any], *, op: str, refine: str,
+               params: Callable[[], dict[str, Any] | None]) -> Any:
+    """`call_op` with the refinement kind `refine`, whose parameters `params()` computes
+    (only where that kind reads them, `_NO_PARAMETERS`), the typing memoised by `_call_key`:
+    a repeated layer's call binds `jfn` and compares JAX's state, nothing more."""
+    key = _call_key(rule, x, jfn, args, kwargs, op, refine)
+    got = None if key is None else _TYPED_CALLS.get(key)
+    if got is not None:
+        out_t, row, ref = got
+        with _validate.jax_arguments(op):
+            out = jfn(_lowering_cast(row, type(x)._spmd_type, x.raw), *args, **kwargs)
+        return checked(op, out, out_t, ref)
+    return call_op(rule, x, jfn, args, kwargs, op=op, memo=key,
+                   refine=(refine, {} if refine in _NO_PARAMETERS else params()))
+
+
 def call_function(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
                   kwargs: dict[str, Any], *, op: str, refine: str) -> Any:
     """`call_op` of an `st.numpy` / `st.nn` function row: its refinement kind `refine`, with
     the call's arguments by name where that kind reads them (`axis`, `keepdims`, `shift`)."""
-    try:
-        params: dict[str, Any] | None = {} if refine in _NO_PARAMETERS else _refining.call_params(
-            jfn, unwrap(x), tuple(unwrap(a) for a in args),
-            {k: unwrap(v) for k, v in kwargs.items()})
-    except (TypeError, ValueError, IndexError):
-        params = None  # arguments JAX rejects: `call_op` reports them with JAX's message
-    return call_op(rule, x, jfn, args, kwargs, op=op, refine=(refine, params))
+    def params() -> dict[str, Any] | None:
+        try:
+            return _refining.call_params(jfn, unwrap(x), tuple(unwrap(a) for a in args),
+                                         {k: unwrap(v) for k, v in kwargs.items()})
+        except (TypeError, ValueError, IndexError):
+            return None  # arguments JAX rejects: `call_op` reports them with JAX's message
+
+    return typed_call(rule, x, jfn, args, kwargs, op=op, refine=refine, params=params)
+
+
+#: `call_op`'s typing of a call, `(result state, rule row, refinement)`, by `_call_key`;
+#: cleared when full
+_TYPED_CALLS: dict[tuple[Any, ...], tuple[SpmdType, str, Refinement]] = {}
+#: argument types a call's memo key takes as they are (exact types; tuples of them too)
+_STATIC_ARGUMENTS = frozenset({int, float, bool, complex, str, type(None), np.dtype})
+
+
+def _static(v: Any) -> bool:
+    t = type(v)
+    if t in _STATIC_ARGUMENTS or isinstance(v, type):  # a dtype given as jnp.float32 or float
+        return True
+    return t is tuple and all(_static(e) for e in v)
+
+
+def _call_key(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
+              kwargs: dict[str, Any], op: str, refine: str) -> tuple[Any, ...] | None:
+    """What typing `jfn(x, *args, **kwargs)` reads (`call_op`): the rule, the op's name, the
+    function, the refinement kind, `x`'s state class, refinement, local shape and dtype, the
+    arguments as given, the codes `st.allow` opts out of and whether JAX's states are off.
+    None (type it afresh) unless `x` is a typed value and every argument a Python number,
+    string, None, dtype or a tuple of them."""
+    cls = type(x)
+    if not is_state_class(cls) or not all(_static(a) for a in args) \
+            or not all(_static(v) for v in kwargs.values()):
+        return None
+    raw = x.raw
+    shape, dtype = getattr(raw, "shape", None), getattr(raw, "dtype", None)
+    if shape is None or dtype is None:  # (a typed Python number: `st.wrap(1.0)`)
+        return None
+    # each argument with its type: `1`, `1.0` and `True` are equal keys but not equal calls
+    return (rule, op, jfn, refine, cls, x.refinement, shape, dtype,
+            tuple((type(a), a) for a in args), tuple((k, type(v), v) for k, v in kwargs.items()),
+            allowed_codes(), _VMA_OFF[0])
 
 
 _STATIC_INDEX = str(_surface.STATIC_INDEX.rule)
@@ -498,10 +634,18 @@ def getattr_(x: SArray, name: str) -> Any:
                         refine=(row.refine, {"name": name}))
     if row.binding == "mean":
         return lambda axis=None, keepdims=False: mean(x, axis, keepdims=keepdims)
-    return lambda *args, **kw: call_op(
-        rule, x, lambda r, *a, **k: getattr(r, name)(*a, **k), args, kw, op=f".{name}()",
-        refine=(row.refine, {} if row.refine in _NO_PARAMETERS
-                else _method_params(name, x, args, kw)))
+    refine = row.refine
+    return lambda *args, **kw: typed_call(
+        rule, x, _method(name), args, kw, op=f".{name}()", refine=refine,
+        params=lambda: _method_params(name, x, args, kw))
+
+
+@functools.cache
+def _method(name: str) -> Callable[..., Any]:
+    """`r.<name>(*args, **kwargs)` as a function of `r` (one per method: a memo key)."""
+    def call(r: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(r, name)(*args, **kwargs)
+    return call
 
 
 def _method_params(name: str, x: Any, args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
