@@ -64,13 +64,6 @@ OPS: list[tuple[str, Callable[..., Any]]] = [
 ]
 
 
-@pytest.fixture
-def memo_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_array, "_operands_key", lambda head, operands: None)
-    monkeypatch.setattr(_array, "_call_key", lambda *a: None)
-    monkeypatch.setattr(_collectives, "_leaf_key", lambda *a: None)
-
-
 def _clear() -> None:
     for memo in (_array._TYPED_BINARY, _array._TYPED_CALLS, _array._TYPED_NARY,
                  _collectives._TYPED_AXIS_OPS):
