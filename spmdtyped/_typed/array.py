@@ -105,7 +105,7 @@ def checked(op: str, out: Any, predicted: SpmdType, refinement: Refinement = NO_
     """Compare JAX's state of `out` with the table's prediction (SPMD901), then wrap it with
     its refinement."""
     cls = state_class(predicted)
-    if _CHECK[0] and not in_vma_off():
+    if _CHECK[0] and not _VMA_OFF[0]:
         actual = _compat.typeof_raw(out)
         # `actual` is a state class's own SpmdType (see _compat.mat_to_spmd): identity first
         if actual is not cls._spmd_type and actual != predicted:

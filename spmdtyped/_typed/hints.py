@@ -232,8 +232,14 @@ def _operand(other: Any) -> bool:
     array (JAX, NumPy) or an object with `__jax_array__`. Anything else (None, a str, a list)
     gets NotImplemented, as from `jax.Array`: `x == None` is False, `x + "a"` Python's
     TypeError."""
+    tp = type(other)
+    if isinstance(tp, _StateMeta) or tp in _NUMBERS:  # the common operands, at no cost
+        return True
     return isinstance(other, (SArray, int, float, complex)) or hasattr(other, "__jax_array__") \
         or (hasattr(other, "dtype") and hasattr(other, "shape"))
+
+
+_NUMBERS = frozenset({int, float, complex, bool})
 
 
 def _binop(row: _surface.Row, reflected: bool) -> Callable[[SArray, Any], Any]:
