@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from _helpers import trace
 from jax.sharding import PartitionSpec as P
@@ -49,6 +51,9 @@ OPS: list[tuple[str, Callable[..., Any]]] = [
     ("sum 1 keepdims", lambda x, w1, w2, b: w1.sum(axis=1, keepdims=True)),
     ("sum 1 keepdims=1", lambda x, w1, w2, b: w1.sum(axis=1, keepdims=1)),
     ("tanh", lambda x, w1, w2, b: snp.tanh(w1)),
+    ("astype float16", lambda x, w1, w2, b: w1.astype(np.dtype("float16"))),
+    ("astype jnp.float32", lambda x, w1, w2, b: w1.astype(jnp.float32)),
+    ("sum dtype", lambda x, w1, w2, b: snp.sum(w2, axis=0, dtype=np.dtype("float32"))),
     ("softmax 0", lambda x, w1, w2, b: st.nn.softmax(w1, axis=0)),
     ("softmax -1", lambda x, w1, w2, b: st.nn.softmax(w2, axis=-1)),
     ("einsum ij,jk", lambda x, w1, w2, b: snp.einsum("ij,jk->ik", x, w1)),
@@ -107,6 +112,8 @@ def test_served_typing_equals_computed(mesh_dp_tp: Any, monkeypatch: pytest.Monk
                  ("all_gather 0", "all_gather 1"), ("psum", "row-parallel")):
         assert got[a] != got[b], (a, b)
     assert got["mul 0"][1].zero and got["mul 0.0"][1].zero and not got["mul 0.5"][1].zero
+    assert got["astype float16"][1] == got["astype jnp.float32"][1]  # (a cast keeps it)
+    assert "float16" in program_on
     assert "integer_pow" in program_on and "pow " in program_on.replace("integer_pow", "")
 
 
@@ -163,8 +170,6 @@ def test_st_allow_is_part_of_the_key(mesh_dp_tp: Any, allowed_first: bool) -> No
 def test_raw_operands_and_pytrees_are_typed_afresh(mesh_dp_tp: Any) -> None:
     """No key for a raw JAX operand, a NumPy array, `st.axis_size` or a pytree: those are
     typed as before (a raw operand's state read from JAX at each call)."""
-    import numpy as np
-
     seen: list[Any] = []
 
     def body(x: Any, w1: Any, w2: Any, b: Any) -> None:

@@ -111,10 +111,11 @@ _TYPED_AXIS_OPS_SIZE = 4096
 def _leaf_key(head: tuple[Any, ...], axis_name: Any, x: Any, params: dict[str, Any] | None
               ) -> tuple[Any, ...] | None:
     """What typing a collective of one typed value `x` over `axis_name` reads: `head` (the
-    collective's row and rule, its name, `to=`), the axis names, the enclosing mesh's axes, manual axes and `jax.vmap` axes, the
-    refinement's parameters, `x`'s state class, refinement and local shape, the codes
-    `st.allow` opts out of and whether JAX's states are off. None (type it afresh) for a
-    pytree, an axis name or parameter that is not a string / number / tuple of them."""
+    collective's row and rule, its name, `to=`), the axis names, the enclosing mesh's axes,
+    manual axes and `jax.vmap` axes, the refinement's parameters (each with its type), `x`'s
+    state class, refinement and local shape, the codes `st.allow` opts out of and whether
+    JAX's states are off. None (type it afresh) for a pytree, or an axis name or parameter
+    that is not a string / number / tuple of strings."""
     if not is_typed(x) or not (type(axis_name) is str or type(axis_name) is tuple
                                and all(type(a) is str for a in axis_name)):
         return None
@@ -122,9 +123,9 @@ def _leaf_key(head: tuple[Any, ...], axis_name: Any, x: Any, params: dict[str, A
     if shape is None or (params and not all(type(v) in _STATIC for v in params.values())):
         return None
     mesh = _compat.current_mesh()
-    return (*head, axis_name, mesh, _compat.batch_axis_names(mesh[0]),
-            tuple((k, type(v), v) for k, v in params.items()) if params else (), type(x), x.refinement, shape,
-            allowed_codes(), in_vma_off())
+    typed_params = tuple((k, type(v), v) for k, v in params.items()) if params else ()
+    return (*head, axis_name, mesh, _compat.batch_axis_names(mesh[0]), typed_params, type(x),
+            x.refinement, shape, allowed_codes(), in_vma_off())
 
 
 #: parameter types a collective's memo key takes as they are

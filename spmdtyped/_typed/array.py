@@ -538,12 +538,13 @@ def call_function(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, .
 #: cleared when full
 _TYPED_CALLS: dict[tuple[Any, ...], tuple[SpmdType, str, Refinement]] = {}
 #: argument types a call's memo key takes as they are (exact types; tuples of them too)
-_STATIC_ARGUMENTS = frozenset({int, float, bool, complex, str, type(None), np.dtype})
+_STATIC_ARGUMENTS = frozenset({int, float, bool, complex, str, type(None)})
 
 
 def _static(v: Any) -> bool:
     t = type(v)
-    if t in _STATIC_ARGUMENTS or isinstance(v, type):  # a dtype given as jnp.float32 or float
+    # a dtype: np.dtype("float32") (of a subclass of np.dtype), jnp.float32 or float (classes)
+    if t in _STATIC_ARGUMENTS or isinstance(v, (type, np.dtype)):
         return True
     return t is tuple and all(_static(e) for e in v)
 
