@@ -352,12 +352,10 @@ class Side:
             self.bcast[o] = dims
         if all(self.is_constant(v) for v in ins):
             self.const.add(o)
-        if name in ("convert_element_type", "copy", "copy_p", "neg", "div") and ins \
-                and self.is_zero(ins[0]):
-            self.zero.add(o)
-        elif name == "mul" and any(self.is_zero(v) for v in ins):
-            # `0.0 * b`: a term that keeps `b` in the program and adds nothing (JAX's tests
-            # write it); added to a partial sum it is counted zero times, as it should be
+        # `0.0 * b`: a term that keeps `b` in the program and adds nothing (JAX's tests write
+        # it); added to a partial sum it is counted zero times, as it should be. Which ops
+        # make a zero: `ZERO_FLOWS`, by the primitive's rule (the runtime's and the plugin's)
+        if _r.zero_result(_rules.PRIMITIVES.get(name), [self.is_zero(v) for v in ins]):
             self.zero.add(o)
 
 
@@ -386,7 +384,7 @@ def track_side(side: Side, eqn: Any, name: str, sizes: dict[str, int]) -> None:
         side.bcast[o] = frozenset(dims)
         if side.is_constant(ins[0]):
             side.const.add(o)
-        if side.is_zero(ins[0]):
+        if _r.zero_result(_rules.PRIMITIVES.get(name), [side.is_zero(ins[0])]):
             side.zero.add(o)
         if not is_literal(ins[0]) and side.prescaled(ins[0]):
             side.scaled[o] = side.prescaled(ins[0])

@@ -24,7 +24,7 @@ from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 from .. import _rules, _surface
 from .._errors import SpmdTypeError
 from .._rules import LITERAL, SpmdType
-from .._rules.refine import Refinement
+from .._rules.refine import ZERO_FLOWS, Refinement
 from . import extents, refined
 from .arguments import call_arguments, passes_arguments, typed_call
 from .codes import apply, report, report_past_operator_fallback
@@ -131,8 +131,9 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
         # `jnp.ones(4) + x`: mypy checks the reflected method on a stand-in for the left
         # operand; the constant is the source's
         other_e = ctx.context.left if reflected else ctx.context.right
-    # `0.0 * b`: a zero, as the runtime's `_refining.refine` makes it (`Refinement.zero`)
-    zero = name == "mul" and refined.is_zero(other_e)
+    # a literal `0` / `0.0` operand is a zero (`refined.ralternatives`), which the rule's
+    # refinement reads (`ZERO_FLOWS`: `0.0 * b` is zero, as at runtime)
+    zero = refined.is_zero(other_e) and name in ZERO_FLOWS
     if s is not None and o is not None and scale is None and not zero:
         # no refinement: the four-state rule alone (`rapply`'s)
         try:
@@ -156,8 +157,6 @@ def _binary(ctx: MethodContext, name: str, reflected: bool, op: str) -> Type:
 
     if scale is not None:  # the runtime's operands, in the rule's order, for `share_of`
         inner = refined.with_scale(name, inner, (scale, None) if reflected else (None, scale))
-    elif zero:
-        inner = refined.with_zero(inner)
 
     def refine(out: SpmdType, s: refined.Val, o: refined.Val) -> tuple[Refinement, int | None]:
         return inner(out, *((o, s) if reflected else (s, o)))

@@ -253,7 +253,7 @@ def ralternatives(api: Any, t: Type, expr: Expression | None) -> list[Val] | Non
     vals: list[Val] = []
     for i, o in enumerate(alts):
         if o is LITERAL:
-            vals.append(_LITERAL)
+            vals.append(_ZERO if is_zero(expr) else _LITERAL)
             continue
         ref, rank = read(items[i]) if len(items) == len(alts) else (NONE, None)
         assert isinstance(o, SpmdType)
@@ -262,6 +262,8 @@ def ralternatives(api: Any, t: Type, expr: Expression | None) -> list[Val] | Non
 
 
 _LITERAL: Final = Val(LITERAL, NONE, 0)
+#: a literal `0` / `0.0`: a zero (`_refine.ZERO_FLOWS` reads it)
+_ZERO: Final = Val(LITERAL, _refine.ZERO, 0)
 
 
 def arrays(vals: list[Val]) -> list[Val]:
@@ -300,16 +302,6 @@ def with_scale(name: str, refine: Refine, operands: Sequence[object]) -> Refine:
     return refine_scaled
 
 
-def with_zero(refine: Refine) -> Refine:
-    """`refine`, its result a zero (`0.0 * b`, `b * 0`: the runtime's `_refining.refine` for a
-    product with a literal zero)."""
-    def refine_zero(out: SpmdType, *vals: Val) -> tuple[Refinement, int | None]:
-        ref, rank = refine(out, *vals)
-        return dataclasses.replace(ref, zero=True), rank
-    refine_zero.from_plain = True  # type: ignore[attr-defined]  # a plain operand's zero
-    return refine_zero
-
-
 def rapply(api: Any, context: Context, default: Type, alts: Sequence[Sequence[Val]],
            rule: Callable[..., SpmdType], refine: Refine,
            on_error: Callable[[Any, SpmdTypeError, Context], None] = report) -> Type:
@@ -323,7 +315,7 @@ def rapply(api: Any, context: Context, default: Type, alts: Sequence[Sequence[Va
             out = rule(*[v.op for v in combo])
             # `_refine`'s rules refine a result only from refined operands (a collective can
             # also refine a plain one: `from_plain`); skip them for plain operands
-            if from_plain or any(v.ref or v.ref.extents for v in combo):
+            if from_plain or any(v.ref or v.ref.extents or v.ref.zero for v in combo):
                 ref, rank = refine(out, *combo)
             else:
                 ref, rank = NONE, None

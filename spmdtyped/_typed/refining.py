@@ -364,13 +364,14 @@ def refine(kind: str, name: str, operands: Sequence[Any], out: SpmdType, out_raw
         ref = DATA if data else NONE
     else:
         ref = _refined(kind, name, operands, refs, out, out_raw, op, params or {})
-    if kind == "elementwise":
+    if kind in ("elementwise", "broadcast"):
         # `b / st.axis_size(a)`: a replicated term's share of a partial sum over `a`
-        share = axis_size.share_of(name, operands)
+        share = axis_size.share_of(name, operands) if kind == "elementwise" else None
         if share is not None:
             i, axes = share
             ref = rf.with_share(ref, _type(operands[i]), axes)
-        elif name == "mul" and any(_is_zero(x) for x in operands):
+        elif rf.zero_result(name, [r.zero or _is_zero(x)
+                                   for x, r in zip(operands, refs, strict=True)]):
             ref = dataclasses.replace(ref, zero=True)  # `0.0 * b`: adds nothing to a sum
     if across:  # a value computed only from reductions across the devices of an axis stays one
         ref = rf.with_across(ref, refs)

@@ -14,6 +14,8 @@ def row_parallel_bias(h: st.Float[Varying["dp", "tp"], "b f/tp"], w2: st.Float[V
                       b: Invariant) -> Varying["dp"]:
     y = h @ w2 + b  # E: spmd-partial-plus-replicated
     h @ w2 + 0.5 * b  # E: spmd-partial-plus-replicated
+    h @ w2 + (0.0 * b + 1.0)  # E: spmd-partial-plus-replicated
+    h @ w2 + 2.0 / (0.0 * b)  # E: spmd-partial-plus-replicated
     return st.psum(h @ w2 - 1.0, "tp")  # E: spmd-partial-plus-replicated
 
 

@@ -32,7 +32,10 @@ def zero_term_before_the_reduction(h: st.Float[Varying["dp", "tp"], "b f/tp"],
                                    w2: st.Float[Varying["tp"], "f/tp d"], b: Invariant) -> Varying["dp"]:
     zero = 0.0 * b                         # keeps b in the program, adds nothing
     reveal_type(zero)  # reveals: 0
-    return st.psum(h @ w2 * 2.0 + zero + b * 0, "tp")
+    reveal_type(-zero)  # reveals: 0
+    reveal_type(zero / 2.0)  # reveals: 0
+    reveal_type(zero * 3.0)  # reveals: 0
+    return st.psum(h @ w2 * 2.0 + zero + b * 0 - zero / 2.0 + (-zero) * 3.0, "tp")
 
 
 def shard_dims_of_both_signs(left: st.Float[st.Shard["tp", Literal[0]], "f d"],

@@ -226,15 +226,41 @@ def aligned_shard(args: Sequence[Arg], axis: str, out_ndim: int | None, op: str)
     return Shard(d)
 
 
+#: which ops make a zero (`Refinement.zero`: `0.0 * b`, a term that keeps `b` in the program
+#: and adds nothing to a sum): the op's rule (an `ELEMENTWISE` name, or `broadcast_to`) ->
+#: the operands whose being zero makes the result zero, "any" (a product) or "first" (the
+#: first operand's negation, quotient, cast, copy or broadcast). The runtime and the mypy
+#: plugin read it by rule (a literal `0` / `0.0` operand is zero), the jaxpr walk by its
+#: primitive's rule (`PRIMITIVES`), so the three agree on `-(0.0 * b)` and `(0.0 * b) / 2`.
+ZERO_FLOWS: dict[str, str] = {"mul": "any", "div": "first", "neg": "first", "copy": "first",
+                              "astype": "first", "broadcast_to": "first"}
+
+#: the refinement of a literal zero operand (`0`, `0.0`)
+ZERO = Refinement(zero=True)
+
+
+def zero_result(rule: str | None, zeros: Sequence[bool]) -> bool:
+    """Whether the result of the op of rule `rule` is zero, given which of its operands are
+    zero (`ZERO_FLOWS`)."""
+    how = ZERO_FLOWS.get(rule) if rule is not None else None
+    if how == "any":
+        return any(zeros)
+    return how == "first" and bool(zeros) and zeros[0]
+
+
 def elementwise(name: str, args: Sequence[Arg], out: SpmdType, *, op: str,
                 out_ndim: int | None = None, onehot_fill: bool = False) -> Refinement:
-    """The refinement of an elementwise op's result (`out` is the four-state result).
+    """The refinement of an elementwise op's result (`out` is the four-state result); zero
+    where `ZERO_FLOWS` says so.
 
     `onehot_fill`: for `where`, the unselected branch is a literal 0 (the owner mask).
     """
     result = per_axis(out.varying, lambda a: _elementwise_axis(
         name, args, [kind(x.type, x.ref, a) for x in args], a, out, op, out_ndim, onehot_fill))
-    return Refinement.of(result, data=any(x.ref.data for x in args))
+    ref = Refinement.of(result, data=any(x.ref.data for x in args))
+    if zero_result(name, [x.ref.zero for x in args]):
+        ref = dataclasses.replace(ref, zero=True)
+    return ref
 
 
 def _shares_as_partial(args: Sequence[Arg], ks: list[Kind | str], has_p: list[int],

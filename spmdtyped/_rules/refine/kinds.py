@@ -74,7 +74,8 @@ class Refinement:
     extents: tuple[tuple[int, tuple[str, ...]], ...] = ()
     #: the value is zero (`0.0 * b`: a term that keeps `b` in the program and adds nothing):
     #: added to a partial sum it is a Partial term on every axis (counted once per device,
-    #: it sums to zero). Only the product's own result carries it.
+    #: it sums to zero). The results of the ops `ZERO_FLOWS` names carry it (a product with a
+    #: zero, a zero negated, divided, cast, copied or broadcast); any other op forgets it.
     zero: bool = False
 
     def __hash__(self) -> int:
