@@ -372,10 +372,11 @@ def test_rows_are_one_flat_iterable() -> None:
 # ------------------------------------------------------------------------------ no rule by name
 
 #: the runtime modules built from the table: none may pick a rule by a function's name
-_BUILT_FROM_THE_TABLE = ("numpy.py", "nn.py", "_typed/array.py", "lax.py", "_ops/collectives.py")
+_BUILT_FROM_THE_TABLE = ("numpy.py", "nn.py", "_typed/array.py", "_typed/attributes.py", "lax.py",
+                         "_ops/collectives.py")
 #: (module, name) pairs a module may compare with for a reason other than the rule:
 #: `x.transpose(1, 0)` takes the permutation as separate arguments (argument parsing)
-_NAME_ALLOWED = {("array.py", "transpose")}
+_NAME_ALLOWED = {("attributes.py", "transpose")}
 
 
 def _name_special_cases(path: Any, names: set[str]) -> list[str]:

@@ -1,5 +1,5 @@
-"""The typed values' memo of their own typing (`_typed.array`: `_TYPED_BINARY`, `_TYPED_CALLS`,
-`_TYPED_NARY`; `_ops.collectives._TYPED_AXIS_OPS`): an op met again with operands the rules
+"""The typed values' memo of their own typing (`_typed.memo`: `BINARY`, `CALLS`, `NARY`;
+`_ops.collectives._TYPED_AXIS_OPS`): an op met again with operands the rules
 cannot tell apart is bound and compared with JAX, its state and refinement served from the
 memo. Served or computed, every result must be the same: the same state class, the same
 refinement, the same program, the same errors.
@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec as P
 import spmdtyped as st
 from spmdtyped._ops import collectives as _collectives
 from spmdtyped._typed import array as _array
+from spmdtyped._typed import memo as _memo
 
 snp = st.numpy
 
@@ -70,9 +71,8 @@ OPS: list[tuple[str, Callable[..., Any]]] = [
 
 
 def _clear() -> None:
-    for memo in (_array._TYPED_BINARY, _array._TYPED_CALLS, _array._TYPED_NARY,
-                 _collectives._TYPED_AXIS_OPS):
-        memo.clear()
+    _memo.clear()
+    _collectives._TYPED_AXIS_OPS.clear()
 
 
 def _run(mesh: Any) -> tuple[list[tuple[str, str, Any]], str]:
@@ -93,12 +93,12 @@ def _run(mesh: Any) -> tuple[list[tuple[str, str, Any]], str]:
 
 def test_served_typing_equals_computed(mesh_dp_tp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     on, program_on = _run(mesh_dp_tp)
-    kept = len(_array._TYPED_BINARY) + len(_array._TYPED_CALLS) + len(_array._TYPED_NARY) \
+    kept = len(_memo.BINARY) + len(_memo.CALLS) + len(_memo.NARY) \
         + len(_collectives._TYPED_AXIS_OPS)
     assert kept >= 20  # the memo is used (else this test compares nothing with itself)
     with monkeypatch.context() as m:
-        m.setattr(_array, "_operands_key", lambda head, operands: None)
-        m.setattr(_array, "_call_key", lambda *a: None)
+        m.setattr(_memo, "operands_key", lambda *a: None)
+        m.setattr(_memo, "call_key", lambda *a: None)
         m.setattr(_collectives, "_leaf_key", lambda *a: None)
         off, program_off = _run(mesh_dp_tp)
     assert on == off
@@ -183,7 +183,7 @@ def test_raw_operands_and_pytrees_are_typed_afresh(mesh_dp_tp: Any) -> None:
         with pytest.raises(st.SpmdTypeError, match="SPMD210"):
             partial + b / 4
         seen.append(st.psum({"a": partial, "b": partial}, "tp")["a"].refinement.as_dict())
-        seen.append((len(_array._TYPED_BINARY), len(_collectives._TYPED_AXIS_OPS)))
+        seen.append((len(_memo.BINARY), len(_collectives._TYPED_AXIS_OPS)))
 
     trace(mesh_dp_tp, body, SPECS)
     assert seen[0] == seen[1] == "Varying['tp']"

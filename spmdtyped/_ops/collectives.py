@@ -18,6 +18,7 @@ from .. import _compat, _rules, _surface, _validate
 from .._errors import allowed_codes, error
 from .._rules import axis_size as axis_size_rule
 from .._rules.refine import shape as refine_shape
+from .._typed import memo as _memo
 from .._typed import refining as _refining
 from .._typed.array import array_operand, checked, in_vma_off, is_typed
 
@@ -94,18 +95,15 @@ def _axis_op(collective: _surface.Collective, x: Any, axis_name: Any,
         ref = refine_shape.collective(rule, t, _refining.of(leaf), out_t, axes,
                                       shape=_refining.shape_of(leaf), op=op, params=params)
         if key is not None and leaf is x:
-            if len(_TYPED_AXIS_OPS) >= _TYPED_AXIS_OPS_SIZE:
-                _TYPED_AXIS_OPS.clear()
-            _TYPED_AXIS_OPS[key] = (jax_axis, out_t, ref)
+            _memo.keep(_TYPED_AXIS_OPS, key, (jax_axis, out_t, ref))
         return checked(op, out, out_t, ref)
 
     return _leaves_map(one, x)
 
 
 #: a collective's typing of one typed value, `(JAX's axis argument, result state,
-#: refinement)`, by `_leaf_key`; cleared when full
+#: refinement)`, by `_leaf_key` (`_typed.memo`: emptied when full)
 _TYPED_AXIS_OPS: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
-_TYPED_AXIS_OPS_SIZE = 4096
 
 
 def _leaf_key(head: tuple[Any, ...], axis_name: Any, x: Any, params: dict[str, Any] | None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
-import functools
 import operator
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,11 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _compat, _rules, _surface, _validate
-from .._errors import allowed_codes, error
+from .._errors import error
 from .._rules import LITERAL, Operand, SpmdType
 from .._rules.refine import NONE as NO_REFINEMENT
 from .._rules.refine import Refinement
 from . import hints as _hints
+from . import memo as _memo
 from . import protocols as _protocols
 from . import refining as _refining
 from .hints import SArray, is_state_class, state_class
@@ -301,8 +301,8 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
     op = op or f"operator {_SYMBOL.get(name, name)}"
     bind = bind or _BIND[name]
     key = None if refine is not None and refine[1] else \
-        _operands_key((name, op, bind, refine[0] if refine else None), (a, b))
-    got = None if key is None else _TYPED_BINARY.get(key)
+        _memo.operands_key((name, op, bind, refine[0] if refine else None), (a, b), _VMA_OFF[0])
+    got = None if key is None else _memo.BINARY.get(key)
     if got is None:
         ra, ta = operand(a)
         rb, tb = operand(b)
@@ -331,42 +331,8 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
         kind, params = refine or (_REFINE.get(name, "elementwise"), {})
         ref = _refining.refine(kind, name, [a, b], res.type, out, op=op, params=params)
         if key is not None:
-            if len(_TYPED_BINARY) >= _TYPED_OPS_SIZE:
-                _TYPED_BINARY.clear()
-            _TYPED_BINARY[key] = (res, ref)
+            _memo.keep(_memo.BINARY, key, (res, ref))
     return checked(op, out, res.type, ref)
-
-
-#: `binary`'s typing of an op, `(rule's result, refinement)`, by everything the rules read
-#: (`_operands_key`): a repeated layer's operators are typed once; cleared when full
-_TYPED_BINARY: dict[tuple[Any, ...], tuple[_rules.Combined, Refinement]] = {}
-_TYPED_OPS_SIZE = 4096
-
-#: Python numbers an operator takes as a literal operand (exact types: `st.axis_size`'s
-#: int and float subclasses carry an axis for the refinement and are never memoised)
-_LITERALS = frozenset({int, float, bool, complex})
-
-
-def _operands_key(head: tuple[Any, ...], operands: tuple[Any, ...] | list[Any]
-                  ) -> tuple[Any, ...] | None:
-    """What typing an op on `operands` reads: `head` (the rule, the op's name, ...), each
-    operand's state class (its four-state type), refinement and local shape (a literal: its
-    type and value), the codes `st.allow` opts out of and whether JAX's states are off
-    (`check_vma=False`). None (type it afresh) for any other operand: a raw JAX value, a
-    NumPy array, `st.axis_size`'s numbers (they carry an axis for the refinement)."""
-    parts: list[Any] = [*head, allowed_codes(), _VMA_OFF[0]]
-    for x in operands:
-        cls = type(x)
-        if is_state_class(cls):
-            shape = getattr(x.raw, "shape", None)
-            if shape is None:  # (a typed Python number: `st.wrap(1.0)`)
-                return None
-            parts += (cls, x.refinement, shape)
-        elif cls in _LITERALS:
-            parts += (cls, x, None)
-        else:
-            return None
-    return tuple(parts)
 
 
 def nary(rule: str | Callable[[list[Operand]], _rules.Combined], args: list[Any],
@@ -377,8 +343,8 @@ def nary(rule: str | Callable[[list[Operand]], _rules.Combined], args: list[Any]
     refinement by `refine` (kind, parameters) under `name` (default: the rule)."""
     kind, params = refine or ("plain", {})
     name = name or (rule if isinstance(rule, str) else kind)
-    key = _nary_key(rule, name, op, kind, params, args)
-    got = None if key is None else _TYPED_NARY.get(key)
+    key = _memo.nary_key(rule, name, op, kind, params, args, _VMA_OFF[0])
+    got = None if key is None else _memo.NARY.get(key)
     if got is None:
         raws, types = zip(*(operand(a) for a in args), strict=True) if args else ((), ())
         res = (_rules.combine(rule, list(types), _compat.FEATURES, op=op)
@@ -398,25 +364,8 @@ def nary(rule: str | Callable[[list[Operand]], _rules.Combined], args: list[Any]
     if got is None or getattr(out, "shape", None) != shape:
         ref = _refining.refine(kind, name, args, res.type, out, op=op, params=params)
         if key is not None:
-            if len(_TYPED_NARY) >= _TYPED_OPS_SIZE:
-                _TYPED_NARY.clear()
-            _TYPED_NARY[key] = (res, ref, getattr(out, "shape", None))
+            _memo.keep(_memo.NARY, key, (res, ref, getattr(out, "shape", None)))
     return checked(op, out, res.type, ref)
-
-
-#: `nary`'s typing of an op, `(rule's result, refinement, result shape)`, by `_nary_key`
-_TYPED_NARY: dict[tuple[Any, ...], tuple[_rules.Combined, Refinement, Any]] = {}
-
-
-def _nary_key(rule: str | Callable[[list[Operand]], _rules.Combined], name: str, op: str,
-              kind: str, params: dict[str, Any], args: list[Any]) -> tuple[Any, ...] | None:
-    """`_operands_key` of an n-operand op: the rule (a rule given as a function of the types,
-    `where`'s, by `name`), the refinement kind and its parameters (each with its type; None
-    unless all are `_static`)."""
-    if not all(_static(v) for v in params.values()):
-        return None
-    return _operands_key((rule if isinstance(rule, str) else ("function", name), name, op, kind,
-                          tuple((k, type(v), v) for k, v in params.items())), args)
 
 
 def unary_op(name: str, x: Any, bind: Callable[[Any], Any] | None = None, *, op: str | None = None,
@@ -469,7 +418,7 @@ def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
     """`jfn(x, *args, **kwargs)` for a one-array op whose rule depends on its other arguments
     (`_rules.call_type`: keywords and dtypes pick the row; secondary arrays join the result);
     its refinement by `refine` (kind, parameters; default elementwise). `memo`: the call's
-    `_call_key`, under which its typing is kept (`typed_call`)."""
+    `_memo.call_key`, under which its typing is kept (`typed_call`)."""
     raw, t = array_operand(x)
     named = _rules.named_arguments(rule, args, kwargs)
     keywords = {k: _argument_value(k, v, op) for k, v in named.items()}
@@ -493,9 +442,7 @@ def call_op(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
     kind, params = refine or ("elementwise", {})
     ref = _refining.refine(kind, rule, [x], out_t, out, op=op, params=params or {})
     if memo is not None:
-        if len(_TYPED_CALLS) >= _TYPED_OPS_SIZE:
-            _TYPED_CALLS.clear()
-        _TYPED_CALLS[memo] = (out_t, row, ref)
+        _memo.keep(_memo.CALLS, memo, (out_t, row, ref))
     return checked(op, out, out_t, ref)
 
 
@@ -507,10 +454,11 @@ def typed_call(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...]
                kwargs: dict[str, Any], *, op: str, refine: str,
                params: Callable[[], dict[str, Any] | None]) -> Any:
     """`call_op` with the refinement kind `refine`, whose parameters `params()` computes
-    (only where that kind reads them, `_NO_PARAMETERS`), the typing memoised by `_call_key`:
+    (only where that kind reads them, `_NO_PARAMETERS`), the typing memoised by
+    `_memo.call_key`:
     a repeated layer's call binds `jfn` and compares JAX's state, nothing more."""
-    key = _call_key(rule, x, jfn, args, kwargs, op, refine)
-    got = None if key is None else _TYPED_CALLS.get(key)
+    key = _memo.call_key(rule, x, jfn, args, kwargs, op, refine, _VMA_OFF[0])
+    got = None if key is None else _memo.CALLS.get(key)
     if got is not None:
         out_t, row, ref = got
         with _validate.jax_arguments(op):
@@ -534,52 +482,16 @@ def call_function(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, .
     return typed_call(rule, x, jfn, args, kwargs, op=op, refine=refine, params=params)
 
 
-#: `call_op`'s typing of a call, `(result state, rule row, refinement)`, by `_call_key`;
-#: cleared when full
-_TYPED_CALLS: dict[tuple[Any, ...], tuple[SpmdType, str, Refinement]] = {}
-#: argument types a call's memo key takes as they are (exact types; tuples of them too)
-_STATIC_ARGUMENTS = frozenset({int, float, bool, complex, str, type(None)})
-
-
-def _static(v: Any) -> bool:
-    t = type(v)
-    # a dtype: np.dtype("float32") (of a subclass of np.dtype), jnp.float32 or float (classes)
-    if t in _STATIC_ARGUMENTS or isinstance(v, (type, np.dtype)):
-        return True
-    return t is tuple and all(_static(e) for e in v)
-
-
-def _call_key(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...],
-              kwargs: dict[str, Any], op: str, refine: str) -> tuple[Any, ...] | None:
-    """What typing `jfn(x, *args, **kwargs)` reads (`call_op`): the rule, the op's name, the
-    function, the refinement kind, `x`'s state class, refinement, local shape and dtype, the
-    arguments as given, the codes `st.allow` opts out of and whether JAX's states are off.
-    None (type it afresh) unless `x` is a typed value and every argument a Python number,
-    string, None, dtype or a tuple of them."""
-    cls = type(x)
-    if not is_state_class(cls) or not all(_static(a) for a in args) \
-            or not all(_static(v) for v in kwargs.values()):
-        return None
-    raw = x.raw
-    shape, dtype = getattr(raw, "shape", None), getattr(raw, "dtype", None)
-    if shape is None or dtype is None:  # (a typed Python number: `st.wrap(1.0)`)
-        return None
-    # each argument with its type: `1`, `1.0` and `True` are equal keys but not equal calls
-    return (rule, op, jfn, refine, cls, x.refinement, shape, dtype,
-            tuple((type(a), a) for a in args), tuple((k, type(v), v) for k, v in kwargs.items()),
-            allowed_codes(), _VMA_OFF[0])
-
-
 _STATIC_INDEX = str(_surface.STATIC_INDEX.rule)
 
 
-def _is_dynamic_index(idx: Any) -> bool:
+def is_dynamic_index(idx: Any) -> bool:
     items = idx if isinstance(idx, tuple) else (idx,)
     return any(isinstance(i, (jax.Array, jax.core.Tracer)) or is_typed(i) for i in items)
 
 
 def getitem(x: SArray, idx: Any) -> Any:
-    if _is_dynamic_index(idx):
+    if is_dynamic_index(idx):
         items = idx if isinstance(idx, tuple) else (idx,)
         idx_types = [typeof(i) for i in items
                      if is_typed(i) or isinstance(i, (jax.Array, jax.core.Tracer))]
@@ -616,96 +528,6 @@ def mean(x: Any, axis: Any = None, *, keepdims: bool = False, op: str = ".mean()
         return binary("mul", total, float("nan"), op=op)
     return binary("div", total, float(n), op=op)
 
-
-def getattr_(x: SArray, name: str) -> Any:
-    """`x.<name>`: a method or property of the surface table (`_surface.METHODS`,
-    `_surface.PROPERTIES`), or `x.at`."""
-    row = _surface.by_attribute(name)
-    if row is None:
-        if name == "at":
-            return _At(x)
-        raise AttributeError(f"{type(x).__qualname__} has no attribute {name!r} (typed values "
-                             f"expose {', '.join(_ATTRIBUTES)}, at[] and operators; use x.raw "
-                             f"for the JAX value)")
-    rule = row.rule
-    if rule is None:
-        return getattr(x.raw, name)
-    if row.kind == "property":
-        return unary_op(rule, x, lambda r: getattr(r, name), op=f".{name}",
-                        refine=(row.refine, {"name": name}))
-    if row.binding == "mean":
-        return lambda axis=None, keepdims=False: mean(x, axis, keepdims=keepdims)
-    refine = row.refine
-    return lambda *args, **kw: typed_call(
-        rule, x, _method(name), args, kw, op=f".{name}()", refine=refine,
-        params=lambda: _method_params(name, x, args, kw))
-
-
-@functools.cache
-def _method(name: str) -> Callable[..., Any]:
-    """`r.<name>(*args, **kwargs)` as a function of `r` (one per method: a memo key)."""
-    def call(r: Any, *args: Any, **kwargs: Any) -> Any:
-        return getattr(r, name)(*args, **kwargs)
-    return call
-
-
-def _method_params(name: str, x: Any, args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
-    """A method call's arguments by name, as `jnp.<name>(x, ...)` binds them
-    (`x.transpose(1, 0)` takes the permutation as separate arguments)."""
-    if name == "transpose":
-        axes = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
-        return {"axes": tuple(axes) or kw.get("axes")}
-    fn = getattr(jnp, name, None)
-    return _refining.call_params(fn, x.raw, unwrap(args), unwrap(kw)) if fn is not None else {}
-
-
-_ATTRIBUTES = tuple(r.name for r in (*_surface.PROPERTIES, *_surface.METHODS))
-
-
-class _At:
-    """`x.at[idx].set(v)` / `.add(v)` / ...: typed like JAX's scatter, strict on Unreduced."""
-
-    def __init__(self, x: SArray) -> None:
-        self.x = x
-
-    def __getitem__(self, idx: Any) -> _AtIndex:
-        return _AtIndex(self.x, idx)
-
-
-class _AtIndex:
-    """`x.at[idx]`: one method per `_surface.AT` row (`_rules.at_update_type` types it)."""
-
-    def __init__(self, x: SArray, idx: Any) -> None:
-        items = idx if isinstance(idx, tuple) else (idx,)
-        # traced indices: their states flow into the result (JAX pvarys the array to them)
-        self.index_types = [typeof(i) for i in items
-                            if is_typed(i) or isinstance(i, (jax.Array, jax.core.Tracer))]
-        self.x, self.idx = x, unwrap(idx)
-
-    def _update(self, method: str, value: Any, **kw: Any) -> Any:
-        raw_v, tv = operand(value)
-        op = f".at[].{method}()"
-        out_t = _rules.at_update_type(method, typeof(self.x), tv, _compat.FEATURES, op=op,
-                                      index=self.index_types)
-        out = getattr(self.x.raw.at[self.idx], method)(raw_v, **kw)
-        return checked(op, out, out_t, _refining.refine(
-            "at", method, [self.x, value], out_t, out, op=op,
-            params={"traced_index": _is_dynamic_index(self.idx)}))
-
-
-def _at_method(method: str) -> Callable[..., Any]:
-    def update(self: _AtIndex, value: Any, **kw: Any) -> Any:
-        return self._update(method, value, **kw)
-
-    update.__name__ = update.__qualname__ = method
-    return update
-
-
-for _row in _surface.AT:
-    setattr(_AtIndex, _row.name, _at_method(_row.name))
-
-_hints.register_operations(_hints.Operations(binary=binary, unary=unary_op, getitem=getitem,
-                                             getattr=getattr_))
 
 # __jax_array__, __array__, __iter__, __len__, __bool__/__float__/..., __repr__, IndexError
 _protocols.install(SArray, getitem=getitem, vma_off=in_vma_off)

@@ -9,7 +9,7 @@ JAX each time.
 
 Imports no JAX, and nothing above it: the operator dunders are generated from the surface
 table (`_surface.OPERATORS`) and call the operations the JAX layer registers
-(`register_operations`, called by `_array` on import); raw JAX values are read by the
+(`register_operations`, called by `_typed.attributes` on import); raw JAX values are read by the
 function `_compat` registers (`register_raw_typeof`). When a typed value is used before the
 JAX layer was imported (`st.Varying["dp"](x) + 1` with nothing else loaded), the layer is
 loaded by name, and registers itself.
@@ -65,12 +65,13 @@ class Operations:
 
 
 _OPERATIONS: list[Operations] = []
-#: the JAX layer: importing it registers the operations and the raw-value reader
-_JAX_LAYER = __name__.rpartition(".")[0] + ".array"
+#: the JAX layer: importing it registers the operations (and, through `_compat`, the
+#: raw-value reader)
+_JAX_LAYER = __name__.rpartition(".")[0] + ".attributes"
 
 
 def register_operations(ops: Operations) -> None:
-    """Called once by the JAX layer (`_array`) on import."""
+    """Called once by the JAX layer (`_typed.attributes`) on import."""
     _OPERATIONS[:] = [ops]
 
 
@@ -220,7 +221,7 @@ class SArray(metaclass=_StateMeta):
         name = describe(type(self)._spmd_type, ref) if ref else type(self).__qualname__  # type: ignore[arg-type]
         return f"{name}({inner})"
 
-    # Operators and array methods live in _array (they need JAX).
+    # Operators live in `_typed.array`, array methods in `_typed.attributes` (they need JAX).
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
