@@ -455,8 +455,8 @@ def typed_call(rule: str, x: Any, jfn: Callable[..., Any], args: tuple[Any, ...]
                params: Callable[[], dict[str, Any] | None]) -> Any:
     """`call_op` with the refinement kind `refine`, whose parameters `params()` computes
     (only where that kind reads them, `_NO_PARAMETERS`), the typing memoised by
-    `_memo.call_key`:
-    a repeated layer's call binds `jfn` and compares JAX's state, nothing more."""
+    `_memo.call_key`: a repeated layer's call binds `jfn` and compares JAX's state, nothing
+    more."""
     key = _memo.call_key(rule, x, jfn, args, kwargs, op, refine, _VMA_OFF[0])
     got = None if key is None else _memo.CALLS.get(key)
     if got is not None:
