@@ -1,5 +1,5 @@
-"""The typed values' memo of their own typing (`_typed.memo`: `BINARY`, `CALLS`, `NARY`;
-`_ops.collectives._TYPED_AXIS_OPS`): an op met again with operands the rules
+"""The typed values' memo of their own typing (`_typed.memo`: `BINARY`, `CALLS`, `NARY`,
+`COLLECTIVES`): an op met again with operands the rules
 cannot tell apart is bound and compared with JAX, its state and refinement served from the
 memo. Served or computed, every result must be the same: the same state class, the same
 refinement, the same program, the same errors.
@@ -72,7 +72,6 @@ OPS: list[tuple[str, Callable[..., Any]]] = [
 
 def _clear() -> None:
     _memo.clear()
-    _collectives._TYPED_AXIS_OPS.clear()
 
 
 def _run(mesh: Any) -> tuple[list[tuple[str, str, Any]], str]:
@@ -94,7 +93,7 @@ def _run(mesh: Any) -> tuple[list[tuple[str, str, Any]], str]:
 def test_served_typing_equals_computed(mesh_dp_tp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     on, program_on = _run(mesh_dp_tp)
     kept = len(_memo.BINARY) + len(_memo.CALLS) + len(_memo.NARY) \
-        + len(_collectives._TYPED_AXIS_OPS)
+        + len(_memo.COLLECTIVES)
     assert kept >= 20  # the memo is used (else this test compares nothing with itself)
     with monkeypatch.context() as m:
         m.setattr(_memo, "operands_key", lambda *a: None)
@@ -183,7 +182,7 @@ def test_raw_operands_and_pytrees_are_typed_afresh(mesh_dp_tp: Any) -> None:
         with pytest.raises(st.SpmdTypeError, match="SPMD210"):
             partial + b / 4
         seen.append(st.psum({"a": partial, "b": partial}, "tp")["a"].refinement.as_dict())
-        seen.append((len(_memo.BINARY), len(_collectives._TYPED_AXIS_OPS)))
+        seen.append((len(_memo.BINARY), len(_memo.COLLECTIVES)))
 
     trace(mesh_dp_tp, body, SPECS)
     assert seen[0] == seen[1] == "Varying['tp']"

@@ -74,7 +74,7 @@ def _axis_op(collective: _surface.Collective, x: Any, axis_name: Any,
     # (the row and its rule by identity: a row registered again, or a rule replaced, is a
     # new key)
     key = _leaf_key((collective, _rules.AXIS_OPS.get(rule), op, to), axis_name, x, params)
-    got = None if key is None else _TYPED_AXIS_OPS.get(key)
+    got = None if key is None else _memo.COLLECTIVES.get(key)
     if got is not None:  # a repeated layer's collective: bound and compared, nothing more
         jax_axis, out_t, ref = got
         return checked(op, bind(x.raw, jax_axis), out_t, ref)
@@ -95,15 +95,10 @@ def _axis_op(collective: _surface.Collective, x: Any, axis_name: Any,
         ref = refine_shape.collective(rule, t, _refining.of(leaf), out_t, axes,
                                       shape=_refining.shape_of(leaf), op=op, params=params)
         if key is not None and leaf is x:
-            _memo.keep(_TYPED_AXIS_OPS, key, (jax_axis, out_t, ref))
+            _memo.keep(_memo.COLLECTIVES, key, (jax_axis, out_t, ref))
         return checked(op, out, out_t, ref)
 
     return _leaves_map(one, x)
-
-
-#: a collective's typing of one typed value, `(JAX's axis argument, result state,
-#: refinement)`, by `_leaf_key` (`_typed.memo`: emptied when full)
-_TYPED_AXIS_OPS: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
 
 
 def _leaf_key(head: tuple[Any, ...], axis_name: Any, x: Any, params: dict[str, Any] | None

@@ -32,6 +32,11 @@ BINARY: dict[tuple[Any, ...], Any] = {}
 NARY: dict[tuple[Any, ...], Any] = {}
 #: `_typed.array.call_op`'s: `(result state, rule row, refinement)`
 CALLS: dict[tuple[Any, ...], Any] = {}
+#: `_ops.collectives`' typing of a collective of one typed value: `(JAX's axis argument,
+#: result state, refinement)`, keyed there (its key reads the mesh)
+COLLECTIVES: dict[tuple[Any, ...], Any] = {}
+#: `_typed.refining._refined`'s: the refinement rules' results by everything they read
+REFINEMENTS: dict[tuple[Any, ...], Any] = {}
 
 #: entries a memo holds before it is emptied
 SIZE = 4096
@@ -51,8 +56,8 @@ def keep(memo: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> 
 
 
 def clear() -> None:
-    """Empty every memo of this module (the collectives' is `_ops.collectives`')."""
-    for memo in (BINARY, NARY, CALLS):
+    """Empty every memo of this module."""
+    for memo in (BINARY, NARY, CALLS, COLLECTIVES, REFINEMENTS):
         memo.clear()
 
 

@@ -27,6 +27,7 @@ from .._rules import INVARIANT, LITERAL, Operand, SpmdType, axis_size
 from .._rules import refine as rf
 from .._rules.refine import DATA, NONE, Arg, Refinement
 from .._rules.refine import shape as rs
+from . import memo as _memo
 from .hints import is_state_class
 
 
@@ -378,11 +379,6 @@ def refine(kind: str, name: str, operands: Sequence[Any], out: SpmdType, out_raw
     return ref.with_grad(True) if grad else ref
 
 
-#: the rules' results by everything they read (see `_refined`); cleared when full
-_MEMO: dict[tuple[Any, ...], Refinement] = {}
-_MEMO_SIZE = 4096
-
-
 _TRACED = object()
 
 
@@ -410,7 +406,7 @@ def _refined(kind: str, name: str, operands: Sequence[Any], refs: list[Refinemen
                                    tuple((k, _param_key(v)) for k, v in params.items())
                                    if params else ())
     try:
-        got = _MEMO.get(key)  # type: ignore[arg-type]
+        got = _memo.REFINEMENTS.get(key)  # type: ignore[arg-type]
     except TypeError:
         key, got = None, None
     if got is not None:
@@ -418,9 +414,7 @@ def _refined(kind: str, name: str, operands: Sequence[Any], refs: list[Refinemen
     args = [Arg(t, r, s) for t, r, s in zip(types, refs, shapes, strict=True)]
     ref = REFINERS[kind](name, args, out, out_raw, op, params)
     if key is not None:
-        if len(_MEMO) >= _MEMO_SIZE:
-            _MEMO.clear()
-        _MEMO[key] = ref
+        _memo.keep(_memo.REFINEMENTS, key, ref)
     return ref
 
 
