@@ -227,13 +227,22 @@ def test_a_strict_row_is_accepted_with_one_allow_in_a_raw_body(mesh, row):
     np.testing.assert_array_equal(np.asarray(jax.jit(g)(*args)), np.asarray(want))
 
 
-@pytest.mark.parametrize("scale", [0.0, 0.5])
-def test_a_zero_term_in_an_equinox_module_under_filter_value_and_grad(mesh, scale):
+EQX_TERMS = {
+    "0.0 * b": (lambda b: 0.0 * b, None),
+    "-(0.0 * b) / 2 (a zero kept by ZERO_FLOWS)": (lambda b: -(0.0 * b) / 2.0, None),
+    "jnp.negative(b * 0).astype": (lambda b: jnp.negative(b * 0).astype(jnp.float32), None),
+    "0.5 * b": (lambda b: 0.5 * b, "SPMD210"),
+}
+
+
+@pytest.mark.parametrize("form", EQX_TERMS)
+def test_a_zero_term_in_an_equinox_module_under_filter_value_and_grad(mesh, form):
     """The user's spelling: an equinox row-parallel layer written with jnp inside
     (`jnp.tanh(x @ self.w1) @ self.w2 + 0.0 * self.b` before `jax.lax.psum`), differentiated
     with `eqx.filter_value_and_grad` in a `st.shard_map` step whose hints are on the step only.
-    The zero term runs and its loss and gradients equal one device's; `0.5 * self.b` is
-    SPMD210 at the layer's line."""
+    A zero term (also negated, divided, cast) runs and its loss and gradients equal one
+    device's; `0.5 * self.b` is SPMD210 at the layer's line."""
+    term, want = EQX_TERMS[form]
     import equinox as eqx
 
     from spmdtyped import Varying
@@ -244,7 +253,7 @@ def test_a_zero_term_in_an_equinox_module_under_filter_value_and_grad(mesh, scal
         b: jax.Array
 
         def __call__(self, x, reduce=lambda v: lax.psum(v, "tp")):
-            return reduce(jnp.tanh(x @ self.w1) @ self.w2 + scale * self.b)  # the layer's line
+            return reduce(jnp.tanh(x @ self.w1) @ self.w2 + term(self.b))  # the layer's line
 
     w1 = jax.random.normal(jax.random.key(310), (16, 32), dtype=jnp.float32) / 4
     model = RowParallel(w1, W2.repeat(2, axis=0) / 4, B)
@@ -259,10 +268,10 @@ def test_a_zero_term_in_an_equinox_module_under_filter_value_and_grad(mesh, scal
         return loss, grads
 
     placed = jax.tree.map(lambda a, s: _placed(mesh, a, s), model, specs)
-    if scale:
+    if want is not None:
         with pytest.raises(st.SpmdTypeError) as e:
             step(placed, _placed(mesh, xs, P("dp")))
-        assert e.value.code == "SPMD210"
+        assert e.value.code == want
         assert (e.value.file, e.value.line) == (__file__, _line_of("# the layer's line"))
         return
     loss, grads = step(placed, _placed(mesh, xs, P("dp")))
