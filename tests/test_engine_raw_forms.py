@@ -285,3 +285,52 @@ def test_a_zero_term_in_an_equinox_module_under_filter_value_and_grad(mesh, form
 def _line_of(marker: str) -> int:
     with open(__file__) as f:
         return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))
+
+
+@pytest.mark.parametrize("form", EQX_TERMS)
+def test_a_zero_term_in_a_flax_nnx_module_under_nnx_value_and_grad(mesh, form):
+    """The same layer as a flax nnx module (`nnx.Param`s read with `[...]`, jnp inside), built
+    in the body and differentiated with `nnx.value_and_grad` in a `st.shard_map` step: a zero
+    term runs with one device's loss and gradients; `0.5 * self.b` is SPMD210 at the layer's
+    line."""
+    from flax import nnx
+
+    from spmdtyped import Varying
+
+    term, want = EQX_TERMS[form]
+
+    class RowParallel(nnx.Module):
+        def __init__(self, w1, w2, b):
+            self.w1, self.w2, self.b = nnx.Param(w1), nnx.Param(w2), nnx.Param(b)
+
+        def __call__(self, x, reduce=lambda v: lax.psum(v, "tp")):
+            h = jnp.tanh(x @ self.w1[...]) @ self.w2[...]
+            return reduce(h + term(self.b[...]))  # the nnx layer's line
+
+    w1 = jax.random.normal(jax.random.key(312), (16, 32), dtype=jnp.float32) / 4
+    w2 = W2.repeat(2, axis=0) / 4
+    xs = jax.random.normal(jax.random.key(313), (4, 16), dtype=jnp.float32)
+    specs = (P(None, "tp"), P("tp", None), P(), P("dp"))
+
+    def loss_and_grads(m, x, reduce, mean):
+        loss, grads = nnx.value_and_grad(lambda m: mean(jnp.mean(m(x, reduce) ** 2)))(m)
+        return loss, (grads["w1"][...], grads["w2"][...], grads["b"][...])
+
+    @jax.jit
+    @st.shard_map(mesh=mesh, in_specs=specs, out_specs=(P(), specs[:3]))
+    def step(w1, w2, b, x: Varying["dp"]):
+        return loss_and_grads(RowParallel(w1, w2, b), x, lambda v: lax.psum(v, "tp"),
+                              lambda v: lax.pmean(v, "dp"))
+
+    args = [_placed(mesh, a, s) for a, s in zip((w1, w2, B, xs), specs, strict=True)]
+    if want is not None:
+        with pytest.raises(st.SpmdTypeError) as e:
+            step(*args)
+        assert e.value.code == want
+        assert (e.value.file, e.value.line) == (__file__, _line_of("# the nnx layer's line"))
+        return
+    loss, grads = step(*args)
+    ref_loss, ref_grads = loss_and_grads(RowParallel(w1, w2, B), xs, lambda v: v, lambda v: v)
+    np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-5)
+    for g, r in zip(grads, ref_grads, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-5)
