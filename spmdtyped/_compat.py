@@ -77,16 +77,18 @@ def _mat_to_spmd(v: frozenset[str], u: frozenset[str], r: frozenset[str], kind: 
     return state_class(SpmdType(v, u, r, _kind_name(kind)))._spmd_type  # type: ignore[return-value]
 
 
+_Tracer = jax.core.Tracer  # public in 0.10 and 0.12
+
+
 def typeof_raw(x: Any) -> SpmdType:
     """The state of a raw JAX value: `jax.typeof(x).manual_axis_type` (public in 0.10 and 0.12)."""
-    aval = jax.typeof(x)
+    # (a tracer's abstract value is its `aval`, what `jax.typeof` returns for it after a
+    # look-up along its class's MRO: read directly, once per typed op in check mode)
+    aval = x.aval if isinstance(x, _Tracer) else jax.typeof(x)
     mat = getattr(aval, "manual_axis_type", None)
     if mat is None:
         return INVARIANT
     return mat_to_spmd(mat)
-
-
-_Tracer = jax.core.Tracer  # public in 0.10 and 0.12
 
 
 def typeof_raw_or_none(x: Any) -> SpmdType | None:
@@ -283,6 +285,14 @@ def spec_entries(spec: Any) -> tuple[Any, ...]:
 
 def spec_parts(spec: Any) -> tuple[tuple[str, ...], frozenset[str], frozenset[str], str | None]:
     """(partitioned axes in order, unreduced, reduced, unreduced kind) of a PartitionSpec."""
+    try:   # (read once per spec: a program's 768 parameters share a few specs)
+        return _spec_parts(spec)
+    except TypeError:   # a spec JAX does not make hashable
+        return _spec_parts.__wrapped__(spec)
+
+
+@functools.lru_cache(maxsize=1024)
+def _spec_parts(spec: Any) -> tuple[tuple[str, ...], frozenset[str], frozenset[str], str | None]:
     part: list[str] = []
     # PartitionSpec.partitions (0.10 and 0.12): iterating a spec with reduced/unreduced raises.
     entries = spec.partitions if hasattr(spec, "partitions") else tuple(spec)

@@ -20,21 +20,34 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from .. import _compat
+from .. import _compat, _surface
 from .._rules import LITERAL, SpmdType
+from .._rules.refine import content as _rc
 from .frames import user_frame
-from .refine_facts import ByIdentity, eqn_axes, from_autodiff, is_literal, shape_of
+from .refine_facts import CARRY_SCALARS, ByIdentity, eqn_axes, from_autodiff, is_literal, shape_of
 
 _aval = operator.attrgetter("aval")
+
+#: the primitives the refinement walk never replays (`transfer`): each output of an
+#: `optimization_barrier` keeps its own operand's inputs; a nested shard_map is walked
+WALKED = frozenset({"optimization_barrier", "shard_map"})
 
 
 def static_key(eqn: Any) -> tuple[Any, ...] | None:
     """What an equation's static facts are read from: primitive, params, the abstract values
     of its operands and results, which operands are literals; None when it cannot be a key.
     (Flat: the operands' count, then their avals, their variable types, the results' avals.)"""
-    ins = eqn.invars
+    ins, outs = eqn.invars, eqn.outvars
+    if len(outs) == 1:   # (the same tuple, built without `map` for most equations)
+        if len(ins) == 2:
+            a, b = ins
+            return (eqn.primitive, tuple(eqn.params.items()), 2, a.aval, b.aval, type(a),
+                    type(b), outs[0].aval)
+        if len(ins) == 1:
+            a = ins[0]
+            return (eqn.primitive, tuple(eqn.params.items()), 1, a.aval, type(a), outs[0].aval)
     return (eqn.primitive, tuple(eqn.params.items()), len(ins), *map(_aval, ins),
-            *map(type, ins), *map(_aval, eqn.outvars))
+            *map(type, ins), *map(_aval, outs))
 
 
 def _scan_locate(frames: tuple[tuple[str, int, str], ...]
@@ -52,7 +65,7 @@ class _Static:
     """The facts equal equations share (see the module docstring)."""
 
     __slots__ = ("name", "lits", "types", "ins", "outs", "shapes", "out_shape", "subs", "axes",
-                 "key")
+                 "key", "literal", "replay", "summing", "carries")
 
     def __init__(self, eqn: Any, key: int | None) -> None:
         self.name: str = _compat.primitive_name(eqn)
@@ -65,6 +78,10 @@ class _Static:
         self.subs = tuple(_compat.sub_jaxprs(eqn))
         self.axes = eqn_axes(eqn)
         self.key = key
+        self.literal = True in self.lits
+        self.replay = key is not None and not self.subs and self.name not in WALKED
+        self.summing = _surface.AXIS_PRIMITIVES.get(self.name) in _rc.SUMMING
+        self.carries = self.name in CARRY_SCALARS
 
 
 class EqnView:
@@ -73,7 +90,8 @@ class EqnView:
     and its own (the equation, its stack, its literals' values)."""
 
     __slots__ = ("eqn", "name", "lits", "types", "ins", "outs", "shapes", "out_shape", "subs",
-                 "axes", "key", "transforms", "_frames", "_values", "_located")
+                 "axes", "key", "literal", "replay", "summing", "carries", "transforms",
+                 "_frames", "_values", "_located")
 
     def __init__(self, eqn: Any, facts: _Static, transforms: tuple[str, ...]) -> None:
         self.eqn = eqn
@@ -97,6 +115,15 @@ class EqnView:
         #: a number equal for equations with equal static facts (`static_key`), what the
         #: walks' memos key the equation's rule on; None when its params are not hashable
         self.key: int | None = facts.key
+        #: whether an operand is a literal
+        self.literal: bool = facts.literal
+        #: whether the refinement walk may replay it (`transfer.replay`): it has a `key`, no
+        #: nested jaxpr, and is not one of `WALKED`
+        self.replay: bool = facts.replay
+        #: a sum over an axis whose residual check reads its operand's terms (`transfer.key`)
+        self.summing: bool = facts.summing
+        #: its results hold the scalar constant its first operand holds (`CARRY_SCALARS`)
+        self.carries: bool = facts.carries
         self._frames: tuple[tuple[str, int, str], ...] | None = None
         self._values: tuple[object | None, ...] | None = None
         self._located: tuple[tuple[str, int] | None, bool] | None = None
@@ -120,8 +147,11 @@ class EqnView:
         """Whether JAX's autodiff generated the equation (`refine_facts.from_autodiff`), its
         location the user's frame or else `parent` (the enclosing equation's)."""
         got = self._located
-        if got is None:
-            got = self._located = _locate(self.frames)
+        if got is None:   # (`frames`, inline: one call per equation of every walk)
+            frames = self._frames
+            if frames is None:
+                frames = self._frames = _compat.eqn_frames(self.eqn)
+            got = self._located = _locate(frames)
         if got[0] is None:
             return from_autodiff(self.frames, parent)
         return got[1]
@@ -197,7 +227,10 @@ class Views:
     def transforms(self, eqn: Any) -> tuple[str, ...]:
         """`_compat.eqn_transforms(eqn)`, read once per name stack of the program (equations
         traced in one scope share it)."""
-        stack = getattr(getattr(eqn, "source_info", None), "name_stack", None)
+        try:
+            stack = eqn.source_info.name_stack
+        except AttributeError:
+            stack = None
         hit = self._transforms.get(id(stack))
         if hit is None or hit[0] is not stack:
             hit = self._transforms[id(stack)] = (stack, _compat.eqn_transforms(eqn))

@@ -84,7 +84,9 @@ def read(views: Sequence[EqnView], outvars: Sequence[Any]) -> Gradients:
         ins = [v for v, lit in zip(eqn.invars, lits, strict=True) if not lit] \
             if True in lits else eqn.invars
         if producer:
-            used_outside.update(v for v in ins if v in producer)
+            for v in ins:
+                if v in producer:
+                    used_outside.add(v)
         if _FORWARD in t:   # a forward equation of a gradient
             if "vmap" in t[:t.index(_FORWARD)]:
                 batched.add(t[:t.index(_FORWARD)])

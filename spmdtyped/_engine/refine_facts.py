@@ -22,6 +22,8 @@ from .._rules.refine import FIXED, INDEX, REP, Refinement, Shard
 from .._rules.refine import shape as _rs
 
 AUTODIFF_FUNCTIONS = ("tangent_fun", "backward_pass", "transpose", "_linear_jvp")
+#: the casts whose result holds the scalar constant its operand holds (`RefineWalk.scalars`)
+CARRY_SCALARS = frozenset({"pvary", "convert_element_type", "reduced_vary_cast"})
 
 
 class ByIdentity:

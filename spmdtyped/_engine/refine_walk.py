@@ -51,39 +51,23 @@ from .refine_facts import (
     Pending,
     Side,
     api_name,
-    broadcast_ref,
     constant_share,
     diverged,
-    dot_spec,
     drop_leading,
-    dynamic_slice_ref,
-    eqn_axes,
     excused,
-    gather_ref,
     in_refinements,
     is_literal,
     opaque_call_pending,
     opaque_pending,
-    pad_ref,
     per_example_error,
-    slice_items,
     track_side,
     varying_predicate_error,
 )
+from .refine_pure import PURE, pure_rule
 from .walk import call_site
 
 Where = "tuple[str, int] | None"
 Report = Callable[[SpmdTypeError, Any, str], None]
-
-#: the primitives whose rule reads only the equation's params and its operands' types,
-#: refinements and shapes: `RefineWalk._pure` memoizes them (and the collectives, reductions
-#: and per-dim ops of `_surface.AXIS_PRIMITIVES` / `_surface.PRIMITIVE_REFINE`)
-_PURE = frozenset({"axis_index", "sort", "rev", "dot_general", "transpose", "reshape", "squeeze",
-                   "expand_dims", "broadcast_in_dim", "slice", "dynamic_slice", "gather",
-                   "concatenate", "pad", "iota", "optimization_barrier"})
-#: the casts whose result holds the scalar constant its operand holds (`RefineWalk.scalars`)
-_CARRY_SCALARS = frozenset({"pvary", "convert_element_type", "reduced_vary_cast"})
-
 
 @dataclasses.dataclass
 class RefineWalk:
@@ -155,8 +139,20 @@ class RefineWalk:
         grads = _gradients.read(views, jaxpr.outvars)
         typed: dict[int, Any] = {}
         links = grads.links
+        fast = not grads.batched
+        replay, memo, known, scalars = _transfer.replay, self.transfer, self.known, self.scalars
         for view in views:
-            self.eqn(view, env, side, pending, grads, parent=parent, quiet=quiet)
+            # an equation of a repeated layer: replayed in one pass (`transfer.replay`)
+            if fast and view.replay:
+                q = quiet or view.autodiff(parent)
+                if (q or not view.summing) and replay(view, q, env, side, scalars, pending,
+                                                      known, memo):
+                    if view.carries:
+                        self._carry(view)
+                else:
+                    self.eqn(view, env, side, pending, grads, parent=parent, quiet=quiet)
+            else:
+                self.eqn(view, env, side, pending, grads, parent=parent, quiet=quiet)
             if links:
                 for v in view.eqn.outvars:
                     if v in links:
@@ -203,21 +199,28 @@ class RefineWalk:
         key = _transfer.key(view, static, env, side, self.scalars, pending, self.known,
                             quiet=quiet, batched=batched)
         recorded = False
-        eqn, name = view.eqn, view.name
         # (replayed: an equation walked before, with the same operands' facts)
         if not _transfer.replayed(view, key, self.transfer, env, side):
             summed = summing and _gradients.per_example_sum(view, grads)
             reported, waiting = self.reported, len(pending)
             self._walk(view, env, side, pending, view.user or parent, quiet, summed)
             recorded = key is not None and reported == self.reported and waiting == len(pending)
-        if name in _CARRY_SCALARS and eqn.invars:
-            value = self._scalar(eqn.invars[0])
-            if value is not None:
-                self.scalars.update({v: value for v in eqn.outvars})
+        if view.carries:
+            self._carry(view)
         if recorded:   # (after the scalars its results hold: part of what is recorded)
             got = _transfer.record(view, env, side, self.scalars, self.known)
             if got is not None:
                 self.transfer[key] = got
+
+    def _carry(self, view: EqnView) -> None:
+        """The results of a `CARRY_SCALARS` cast hold the scalar constant its operand holds
+        (`_scalar`, read from the view)."""
+        eqn = view.eqn
+        if eqn.invars:
+            value = view.values[0] if view.lits[0] else self.scalars.get(eqn.invars[0])
+            if value is not None:
+                for v in eqn.outvars:
+                    self.scalars[v] = value
 
     def _walk(self, view: EqnView, env: dict[Any, Refinement], side: Side,
               pending: dict[Any, Pending], where: Any, quiet: bool, summed: bool) -> None:
@@ -274,7 +277,7 @@ class RefineWalk:
                                           strict=self.strict, report=self._report)
             return self._pure(view, refs)
         kind = _surface.PRIMITIVE_REFINE.get(name, (None, name))[0]
-        if name in _PURE or kind in ("reduction", "along"):
+        if name in PURE or kind in ("reduction", "along"):
             return self._pure(view, refs)
         if kind == "elementwise":
             return [self._elementwise(eqn, name, ins, outs[0], refs, shapes, out_shape, side)]
@@ -294,7 +297,7 @@ class RefineWalk:
 
     def _pure(self, view: EqnView, refs: Sequence[Refinement]) -> Sequence[Refinement]:
         """The rule of an equation whose result depends only on the primitive, its params and
-        its operands' types, refinements and shapes (`_PURE`: collectives, structural ops,
+        its operands' types, refinements and shapes (`PURE`: collectives, structural ops,
         reductions): memoized per walk, so a program's repeated layers pay for each distinct
         equation once. A rule's error is never memoized (raised again at each equation)."""
         static = view.key
@@ -302,92 +305,13 @@ class RefineWalk:
         got = None if key is None else self.memo.get(key)
         if got is not None:
             return got  # type: ignore[no-any-return]
-        res = tuple(self._pure_rule(view.eqn, view.name, view.ins, view.outs, refs, view.shapes,
-                                    view.out_shape))
+        res = tuple(pure_rule(view.eqn, view.name, view.ins, view.outs, refs, view.shapes,
+                              view.out_shape))
         if key is not None:
             self.memo[key] = res
         return res
 
-    def _pure_rule(self, eqn: Any, name: str, ins: Sequence[Any], outs: Sequence[SpmdType],
-                   refs: Sequence[Refinement], shapes: Sequence[tuple[int, ...]],
-                   out_shape: tuple[int, ...]) -> list[Refinement]:
-        out = outs[0] if outs else SpmdType()
-        op = name
-        p = eqn.params
-        if name in _surface.AXIS_PRIMITIVES:
-            return self._collective(eqn, name, ins, outs, refs, shapes)
-        kind, rule = _surface.PRIMITIVE_REFINE.get(name, (None, name))
-        if name == "axis_index":
-            return [_rs.axis_index(eqn_axes(eqn))]
-        if name == "optimization_barrier":   # each output is its operand, unchanged
-            return list(refs)
-        if kind == "reduction":
-            return [_r.reduction(rule, ins[0], refs[0], out, ndim=len(shapes[0]),
-                                 axis=tuple(p.get("axes", ())), op=op)]
-        if name == "sort":
-            dim = int(p.get("dimension", -1))
-            return [_r.along_dim(rule, t, r, o, ndim=len(s), axis=dim, op=op)
-                    for t, r, o, s in zip(ins, refs, outs, shapes, strict=False)]
-        if name == "rev":
-            dims = tuple(p.get("dimensions", ()))
-            return [_r.along_dim(rule, ins[0], refs[0], out, ndim=len(shapes[0]),
-                                 axis=dims[0] if len(dims) == 1 else None, op=op)]
-        if kind == "along":
-            return [_r.along_dim(rule, ins[0], refs[0], out, ndim=len(shapes[0]),
-                                 axis=int(p.get("axis", 0)), op=op)]
-        if name == "dot_general":
-            spec = dot_spec(p["dimension_numbers"], len(shapes[0]), len(shapes[1]))
-            args = [Arg(ins[0], refs[0], shapes[0]), Arg(ins[1], refs[1], shapes[1])]
-            return [_r.einsum(spec, args, out, op="dot_general")]
-        if name == "transpose":
-            return [_rs.transpose(out, refs[0], tuple(p["permutation"]), len(shapes[0]))]
-        if name == "reshape":
-            return [_rs.reshape(out, refs[0], shapes[0], out_shape)]
-        if name == "squeeze":
-            return [_rs.squeeze(out, refs[0], len(shapes[0]), tuple(p["dimensions"]))]
-        if name == "expand_dims":
-            return [_rs.expand(out, refs[0], len(shapes[0]), tuple(p["dimensions"]))]
-        if name == "broadcast_in_dim":
-            return [broadcast_ref(out, refs[0], shapes[0], out_shape,
-                               tuple(p["broadcast_dimensions"]))]
-        if name == "slice":
-            items = slice_items(shapes[0], p["start_indices"], p["limit_indices"],
-                                 p.get("strides"))
-            return [_rs.index(ins[0], refs[0], out, len(shapes[0]), items, len(out_shape))]
-        if name == "dynamic_slice":
-            return [dynamic_slice_ref(ins, refs, out, shapes, tuple(p["slice_sizes"]))]
-        if name == "gather":
-            return [gather_ref(ins, refs, out, shapes, out_shape, p)]
-        if name == "concatenate":
-            args = [Arg(t, r, s) for t, r, s in zip(ins, refs, shapes, strict=True)]
-            return [_rs.concatenate(args, out, axis=int(p["dimension"]), out_ndim=len(out_shape),
-                                    op="concatenate")]
-        if name == "pad":
-            return [pad_ref(ins[0], refs[0], out, shapes[0], p.get("padding_config", ()))]
-        if name == "iota":
-            return [NONE]
-        raise AssertionError(f"{name} is not a pure rule")   # `_PURE` lists the branches above
-
     # ------------------------------------------------------------------ families
-
-    def _collective(self, eqn: Any, name: str, ins: Sequence[Any], outs: Sequence[SpmdType],
-                    refs: Sequence[Refinement], shapes: Sequence[tuple[int, ...]]) -> list[Refinement]:
-        rule = _surface.AXIS_PRIMITIVES[name]
-        kind = {"pcast_varying": "pcast_varying"}.get(rule, rule)
-        p = eqn.params
-        params = {"axis": p.get("all_gather_dimension", p.get("axis", 0)),
-                  "tiled": p.get("tiled", False),
-                  "scatter_dimension": p.get("scatter_dimension", 0),
-                  "split_axis": p.get("split_axis", 0)}
-        axes = eqn_axes(eqn)
-        res = []
-        for t, r, o, s in zip(ins, refs, outs, shapes, strict=False):
-            if t is LITERAL:
-                t = SpmdType()
-            got = _rs.collective(kind, t, r, o, axes, shape=s, op=api_name(name), params=params)
-            # a cast keeps what the value is made of (a constant stays a constant)
-            res.append(got.with_data(r.data) if rule in ("pvary", "pcast_varying") else got)
-        return res or [NONE]
 
     def _elementwise(self, eqn: Any, name: str, ins: Sequence[Any], out: SpmdType,
                      refs: Sequence[Refinement], shapes: Sequence[tuple[int, ...]],

@@ -6,7 +6,8 @@ primitive, params, abstract values, literal values) and of what the walk knows o
 operands (refinement, side facts, known scalar value). A program's repeated layers repeat
 their equations with the same operands' facts: `key` names that input, `record` keeps the
 results the walk wrote the first time, and `replayed` writes them again for the next equation
-with the same key, without running the rules.
+with the same key, without running the rules. `replay` does both in one pass for most
+equations (`EqnView.replay`): the walk's per-equation cost on a repeated layer.
 
 Only what those inputs decide is memoized:
 - an equation that reported a violation or changed the pending ones is not recorded (the
@@ -32,15 +33,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _compat, _surface
+from .. import _compat
 from .._rules.refine import NONE, Refinement
-from .._rules.refine import content as _rc
-from .eqns import EqnView
+from .eqns import WALKED, EqnView
 from .refine_content import residual_terms
 from .refine_facts import Side, is_literal
-
-#: the primitives never replayed (see the module docstring)
-_WALKED = frozenset({"optimization_barrier", "shard_map"})
 
 #: what `record` keeps of each result: its refinement, its side facts but lineage and sums
 #: (`Side.replayable`) and its `fact_id`
@@ -65,16 +62,16 @@ def key(view: EqnView, static: Any, env: dict[Any, Refinement], side: Side,
         quiet: bool, batched: bool) -> tuple[Any, ...] | None:
     """What the walk of the equation `view` reads (see the module docstring), each operand
     by its `fact_id`; None when it must be walked. `static`: its static facts (`EqnView.key`,
-    or a call's `Views.call_key`; None: walk it). (The hottest path of the check: one call
-    per equation of the program.)"""
+    or a call's `Views.call_key`; None: walk it). (`replay` keys most equations; this, the
+    rest and every equation the walk runs the rules of.)"""
     if static is None or batched:
         return None
     name = view.name
-    if name in _WALKED:
+    if name in WALKED:
         return None
     parts: list[Any] = [static, quiet]
-    ids, summed = side.ids, side.summed
-    if not quiet and _surface.AXIS_PRIMITIVES.get(name) in _rc.SUMMING:
+    summed = side.summed
+    if not quiet and view.summing:
         # its residual check (`refine_content.residual_terms`) reads the terms of the sum
         # its operand is: keyed on their facts too
         for v, lit in zip(view.eqn.invars, view.lits, strict=True):
@@ -94,20 +91,40 @@ def key(view: EqnView, static: Any, env: dict[Any, Refinement], side: Side,
                     return None
                 else:
                     parts.append((u.aval, fact_id(u, env, side, scalars, known)))
-    lits = view.lits
-    literal = True in lits
-    for i, v in enumerate(view.eqn.invars):
-        if literal and lits[i]:
-            value = view.values[i]
-            if value is None:
-                return None
-            parts.append(("literal", value))
-            continue
+    if not _operands(view, parts, env, side, scalars, pending, known):
+        return None
+    return tuple(parts)
+
+
+def _operands(view: EqnView, parts: list[Any], env: dict[Any, Refinement], side: Side,
+              scalars: dict[Any, object], pending: dict[Any, Any], known: dict[Any, int]
+              ) -> bool:
+    """Append each operand of `view` to the key `parts`: its `fact_id` (a literal: its
+    value); False when one cannot be keyed (a non-scalar literal, an operand with a pending
+    violation or a sum of in_spec Shards)."""
+    ids, summed = side.ids, side.summed
+    invars = view.eqn.invars
+    if view.literal:
+        values = view.values
+        for i, lit in enumerate(view.lits):
+            if lit:
+                value = values[i]
+                if value is None:
+                    return False
+                parts.append(("literal", value))
+                continue
+            v = invars[i]
+            if (pending and v in pending) or (summed and v in summed):
+                return False
+            got = ids.get(v)
+            parts.append(fact_id(v, env, side, scalars, known) if got is None else got)
+        return True
+    for v in invars:
         if (pending and v in pending) or (summed and v in summed):
-            return None
+            return False
         got = ids.get(v)
         parts.append(fact_id(v, env, side, scalars, known) if got is None else got)
-    return tuple(parts)
+    return True
 
 
 def record(view: EqnView, env: dict[Any, Refinement], side: Side, scalars: dict[Any, object],
@@ -129,11 +146,41 @@ def replayed(view: EqnView, key: tuple[Any, ...] | None, memo: dict[Any, Record]
     got = None if key is None else memo.get(key)
     if got is None:
         return False
+    _write(view, got, env, side)
+    return True
+
+
+def replay(view: EqnView, quiet: bool, env: dict[Any, Refinement], side: Side,
+           scalars: dict[Any, object], pending: dict[Any, Any], known: dict[Any, int],
+           memo: dict[Any, Record]) -> bool:
+    """`key` and `replayed` in one pass, for an equation of a jaxpr whose gradients are not
+    batched, that `EqnView.replay` allows and whose key reads no residual terms (not an
+    `EqnView.summing` sum outside autodiff): the same key, the same writes. False when the
+    walk must run its rules (`key` None, or nothing recorded). (One call per equation of a
+    program's repeated layers: the check's hottest path.)"""
+    parts: list[Any] = [view.key, quiet]
+    if not _operands(view, parts, env, side, scalars, pending, known):
+        return False
+    got = memo.get(tuple(parts))
+    if got is None:
+        return False
+    _write(view, got, env, side)
+    return True
+
+
+def _write(view: EqnView, got: Record, env: dict[Any, Refinement], side: Side) -> None:
+    """Write `got` (`record`) for the results of `view`, with their own lineage (the union
+    of its operands') and defining equation."""
     eqn = view.eqn
+    invars = eqn.invars
     lineages = side.lineage
     lineage = 0
-    for v, lit in zip(eqn.invars, view.lits, strict=True):
-        if not lit:
+    if view.literal:
+        for v, lit in zip(invars, view.lits, strict=True):
+            if not lit:
+                lineage |= lineages.get(v, 0)
+    else:
+        for v in invars:
             lineage |= lineages.get(v, 0)
     ids, defs = side.ids, side.defs
     for o, (ref, facts, fid) in zip(eqn.outvars, got, strict=True):
@@ -144,4 +191,3 @@ def replayed(view: EqnView, key: tuple[Any, ...] | None, memo: dict[Any, Record]
         defs[o] = eqn
         if lineage:
             lineages[o] = lineage
-    return True

@@ -227,9 +227,14 @@ class Walk:
     def jaxpr(self, jaxpr: Any, depth: int = 0,
               parent: _Where | tuple[str, int] | None = None) -> dict[int, Any]:
         producers: dict[int, Any] = {}
+        # (`eqn`'s first test, made here: a key in `_clean_eqns` is one whose equations'
+        # check reads only their static facts, unless steps are recorded or a call keeps
+        # Unreduced axes around it)
+        clean = () if self.record_steps or self._kept_unreduced else self._clean_eqns
         for view in self.views.all(jaxpr):
-            self.eqn(view, producers, depth, parent)
             eqn = view.eqn
+            if view.key not in clean:
+                self.eqn(view, producers, depth, parent)
             for v in eqn.outvars:
                 producers[id(v)] = eqn
         return producers

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from collections.abc import Iterable, Sequence
 
 from .._errors import error
@@ -92,6 +93,22 @@ class SpmdType:
         object.__setattr__(self, "unreduced", u)
         object.__setattr__(self, "reduced", r)
         object.__setattr__(self, "unreduced_kind", unreduced_kind)
+        # hashed at every lookup of its state class and every memo key holding it: computed once
+        object.__setattr__(self, "_hash", hash((v, u, r, unreduced_kind)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        # (the state classes' cache compares each looked-up type with its key: the rules
+        # build equal types afresh)
+        if self is other:
+            return True
+        if type(other) is not SpmdType:
+            return NotImplemented
+        return (self._hash == other._hash and self.varying == other.varying  # type: ignore[attr-defined]
+                and self.unreduced == other.unreduced and self.reduced == other.reduced
+                and self.unreduced_kind == other.unreduced_kind)
 
     # -- queries
     def state(self, axis: str) -> State:
@@ -164,6 +181,7 @@ class SpmdType:
 INVARIANT = SpmdType()
 
 
+@functools.lru_cache(maxsize=1024)
 def cotangent(t: SpmdType) -> SpmdType:
     """The type of a cotangent of a value of type `t`: Unreduced and Reduced swap (reference §5)."""
     return SpmdType(t.varying, t.reduced, t.unreduced, "sum" if t.reduced else None)

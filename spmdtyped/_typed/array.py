@@ -27,7 +27,7 @@ from . import hints as _hints
 from . import memo as _memo
 from . import protocols as _protocols
 from . import refining as _refining
-from .hints import SArray, is_state_class, state_class
+from .hints import STATE_META, SArray, is_state_class, state_class
 
 # ------------------------------------------------------------------- pytree registration
 
@@ -313,7 +313,7 @@ def binary(name: str, a: Any, b: Any, *, op: str | None = None,
         lit_a, lit_b = ta is LITERAL, tb is LITERAL
     else:  # (a memoised key holds typed values and literals only)
         res, ref = got
-        lit_a, lit_b = not is_state_class(type(a)), not is_state_class(type(b))
+        lit_a, lit_b = not isinstance(type(a), STATE_META), not isinstance(type(b), STATE_META)
         ra = a if lit_a else a.raw
         rb = b if lit_b else b.raw
     if res.bind == "integer_pow":

@@ -289,6 +289,11 @@ def is_state_class(tp: object) -> bool:
     return isinstance(tp, _StateMeta)
 
 
+#: the metaclass of the state classes: `isinstance(tp, STATE_META)` is `is_state_class(tp)`
+#: without the call (the typed values' per-op path, `_typed.memo`, `_typed.array.binary`)
+STATE_META: type = _StateMeta
+
+
 @functools.cache
 def state_class(t: SpmdType) -> type[SArray]:
     """The one class of state `t` (cached: `state_class(t) is state_class(t)`)."""

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import allowed_codes
-from .hints import is_state_class
+from .hints import STATE_META, is_state_class
 
 #: `_typed.array.binary`'s typing of an operator: `(rule's result, refinement)`
 BINARY: dict[tuple[Any, ...], Any] = {}
@@ -78,8 +78,12 @@ def operands_key(head: tuple[Any, ...], operands: tuple[Any, ...] | list[Any],
     parts: list[Any] = [*head, allowed_codes(), vma_off]
     for x in operands:
         cls = type(x)
-        if is_state_class(cls):
-            shape = getattr(x.raw, "shape", None)
+        if isinstance(cls, STATE_META):
+            raw = x.raw
+            try:   # (a tracer's `shape` is a property reading its `aval`'s)
+                shape = raw.aval.shape
+            except AttributeError:
+                shape = getattr(raw, "shape", None)
             if shape is None:  # (a typed Python number: `st.wrap(1.0)`)
                 return None
             parts += (cls, x.refinement, shape)

@@ -80,12 +80,13 @@ class Refinement:
 
     def __hash__(self) -> int:
         # computed once per value (the walks key their memos on refinements: hashed often)
-        got = self.__dict__.get("_hash")
-        if got is None:
+        try:
+            return self._hash  # type: ignore[attr-defined,no-any-return]
+        except AttributeError:
             got = hash((self.items, self.data, self.uniform, self.share, self.grad, self.across,
                         self.extents, self.zero))
             object.__setattr__(self, "_hash", got)
-        return got  # type: ignore[no-any-return]
+            return got
 
     @staticmethod
     def of(mapping: Mapping[str, Kind | None], data: bool = False) -> Refinement:

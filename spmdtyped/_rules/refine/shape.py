@@ -7,6 +7,7 @@ reduction and contraction rules. Pure data and functions: no JAX, no mypy.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..elementwise import LITERAL
@@ -385,6 +386,16 @@ def axis_index(axes: Sequence[str]) -> Refinement:
 
 
 def from_spec(partitions: Sequence[object], ndim: int | None, manual: Iterable[str]) -> Refinement:
+    """See `_from_spec` (read once per spec, rank and manual axes)."""
+    try:
+        return _from_spec(tuple(partitions), ndim, frozenset(manual))
+    except TypeError:   # an entry that is not hashable
+        return _from_spec.__wrapped__(tuple(partitions), ndim, frozenset(manual))
+
+
+@functools.lru_cache(maxsize=1024)
+def _from_spec(partitions: tuple[object, ...], ndim: int | None, manual: frozenset[str]
+               ) -> Refinement:
     """An in_spec `P('dp', None, 'tp')` of a rank-`ndim` input: Shard on each named dim.
 
     An axis that names two dims is plain on both (a value with two dims sharded over one axis).
@@ -406,6 +417,7 @@ def from_spec(partitions: Sequence[object], ndim: int | None, manual: Iterable[s
                           for a, ds in seen.items()}, data=True)
 
 
+@functools.lru_cache(maxsize=1024)
 def cotangent(ref: Refinement) -> Refinement:
     """The refinement of a cotangent: Rep <-> Partial swap, Shard(k) stays, Invariant stays."""
     swap = {REP: PARTIAL, PARTIAL: REP}
