@@ -79,6 +79,18 @@ class _Args:
         self.mask = [is_typed(x) for x in leaves]
         self.raw = _unflatten(treedef, [unwrap(x) for x in leaves])
 
+    def part(self, k: int) -> _Args:
+        """The `_Args` of element `k` of the tuple these are the leaves of (`_Args(args[k])`,
+        from the leaves already read)."""
+        children = self.treedef.children()
+        start = sum(c.num_leaves for c in children[:k])
+        stop = start + children[k].num_leaves
+        got = object.__new__(_Args)
+        got.treedef = children[k]
+        got.types, got.refs = self.types[start:stop], self.refs[start:stop]
+        got.mask, got.raw = self.mask[start:stop], self.raw[k]
+        return got
+
     def rewrap(self, raw: Any, op: str) -> Any:
         leaves = self.treedef.flatten_up_to(raw)
         # a typed node around None (a leaf `eqx.partition` filtered out) has no JAX value
@@ -134,21 +146,25 @@ def _seed_rep(raw: Any, t: SpmdType, ref: Refinement) -> Any:
     return raw / _compat.axis_size(rep if len(rep) > 1 else rep[0])
 
 
-def _check_loss(loss: Any, diff: list[tuple[str, SpmdType]], op: str) -> tuple[SpmdType, Refinement]:
+def _check_loss(loss: Any, diff: Callable[[], list[tuple[str, SpmdType]]], op: str
+                ) -> tuple[SpmdType, Refinement]:
     """The state and refinement of a loss to differentiate, after the loss checks of `st.grad`
     (SPMD405 for an Unreduced loss, SPMD407 for per-example gradients under `vmap`); shared by
-    `st.value_and_grad` and the `jax.grad` route (`_grad_vjp`)."""
+    `st.value_and_grad` and the `jax.grad` route (`_grad_vjp`). `diff()`: the differentiated
+    leaves' names and states, read only for SPMD407 (a pytree path per leaf costs tens of us:
+    a 768-parameter model's loss would pay for them at every trace)."""
     t = typeof(loss)
     _rules.grad_loss_type(t, op=op)
     _check_vmap(loss, t, diff, op)
     return t, refinement_of(loss)
 
 
-def _check_vmap(loss: Any, loss_t: SpmdType, diff: list[tuple[str, SpmdType]], op: str) -> None:
+def _check_vmap(loss: Any, loss_t: SpmdType, diff: Callable[[], list[tuple[str, SpmdType]]],
+                op: str) -> None:
     """SPMD407: a per-example (vmap-batched) loss Varying where a differentiated parameter is
     Invariant: JAX would sum each per-example gradient over the devices (jax#36886)."""
     if loss_t.varying and _compat.is_batched(unwrap(loss)):
-        _rules.check_vmap_grad(loss_t, diff, op=op)
+        _rules.check_vmap_grad(loss_t, diff(), op=op)
 
 
 def cotangent_type(x: Any) -> SpmdType:
@@ -265,8 +281,11 @@ def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_a
             for leaf in jax.tree_util.tree_leaves(call_args[k], is_leaf=is_typed):
                 if not _is_value(leaf):
                     raise _validate.not_an_array(leaf, op)
-        per_arg = [_Args(call_args[k]) for k in nums]
-        diff = [nt for k, a in zip(nums, per_arg, strict=True) for nt in a.named_types(f"argument {k}")]
+        per_arg = [args.part(k) for k in nums]
+
+        def diff() -> list[tuple[str, SpmdType]]:
+            return [nt for k, a in zip(nums, per_arg, strict=True)
+                    for nt in a.named_types(f"argument {k}")]
 
         def raw_fun(*raw_args: Any, **kw: Any) -> Any:
             res = fun(*args.rewrap(raw_args, op), **kw)
@@ -378,7 +397,7 @@ def _grad_vjp(jax_vjp: Callable[..., Any], fun: Callable[..., Any], primals: tup
         if args is None and not any(mask):
             return res  # nothing typed: JAX's own
         if len(leaves) == 1 and (mask[0] or isinstance(leaves[0], (jax.Array, jax.core.Tracer))):
-            info["loss"] = _check_loss(leaves[0], differentiated(), op)
+            info["loss"] = _check_loss(leaves[0], differentiated, op)
         info.update(treedef=treedef, mask=mask, refs=[refinement_of(x) for x in leaves],
                     types=[typeof(x) if m else None for x, m in zip(leaves, mask, strict=True)])
         raw_out = _unflatten(treedef, [unwrap(x) for x in leaves])
