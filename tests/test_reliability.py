@@ -5,7 +5,8 @@
   computes the single-device truth;
 - typed values behave like `jax.Array` for `==`/`!=` with any object, `format`, `in`,
   `weakref`, `pickle` / `copy.deepcopy` (every state and hint class, by its state), and
-  `jax.device_get`;
+  `jax.device_get`; states and refinements pickled in another process (another string hash
+  seed) hash as equal ones built here (both cache their hash);
 - `__all__` is a literal list;
 - SPMD101's first fix keeps the numbers its `before` meant.
 
@@ -144,6 +145,41 @@ def test_a_refined_value_keeps_its_refinement_through_pickle(mesh_dp_tp: Any) ->
     a = jax.device_put(jnp.ones((8, 4)), NamedSharding(mesh_dp_tp, P("dp")))
     st.shard_map(body, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P("dp"))(a)
     assert got["pickled"] == got["refinement"] and got["refinement"]
+
+
+_PICKLED_IN_ANOTHER_PROCESS = """
+import base64, pickle, sys
+from spmdtyped import _rules
+from spmdtyped._rules.refine import PARTIAL, REP, Refinement, Shard
+t = _rules.SpmdType({"dp", "tp", "sp"}, {"ep"})
+r = Refinement.of({"dp": Shard(-1), "tp": PARTIAL, "sp": REP})
+hash(t), hash(r)   # (hashed there first: a cached hash must not travel)
+sys.stdout.write(base64.b64encode(pickle.dumps((t, r))).decode())
+"""
+
+
+def test_states_and_refinements_pickled_in_another_process_hash_as_here() -> None:
+    """`SpmdType` and `Refinement` cache their hash; a string's hash (and so a set of axis
+    names') differs from process to process, so an unpickled one must hash as an equal one
+    built here (the state classes' cache and every memo look them up by hash)."""
+    import base64
+    import os
+    import subprocess
+    import sys
+
+    from spmdtyped._rules.refine import PARTIAL, REP, Refinement, Shard
+    from spmdtyped._typed.hints import state_class
+
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    out = subprocess.run([sys.executable, "-c", _PICKLED_IN_ANOTHER_PROCESS], env=env,
+                         check=True, capture_output=True, text=True).stdout
+    t, r = pickle.loads(base64.b64decode(out))
+    here_t = _rules.SpmdType({"dp", "tp", "sp"}, {"ep"})
+    here_r = Refinement.of({"dp": Shard(-1), "tp": PARTIAL, "sp": REP})
+    assert t == here_t and hash(t) == hash(here_t)
+    assert r == here_r and hash(r) == hash(here_r)
+    assert {here_t: 1}[t] == 1 and {here_r: 1}[r] == 1
+    assert state_class(t) is state_class(here_t)
 
 
 def test_equality_with_any_object_is_jax_arrays() -> None:

@@ -7,6 +7,7 @@ import dataclasses
 import enum
 import functools
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .._errors import error
 
@@ -98,6 +99,11 @@ class SpmdType:
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined,no-any-return]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle / copy: built again, so the hash is this process's (a string's hash, and so
+        # a set of axis names', differs from process to process)
+        return (SpmdType, (self.varying, self.unreduced, self.reduced, self.unreduced_kind))
 
     def __eq__(self, other: object) -> bool:
         # (the state classes' cache compares each looked-up type with its key: the rules

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Union
+from typing import Any, Union
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -87,6 +87,13 @@ class Refinement:
                         self.extents, self.zero))
             object.__setattr__(self, "_hash", got)
             return got
+
+    def __getstate__(self) -> dict[str, Any]:
+        # pickle / copy: without the cached hash (a string's hash differs from process to
+        # process), computed again on first use
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
 
     @staticmethod
     def of(mapping: Mapping[str, Kind | None], data: bool = False) -> Refinement:
