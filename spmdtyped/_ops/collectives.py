@@ -15,7 +15,7 @@ from typing import Any
 import jax
 
 from .. import _compat, _rules, _surface, _validate
-from .._errors import allowed_codes, error
+from .._errors import error
 from .._rules import axis_size as axis_size_rule
 from .._rules.refine import shape as refine_shape
 from .._typed import memo as _memo
@@ -105,24 +105,19 @@ def _leaf_key(head: tuple[Any, ...], axis_name: Any, x: Any, params: dict[str, A
               ) -> tuple[Any, ...] | None:
     """What typing a collective of one typed value `x` over `axis_name` reads: `head` (the
     collective's row and rule, its name, `to=`), the axis names, the enclosing mesh's axes,
-    manual axes and `jax.vmap` axes, the refinement's parameters (each with its type), `x`'s
-    state class, refinement and local shape, the codes `st.allow` opts out of and whether
-    JAX's states are off. None (type it afresh) for a pytree, or an axis name or parameter
+    manual axes and `jax.vmap` axes, the refinement's parameters (each with its type), and
+    what `_memo.operands_key` reads of `x` (state class, refinement, local shape, `st.allow`
+    codes, `check_vma`). None (type it afresh) for a pytree, or an axis name or parameter
     that is not a string / number / tuple of strings."""
     if not is_typed(x) or not (type(axis_name) is str or type(axis_name) is tuple
                                and all(type(a) is str for a in axis_name)):
         return None
-    shape = getattr(x.raw, "shape", None)
-    if shape is None or (params and not all(type(v) in _STATIC for v in params.values())):
+    if params and not all(_memo.static(v) for v in params.values()):
         return None
     mesh = _compat.current_mesh()
     typed_params = tuple((k, type(v), v) for k, v in params.items()) if params else ()
-    return (*head, axis_name, mesh, _compat.batch_axis_names(mesh[0]), typed_params, type(x),
-            x.refinement, shape, allowed_codes(), in_vma_off())
-
-
-#: parameter types a collective's memo key takes as they are
-_STATIC = frozenset({int, bool, str, type(None)})
+    return _memo.operands_key((*head, axis_name, mesh, _compat.batch_axis_names(mesh[0]),
+                               typed_params), (x,), in_vma_off())
 
 
 def _full_manual_only(op: str) -> None:
