@@ -21,6 +21,7 @@ from jax._src import core as _jcore  # private, same in 0.10 and 0.12: get_axis_
 from jax.sharding import PartitionSpec
 
 from ._rules import INVARIANT, JAX_0_10, JAX_0_12, UNKNOWN, Features, SpmdType
+from ._rules.caching import hashable_cache
 from ._typed import hints as _hints
 from ._typed.hints import state_class
 
@@ -283,16 +284,9 @@ def spec_entries(spec: Any) -> tuple[Any, ...]:
     return tuple(spec.partitions if hasattr(spec, "partitions") else tuple(spec))
 
 
+@hashable_cache(1024)   # (read once per spec: a program's 768 parameters share a few specs)
 def spec_parts(spec: Any) -> tuple[tuple[str, ...], frozenset[str], frozenset[str], str | None]:
     """(partitioned axes in order, unreduced, reduced, unreduced kind) of a PartitionSpec."""
-    try:   # (read once per spec: a program's 768 parameters share a few specs)
-        return _spec_parts(spec)
-    except TypeError:   # a spec JAX does not make hashable
-        return _spec_parts.__wrapped__(spec)
-
-
-@functools.lru_cache(maxsize=1024)
-def _spec_parts(spec: Any) -> tuple[tuple[str, ...], frozenset[str], frozenset[str], str | None]:
     part: list[str] = []
     # PartitionSpec.partitions (0.10 and 0.12): iterating a spec with reduced/unreduced raises.
     entries = spec.partitions if hasattr(spec, "partitions") else tuple(spec)
@@ -384,14 +378,11 @@ def jaxpr_source(jaxpr: Any) -> tuple[str, int] | None:
 def eqn_transforms(eqn: Any) -> tuple[str, ...]:
     """The transformations that generated `eqn`, outermost first, from its name stack
     (`("vmap", "transpose", "jvp")`: the backward pass of `jax.vmap(jax.grad(f))`)."""
-    names = getattr(getattr(eqn, "source_info", None), "name_stack", None)
-    try:
-        return _transforms(names)   # name stacks are values: a program has few distinct ones
-    except TypeError:   # an unhashable name stack
-        return _transforms.__wrapped__(names)
+    # name stacks are values: a program has few distinct ones
+    return _transforms(getattr(getattr(eqn, "source_info", None), "name_stack", None))
 
 
-@functools.lru_cache(maxsize=4096)
+@hashable_cache(4096)
 def _transforms(names: Any) -> tuple[str, ...]:
     stack = getattr(names, "stack", ())
     return tuple(getattr(t, "name", "") for t in stack if type(t).__name__ == "Transform")
@@ -424,16 +415,9 @@ def literal_value(v: Any) -> object | None:
     return arr.item() if arr.size == 1 else None
 
 
+@hashable_cache(256)   # (the walks ask once per equation)
 def dtype_name(dtype: Any) -> object:
     """The NumPy name of a dtype (`"int32"`, `"bool"`, `"bfloat16"`), `UNKNOWN` if none."""
-    try:
-        return _dtype_name(dtype)   # (the walks ask once per equation)
-    except TypeError:   # an unhashable dtype-like
-        return _dtype_name.__wrapped__(dtype)
-
-
-@functools.lru_cache(maxsize=256)
-def _dtype_name(dtype: Any) -> object:
     try:
         return str(np.dtype(dtype)) if dtype is not None else UNKNOWN
     except TypeError:

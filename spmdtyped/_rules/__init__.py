@@ -10,7 +10,8 @@ Data plus pure functions, importing neither JAX nor mypy, split by concern (one 
 - `functions`: composite forms (traced indexing, take, constructors and fills, `.at[]`);
 - `lattice`: THE join/cast lattice (carries, branches, predicates, custom ops, cotangents);
 - `boundary`: the shard_map boundary (specs, out_spec check, full-manual rule, hint text);
-- `primitives`: jaxpr primitive -> rule maps; `docs`: stricter/looser-than-JAX tables.
+- `primitives`: jaxpr primitive -> rule maps; `docs`: stricter/looser-than-JAX tables;
+- `caching`: `hashable_cache`, the memo of the pure readers of specs, dtypes, name stacks.
 
 Which rule each Python form uses is `spmdtyped._surface`. Sources:
 `shared/reference/jax_semantics.md` and its matrices (jax 0.10.2 and 0.12.0.1). Where JAX is

@@ -4,10 +4,10 @@ full-manual rule, and THE hint renderer (state -> annotation text such as `Varyi
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
 
 from .._errors import error
+from .caching import hashable_cache
 from .states import I, R, SpmdType, U, V
 
 
@@ -106,16 +106,9 @@ def check_full_manual_value(manual: Sequence[str], mesh_axes: Sequence[str], *, 
                         "the value Varying")
 
 
+@hashable_cache(1024)   # (read once per spec: every output leaf's check names its spec)
 def spec_text(spec: object) -> str:
     """A PartitionSpec as messages show it: `P('dp', None)`, `P()` for None."""
-    try:   # (read once per spec: every output leaf's check names its spec)
-        return _spec_text(spec)
-    except TypeError:   # a spec that is not hashable
-        return _spec_text.__wrapped__(spec)
-
-
-@functools.lru_cache(maxsize=1024)
-def _spec_text(spec: object) -> str:
     return "P()" if spec is None else repr(spec).replace("PartitionSpec", "P")
 
 

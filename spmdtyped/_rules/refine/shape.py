@@ -10,6 +10,7 @@ import dataclasses
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 
+from ..caching import hashable_cache
 from ..elementwise import LITERAL
 from ..states import SpmdType
 from . import (
@@ -387,13 +388,10 @@ def axis_index(axes: Sequence[str]) -> Refinement:
 
 def from_spec(partitions: Sequence[object], ndim: int | None, manual: Iterable[str]) -> Refinement:
     """See `_from_spec` (read once per spec, rank and manual axes)."""
-    try:
-        return _from_spec(tuple(partitions), ndim, frozenset(manual))
-    except TypeError:   # an entry that is not hashable
-        return _from_spec.__wrapped__(tuple(partitions), ndim, frozenset(manual))
+    return _from_spec(tuple(partitions), ndim, frozenset(manual))
 
 
-@functools.lru_cache(maxsize=1024)
+@hashable_cache(1024)
 def _from_spec(partitions: tuple[object, ...], ndim: int | None, manual: frozenset[str]
                ) -> Refinement:
     """An in_spec `P('dp', None, 'tp')` of a rank-`ndim` input: Shard on each named dim.
