@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 from spmdtyped import _errors, _rules  # noqa: E402  (no JAX is imported)
 from spmdtyped._rules import LITERAL, SpmdType, State  # noqa: E402
 
-FEATURES = (_rules.JAX_0_10, _rules.JAX_0_12)
+FEATURES = (_rules.JAX_0_10, _rules.JAX_0_12, _rules.JAX_0_12_1, _rules.CONSERVATIVE)
 STATES = (State.INVARIANT, State.VARYING, State.UNREDUCED, State.REDUCED)
 AXIS = "a"  # the one axis of the abstract tables
 MARKER = re.compile(r"^<!-- gen:([a-z0-9-]+)(?: (\S+))? -->[ \t]*$", re.M)

@@ -20,7 +20,7 @@ from jax import lax
 from jax._src import core as _jcore  # private, same in 0.10 and 0.12: get_axis_env only
 from jax.sharding import PartitionSpec
 
-from ._rules import INVARIANT, JAX_0_10, JAX_0_12, UNKNOWN, Features, SpmdType
+from ._rules import INVARIANT, JAX_0_10, JAX_0_12, JAX_0_12_1, UNKNOWN, Features, SpmdType
 from ._rules.caching import hashable_cache
 from ._typed import hints as _hints
 from ._typed.hints import state_class
@@ -36,7 +36,8 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 
 JAX_VERSION = _version_tuple(jax.__version__)
 #: the rule differences of the installed JAX (see `_rules.Features`)
-FEATURES: Features = JAX_0_12 if JAX_VERSION >= (0, 11) else JAX_0_10
+FEATURES: Features = (JAX_0_12_1 if JAX_VERSION >= (0, 12, 1) else JAX_0_12 if JAX_VERSION >= (0, 11)
+                      else JAX_0_10)
 
 # jax.extend.source_info_util.register_exclusion (0.10 and 0.12): spmdtyped's frames are not
 # the user's, as jax's own are not. The source locations JAX records for every equation (HLO

@@ -119,7 +119,7 @@ def _unary(row: _surface.Row) -> None:
         rule = _dtype_rule(row, [x], op)
         if rule in _rules.LIKE_CONSTRUCTORS:  # `imag` of a real array is `zeros_like`
             return checked(op, jfn(unwrap(x), *args, **kwargs),
-                           _rules.constructor_type(rule, typeof(x)))
+                           _rules.constructor_type(rule, typeof(x), _compat.FEATURES))
         return call_function(rule, x, jfn, args, kwargs, op=op, refine=row.refine)
 
     _register(row.name, f, "reduction over local dimensions" if row.refine == "reduction"
@@ -232,7 +232,8 @@ def _like(row: _surface.Row) -> None:
     name, jfn, op = row.name, _jfn(row), f"st.numpy.{row.name}"
 
     def f(a: Any, *args: Any, **kwargs: Any) -> Any:
-        t = _filled(name, _rules.constructor_type(name, typeof(a)), (a, *args), kwargs, op)
+        t = _filled(name, _rules.constructor_type(name, typeof(a), _compat.FEATURES), (a, *args),
+                    kwargs, op)
         raw = jfn(unwrap(a), *(unwrap(x) for x in args), **{k: unwrap(v) for k, v in kwargs.items()})
         return checked(op, raw, t)
 

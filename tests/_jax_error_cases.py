@@ -5,6 +5,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from spmdtyped import _compat
+
 lax = jax.lax
 
 
@@ -100,6 +102,28 @@ def unreduced_scaled(x):
     return lax.psum(u * 2.0, "tp")
 
 
+def unreduced_cumsum(x):
+    u = lax.pcast(x, "tp", to="unreduced")
+    return lax.psum(jnp.cumsum(u, axis=1), "tp")
+
+
+def unreduced_sort(x):
+    u = lax.pcast(x, "tp", to="unreduced")
+    return lax.psum(jnp.sort(u, axis=1), "tp")
+
+
+def reduced_pad(x):
+    r = lax.pcast(lax.psum(x, ("dp", "tp")), "tp", to="reduced")
+    return lax.pcast(jnp.pad(r, 1), "tp", to="varying")
+
+
+def reduced_dynamic_slice(x):
+    r = lax.pcast(lax.psum(x, ("dp", "tp")), "tp", to="reduced")
+    i = lax.axis_index("dp")
+    return lax.pcast(lax.dynamic_slice_in_dim(lax.pcast(r, "dp", to="varying"), i, 4), "tp",
+                     to="varying")
+
+
 _OLD = jax.__version__ < "0.11"
 #: name -> (function, out_specs, the code of JAX's message (`_jax_errors.translate`), the code
 #: typed_shard_map and infer report: spmdtyped's own check, when it fires before JAX's)
@@ -124,3 +148,10 @@ CASES = {
     "varying_cotangent": (varying_cotangent, P("dp", "tp"), "SPMD404", "SPMD404"),
     "unreduced_scaled": (unreduced_scaled, P("dp"), "SPMD201", "SPMD201"),
 }
+if _compat.FEATURES.no_rule_rejects:  # the checks jax 0.12.1 added
+    CASES.update({
+        "unreduced_cumsum": (unreduced_cumsum, P("dp"), "SPMD202", "SPMD202"),
+        "unreduced_sort": (unreduced_sort, P("dp"), "SPMD202", "SPMD202"),
+        "reduced_pad": (reduced_pad, P("dp", "tp"), "SPMD203", "SPMD203"),
+        "reduced_dynamic_slice": (reduced_dynamic_slice, P("dp", "tp"), "SPMD205", "SPMD205"),
+    })

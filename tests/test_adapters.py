@@ -18,6 +18,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
+from spmdtyped import _compat
 from spmdtyped._cli import args as _cli_args
 from spmdtyped._cli import infer as _cli
 from spmdtyped._cli import port as _port_cli
@@ -95,9 +96,11 @@ def in_pow(x):
 ])
 def test_infer_walks_nested_jaxprs(mesh_dp_tp, fn, where):
     """cumsum / ** of an Unreduced value: JAX drops the state (wrong numbers); found at any
-    depth of jit/scan/while/cond/remat/custom_jvp/custom_vjp."""
+    depth of jit/scan/while/cond/remat/custom_jvp/custom_vjp. (jax 0.12.1 rejects them itself:
+    its error, translated, at the same line.)"""
     x = sds(mesh_dp_tp, (8,), P("dp"))
-    jax.make_jaxpr(jax.shard_map(fn, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P()))(x)  # JAX: ok
+    if not _compat.FEATURES.no_rule_rejects:  # JAX: ok
+        jax.make_jaxpr(jax.shard_map(fn, mesh=mesh_dp_tp, in_specs=P("dp"), out_specs=P()))(x)
     rep = st.adapters.infer(fn, x, mesh=mesh_dp_tp, in_specs=(P("dp"),), out_specs=P())
     assert not rep.ok
     v = rep.violations[0]

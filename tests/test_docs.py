@@ -211,9 +211,9 @@ def test_tables_cover_the_rule_table():
 
 def test_version_differences_are_real():
     diffs = hooks.version_differences()
-    assert diffs, "jax 0.10 and 0.12 feature sets give identical tables?"
+    assert diffs, "the JAX feature sets give identical tables?"
     for _text, outs in diffs:
-        assert outs[0].key() != outs[1].key()
+        assert len({o.key() for o in outs}) > 1  # some two feature sets differ on the call
 
 
 # ----------------------------------------------------------------------------- runnable blocks

@@ -21,7 +21,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
-from spmdtyped import _errors
+from spmdtyped import _compat, _errors
 from spmdtyped._errors import pages as _error_pages
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -363,6 +363,8 @@ def test_every_code_has_an_example() -> None:
 @pytest.mark.parametrize("code", CODES)
 def test_wrong_code_raises_its_code_and_fixed_code_runs(mesh_dp_tp: Any, code: str, monkeypatch: Any) -> None:
     e = _errors.REGISTRY[code]
+    if code == "SPMD406" and _compat.FEATURES.loop_transposes_reduced:
+        pytest.skip("jax 0.12.1 differentiates loops over Reduced values: SPMD406 is not raised")
     if code == "SPMD901":  # a JAX whose rules changed: the rule table's ppermute is made wrong
         from spmdtyped import _rules
 

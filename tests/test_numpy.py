@@ -58,7 +58,11 @@ def _check(name: str, states, typed, raw) -> None:
     elif raw[0] != "ok":
         assert typed[0] != "jax", f"{name}{states}: JAX raised {raw[1]}, spmdtyped let it through: {typed}"
         if typed[0] == "ok":
-            assert name in LOOSER and any(t.unreduced or t.reduced for t in states), (name, states, raw)
+            # jax 0.12.1 rejects what it could type but not lower before (cumprod of a Reduced
+            # value): spmdtyped binds it on the Varying cast, as on every version
+            vary = name in BOUND_ON_VARYING and _compat.FEATURES.no_rule_rejects
+            assert (name in LOOSER or vary) and any(t.unreduced or t.reduced for t in states), (
+                name, states, raw)
     else:
         code = typed[1]
         assert typed[0] == "spmd", (name, states, typed)
@@ -184,8 +188,13 @@ def test_every_function_is_in_the_rule_table():
 def test_constructors():
     def body(x):
         assert type(snp.zeros_like(make(x, Vi))) is st.Varying["i"]
-        assert type(snp.zeros_like(make(x, Ui))) is st.Invariant
-        assert type(snp.ones_like(make(x, SpmdType(varying="j", reduced="i")))) is st.Varying["j"]
+        if _compat.FEATURES.like_keeps_state:  # jax 0.12.1 keeps Unreduced and Reduced
+            assert type(snp.zeros_like(make(x, Ui))) is st.Unreduced["i"]
+            assert type(snp.ones_like(make(x, SpmdType(varying="j", reduced="i")))) \
+                is st.Typed[st.Varying["j"], st.Reduced["i"]]
+        else:  # a fresh constant: Invariant, except where the argument varies
+            assert type(snp.zeros_like(make(x, Ui))) is st.Invariant
+            assert type(snp.ones_like(make(x, SpmdType(varying="j", reduced="i")))) is st.Varying["j"]
         assert type(snp.arange(4)) is st.Invariant and snp.arange(4).dtype == jnp.int32
         assert type(snp.zeros((2, 3))) is st.Invariant
         assert type(snp.full((2,), make(x, Vi)[0])) is st.Varying["i"]
@@ -225,7 +234,9 @@ def test_error_codes_and_messages():
         assert e.value.code == "SPMD201" and "st.numpy.concatenate" in str(e.value)
         with pytest.raises(st.CombineError) as e:
             snp.cumsum(make(x, Ui))
-        assert e.value.code == "SPMD202" and "silently drops" in str(e.value)
+        # jax 0.12.1 rejects it too; earlier versions silently drop the state
+        assert e.value.code == "SPMD202" and ("is not linear" if _compat.FEATURES.no_rule_rejects
+                                              else "silently drops") in str(e.value)
         with pytest.raises(TypeError, match="one-argument form"):
             snp.where(x > 0)
     trace_raw(body)

@@ -237,9 +237,10 @@ def _numpy_case(row: _surface.Row, vals: dict[SpmdType, Any], states: tuple[Spmd
     if b == "mean":
         return (lambda: _rules.mean_type(states[0], F)), (lambda: f(ops[0]))
     if b == "unary":
-        want_rule = "copy" if row.name == "real" else rule  # a real array: no primitive
+        # a real array: no primitive; pad's default is the zero constant's row
+        want_rule = {"real": "copy", "pad": "pad_zero"}.get(row.name, rule)
         if row.name == "imag":
-            return (lambda: _rules.constructor_type("zeros_like", states[0])), (lambda: f(ops[0]))
+            return (lambda: _rules.constructor_type("zeros_like", states[0], F)), (lambda: f(ops[0]))
         return (lambda: _rules.unary(want_rule, states[0], F)), \
             (lambda: f(ops[0], *NUMPY_ARGS.get(row.name, ())))
     if b == "binary":
@@ -265,7 +266,7 @@ def _numpy_case(row: _surface.Row, vals: dict[SpmdType, Any], states: tuple[Spmd
     if b == "split":  # every piece in the unary rule's state
         return (lambda: _rules.unary(rule, states[0], F)), (lambda: f(ops[0], 2)[0])
     if b == "like":
-        return (lambda: _rules.constructor_type(rule, states[0])), \
+        return (lambda: _rules.constructor_type(rule, states[0], F)), \
             (lambda: f(ops[0], *NUMPY_ARGS.get(row.name, ())))
     assert b == "new", row
     return (lambda: _rules.constructor_type(rule)), (lambda: f(*NEW_ARGS[row.name]))

@@ -79,6 +79,38 @@ TABLE: tuple[JaxMessage, ...] = (
                "unreduced, reduced or invariant ...",
                "a collective over several axes got a value whose state differs between them",
                "call the collective once per group of axes with the same state"),
+    JaxMessage(r"unreduced/reduced rule for (?P<op>\w+) is not implemented",
+               "SPMD202", "unreduced/reduced rule for cumsum is not implemented. Please file an "
+               "issue ...",
+               "{op} has no rule for an Unreduced (partial sum) or Reduced operand (jax 0.12.1 "
+               "rejects it; earlier versions silently dropped the state)",
+               "psum an Unreduced input first: {op}(jax.lax.psum(x, axis)); cast a Reduced one "
+               "to Varying first: {op}(jax.lax.pcast(x, axis, to='varying'))", "0.12.1"),
+    JaxMessage(r"(?P<op>\w+) cannot accept unreduced inputs",
+               "SPMD202", "sort cannot accept unreduced inputs. Got ['float32[4]{U:dp}']",
+               "{op} is not linear, and its input is Unreduced (a partial sum)",
+               "psum the input first: {op}(jax.lax.psum(x, axis))", "0.12.1"),
+    JaxMessage(r"(?P<op>pad) operand and padding_value must be unreduced along the same",
+               "SPMD202", "pad operand and padding_value must be unreduced along the same mesh "
+               "axes and have the same unreduced_kind. Got operand=float32[4]{U:tp} and "
+               "padding_value=float32[]",
+               "pad of an Unreduced value with a padding value that is not Unreduced on the "
+               "same axes (jnp.pad's constant is Invariant)",
+               "pad after the reduction: jnp.pad(jax.lax.psum(x, axis), ...); or jax.lax.pad "
+               "with a padding value Unreduced on the same axes", "0.12.1"),
+    JaxMessage(r"(?P<op>pad) operand and padding_value must be reduced along the same",
+               "SPMD203", "pad operand and padding_value must be reduced along the same mesh "
+               "axes. Got operand=float32[4]{R:tp} and padding_value=float32[]",
+               "pad of a Reduced value with a padding value that is not Reduced on the same "
+               "axes (jnp.pad's constant is Invariant)",
+               "pad the value cast to Varying: jnp.pad(jax.lax.pcast(x, axis, to='varying'), "
+               "...); or jax.lax.pad with a padding value Reduced on the same axes", "0.12.1"),
+    JaxMessage(r"(?P<op>dynamic_(?:update_)?slice) start_indices cannot be varying when operand",
+               "SPMD205", "dynamic_slice start_indices cannot be varying when operand has "
+               "unreduced or reduced axes. Got start_indices=(ShapedArray(int32[]{V:dp}),)",
+               "{op} at a start index that varies, of a value that is Unreduced or Reduced",
+               "cast a Reduced value to Varying first (jax.lax.pcast(x, axis, to='varying')); "
+               "psum an Unreduced one first", "0.12"),
     JaxMessage(r"unreduced rule for (?P<op>\w+) is not implemented",
                "SPMD202", "unreduced rule for tanh is not implemented. Please file an issue ...",
                "{op} is not linear, and its input is Unreduced (a partial sum)",

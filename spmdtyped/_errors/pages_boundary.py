@@ -103,7 +103,9 @@ PAGES: tuple[ErrorPage, ...] = (
         meaning="`grad` seeds the loss's cotangent with ones of the loss's cotangent state. An Invariant or"
                 " Varying loss has an Invariant or Varying cotangent; an Unreduced loss needs a Reduced "
                 "cotangent and a Reduced loss an Unreduced one, which a seed of ones would get wrong (JAX: "
-                "`unexpected JAX type ... but expected float32[]{U:i}`).",
+                "`unexpected JAX type ... but expected float32[]{U:i}`). jax 0.12.1 seeds a Reduced "
+                "loss itself (an Unreduced seed: the gradients' sum is the derivative of the "
+                "replicated loss), so there only an Unreduced loss is SPMD405.",
         fix="st.grad(lambda w: st.psum(loss(w), axis))(w)",
         solutions=(
             "Reduce an Unreduced loss inside the function: `st.psum(loss, axis)`.",
@@ -123,7 +125,8 @@ PAGES: tuple[ErrorPage, ...] = (
         meaning="The cotangent of a Reduced value is Unreduced. JAX's transpose of "
                 "scan/fori_loop/while_loop does not swap the state for loop carries and loop constants, and"
                 " fails with `Scan carry input and output got mismatched varying manual axes` or `Expected "
-                "cotangent type float32[...] but got float32[...]{U:...}` (jax 0.10.2 and 0.12.0.1). "
+                "cotangent type float32[...] but got float32[...]{U:...}` (jax 0.10.2 and 0.12.0.1; "
+                "jax 0.12.1 differentiates these loops, and the code is not raised there). "
                 "Casting the Reduced value to Varying before the loop is free and keeps its gradient "
                 "Unreduced (the cast Reduced -> Varying transposes to Varying -> Unreduced).",
         fix='w = st.pcast(w, axis, to="varying")   # before the loop; the gradient stays Unreduced',

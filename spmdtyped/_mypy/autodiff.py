@@ -63,6 +63,7 @@ from .._errors import SpmdTypeError
 from .._rules import SpmdType
 from . import calls, names, pytrees, refined
 from .codes import report
+from .config import CONFIG
 from .convert import (
     SARRAY,
     any_type,
@@ -215,7 +216,7 @@ def _grad_type(api: Any, context: Context, name: str, ft: CallableType, nums: in
         return default  # a raw or unknown loss: JAX's own `jax.grad`
     if isinstance(loss, SpmdType):
         try:
-            _rules.grad_loss_type(loss, op=op)
+            _rules.grad_loss_type(loss, CONFIG.features, op=op)
         except SpmdTypeError as err:
             report(api, err, context)
             return default

@@ -20,7 +20,7 @@ from .. import _rules
 #: the JAX rule set the checks assume: `_rules.CONSERVATIVE` (what every supported JAX allows)
 #: unless the configuration says otherwise
 FEATURE_SETS: Final = {"conservative": _rules.CONSERVATIVE, "0.10": _rules.JAX_0_10,
-                       "0.12": _rules.JAX_0_12}
+                       "0.12": _rules.JAX_0_12, "0.12.1": _rules.JAX_0_12_1}
 
 
 class Config:

@@ -217,7 +217,7 @@ def _constructor(ctx: FunctionContext, args: _Args, rule: str, binding: str, op:
         like = alternatives(ctx.api, args[0][1], args[0][0])
         if like is None:
             return default
-        bases = [_rules.constructor_type(rule, t) for t in arrays_only(like)]
+        bases = [_rules.constructor_type(rule, t, CONFIG.features) for t in arrays_only(like)]
     else:
         bases = [_rules.constructor_type(rule)]
     if rule not in _rules.FILL_ARGUMENTS:

@@ -154,7 +154,7 @@ def _check_loss(loss: Any, diff: Callable[[], list[tuple[str, SpmdType]]], op: s
     leaves' names and states, read only for SPMD407 (a pytree path per leaf costs tens of us:
     a 768-parameter model's loss would pay for them at every trace)."""
     t = typeof(loss)
-    _rules.grad_loss_type(t, op=op)
+    _rules.grad_loss_type(t, _compat.FEATURES, op=op)
     _check_vmap(loss, t, diff, op)
     return t, refinement_of(loss)
 

@@ -68,7 +68,7 @@ from .elementwise import (
     Linearity,
     Operand,
 )
-from .features import CONSERVATIVE, JAX_0_10, JAX_0_12, Feature, Features
+from .features import CONSERVATIVE, JAX_0_10, JAX_0_12, JAX_0_12_1, Feature, Features
 from .functions import (
     AT_METHODS,
     CONSTRUCTORS,
@@ -148,7 +148,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ALL_GATHER_TARGETS", "AT_METHODS", "AXIS_OPS", "BODY_LABELS",
     "CONSERVATIVE", "CONSTRUCTORS", "ELEMENTWISE", "FREE_CASTS", "INVARIANT", "JAX_0_10",
-    "JAX_0_12", "JAX_DROPPING", "JAX_DROPS", "JAX_KEEPS", "KEEP", "LIKE_CONSTRUCTORS", "LITERAL",
+    "JAX_0_12", "JAX_0_12_1", "JAX_DROPPING", "JAX_DROPS", "JAX_KEEPS", "KEEP", "LIKE_CONSTRUCTORS", "LITERAL",
     "LOOSER_THAN_JAX", "NONLINEAR_NARY", "PCAST_TARGETS", "PREDICATE_WHERE", "PRIMITIVES",
     "PRIMITIVE_OPERANDS", "REINTERPRETING_CASTS", "REJECT", "STRICTER_THAN_JAX", "TRANSPOSES",
     "UNREDUCED_KINDS", "AxisOp", "Combined", "ElementwiseRule", "Feature", "Features", "I",

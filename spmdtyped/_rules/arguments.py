@@ -64,8 +64,9 @@ SECONDARY: dict[str, tuple[str, ...]] = {
 }
 
 #: pad modes that only move or copy values (linear in the array); `constant` is linear with a
-#: zero constant only
-_PAD_LINEAR_MODES = frozenset({"edge", "reflect", "symmetric", "wrap", "empty"})
+#: zero constant only; reflect / symmetric reverse slices (JAX's `rev`: `pad_reverse`)
+_PAD_LINEAR_MODES = frozenset({"edge", "wrap", "empty"})
+_PAD_REVERSE_MODES = frozenset({"reflect", "symmetric"})
 _PAD_EXTREMUM_MODES = frozenset({"maximum", "minimum"})
 
 
@@ -109,12 +110,14 @@ def argument_rule(rule: str, keywords: Mapping[str, object], dtype: object = UNK
         if mode == "constant":
             cv = keywords.get("constant_values", 0)
             if cv is None:
-                return "pad"
+                return "pad_zero"
             if cv is UNKNOWN:
                 return None
-            return "pad" if _is_zero(cv) else "pad_affine"  # an array: not known to be zero
+            return "pad_zero" if _is_zero(cv) else "pad_affine"  # an array: not known to be zero
         if mode in _PAD_LINEAR_MODES:
             return "pad"
+        if mode in _PAD_REVERSE_MODES:
+            return "pad_reverse"
         if mode in _PAD_EXTREMUM_MODES:
             return "pad_extremum"
         return "pad_mixing"  # mean, median, linear_ramp, a callable: an Invariant constant mixes in

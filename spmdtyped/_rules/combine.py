@@ -216,8 +216,14 @@ def _combine(name: str, operands: tuple[Operand, ...], features: Features, op: s
 def _unary(rule: ElementwiseRule, t: SpmdType, features: Features,
            fail: Callable[..., SpmdTypeError]) -> SpmdType:
     u, r = t.unreduced, t.reduced
+    what, fn = rule.label or rule.name, rule.name.split("_")[0] if rule.label else rule.name
     if u:
         mode = rule.on_unreduced
+        if rule.unreduced_rejected_by is not None and features.has(rule.unreduced_rejected_by):
+            if rule.linearity is Linearity.LINEAR:
+                raise fail("SPMD202", f"{features.name} cannot compute {what} of an Unreduced value",
+                           u, t, fix=f"{fn}(st.psum(x, {fmt_axes(sorted(u))}))")
+            mode = REJECT  # what JAX silently dropped, it now rejects
         if mode == KEEP and not features.has(rule.unreduced_feature):
             raise fail("SPMD202", f"{features.name} has no Unreduced rule for {rule.name}", u, t)
         if mode == KEEP and t.kind != "sum" and rule.name not in ("reshape", "transpose", "astype"):
@@ -228,18 +234,20 @@ def _unary(rule: ElementwiseRule, t: SpmdType, features: Features,
             else:
                 silently = {JAX_DROPS: " (JAX silently drops the state and computes a wrong "
                                        "value)", JAX_KEEPS: " (JAX silently keeps the state)"}
-                raise fail("SPMD202", f"{rule.label or rule.name} is not linear, but the value "
-                           f"is Unreduced on {sorted(u)}{silently.get(mode, '')}", u, t,
-                           fix=f"{rule.name.split('_')[0] if rule.label else rule.name}"
-                               f"(st.psum(x, {fmt_axes(sorted(u))}))")
+                raise fail("SPMD202", f"{what} is not linear, but the value is Unreduced on "
+                           f"{sorted(u)}{silently.get(mode, '')}", u, t,
+                           fix=f"{fn}(st.psum(x, {fmt_axes(sorted(u))}))")
     v = t.varying
     if r:
         if rule.on_reduced == VARY:
             v, r = v | r, frozenset()
+        elif rule.reduced_rejected_by is not None and features.has(rule.reduced_rejected_by):
+            raise fail("SPMD203", f"{features.name} cannot compute {what} of a Reduced value", r, t,
+                       fix=f"{fn}(st.pcast(x, {fmt_axes(sorted(r))}, to='varying'))")
         elif rule.on_reduced == "drop" or not features.has(rule.reduced_feature):
             r = frozenset()
         elif rule.on_reduced == REJECT:
-            raise fail("SPMD203", f"{rule.label or rule.name} cannot take a Reduced value", r, t)
+            raise fail("SPMD203", f"{what} cannot take a Reduced value", r, t)
     return SpmdType(v, u, r, t.unreduced_kind if u else None)
 
 

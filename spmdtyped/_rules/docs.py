@@ -10,7 +10,8 @@ STRICTER_THAN_JAX: tuple[tuple[str, str, str], ...] = (
     ("SPMD104", "ppermute/all_gather/all_to_all/pmax(0.10) over axes in mixed Varying/Invariant "
      "states", "JAX pvarys the Invariant axes"),
     ("SPMD202", "cumsum/cumprod/flip/argmax/integer_pow/reciprocal/prod/take/.at[].set/"
-     "sort/where on an Unreduced value", "JAX drops (or keeps) the Unreduced state: wrong numbers"),
+     "sort/where on an Unreduced value", "JAX drops (or keeps) the Unreduced state: wrong numbers "
+     "(jax 0.12.1 rejects most of them itself)"),
     ("SPMD401", "a Varying output under out_specs P(unreduced=...) (jax 0.10 casts it)",
      "jax 0.10 inserts vary_unreduced_cast; jax 0.12 rejects it"),
     ("SPMD203", "where(c, r, r) with c Invariant on r's reduced axes (and where(c, r, I) / "
@@ -58,7 +59,8 @@ LOOSER_THAN_JAX: tuple[tuple[str, str], ...] = (
      "above; `jnp.mean(r)` fails in JAX"),
     ("sort/cumprod/nn.sigmoid/nn.silu of a Reduced value", "bound on the value cast to Varying "
      "(`pcast(to='varying')`, free), so the result is Varying: JAX types the op Reduced but "
-     "cannot lower it (jax 0.10.2 and 0.12.0.1)"),
+     "cannot lower it (jax 0.10.2 and 0.12.0.1; jax 0.12.1 rejects cumprod of a Reduced "
+     "value while tracing)"),
     ("st.pbroadcast on CPU", "bound as the equivalent JAX documents (psum of the source's "
      "shard, then a cast to Varying): jax.lax.pbroadcast has no CPU lowering"),
 )

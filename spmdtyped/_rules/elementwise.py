@@ -47,6 +47,11 @@ class ElementwiseRule:
     reduced_feature: Feature | None = None
     #: how messages name an argument-dependent row (`pad` with a non-zero constant, ...)
     label: str | None = None
+    #: Features flag under which JAX rejects an Unreduced / a Reduced operand that earlier
+    #: versions take (jax 0.12.1: `NO_RULE_REJECTS` for primitives without an
+    #: unreduced/reduced rule, `PAD_VALUE_STATE` for pad's Invariant padding value)
+    unreduced_rejected_by: Feature | None = None
+    reduced_rejected_by: Feature | None = None
 
 
 def _ew(name: str, lin: Linearity, **kw: str | Feature | None) -> ElementwiseRule:
@@ -81,6 +86,9 @@ NONLINEAR_NO_REDUCED = ("relu", "gelu", "softplus", "softmax", "log_softmax", "l
 #: `.at[].add/.mul/.min/.max` (scatter-add etc.): jax 0.12 keeps U and rejects R for add; jax
 #: 0.10 drops both. Strict: Unreduced rejected (SPMD202), Reduced rejected (SPMD203).
 SCATTERS = ("at_add", "at_mul", "at_min", "at_max")
+#: rows whose primitive has no unreduced/reduced rule in JAX (earlier versions drop the state)
+_NO_RULE = {"unreduced_rejected_by": Feature.NO_RULE_REJECTS,
+            "reduced_rejected_by": Feature.NO_RULE_REJECTS}
 
 ELEMENTWISE: dict[str, ElementwiseRule] = {
     r.name: r
@@ -95,7 +103,7 @@ ELEMENTWISE: dict[str, ElementwiseRule] = {
         _ew("sort", NONLINEAR, on_unreduced=JAX_KEEPS, on_reduced=VARY),
         # lowering fails on a Reduced value (both JAX versions): cast to Varying first
         _ew("sigmoid", NONLINEAR, on_reduced=VARY), _ew("silu", NONLINEAR, on_reduced=VARY),
-        _ew("cumprod", NONLINEAR, on_unreduced=JAX_DROPS, on_reduced=VARY),
+        _ew("cumprod", NONLINEAR, on_unreduced=JAX_DROPS, on_reduced=VARY, **_NO_RULE),
         # argument-dependent forms (`arguments.argument_rule` picks them from keywords and
         # dtypes): affine or non-linear where the plain op is linear
         # pad(constant_values != 0): JAX keeps Unreduced and adds the constant once per device
@@ -128,10 +136,22 @@ ELEMENTWISE: dict[str, ElementwiseRule] = {
         # tril / triu: a select with an Invariant zero; JAX drops Unreduced and Reduced for
         # tril(k=0) and keeps them for triu(k=1) (both versions): strict, both rejected
         *(_ew(n, NONLINEAR, on_unreduced=JAX_DROPS, on_reduced=REJECT) for n in ("tril", "triu")),
-        *(_ew(n, LINEAR, on_unreduced=KEEP) for n in LINEAR_UNARY),
+        *(_ew(n, LINEAR, on_unreduced=KEEP) for n in LINEAR_UNARY if n != "tile"),
+        # jax 0.12.1 types tile of an Unreduced value but cannot lower it
+        _ew("tile", LINEAR, on_unreduced=KEEP,
+            unreduced_rejected_by=Feature.TILE_UNREDUCED_UNLOWERABLE),
+        # pad(constant 0): linear; jax 0.12.1 wants the padding value Unreduced / Reduced as
+        # well, and jnp.pad's is an Invariant 0 (`pad` itself: edge/wrap modes, lax.pad)
+        _ew("pad_zero", LINEAR, on_unreduced=KEEP, label="pad with a zero constant",
+            unreduced_rejected_by=Feature.PAD_VALUE_STATE,
+            reduced_rejected_by=Feature.PAD_VALUE_STATE),
+        # pad(mode="reflect"/"symmetric"): linear, through JAX's rev (no unreduced/reduced rule)
+        _ew("pad_reverse", LINEAR, on_unreduced=KEEP, label="pad(mode='reflect'/'symmetric')",
+            **_NO_RULE),
         *(_ew(n, NONLINEAR) for n in NONLINEAR_UNARY),
         *(_ew(n, NONLINEAR) for n in NONLINEAR_NARY),
-        *(_ew(n, NONLINEAR, on_unreduced=JAX_DROPS, on_reduced="drop") for n in JAX_DROPPING),
+        *(_ew(n, NONLINEAR, on_unreduced=JAX_DROPS, on_reduced="drop", **_NO_RULE)
+          for n in JAX_DROPPING),
         *(_ew(n, NONLINEAR, on_reduced=REJECT) for n in NONLINEAR_NO_REDUCED),
         # n-ary structural ops: like add, Unreduced only with Unreduced on the same axes (JAX
         # also accepts U next to I, which counts the I part once per device)

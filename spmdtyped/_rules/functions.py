@@ -51,20 +51,37 @@ def dynamic_index_type(t: SpmdType, index_types: Sequence[SpmdType],
     `Reduced['i']` is `Typed[Varying['j'], Reduced['i']]`."""
     for i in index_types:  # JAX wraps negative indices first: `i < 0` with an Invariant zero
         combine("lt", [i, INVARIANT], features, op=op)
-    out = unary("take" if gather else "dynamic_slice", t, features, op=op)
-    return auto_cast(out, frozenset().union(*(i.varying for i in index_types)), op=op)
+    out = unary("take" if gather else "dynamic_slice", t, features, op=op)  # Unreduced: SPMD202
+    varying = frozenset().union(*(i.varying for i in index_types))
+    out = auto_cast(out, varying, op=op)
+    if out.varying and not gather and features.slice_index_invariant and out.reduced:
+        # jax 0.12.1: the start index (auto-cast to the value's varying axes, a literal one
+        # too) varies, and the value is still Reduced after the auto-cast
+        axes = sorted(out.reduced)
+        raise error("SPMD205", f"{op}: a start index that varies over {sorted(out.varying)} cannot "
+                    f"slice a value Reduced on {axes} ({features.name})", axes=axes,
+                    states=t.states(axes), op=op,
+                    fix=f"slice st.pcast(x, {fmt_axes(axes)}, to='varying')")
+    return out
 
 
 #: constructors whose value does not depend on their argument's data: Varying is kept (JAX
-#: pvarys the constant), Unreduced and Reduced are dropped (a fresh constant is Invariant).
+#: pvarys the constant); Unreduced and Reduced are dropped (a fresh constant is Invariant),
+#: except on jax 0.12.1, which keeps them (`Feature.LIKE_KEEPS_STATE`).
 LIKE_CONSTRUCTORS = ("zeros_like", "ones_like", "full_like", "empty_like")
 #: constructors from shapes: always Invariant
 CONSTRUCTORS = ("zeros", "ones", "full", "empty", "arange", "linspace", "eye")
 
 
-def constructor_type(name: str, like: SpmdType | None = None) -> SpmdType:
-    """The state of `jnp.<name>(...)`: `zeros_like(x)` is Varying where x is, else Invariant."""
+def constructor_type(name: str, like: SpmdType | None = None,
+                     features: Features = CONSERVATIVE) -> SpmdType:
+    """The state of `jnp.<name>(...)`: `zeros_like(x)` is Varying where x is (and, on jax
+    0.12.1, Unreduced and Reduced where x is: a pending sum kept on one device), else
+    Invariant."""
     if name in LIKE_CONSTRUCTORS and like is not None:
+        if features.like_keeps_state:
+            return SpmdType(like.varying, like.unreduced, like.reduced,
+                            "sum" if like.unreduced else None)
         return SpmdType(varying=like.varying)
     if name in LIKE_CONSTRUCTORS or name in CONSTRUCTORS:
         return INVARIANT

@@ -20,6 +20,7 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 
 from .._errors import allowed, error
+from .features import CONSERVATIVE, Features
 from .states import I, R, SpmdType, State, U, V, cotangent, fmt_axes
 
 #: (from, to) -> the `pcast(to=...)` target of the free cast that keeps the value
@@ -233,13 +234,16 @@ def custom_op_type(in_types: Sequence[SpmdType], requires: Sequence[Mapping[str,
 
 # ------------------------------------------------------------------------- cotangents
 
-def grad_loss_type(t: SpmdType, *, op: str = "st.grad") -> SpmdType:
-    """The cotangent `grad` seeds for a loss of type `t`: Invariant or Varying like the loss.
+def grad_loss_type(t: SpmdType, features: Features = CONSERVATIVE, *,
+                   op: str = "st.grad") -> SpmdType:
+    """The cotangent `grad` seeds for a loss of type `t`: Invariant or Varying like the loss
+    (on jax 0.12.1, `Feature.REDUCED_LOSS_GRAD`, a Reduced loss too: its seed is Unreduced).
 
-    **Raises:** `BoundaryError` SPMD405 for an Unreduced or Reduced loss (a seed of ones in the
-    swapped state would not be the derivative of the loss).
+    **Raises:** `BoundaryError` SPMD405 for an Unreduced loss, or a Reduced one where JAX
+    cannot seed it (a seed of ones in the swapped state would not be the derivative of the
+    loss).
     """
-    bad = sorted(t.unreduced | t.reduced)
+    bad = sorted(t.unreduced if features.reduced_loss_grad else t.unreduced | t.reduced)
     if bad:
         a = bad[0]
         s = t.state(a)

@@ -36,6 +36,7 @@ PRIMITIVES: dict[str, str] = {
     "pad": "pad", "convert_element_type": "astype", "reduce_precision": "astype",
     "copy": "copy", "copy_p": "copy", "split": "split", "conj": "conj", "real": "real",
     "imag": "imag",
+    "tile": "tile",  # jax 0.12.1 (earlier versions: broadcast_in_dim and reshape)
 }
 
 #: primitives whose rule types only their first N operands (the rest are indices, padding

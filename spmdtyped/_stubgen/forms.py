@@ -382,7 +382,7 @@ def _plan_function(form: Form, axes: tuple[str, ...], features: _rules.Features)
     if form.binding in ("like", "new") and rule_name not in _rules.FILL_ARGUMENTS:
         # full/full_like/linspace join their fill arguments' states: left untyped (see
         # docs/pyright.md)
-        rule = constructor_rule(rule_name)
+        rule = constructor_rule(rule_name, features)
         kinds = ["arr"] if form.binding == "like" else []
         combos = _combos(kinds, axes) if kinds else [()]
         pool = constructor_pool() if kinds else []

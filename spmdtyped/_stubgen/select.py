@@ -76,9 +76,9 @@ def axis_rule(name: str, axis: str, features: _rules.Features, op: str) -> Rule:
     return lambda args: outcome(lambda: _rules.axis_op(name, args[0], (axis,), features, op=op))  # type: ignore[arg-type]
 
 
-def constructor_rule(name: str) -> Rule:
+def constructor_rule(name: str, features: _rules.Features) -> Rule:
     return lambda args: outcome(lambda: _rules.constructor_type(
-        name, args[0] if args and isinstance(args[0], SpmdType) else None))
+        name, args[0] if args and isinstance(args[0], SpmdType) else None, features))
 
 
 # ------------------------------------------------------------------------------- candidate pools

@@ -21,6 +21,7 @@ import copyreg
 import dataclasses
 import functools
 import importlib
+import operator
 import re
 import sys
 import typing
@@ -225,6 +226,8 @@ class SArray(metaclass=_StateMeta):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        if _by_jax() and _is_array_method(name):  # `x_dot.sum(axis)` in a JAX custom_jvp rule
+            return getattr(_jax_value(self), name)
         return _ops().getattr(self, name)
 
 
@@ -243,18 +246,49 @@ def _operand(other: Any) -> bool:
 _NUMBERS = frozenset({int, float, complex, bool})
 
 
+def _python_operator(name: str) -> Callable[..., Any]:
+    """`operator.mul` for `__mul__`, `operator.and_` for `__and__`."""
+    n = name.strip("_")
+    return getattr(operator, n, None) or getattr(operator, n + "_")  # type: ignore[no-any-return]
+
+
+def _by_jax(depth: int = 2) -> bool:
+    """Whether JAX's own code applied the operator (the frame `depth` up): a custom_jvp rule
+    such as `jax.nn.softmax`'s (on by default in jax 0.12.1) gets typed values and typed
+    tangents, and must return a primal and a tangent of the same pytree structure. Its
+    `jnp` calls give raw values (`__jax_array__`), so its operators must too."""
+    return sys._getframe(depth).f_globals.get("__name__", "").startswith("jax.")
+
+
+@functools.cache
+def _is_array_method(name: str) -> bool:
+    """Whether `jax.Array` has the public method or property `name` (`sum`, `astype`, `T`)."""
+    import jax
+
+    return not name.startswith("_") and hasattr(jax.Array, name)
+
+
+def _jax_value(x: Any) -> Any:
+    """A typed value as JAX's own functions see it (`__jax_array__`, with its refusals)."""
+    return x.__jax_array__() if isinstance(type(x), _StateMeta) else x
+
+
 def _binop(row: _surface.Row, reflected: bool) -> Callable[[SArray, Any], Any]:
-    rule, op = row.rule, f"operator {row.symbol}"
+    rule, op, pyop = row.rule, f"operator {row.symbol}", _python_operator(row.name)
 
     if reflected:
         def method(self: SArray, other: Any) -> Any:
             if not _operand(other):
                 return NotImplemented
+            if _by_jax():
+                return pyop(_jax_value(other), _jax_value(self))
             return _ops().binary(rule, other, self, op=op)
     else:
         def method(self: SArray, other: Any) -> Any:
             if not _operand(other):
                 return NotImplemented
+            if _by_jax():
+                return pyop(_jax_value(self), _jax_value(other))
             return _ops().binary(rule, self, other, op=op)
 
     method.__name__ = method.__qualname__ = row.reflected if reflected else row.name  # type: ignore[assignment]
@@ -262,9 +296,11 @@ def _binop(row: _surface.Row, reflected: bool) -> Callable[[SArray, Any], Any]:
 
 
 def _unop(row: _surface.Row) -> Callable[[SArray], Any]:
-    rule = row.rule
+    rule, pyop = row.rule, _python_operator(row.name)
 
     def method(self: SArray) -> Any:
+        if _by_jax():
+            return pyop(_jax_value(self))
         return _ops().unary(rule, self, op=rule)
 
     method.__name__ = method.__qualname__ = row.name

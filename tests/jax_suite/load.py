@@ -10,7 +10,8 @@ do not ship their tests, and CI reaches only package registries:
   (2026-08-08, version string 0.11.1-dev), the newest JAX source reachable here, run on jax
   0.12.0.1 (whose own file is not): 9 of its tests fail as JAX 0.12.0.1 runs them (behaviour
   that changed between the two, recorded in `raw_0_12_0_1.json`), none for want of a test
-  utility, so no shim is injected.
+  utility, so no shim is injected. The same file runs on jax 0.12.1, its outcomes as JAX runs
+  them recorded in `raw_0_12_1.json`.
 
 `load(flavor)` executes the file as a module; with `flavor="typed"` its two spellings of the
 transform, the module-level `shard_map` (imported from `jax._src.shard_map`) and
@@ -30,7 +31,8 @@ import jax
 HERE = pathlib.Path(__file__).parent
 #: the vendored suites, by the JAX version they were written for
 SUITES = {"0.10.2": HERE / "jax_0_10_2_shard_map.py",
-          "0.12.0.1": HERE / "jax_main_cec06d1_shard_map.py"}
+          "0.12.0.1": HERE / "jax_main_cec06d1_shard_map.py",
+          "0.12.1": HERE / "jax_main_cec06d1_shard_map.py"}
 
 
 def suite_for(version: str = jax.__version__) -> pathlib.Path | None:

@@ -5,6 +5,7 @@ operators with a Python scalar, and dynamic indexing, the plugin rejects with th
 
 import jax
 
+import spmdtyped as st
 from spmdtyped import Reduced, Unreduced, Varying
 
 Fam = Varying
@@ -29,6 +30,7 @@ def scatter(u: Unreduced["tp"], r: Reduced["tp"], x: Varying["dp"]) -> None:
     u.at[0].add(1.0)  # E: spmd-nonlinear-unreduced
     x.at[0].set(u)  # E: spmd-nonlinear-unreduced
     r.at[0].add(1.0)  # E: spmd-reduced-replicated
+    r.at[0].set(0.0)  # E: spmd-reduced-replicated
 
 
 def reflected(u: Unreduced["tp"]) -> None:
@@ -37,8 +39,9 @@ def reflected(u: Unreduced["tp"]) -> None:
     3 % u  # E: spmd-nonlinear-unreduced
 
 
-def indexing(u: Unreduced["tp"], i: jax.Array) -> None:
+def indexing(u: Unreduced["tp"], i: jax.Array, r: Reduced["tp"]) -> None:
     u[i]  # E: spmd-nonlinear-unreduced
+    r[st.axis_index("dp")]  # E: spmd-partial-cast
 
 
 def alias(x: Fam["dp"]) -> Fam["tp"]:

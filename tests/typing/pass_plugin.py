@@ -99,7 +99,7 @@ def methods(x: Varying["dp"], u: Unreduced["tp"], r: Reduced["tp"]) -> None:
     assert_type(r.mean(), Reduced["tp"])
     assert_type(x.max(), Varying["dp"])
     assert_type(u[0], Unreduced["tp"])
-    assert_type(r[st.axis_index("dp")], Typed[Varying["dp"], Reduced["tp"]])  # dynamic index
+    assert_type(r[st.axis_index("tp")], Varying["tp"])  # dynamic index: auto-cast R -> V
     assert_type(x[st.axis_index("tp"), 0], Varying["dp", "tp"])
     assert_type(x.astype("float16"), Varying["dp"])
     assert_type(x.shape, tuple[int, ...])
