@@ -187,6 +187,64 @@ def test_flip_of_an_unreduced_value_alone_is_spmd202(mesh):
     assert got == ["SPMD202"] * 3
 
 
+def test_tile_of_an_unreduced_value(mesh):
+    """`jnp.tile` of partial sums is linear: the psum of the tiles is the tile of the sum. jax
+    0.12.1 types it (its new `tile` primitive) but fails to lower it, so there it is SPMD202
+    at the line before JAX's crash; elsewhere it runs with the reference numbers."""
+    x = jax.random.normal(jax.random.key(8), (4, 16), dtype=jnp.float32)
+
+    def body(v):
+        u = lax.pcast(v, "tp", to="unreduced")
+        return lax.psum(jnp.tile(u, 2), "tp")  # the tile's line
+
+    got = _faces(body, mesh, P(None, "tp"), P(), _placed(mesh, x, P(None, "tp")))
+    if _compat.FEATURES.tile_unreduced_unlowerable:
+        assert got == ["SPMD202"] * 3
+        f = st.adapters.typed_shard_map(body, mesh=mesh, in_specs=P(None, "tp"), out_specs=P())
+        with pytest.raises(st.SpmdTypeError) as e:
+            f(_placed(mesh, x, P(None, "tp")))
+        assert (e.value.file, e.value.line) == (__file__, _line_of("# the tile's line"))
+        return
+    want = np.tile(np.asarray(x).reshape(4, 4, 4).sum(1), 2)
+    assert got[0] is None
+    for res in got[1:]:
+        np.testing.assert_allclose(res, want, rtol=1e-5, atol=1e-5)
+
+
+def test_jax_nn_softmax_in_an_equinox_module_under_filter_value_and_grad(mesh):
+    """The user's spelling of attention scores: `jax.nn.softmax(x @ self.wq, axis=-1)` inside an
+    equinox module, differentiated with `eqx.filter_value_and_grad` in a `st.shard_map` step
+    hinted at the step only. `x @ self.wq` is a typed value, and jax 0.12.1's custom JVP of
+    softmax gets it with a typed tangent; the loss and gradients equal one device's."""
+    import equinox as eqx
+
+    from spmdtyped import Varying
+
+    class Scores(eqx.Module):
+        wq: jax.Array
+        wo: jax.Array
+
+        def __call__(self, x):
+            return jax.nn.softmax(x @ self.wq, axis=-1) @ self.wo
+
+    model = Scores(jax.random.normal(jax.random.key(320), (16, 8), dtype=jnp.float32) / 4,
+                   jax.random.normal(jax.random.key(321), (8, 4), dtype=jnp.float32))
+    specs = Scores(P(), P())
+    xs = jax.random.normal(jax.random.key(322), (8, 16), dtype=jnp.float32)
+
+    @jax.jit
+    @st.shard_map(mesh=mesh, in_specs=(specs, P("dp")), out_specs=(P(), specs))
+    def step(m: Scores, x: Varying["dp"]):
+        return eqx.filter_value_and_grad(lambda m: lax.pmean(jnp.mean(m(x) ** 2), "dp"))(m)
+
+    placed = jax.tree.map(lambda a, s: _placed(mesh, a, s), model, specs)
+    loss, grads = step(placed, _placed(mesh, xs, P("dp")))
+    ref_loss, ref_grads = eqx.filter_value_and_grad(lambda m: jnp.mean(m(xs) ** 2))(model)
+    np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-5)
+    for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
+
+
 def test_shift_by_a_reduction_across_the_devices_is_not_spmd215(mesh):
     x = jax.random.normal(jax.random.key(7), (8, 8), dtype=jnp.float32)
 
