@@ -431,6 +431,41 @@ def aval_type(aval: Any) -> SpmdType:
     return SpmdType() if mat is None else mat_to_spmd(mat)
 
 
+def rejected_operands(e: BaseException) -> tuple[frozenset[str], frozenset[str]] | None:
+    """[0.12.1] `(unreduced, reduced)`: the axes on which the operands JAX's `call_ur_rule`
+    rejected when it raised `e` are Unreduced and Reduced (`unreduced/reduced rule for cumsum
+    is not implemented`: the message names neither). Read from that frame's `avals` where the
+    traceback (or the unfiltered copy JAX chains as the cause) still holds it; under JAX's
+    default traceback filtering it does not, and the innermost frame left (the `jnp` function
+    or the user's line that called the primitive) is read instead: the states of the traced
+    values it holds. None when neither says."""
+    seen: set[int] = set()
+    err: BaseException | None = e
+    innermost = None
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        tb = err.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if frame.f_code.co_name == "call_ur_rule" and "avals" in frame.f_locals:
+                return _joined([aval_type(a) for a in frame.f_locals["avals"]])
+            if innermost is None and tb.tb_next is None:
+                innermost = frame
+            tb = tb.tb_next
+        err = err.__cause__
+    if innermost is None:
+        return None
+    held = [typeof_raw_or_none(v) for v in innermost.f_locals.values()
+            if isinstance(v, _Tracer)]
+    return _joined([t for t in held if t is not None]) or None
+
+
+def _joined(types: list[SpmdType]) -> tuple[frozenset[str], frozenset[str]] | None:
+    u = frozenset().union(*(t.unreduced for t in types))
+    r = frozenset().union(*(t.reduced for t in types))
+    return (u, r) if u or r else None
+
+
 def register_value_handler(cls: type, handler: Any) -> None:
     """Let `jax.lax` primitives accept instances of `cls`: `Primitive.bind` canonicalises each
     argument through `jax._src.dtypes.canonicalize_value` (jax 0.10.2 and 0.12: private API,

@@ -112,6 +112,11 @@ def unreduced_sort(x):
     return lax.psum(jnp.sort(u, axis=1), "tp")
 
 
+def reduced_cumsum(x):
+    r = lax.pcast(lax.psum(x, ("dp", "tp")), "tp", to="reduced")
+    return lax.pcast(jnp.cumsum(r, axis=1), "tp", to="varying")
+
+
 def reduced_pad(x):
     r = lax.pcast(lax.psum(x, ("dp", "tp")), "tp", to="reduced")
     return lax.pcast(jnp.pad(r, 1), "tp", to="varying")
@@ -152,6 +157,8 @@ if _compat.FEATURES.no_rule_rejects:  # the checks jax 0.12.1 added
     CASES.update({
         "unreduced_cumsum": (unreduced_cumsum, P("dp"), "SPMD202", "SPMD202"),
         "unreduced_sort": (unreduced_sort, P("dp"), "SPMD202", "SPMD202"),
+        # (JAX's one message for both states: its rule's operands tell the Reduced one)
+        "reduced_cumsum": (reduced_cumsum, P("dp", "tp"), "SPMD203", "SPMD203"),
         "reduced_pad": (reduced_pad, P("dp", "tp"), "SPMD203", "SPMD203"),
         "reduced_dynamic_slice": (reduced_dynamic_slice, P("dp", "tp"), "SPMD205", "SPMD205"),
     })

@@ -344,6 +344,42 @@ def test_a_zero_term_in_an_equinox_module_under_filter_value_and_grad(mesh, form
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-5)
 
 
+def test_jax_nn_softmax_in_a_flax_nnx_module_under_nnx_value_and_grad(mesh):
+    """The same attention scores as a flax nnx module (`nnx.Param`s read with `[...]`): the
+    typed parameters and the typed input reach `jax.nn.softmax`'s custom JVP (on by default in
+    jax 0.12.1) through `nnx.value_and_grad` in a `st.shard_map` step; the loss and gradients
+    equal one device's."""
+    from flax import nnx
+
+    from spmdtyped import Invariant, Varying
+
+    class Scores(nnx.Module):
+        def __init__(self, wq, wo):
+            self.wq, self.wo = nnx.Param(wq), nnx.Param(wo)
+
+        def __call__(self, x):
+            return jax.nn.softmax(x @ self.wq[...], axis=-1) @ self.wo[...]
+
+    wq = jax.random.normal(jax.random.key(330), (16, 8), dtype=jnp.float32) / 4
+    wo = jax.random.normal(jax.random.key(331), (8, 4), dtype=jnp.float32)
+    xs = jax.random.normal(jax.random.key(332), (8, 16), dtype=jnp.float32)
+
+    def loss_and_grads(wq, wo, x, mean):
+        loss, grads = nnx.value_and_grad(lambda m: mean(jnp.mean(m(x) ** 2)))(Scores(wq, wo))
+        return loss, (grads["wq"][...], grads["wo"][...])
+
+    @jax.jit
+    @st.shard_map(mesh=mesh, in_specs=(P(), P(), P("dp")), out_specs=(P(), (P(), P())))
+    def step(wq: Invariant, wo: Invariant, x: Varying["dp"]):
+        return loss_and_grads(wq, wo, x, lambda v: lax.pmean(v, "dp"))
+
+    loss, grads = step(_placed(mesh, wq, P()), _placed(mesh, wo, P()), _placed(mesh, xs, P("dp")))
+    ref_loss, ref_grads = loss_and_grads(wq, wo, xs, lambda v: v)
+    np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-5)
+    for g, r in zip(grads, ref_grads, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
+
+
 def _line_of(marker: str) -> int:
     with open(__file__) as f:
         return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))

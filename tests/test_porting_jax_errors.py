@@ -226,7 +226,12 @@ def test_every_table_row_is_documented_and_distinct():
         assert row.code in st._errors.REGISTRY
         assert re.search(row.pattern, row.example, re.DOTALL), row.pattern
         assert row.example.split(".")[0][:40] in doc, row.example
-    assert len({r.pattern for r in _jax_errors.TABLE}) == len(_jax_errors.TABLE)
+    assert len({(r.pattern, r.code) for r in _jax_errors.TABLE}) == len(_jax_errors.TABLE)
+    # one message, two codes, only where JAX's message names neither state (the operands JAX
+    # rejected tell: `reduced_cumsum` and `unreduced_cumsum` above)
+    shared = {r.pattern for r in _jax_errors.TABLE
+              if sum(o.pattern == r.pattern for o in _jax_errors.TABLE) > 1}
+    assert shared == {r"unreduced/reduced rule for (?P<op>\w+) is not implemented"}
 
 
 def test_cases_cover_each_message_this_jax_raises(mesh, x):
@@ -267,3 +272,23 @@ def test_every_row_formats():
     crashed `translate` on JAX's reduced-out_spec message)."""
     for row in _jax_errors.TABLE:
         assert row.headline.format(op="psum") and row.fix.format(op="psum")
+
+
+@pytest.mark.skipif("reduced_cumsum" not in CASES, reason="jax 0.12.1's message")
+@pytest.mark.parametrize("filtering", ["off", "remove_frames", "quiet_remove_frames"])
+@pytest.mark.parametrize(("name", "code"), [("reduced_cumsum", "SPMD203"),
+                                            ("unreduced_cumsum", "SPMD202")])
+def test_no_rule_message_takes_the_operands_state_under_any_traceback_filtering(
+        name, code, filtering, mesh, x):
+    """JAX's `unreduced/reduced rule for cumsum is not implemented` names neither state: the
+    code comes from the operands JAX rejected, whether its traceback filtering kept JAX's
+    frame (off, and the unfiltered copy `remove_frames` chains) or only the `jnp` function's
+    (the default)."""
+    from jax._src import config as jax_config  # the option's context manager (thread-local)
+
+    f, out, _code, _tool = CASES[name]
+    with jax_config.traceback_filtering(filtering):
+        jax_error = _jax_error(f, out, mesh, x)
+    err = _jax_errors.translate(jax_error, "where")
+    assert err is not None and err.code == code, err
+    assert ("pcast" if code == "SPMD203" else "psum") in err.fix

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import jax
 
-from .. import _surface
+from .. import _compat, _surface
 from .._rules.axis_ops import AXIS_OPS
 from . import SpmdTypeError, error
 
@@ -86,6 +86,14 @@ TABLE: tuple[JaxMessage, ...] = (
                "rejects it; earlier versions silently dropped the state)",
                "psum an Unreduced input first: {op}(jax.lax.psum(x, axis)); cast a Reduced one "
                "to Varying first: {op}(jax.lax.pcast(x, axis, to='varying'))", "0.12.1"),
+    # (the same message for a Reduced operand alone: `translate` reads which from JAX's frame)
+    JaxMessage(r"unreduced/reduced rule for (?P<op>\w+) is not implemented",
+               "SPMD203", "unreduced/reduced rule for cumsum is not implemented. Please file an "
+               "issue ... (the operand Reduced)",
+               "{op} has no rule for a Reduced operand (jax 0.12.1 rejects it; earlier "
+               "versions silently dropped the state)",
+               "cast the value to Varying first: {op}(jax.lax.pcast(x, axis, to='varying'))",
+               "0.12.1"),
     JaxMessage(r"(?P<op>\w+) cannot accept unreduced inputs",
                "SPMD202", "sort cannot accept unreduced inputs. Got ['float32[4]{U:dp}']",
                "{op} is not linear, and its input is Unreduced (a partial sum)",
@@ -257,6 +265,7 @@ _UNREDUCED_COLLECTIVE = next(r for r in TABLE if r.code == "SPMD102")
 _IMPLICIT_PVARY = next(r for r in TABLE if r.pattern.startswith("(?P<op>pvary)"))
 _UNREDUCED_OUT = next(r for r in TABLE if r.pattern.startswith("(?P<op>vary_unreduced_cast) is"))
 _UNSUPPORTED_PCAST = next(r for r in TABLE if r.pattern.startswith("Unsupported pcast"))
+_NO_RULE, _NO_RULE_REDUCED = (r for r in TABLE if r.pattern.startswith("unreduced/reduced rule"))
 
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 # the package's root (this module is in `_errors/`): a frame in any of its modules is not the
@@ -300,6 +309,11 @@ def translate(e: BaseException, where: str | None = None) -> SpmdTypeError | Non
         if row is _UNREDUCED_OUT and frame is not None and "pcast" in linecache.getline(*frame):
             # the user's own cast, not the boundary's
             row, op = _UNSUPPORTED_PCAST, "not Varying"
+        if row is _NO_RULE:
+            # one message for both states: the operands JAX's rule rejected tell which
+            rejected = _compat.rejected_operands(e)
+            if rejected is not None and rejected[1] and not rejected[0]:
+                row = _NO_RULE_REDUCED
         states = re.findall(r"\w+\[[^\]]*\]\{[^}]*\}", head)
         details = [f"JAX: {text.splitlines()[0][:300]}"]
         if states:
