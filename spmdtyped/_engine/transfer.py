@@ -91,40 +91,44 @@ def key(view: EqnView, static: Any, env: dict[Any, Refinement], side: Side,
                     return None
                 else:
                     parts.append((u.aval, fact_id(u, env, side, scalars, known)))
-    if not _operands(view, parts, env, side, scalars, pending, known):
+    if _operands(view, parts, env, side, scalars, pending, known) is None:
         return None
     return tuple(parts)
 
 
 def _operands(view: EqnView, parts: list[Any], env: dict[Any, Refinement], side: Side,
               scalars: dict[Any, object], pending: dict[Any, Any], known: dict[Any, int]
-              ) -> bool:
+              ) -> int | None:
     """Append each operand of `view` to the key `parts`: its `fact_id` (a literal: its
-    value); False when one cannot be keyed (a non-scalar literal, an operand with a pending
-    violation or a sum of in_spec Shards)."""
-    ids, summed = side.ids, side.summed
+    value). Returns the union of the operands' lineage (`Side.lineage`: what `_write` gives
+    the results, read in the same loop), None when one cannot be keyed (a non-scalar literal,
+    an operand with a pending violation or a sum of in_spec Shards)."""
+    ids, summed, lineages = side.ids, side.summed, side.lineage
     invars = view.eqn.invars
+    lineage = 0
     if view.literal:
         values = view.values
         for i, lit in enumerate(view.lits):
             if lit:
                 value = values[i]
                 if value is None:
-                    return False
+                    return None
                 parts.append(("literal", value))
                 continue
             v = invars[i]
             if (pending and v in pending) or (summed and v in summed):
-                return False
+                return None
             got = ids.get(v)
             parts.append(fact_id(v, env, side, scalars, known) if got is None else got)
-        return True
+            lineage |= lineages.get(v, 0)
+        return lineage
     for v in invars:
         if (pending and v in pending) or (summed and v in summed):
-            return False
+            return None
         got = ids.get(v)
         parts.append(fact_id(v, env, side, scalars, known) if got is None else got)
-    return True
+        lineage |= lineages.get(v, 0)
+    return lineage
 
 
 def record(view: EqnView, env: dict[Any, Refinement], side: Side, scalars: dict[Any, object],
@@ -157,31 +161,30 @@ def replay(view: EqnView, quiet: bool, env: dict[Any, Refinement], side: Side,
     batched, that `EqnView.replay` allows and whose key reads no residual terms (not an
     `EqnView.summing` sum outside autodiff): the same key, the same writes. False when the
     walk must run its rules (`key` None, or nothing recorded). (One call per equation of a
-    program's repeated layers: the check's hottest path.)"""
+    program's repeated layers: the check's hottest path; the operands' lineage is read in the
+    loop that keys them.)"""
     parts: list[Any] = [view.key, quiet]
-    if not _operands(view, parts, env, side, scalars, pending, known):
+    lineage = _operands(view, parts, env, side, scalars, pending, known)
+    if lineage is None:
         return False
     got = memo.get(tuple(parts))
     if got is None:
         return False
-    _write(view, got, env, side)
+    _write(view, got, env, side, lineage)
     return True
 
 
-def _write(view: EqnView, got: Record, env: dict[Any, Refinement], side: Side) -> None:
+def _write(view: EqnView, got: Record, env: dict[Any, Refinement], side: Side,
+           lineage: int | None = None) -> None:
     """Write `got` (`record`) for the results of `view`, with their own lineage (the union
-    of its operands') and defining equation."""
+    of its operands', `lineage` when the caller read it) and defining equation."""
     eqn = view.eqn
-    invars = eqn.invars
     lineages = side.lineage
-    lineage = 0
-    if view.literal:
-        for v, lit in zip(invars, view.lits, strict=True):
+    if lineage is None:
+        lineage = 0
+        for v, lit in zip(eqn.invars, view.lits, strict=True):
             if not lit:
                 lineage |= lineages.get(v, 0)
-    else:
-        for v in invars:
-            lineage |= lineages.get(v, 0)
     ids, defs = side.ids, side.defs
     for o, (ref, facts, fid) in zip(eqn.outvars, got, strict=True):
         env[o] = ref
