@@ -381,3 +381,47 @@ def test_jax_nn_softmax_of_a_typed_value_under_grad_equals_raw_jax():
         return jax.jit(jax.grad(lambda w: f(w, x)))(w)
 
     np.testing.assert_allclose(np.asarray(grad_of(typed)), np.asarray(grad_of(raw)), rtol=1e-6)
+
+
+def _act_and_grad(unwrap_tangent: bool):
+    """A custom_jvp activation of the user's own (jnp inside, as people write them) under
+    `jax.grad` in an `st.shard_map` step hinted at the step: its rule gets typed primals and
+    tangents; `jnp.tanh` of the typed primal is raw, the typed tangent times it typed."""
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"))
+
+    @jax.custom_jvp
+    def act(x):
+        return jnp.tanh(x)
+
+    @act.defjvp
+    def act_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        y = act(x)
+        return y, (st.unwrap(t) if unwrap_tangent else t) * (1 - y ** 2)
+
+    def loss(w, x, mean):
+        return mean(jnp.mean(act(x @ w) ** 2))
+
+    @st.shard_map(mesh=mesh, in_specs=(P(), P("dp")), out_specs=P())
+    def step(w, x: st.Varying["dp"]):
+        return jax.grad(loss)(w, x, lambda v: jax.lax.pmean(v, "dp"))
+
+    w = jnp.linspace(-1.0, 1.0, 16).reshape(4, 4)
+    x = jnp.linspace(-2.0, 2.0, 32).reshape(8, 4)
+    placed = (jax.device_put(w, jax.sharding.NamedSharding(mesh, P())),
+              jax.device_put(x, jax.sharding.NamedSharding(mesh, P("dp"))))
+    return step, placed, jax.grad(loss)(w, x, lambda v: v)
+
+
+def test_custom_jvp_rule_mixing_a_typed_tangent_with_raw_values_says_how_to_fix_it():
+    """JAX requires the rule's primal and tangent outputs to have one pytree structure; a typed
+    tangent beside a raw primal fails in JAX with a note of spmdtyped's (what happened, the
+    fix); the fix (`st.unwrap(t)`) gives one device's gradient."""
+    step, placed, _ref = _act_and_grad(unwrap_tangent=False)
+    with pytest.raises(TypeError, match="equal container") as e:
+        step(*placed)
+    notes = "\n".join(getattr(e.value, "__notes__", ()))
+    assert "typed primals and tangents" in notes and "st.unwrap(t)" in notes, notes
+
+    step, placed, ref = _act_and_grad(unwrap_tangent=True)
+    np.testing.assert_allclose(np.asarray(step(*placed)), np.asarray(ref), rtol=1e-5, atol=1e-7)

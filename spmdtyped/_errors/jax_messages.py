@@ -330,9 +330,30 @@ def translate(e: BaseException, where: str | None = None) -> SpmdTypeError | Non
     return None
 
 
+#: JAX's errors that are not about manual axes but that typed values can cause, each with the
+#: note `jax_errors` adds to JAX's exception (raised as it is)
+TYPED_VALUE_NOTES: tuple[tuple[str, str], ...] = (
+    (r"Custom JVP rule \S+ for function \S+ must produce primal and tangent outputs with equal "
+     r"container \(pytree\) structures.*CustomNode\((?:Invariant|Varying|Unreduced|Reduced)\b",
+     "spmdtyped: the custom_jvp rule got typed primals and tangents (typed values are pytrees) "
+     "and returned a typed value on one side and a raw one on the other (a jnp call on a typed "
+     "value returns a raw one). Return raw values on both sides: st.unwrap(t) for the typed "
+     "one (it returns a raw value as it is). See docs/runtime.md."),
+)
+
+
+def typed_value_note(e: BaseException) -> str | None:
+    """The note for a JAX error typed values caused (`TYPED_VALUE_NOTES`), or None."""
+    head = "\n".join(str(e).splitlines()[:5])
+    return next((note for pattern, note in TYPED_VALUE_NOTES
+                 if re.search(pattern, head, re.DOTALL)), None)
+
+
 @contextlib.contextmanager
 def jax_errors(where: str | None = None) -> Iterator[None]:
-    """Raise JAX's manual-axis errors inside the block as SpmdTypeErrors (JAX's chained)."""
+    """Raise JAX's manual-axis errors inside the block as SpmdTypeErrors (JAX's chained); a
+    JAX error typed values caused otherwise is raised as it is, with a note that says how
+    (`typed_value_note`)."""
     try:
         yield
     except SpmdTypeError:
@@ -340,5 +361,8 @@ def jax_errors(where: str | None = None) -> Iterator[None]:
     except Exception as e:  # noqa: BLE001 - JAX raises ValueError, TypeError, NameError, Exception
         err = translate(e, where)
         if err is None:
+            note = typed_value_note(e)
+            if note is not None and note not in getattr(e, "__notes__", ()):
+                e.add_note(note)
             raise
         raise err from e
