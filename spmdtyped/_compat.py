@@ -447,7 +447,8 @@ def rejected_operands(e: BaseException) -> tuple[frozenset[str], frozenset[str]]
         tb = err.__traceback__
         while tb is not None:
             frame = tb.tb_frame
-            if frame.f_code.co_name == "call_ur_rule" and "avals" in frame.f_locals:
+            if frame.f_code.co_name == "call_ur_rule" and "avals" in frame.f_locals \
+                    and frame.f_globals.get("__name__", "").startswith("jax."):
                 return _joined([aval_type(a) for a in frame.f_locals["avals"]])
             if innermost is None and tb.tb_next is None:
                 innermost = frame

@@ -206,8 +206,8 @@ def test_a_check_leaves_no_cyclic_garbage(mesh: Any) -> None:
     them (docs/performance.md §2). Such a cycle holds one of the engine's objects (a walk,
     its views, an equation's view): the garbage is read for objects of spmdtyped's own
     classes, and for the functions and bound methods of its modules. (Other garbage can turn
-    up in the window when the test shares its process with others: a JAX cache entry of an
-    earlier test's trace, freed then, has tracers in cycles.)"""
+    up in the window when the test shares its process with others: once, in a full run under
+    xdist, JAX's DebugInfo objects and tracers of earlier tests' traces.)"""
     import gc
 
     from spmdtyped._engine.check import check_staged

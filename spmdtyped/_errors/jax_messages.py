@@ -86,7 +86,8 @@ TABLE: tuple[JaxMessage, ...] = (
                "rejects it; earlier versions silently dropped the state)",
                "psum an Unreduced input first: {op}(jax.lax.psum(x, axis)); cast a Reduced one "
                "to Varying first: {op}(jax.lax.pcast(x, axis, to='varying'))", "0.12.1"),
-    # (the same message for a Reduced operand alone: `translate` reads which from JAX's frame)
+    # (the same message for a Reduced operand alone: `translate` tells them apart by the
+    # operands JAX rejected, `_compat.rejected_operands`)
     JaxMessage(r"unreduced/reduced rule for (?P<op>\w+) is not implemented",
                "SPMD203", "unreduced/reduced rule for cumsum is not implemented. Please file an "
                "issue ... (the operand Reduced)",
