@@ -7,7 +7,8 @@ inside, `eqx.filter_value_and_grad`, a `jax.tree.map` lambda over the gradients.
 
 - the correct step's loss and gradients equal one device's (and the raw program's);
 - the bias added before the tp psum is SPMD210 at the module's line; raw JAX runs it with a
-  wrong loss (against one device);
+  wrong loss (against one device); the psum left out is SPMD210 where the bias meets the
+  partial sums, with the fix "reduce first";
 - a pmean over dp of gradients already reduced there is SPMD103 at the lambda's line (JAX runs
   it: the copies are identical, the collective redundant).
 """
@@ -31,7 +32,11 @@ eqx = pytest.importorskip("equinox")
 BATCH = P(("dp", "fsdp"))
 #: mistake -> its code and a fragment of its fix
 MISTAKES = {"bias_before_psum": ("SPMD210", "reduce first, then add the replicated term"),
-            "pmean_reduced_grads": ("SPMD103", "drop the jax.lax.pmean")}
+            "pmean_reduced_grads": ("SPMD103", "drop the jax.lax.pmean"),
+            # (the psum left out: the bias meets the partial sums on the projection's line)
+            "psum_forgotten": ("SPMD210", "reduce first, then add the replicated term")}
+MARKERS = {"bias_before_psum": "# the bias's line", "pmean_reduced_grads": "# the lambda's line",
+           "psum_forgotten": "# the projection's line"}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +55,7 @@ class MLP(eqx.Module):
         h = jax.nn.gelu(x @ gather(self.w1, 0))
         if self.bias_before_psum:
             return psum(h @ gather(self.w2, 1) + self.b2)  # the bias's line
-        return psum(h @ gather(self.w2, 1)) + self.b2
+        return psum(h @ gather(self.w2, 1)) + self.b2  # the projection's line
 
 
 def _specs(bias_before_psum=False):
@@ -72,8 +77,10 @@ def _single_device(model, x, y):
 
 def _body(mistake):
     def step(m, x, y):
+        forward = (lambda m: m(x, psum=lambda v: v)) if mistake == "psum_forgotten" else \
+            (lambda m: m(x))
         loss, grads = eqx.filter_value_and_grad(
-            lambda m: jax.lax.pmean(jnp.mean((m(x) - y) ** 2), ("dp", "fsdp")))(m)
+            lambda m: jax.lax.pmean(jnp.mean((forward(m) - y) ** 2), ("dp", "fsdp")))(m)
         if mistake == "pmean_reduced_grads":
             grads = jax.tree.map(lambda g: jax.lax.pmean(g, "dp"), grads)  # the lambda's line
         return loss, grads
@@ -128,7 +135,7 @@ def test_mistake_caught_at_its_line(mistake, face, mesh):
     model, x, y = _inputs(bias_before_psum=mistake == "bias_before_psum")
     with pytest.raises(st.SpmdTypeError) as e:
         _step(face, mistake, mesh)(*_placed(mesh, model, x, y))
-    marker = "# the bias's line" if mistake == "bias_before_psum" else "# the lambda's line"
+    marker = MARKERS[mistake]
     code, fix = MISTAKES[mistake]
     assert e.value.code == code and fix in str(e.value), str(e.value)
     assert (e.value.file, e.value.line) == (__file__, _line(marker)), str(e.value)
