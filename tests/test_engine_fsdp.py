@@ -3,7 +3,8 @@ over fsdp and gathered inside the module (`jax.lax.all_gather(..., tiled=True)`)
 projection row-parallel over tp (`jax.lax.psum`), the batch over (dp, fsdp), jnp / jax.nn
 inside, `eqx.filter_value_and_grad`, a `jax.tree.map` lambda over the gradients. Run by
 `st.shard_map` (hints at the step only), `st.adapters.typed_shard_map` and
-`st.adapters.checking()` around the unchanged `jax.shard_map`:
+`st.adapters.checking()` around the unchanged `jax.shard_map`; and the same step as a flax nnx
+module built in the step (`nnx.Param`s read with `[...]`, `nnx.value_and_grad`):
 
 - the correct step's loss and gradients equal one device's (and the raw program's);
 - the bias added before the tp psum is SPMD210 at the module's line; raw JAX runs it with a
@@ -155,3 +156,76 @@ def test_the_bias_bug_is_real_and_the_pmean_redundant(mesh):
     np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-5)
     for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
+
+
+# ------------------------------------------------------------------ the same step in flax nnx
+
+def _nnx_step(face, mistake, mesh):
+    """The MLP as a flax nnx module built in the step from its sharded weights (`nnx.Param`s
+    read with `[...]`), differentiated with `nnx.value_and_grad`."""
+    from flax import nnx
+
+    class NnxMLP(nnx.Module):
+        def __init__(self, w1, w2, b2):
+            self.w1, self.w2, self.b2 = nnx.Param(w1), nnx.Param(w2), nnx.Param(b2)
+
+        def __call__(self, x):
+            w1 = jax.lax.all_gather(self.w1[...], "fsdp", axis=0, tiled=True)
+            w2 = jax.lax.all_gather(self.w2[...], "fsdp", axis=1, tiled=True)
+            h = jax.nn.gelu(x @ w1)
+            if mistake == "bias_before_psum":
+                return jax.lax.psum(h @ w2 + self.b2[...], "tp")  # the nnx bias's line
+            return jax.lax.psum(h @ w2, "tp") + self.b2[...]
+
+    def body(w1, w2, b2, x, y):
+        loss, grads = nnx.value_and_grad(
+            lambda m: jax.lax.pmean(jnp.mean((m(x) - y) ** 2), ("dp", "fsdp")))(NnxMLP(w1, w2, b2))
+        grads = (grads["w1"][...], grads["w2"][...], grads["b2"][...])
+        if mistake == "pmean_reduced_grads":
+            grads = jax.tree.map(lambda g: jax.lax.pmean(g, "dp"), grads)  # the nnx lambda's line
+        return loss, grads
+
+    specs = (P("fsdp", "tp"), P("tp", "fsdp"), P())
+    if face == "st.shard_map":
+        def fn(w1, w2, b2, x: Varying["dp", "fsdp"], y: Varying["dp", "fsdp"]):
+            return body(w1, w2, b2, x, y)
+        smap = st.shard_map
+    else:
+        fn = body
+        smap = {"typed_shard_map": st.adapters.typed_shard_map, "checking": jax.shard_map,
+                "jax": jax.shard_map}[face]
+    program = jax.jit(functools.partial(smap, mesh=mesh, in_specs=(*specs, BATCH, BATCH),
+                                        out_specs=(P(), specs))(fn))
+    return st.adapters.checking(program) if face == "checking" else program
+
+
+NNX_MARKERS = {"bias_before_psum": "# the nnx bias's line",
+               "pmean_reduced_grads": "# the nnx lambda's line"}
+
+
+def _nnx_args(mesh, model, x, y):
+    placed, xs, ys = _placed(mesh, model, x, y)
+    return placed.w1, placed.w2, placed.b2, xs, ys
+
+
+@pytest.mark.parametrize("face", [*FACES, "jax"])
+def test_nnx_correct_step_equals_one_device(face, mesh):
+    pytest.importorskip("flax")
+    model, x, y = _inputs()
+    loss, grads = _nnx_step(face, None, mesh)(*_nnx_args(mesh, model, x, y))
+    ref_loss, ref_grads = _single_device(model, x, y)
+    np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-5)
+    for g, r in zip(grads, (ref_grads.w1, ref_grads.w2, ref_grads.b2), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize("mistake", sorted(NNX_MARKERS))
+def test_nnx_mistake_caught_at_its_line(mistake, face, mesh):
+    pytest.importorskip("flax")
+    model, x, y = _inputs()
+    with pytest.raises(st.SpmdTypeError) as e:
+        _nnx_step(face, mistake, mesh)(*_nnx_args(mesh, model, x, y))
+    code, fix = MISTAKES[mistake]
+    assert e.value.code == code and fix in str(e.value), str(e.value)
+    assert (e.value.file, e.value.line) == (__file__, _line(NNX_MARKERS[mistake])), str(e.value)
