@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
@@ -41,3 +42,63 @@ def test_missing_psum_reported_at_the_projection():
     assert (e.code, e.line) == ("SPMD210", body.__code__.co_firstlineno + 2), str(e)
     assert "st.psum(x, 'tp') + b" in e.fix
     assert e.__cause__ is not None and e.__cause__.code == "SPMD401"
+
+
+def _clipped_step(clip, face):
+    """A tensor-parallel step that clips its gradients with `clip` (an optax transformation)
+    before an SGD update: the gradients of w1 / w2 are sharded over tp."""
+    import optax
+
+    opt = optax.chain(clip, optax.sgd(0.1))
+
+    def step(p, s, x, y):
+        def loss(p):
+            h = jax.lax.psum(jax.nn.relu(x @ p["w1"]) @ p["w2"], "tp")
+            return jax.lax.pmean(jnp.mean((h - y) ** 2), "dp")
+        value, g = jax.value_and_grad(loss)(p)
+        updates, s = opt.update(g, s, p)  # the clipping call's line
+        return optax.apply_updates(p, updates), s, value
+
+    specs = {"w1": P(None, "tp"), "w2": P("tp", None)}
+    k = jax.random.split(jax.random.key(60), 4)
+    params = {"w1": jax.random.normal(k[0], (4, 8)), "w2": jax.random.normal(k[1], (8, 4))}
+    x, y = jax.random.normal(k[2], (8, 4)), jax.random.normal(k[3], (8, 4))
+    state = opt.init(params)
+    sspecs = jax.tree.map(lambda _: P(), state)
+    smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
+    program = jax.jit(smap(step, mesh=mesh, in_specs=(specs, sspecs, P("dp"), P("dp")),
+                           out_specs=(specs, sspecs, P())))
+    program = st.adapters.checking(program) if face == "checking" else program
+
+    def reference():
+        value, g = jax.value_and_grad(
+            lambda p: jnp.mean((jax.nn.relu(x @ p["w1"]) @ p["w2"] - y) ** 2))(params)
+        return optax.apply_updates(params, opt.update(g, state, params)[0])
+
+    return program, (params, state, x, y), reference
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking"])
+def test_a_bug_inside_an_installed_package_is_named_at_the_users_call(face):
+    """`optax.clip_by_global_norm` of tensor-parallel gradients: each device clips by the norm
+    of its own shards (the sqrt of a partial sum, SPMD211). The violation is in optax's code;
+    it is named at the user's line that calls into optax (with the function's name), optax's
+    line kept beside it, and `st.clip_by_global_norm` (the fix) gives one device's update."""
+    optax = pytest.importorskip("optax")
+    program, args, reference = _clipped_step(optax.clip_by_global_norm(0.1), face)
+    with pytest.raises(st.SpmdTypeError) as ei:
+        program(*args)
+    e = ei.value
+    line = next(n for n, text in enumerate(open(__file__), 1)
+                if text.rstrip().endswith("# the clipping call's line"))
+    assert e.code == "SPMD211" and (e.file, e.line) == (__file__, line), str(e)
+    assert "step)" in str(e) and "optax" in str(e) and "st.clip_by_global_norm" in str(e)
+
+    fixed, args, reference = _clipped_step(st.clip_by_global_norm(0.1), face)
+    got, _state, _loss = fixed(*args)
+    for g, r in zip(jax.tree.leaves(got), jax.tree.leaves(reference()), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
+    raw, args, _ = _clipped_step(optax.clip_by_global_norm(0.1), "jax")
+    got, _state, _loss = raw(*args)   # JAX runs the bug: each device's own norm
+    assert not all(np.allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
+                   for g, r in zip(jax.tree.leaves(got), jax.tree.leaves(reference()), strict=True))

@@ -380,6 +380,28 @@ def test_jax_nn_softmax_in_a_flax_nnx_module_under_nnx_value_and_grad(mesh):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("start", [0, 0.0], ids=["int", "float"])
+def test_tree_reduce_of_partial_sums_from_a_zero_start(mesh, start):
+    """`jax.tree.reduce(operator.add, sums, initializer=0)` (optax's `tree_sum`, the global
+    norm's sum of squares) over per-leaf sums of tp-sharded leaves, then a psum: the start is a
+    zero term, not a replicated one. jax 0.12.1 casts the pvary'd integer 0 to float before the
+    add (a zero cast is a zero); every face accepts it and gives one device's total."""
+    import operator
+
+    a = jax.random.normal(jax.random.key(340), (4, 16), dtype=jnp.float32)
+    b = jax.random.normal(jax.random.key(341), (16, 8), dtype=jnp.float32)
+
+    def body(a, b):
+        sums = [jnp.sum(a * a), jnp.sum(b * b)]
+        return lax.psum(jax.tree.reduce(operator.add, sums, initializer=start), "tp")
+
+    got = _faces(body, mesh, (P(None, "tp"), P("tp", None)), P(),
+                 _placed(mesh, a, P(None, "tp")), _placed(mesh, b, P("tp", None)))
+    assert got[0] is None
+    for res in got[1:]:
+        np.testing.assert_allclose(res, float(jnp.sum(a * a) + jnp.sum(b * b)), rtol=1e-5)
+
+
 def _line_of(marker: str) -> int:
     with open(__file__) as f:
         return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))

@@ -29,8 +29,9 @@ import jax
 import numpy as np
 
 from .. import _compat, _rules, _surface
-from .._errors import ALLOW_SCOPES, SpmdTypeError, built_errors
+from .._errors import ALLOW_SCOPES, SpmdTypeError, built_errors, error
 from .._rules import SpmdType
+from .frames import call_site, is_installed
 from .primitives import FOLLOWED
 from .refine_walk import check_program
 from .walk import Walk, boundary_source, user_frame
@@ -123,8 +124,9 @@ def _check(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: st
         refine_into(walk, eqn, manual, mesh, strict=strict)
     if walk.violations:
         caught = _CAUGHT_IN_BODY.get()
-        walk.violations[:] = [v for v in in_program_order(inner, walk.violations, source)
-                              if not opted_out(v, inner) and not raised_before(v, caught)]
+        walk.violations[:] = at_call_sites(inner, [
+            v for v in in_program_order(inner, walk.violations, source)
+            if not opted_out(v, inner) and not raised_before(v, caught)])
     return Checked(walk, in_types, out_types)
 
 
@@ -192,6 +194,45 @@ def opted_out(v: SpmdTypeError, body: Any) -> bool:
         if v.code in codes and where == user_frame(_compat.eqn_frames(e)):
             return True
     return False
+
+
+def at_call_sites(body: Any, violations: list[SpmdTypeError]) -> list[SpmdTypeError]:
+    """`violations`, each one located in an installed package's code (the `sqrt` of optax's
+    global norm, inside `optax.clip_by_global_norm`) named at the user's line that called into
+    the package (`frames.call_site`), the package's own line kept as a detail. The fix is made
+    where the user calls the package (pass it a reduced value, or use a counterpart that knows
+    the states: `st.clip_by_global_norm`)."""
+    wanted = {(v.file, v.line) for v in violations  # type: ignore[attr-defined]
+              if getattr(v, "file", None) and is_installed(v.file)}  # type: ignore[attr-defined]
+    if not wanted:
+        return violations
+    sites: dict[tuple[str, int], tuple[str, int, str]] = {}
+    for e in _eqns(body):
+        frames = _compat.eqn_frames(e)
+        where = user_frame(frames)
+        if where in wanted and where not in sites:
+            site = call_site(frames, where)
+            if site is not None:
+                sites[where] = site
+    out = []
+    for v in violations:
+        site = sites.get((getattr(v, "file", None), getattr(v, "line", None)))  # type: ignore[arg-type]
+        if site is None:
+            out.append(v)
+            continue
+        file, line, fn = site
+        inside = f"at {v.file}:{v.line}"  # type: ignore[attr-defined]
+        details = [d for d in v.details if d != inside] + [
+            f"at {file}:{line} (in {fn})",
+            f"inside an installed package: {v.file}:{v.line}; the fix goes at your call "  # type: ignore[attr-defined]
+            f"into it (give it values in the state it expects, or a counterpart that knows "
+            f"the states, e.g. st.clip_by_global_norm for optax.clip_by_global_norm)"]
+        new = error(v.code, v.headline, axes=v.axes, states=v.states, fix=v.fix, op=v.op,
+                    details=details)
+        new.file, new.line = file, line  # type: ignore[attr-defined]
+        new.source = f"{file}:{line}"  # type: ignore[attr-defined]
+        out.append(new)
+    return out
 
 
 def _eqns(jaxpr: Any) -> Any:

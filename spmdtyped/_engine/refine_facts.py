@@ -418,6 +418,10 @@ def track_side(side: Side, eqn: Any, name: str, sizes: dict[str, int]) -> None:
         if ins and not is_literal(ins[0]):
             if side.is_constant(ins[0]):
                 side.const.add(o)
+            # a zero cast is a zero (`ZERO_FLOWS`: astype; jax 0.12.1 casts the pvary'd
+            # literal 0 of `jax.tree.reduce(operator.add, sums, initializer=0)` to float)
+            if _r.zero_result(_rules.PRIMITIVES.get(name), [side.is_zero(ins[0])]):
+                side.zero.add(o)
             if side.prescaled(ins[0]):
                 side.scaled[o] = side.prescaled(ins[0])
 

@@ -486,11 +486,11 @@ class RefineWalk:
         partial = True
         for v, t, r in zip(eqn.invars, ins, refs, strict=True):
             k = _r.kind(t, r, axis)
-            if k is PARTIAL:
+            if k is PARTIAL or side.is_zero(v):   # a zero term, of any kind, adds nothing
                 continue
             if k not in (FIXED, REP):
                 return None
-            if side.is_zero(v) or axis in side.prescaled(v):
+            if axis in side.prescaled(v):
                 continue
             if side.is_constant(v):
                 partial = False
