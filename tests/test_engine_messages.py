@@ -102,3 +102,46 @@ def test_a_bug_inside_an_installed_package_is_named_at_the_users_call(face):
     got, _state, _loss = raw(*args)   # JAX runs the bug: each device's own norm
     assert not all(np.allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
                    for g, r in zip(jax.tree.leaves(got), jax.tree.leaves(reference()), strict=True))
+
+
+def test_a_bias_inside_an_equinox_linear_layer_is_named_at_the_layers_call():
+    """A row-parallel projection built from `eqx.nn.Linear(use_bias=True)` and then psum'd over
+    tp: the layer adds its (replicated) bias to the partial sums inside equinox's code
+    (SPMD210). The error names the model's line that calls the layer; raw JAX computes a wrong
+    loss (against one device)."""
+    eqx = pytest.importorskip("equinox")
+
+    class Block(eqx.Module):
+        up: eqx.nn.Linear
+        down: eqx.nn.Linear
+
+        def __call__(self, x, psum=lambda v: jax.lax.psum(v, "tp")):
+            h = jax.nn.relu(jax.vmap(self.up)(x))
+            return psum(jax.vmap(self.down)(h))  # the down projection's call
+
+    k = jax.random.split(jax.random.key(61), 3)
+    model = Block(eqx.nn.Linear(4, 8, use_bias=False, key=k[0]),
+                  eqx.nn.Linear(8, 4, use_bias=True, key=k[1]))
+    specs = eqx.tree_at(lambda b: (b.up.weight, b.down.weight, b.down.bias),
+                        jax.tree.map(lambda _: P(), model), (P("tp", None), P(None, "tp"), P()))
+    x = jax.random.normal(k[2], (8, 4))
+    placed = (jax.tree.map(lambda a, s: jax.device_put(a, jax.sharding.NamedSharding(mesh, s)),
+                           model, specs),
+              jax.device_put(x, jax.sharding.NamedSharding(mesh, P("dp"))))
+
+    def body(m, x):
+        return jax.lax.pmean(jnp.mean(m(x) ** 2), "dp")
+
+    def program(smap):
+        return jax.jit(smap(body, mesh=mesh, in_specs=(specs, P("dp")), out_specs=P()))
+
+    with pytest.raises(st.SpmdTypeError) as ei:
+        program(st.adapters.typed_shard_map)(*placed)
+    e = ei.value
+    line = next(n for n, text in enumerate(open(__file__), 1)
+                if text.rstrip().endswith("# the down projection's call"))
+    assert e.code == "SPMD210" and (e.file, e.line) == (__file__, line), str(e)
+    assert "Block.__call__" in str(e) and "equinox" in str(e), str(e)
+    wrong = float(program(jax.shard_map)(*placed))
+    right = float(jnp.mean(model(x, psum=lambda v: v) ** 2))
+    assert not np.isclose(wrong, right, rtol=1e-3)

@@ -22,6 +22,7 @@ import contextlib
 import contextvars
 import dataclasses
 import gc
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -196,6 +197,11 @@ def opted_out(v: SpmdTypeError, body: Any) -> bool:
     return False
 
 
+#: installed packages whose functions have a counterpart that knows the states (`at_call_sites`)
+_COUNTERPARTS = (("optax", "st.clip_by_global_norm / st.global_norm for optax's clipping and "
+                           "global norm"),)
+
+
 def at_call_sites(body: Any, violations: list[SpmdTypeError]) -> list[SpmdTypeError]:
     """`violations`, each one located in an installed package's code (the `sqrt` of optax's
     global norm, inside `optax.clip_by_global_norm`) named at the user's line that called into
@@ -222,11 +228,13 @@ def at_call_sites(body: Any, violations: list[SpmdTypeError]) -> list[SpmdTypeEr
             continue
         file, line, fn = site
         inside = f"at {v.file}:{v.line}"  # type: ignore[attr-defined]
+        counterpart = next((hint for package, hint in _COUNTERPARTS
+                            if f"{os.sep}{package}{os.sep}" in v.file), None)  # type: ignore[attr-defined]
         details = [d for d in v.details if d != inside] + [
             f"at {file}:{line} (in {fn})",
             f"inside an installed package: {v.file}:{v.line}; the fix goes at your call "  # type: ignore[attr-defined]
-            f"into it (give it values in the state it expects, or a counterpart that knows "
-            f"the states, e.g. st.clip_by_global_norm for optax.clip_by_global_norm)"]
+            f"into it: give it values in the state it expects"
+            + (f", or {counterpart}" if counterpart else "")]
         new = error(v.code, v.headline, axes=v.axes, states=v.states, fix=v.fix, op=v.op,
                     details=details)
         new.file, new.line = file, line  # type: ignore[attr-defined]
