@@ -35,7 +35,7 @@ from .._rules import SpmdType
 from .frames import call_site, is_installed
 from .primitives import FOLLOWED
 from .refine_walk import check_program
-from .walk import Walk, boundary_source, user_frame
+from .walk import Walk, boundary_source, located, user_frame
 
 #: a `(file, line)` of the user's code, or None
 Source = "tuple[str, int] | None"
@@ -230,16 +230,12 @@ def at_call_sites(body: Any, violations: list[SpmdTypeError]) -> list[SpmdTypeEr
         inside = f"at {v.file}:{v.line}"  # type: ignore[attr-defined]
         counterpart = next((hint for package, hint in _COUNTERPARTS
                             if f"{os.sep}{package}{os.sep}" in v.file), None)  # type: ignore[attr-defined]
-        details = [d for d in v.details if d != inside] + [
-            f"at {file}:{line} (in {fn})",
-            f"inside an installed package: {v.file}:{v.line}; the fix goes at your call "  # type: ignore[attr-defined]
-            f"into it: give it values in the state it expects"
-            + (f", or {counterpart}" if counterpart else "")]
-        new = error(v.code, v.headline, axes=v.axes, states=v.states, fix=v.fix, op=v.op,
-                    details=details)
-        new.file, new.line = file, line  # type: ignore[attr-defined]
-        new.source = f"{file}:{line}"  # type: ignore[attr-defined]
-        out.append(new)
+        unlocated = error(v.code, v.headline, axes=v.axes, states=v.states, fix=v.fix, op=v.op,
+                          details=[d for d in v.details if d != inside])
+        out.append(located(unlocated, (file, line), (
+            f"inside an installed package: {v.file}:{v.line}, called from your line below "  # type: ignore[attr-defined]
+            f"(in {fn}); the fix goes at that call: give it values in the state it expects"
+            + (f", or {counterpart}" if counterpart else ""))))
     return out
 
 
