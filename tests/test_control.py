@@ -303,3 +303,69 @@ def test_explain_carry_state_page():
     page = st.explain("SPMD302")
     assert "free cast" in page and "## Example fix" in page
     assert _rules.ELEMENTWISE  # the rule module stays importable without JAX state
+
+
+# ------------------------------------- jax.lax's control flow on typed values (hints at the step)
+
+#: how each loop is spelled with a typed carry `x` (a hinted argument) and a body `f`
+_LAX_LOOPS = {
+    "scan": lambda f, x: jax.lax.scan(lambda c, _: (f(c), None), x, None, length=2)[0],
+    "fori_loop": lambda f, x: jax.lax.fori_loop(0, 2, lambda i, c: f(c), x),
+    "while_loop": lambda f, x: jax.lax.while_loop(lambda c: False, f, x),
+    "cond": lambda f, x: jax.lax.cond(True, lambda: f(x), lambda: x),
+}
+#: the typed spellings that take typed and raw values alike (the fix the message names)
+_ST_LOOPS = {
+    "scan": lambda f, x: st.scan(lambda c, _: (f(c), None), x, None, length=2)[0],
+    "fori_loop": lambda f, x: st.fori_loop(0, 2, lambda i, c: f(c), x),
+    "while_loop": lambda f, x: st.while_loop(lambda c: False, f, x),
+    "cond": lambda f, x: st.cond(True, lambda: f(x), lambda: x),
+}
+
+
+def _lax_program(loop, body, loops=None, unwrap=False):
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+    def f(x: st.Varying["dp"], w: st.Varying["tp"]):
+        x = st.unwrap(x) if unwrap else x
+        return (loops or _LAX_LOOPS)[loop](lambda c: body(c, w), x)
+    return st.shard_map(f, mesh=mesh, in_specs=(P("dp"), P(None, "tp")), out_specs=P("dp"))
+
+
+def _loop_line(loop):
+    """The line of `_LAX_LOOPS` that calls `loop`: the user's line of the jax.lax call."""
+    with open(__file__) as f:
+        return next(n for n, text in enumerate(f, 1)
+                    if text.startswith(f'    "{loop}": lambda f, x: jax.lax.'))
+
+
+_X, _W = jnp.arange(12.0).reshape(4, 3) / 10, jnp.arange(32.0).reshape(4, 8) / 40
+
+
+@pytest.mark.parametrize("loop", sorted(_LAX_LOOPS))
+def test_lax_loop_with_a_typed_carry_that_turns_raw_is_explained(loop):
+    """`jax.lax.fori_loop(0, n, lambda i, c: jnp.tanh(c), x)` on a hinted `x`: a jnp call on a
+    typed value returns a raw one, and JAX compares the carry's pytree structure (a typed value
+    is a node around its array): SPMD509 at the loop's line with the two fixes, which run."""
+    tanh = lambda c, w: jnp.tanh(c)  # noqa: E731
+    with pytest.raises(st.SpmdTypeError) as e:
+        _lax_program(loop, tanh)(_X, _W)
+    assert e.value.code == "SPMD509", str(e.value)
+    assert "st.unwrap(x)" in e.value.fix and "st.fori_loop" in e.value.fix
+    assert (e.value.file, e.value.line) == (__file__, _loop_line(loop))
+    x = np.asarray(_X)
+    want = {"scan": np.tanh(np.tanh(x)), "fori_loop": np.tanh(np.tanh(x)), "while_loop": x,
+            "cond": np.tanh(x)}[loop]
+    for fixed in (_lax_program(loop, tanh, loops=_ST_LOOPS), _lax_program(loop, tanh, unwrap=True)):
+        np.testing.assert_allclose(np.asarray(fixed(_X, _W)), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("loop", sorted(_LAX_LOOPS))
+def test_lax_loop_whose_typed_carry_changes_state_is_spmd302(loop):
+    """The carry comes back typed but Varying over tp too (`c * w.sum()`): JAX sees two
+    classes; SPMD302 at the loop's line, the cast and the psum in its fix."""
+    with pytest.raises(st.SpmdTypeError) as e:
+        _lax_program(loop, lambda c, w: c * w.sum())(_X, _W)
+    assert e.value.code == "SPMD302", str(e.value)
+    assert "Varying['dp', 'tp']" in str(e.value) and "pcast" in e.value.fix
+    assert (e.value.file, e.value.line) == (__file__, _loop_line(loop))

@@ -454,3 +454,30 @@ def test_a_zero_term_in_a_flax_nnx_module_under_nnx_value_and_grad(mesh, form):
     np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-5)
     for g, r in zip(grads, ref_grads, strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------ JAX's fills of a typed value keep its sharding
+
+@pytest.mark.parametrize("form", ["relu", "zeros_like", "where"])
+def test_jax_fill_of_a_typed_value_keeps_its_sharding_on_an_explicit_mesh(form):
+    """On an Explicit mesh, a shard_map over tp only (dp explicit) under `jax.grad`:
+    `jax.nn.relu` of a typed matmul (its jvp rule fills with `lax.full_like` of the typed
+    tangent), `jnp.zeros_like` of a typed value, `jnp.where` against a fill. JAX reads a
+    tracer's sharding from its abstract value; a typed value's was read as none, the fill took
+    the default sharding and the select failed ("select cases must have the same
+    shardings"). The gradient equals one device's."""
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    act = {"relu": jax.nn.relu,
+           "zeros_like": lambda h: h + jnp.zeros_like(h),
+           "where": lambda h: jnp.where(h > 0, h, jnp.full_like(h, 0.5))}[form]
+    inner = st.shard_map(lambda w, x: act(x @ w), in_specs=(P(None, "tp"), P()),
+                         out_specs=P(None, "tp"), axis_names={"tp"})
+    w = jax.random.normal(jax.random.key(310), (8, 16))
+    x = jax.random.normal(jax.random.key(311), (6, 8))
+    loss = lambda f: lambda w, x: jnp.sum(f(w, x) ** 2)  # noqa: E731
+    with jax.set_mesh(mesh):
+        got = jax.jit(jax.grad(loss(inner)))(
+            jax.device_put(w, NamedSharding(mesh, P(None, "tp"))),
+            jax.device_put(x, NamedSharding(mesh, P("dp", None))))
+    want = jax.grad(loss(lambda w, x: act(x @ w)))(w, x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)

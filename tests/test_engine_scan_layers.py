@@ -1,5 +1,7 @@
 """Layers stacked and scanned, as production code writes them (a params dict whose leaves carry a
-leading layer axis, `jax.lax.scan` over it, the layer under `jax.checkpoint` or not, a
+leading layer axis, `jax.lax.scan` over it, the layer under `jax.checkpoint` or not, or under
+a remat policy that saves the activations tagged with `checkpoint_name` (MaxText's
+`save_only_these_names`: the tag is a `name` equation the walks follow as a copy), a
 row-parallel `jax.lax.psum` over tp inside the scanned body, `jax.value_and_grad` in the
 step): under `st.shard_map` (hints at the step only), `st.adapters.typed_shard_map` and
 `st.adapters.checking()`, the correct step equals one device in loss and every gradient; the
@@ -12,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -35,14 +38,22 @@ def _inputs():
     return params, jax.random.normal(k[2], (8, D)), jax.random.normal(k[3], (8, D))
 
 
-def forward(params, x, psum, *, bug=False, remat=False):
+#: how the scanned layer is rematerialized: not, `jax.checkpoint`, or a policy saving the
+#: activation tagged "hidden"
+REMAT = {"scan": None, "scan_remat": jax.checkpoint,
+         "scan_remat_policy": lambda f: jax.checkpoint(
+             f, policy=jax.checkpoint_policies.save_only_these_names("hidden"))}
+
+
+def forward(params, x, psum, *, bug=False, remat="scan"):
     def layer(h, p):
-        u = jax.nn.relu(h @ p["w1"]) @ p["w2"]
+        u = checkpoint_name(jax.nn.relu(h @ p["w1"]), "hidden") @ p["w2"]
         if bug:
             return h + psum(u + p["b"]), None  # the scanned bias's line
         return h + psum(u) + p["b"], None
 
-    h, _ = jax.lax.scan(jax.checkpoint(layer) if remat else layer, x, params)
+    wrap = REMAT[remat]
+    h, _ = jax.lax.scan(layer if wrap is None else wrap(layer), x, params)
     return h
 
 
@@ -82,7 +93,7 @@ def _line(marker):
 FACES = ["st.shard_map", "typed_shard_map", "checking"]
 
 
-@pytest.mark.parametrize("remat", [False, True], ids=["scan", "scan_remat"])
+@pytest.mark.parametrize("remat", sorted(REMAT))
 @pytest.mark.parametrize("face", [*FACES, "jax"])
 def test_correct_scanned_step_equals_one_device(face, remat, mesh):
     params, x, y = _inputs()
@@ -93,7 +104,7 @@ def test_correct_scanned_step_equals_one_device(face, remat, mesh):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("remat", [False, True], ids=["scan", "scan_remat"])
+@pytest.mark.parametrize("remat", sorted(REMAT))
 @pytest.mark.parametrize("face", FACES)
 def test_bias_before_the_psum_in_the_scanned_layer(face, remat, mesh):
     params, x, y = _inputs()
@@ -105,6 +116,6 @@ def test_bias_before_the_psum_in_the_scanned_layer(face, remat, mesh):
 
 def test_the_scanned_bias_bug_is_real(mesh):
     params, x, y = _inputs()
-    loss, _ = _step("jax", mesh, bug=True, remat=False)(*_placed(mesh, params, x, y))
+    loss, _ = _step("jax", mesh, bug=True, remat="scan_remat_policy")(*_placed(mesh, params, x, y))
     ref_loss, _ = _single_device(params, x, y)
     assert not np.isclose(float(loss), float(ref_loss), rtol=1e-3)

@@ -802,3 +802,36 @@ def test_spmd7xx_report_flags_raised_by_check() -> None:
     rep = st.report(step, *args)
     rep.flags = rep.flags[1:]   # the second flag of the same program
     expect("SPMD705", rep.check, axes=("dp",), fragments=("4.00x the ideal",))
+
+
+# ------------------------------------------------------------ every error names its line
+
+def test_an_error_of_the_rules_called_directly_names_no_line() -> None:
+    """`file`, `line` and `source` are attributes of every SpmdTypeError (None where nothing
+    located it): a user's `except st.SpmdTypeError as e: e.file` never fails."""
+    with pytest.raises(st.SpmdTypeError) as e:
+        st.SpmdType(varying=(1,))  # type: ignore[arg-type]
+    assert (e.value.file, e.value.line, e.value.source) == (None, None, None)
+
+
+@pytest.mark.parametrize("face", ["st.shard_map", "typed_shard_map", "checking"])
+def test_an_argument_against_its_in_spec_names_the_users_call(face: str) -> None:
+    """JAX's rejection of an in_spec (an argument not placed as an Explicit mesh's spec says)
+    is raised before the body traces, from inside the face and JAX: SPMD403 at the user's
+    line that called the program, through `jax.jit` too (`checking(step)` raised JAX's
+    ValueError as it was)."""
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    smap = {"st.shard_map": st.shard_map, "typed_shard_map": st.adapters.typed_shard_map,
+            "checking": jax.shard_map}[face]
+    program = smap(lambda x: x * 2, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"))
+    calls = (program, jax.jit(program))
+    if face == "checking":
+        calls = tuple(st.adapters.checking(c) for c in calls)
+    for call in calls:
+        with pytest.raises(st.SpmdTypeError) as e:
+            call(jnp.ones((4, 3)))  # the call's line
+        assert e.value.code == "SPMD403", str(e.value)
+        with open(__file__) as f:
+            line = next(n for n, text in enumerate(f, 1) if text.rstrip().endswith("# the call's line"))
+        assert (e.value.file, e.value.line) == (__file__, line)
+        assert e.value.source == f"{__file__}:{line}"

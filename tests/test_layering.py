@@ -172,7 +172,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("_rules",),
     ("_surface", "_static"),
     ("_typed.hints",),
-    ("_compat",),
+    ("_compat", "_frames"),
     ("_typed", "_engine", "_errors.jax_messages", "_validate"),
     ("numpy", "nn", "debug"),
     ("_ops",),

@@ -25,6 +25,7 @@ from .._engine.check import (
 from .._engine.walk import exception_source, function_source, locate
 from .._errors import SpmdTypeError, error, error_context
 from .._errors.jax_messages import jax_errors
+from .._frames import calling_frame
 
 # _autodiff: importing it lets jax.grad / eqx.filter_grad differentiate typed losses in the
 # bodies (`_autodiff._jax_grad_vjp`, installed once at its import)
@@ -255,7 +256,25 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
         wrapped.__name__ = wrapped.__qualname__ = name
     if mesh is not None and in_specs is not _compat.INFER:
         wrapped.__wrapped_shard_map__ = build(mesh, in_specs)  # type: ignore[attr-defined]
-    return wrapped
+    return errors_at_the_call(wrapped)
+
+
+def errors_at_the_call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, a face's call, whose errors all name a line (`SpmdTypeError.source`): one that
+    names none (an argument against its in_spec, the mesh, a hint: raised before or around
+    the body's trace) is located at the innermost user frame of its traceback, else at the
+    user's line that made the call (`_frames.calling_frame`, through `jax.jit` or not)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except SpmdTypeError as e:
+            if e.source is None:
+                locate(e, exception_source(e) or calling_frame())
+            raise
+
+    return call
 
 
 def check_mesh_specs(mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
@@ -519,4 +538,4 @@ def _deferred(f: Callable[..., Any], *, in_specs: Any, out_specs: Any,
             fn = cache[key] = shard_map(f, in_specs=i, out_specs=o, **kw)
         return fn(*args)
 
-    return wrapped
+    return errors_at_the_call(wrapped)

@@ -31,8 +31,8 @@ import numpy as np
 
 from .. import _compat, _rules, _surface
 from .._errors import ALLOW_SCOPES, SpmdTypeError, built_errors, error
+from .._frames import in_package_note, is_installed, package_call_site
 from .._rules import SpmdType
-from .frames import call_site, is_installed
 from .primitives import FOLLOWED
 from .refine_walk import check_program
 from .walk import Walk, boundary_source, located, user_frame
@@ -205,11 +205,11 @@ _COUNTERPARTS = (("optax", "st.clip_by_global_norm / st.global_norm for optax's 
 def at_call_sites(body: Any, violations: list[SpmdTypeError]) -> list[SpmdTypeError]:
     """`violations`, each one located in an installed package's code (the `sqrt` of optax's
     global norm, inside `optax.clip_by_global_norm`) named at the user's line that called into
-    the package (`frames.call_site`), the package's own line kept as a detail. The fix is made
-    where the user calls the package (pass it a reduced value, or use a counterpart that knows
+    the package (`_frames.package_call_site`), the package's own line kept as a detail. The fix
+    is made where the user calls the package (pass it a reduced value, or use a counterpart that knows
     the states: `st.clip_by_global_norm`)."""
-    wanted = {(v.file, v.line) for v in violations  # type: ignore[attr-defined]
-              if getattr(v, "file", None) and is_installed(v.file)}  # type: ignore[attr-defined]
+    wanted = {(v.file, v.line) for v in violations
+              if v.file is not None and v.line is not None and is_installed(v.file)}
     if not wanted:
         return violations
     sites: dict[tuple[str, int], tuple[str, int, str]] = {}
@@ -217,25 +217,24 @@ def at_call_sites(body: Any, violations: list[SpmdTypeError]) -> list[SpmdTypeEr
         frames = _compat.eqn_frames(e)
         where = user_frame(frames)
         if where in wanted and where not in sites:
-            site = call_site(frames, where)
+            site = package_call_site(frames, where)
             if site is not None:
                 sites[where] = site
     out = []
     for v in violations:
-        site = sites.get((getattr(v, "file", None), getattr(v, "line", None)))  # type: ignore[arg-type]
-        if site is None:
+        site = None if v.file is None or v.line is None else sites.get((v.file, v.line))
+        if site is None or v.file is None or v.line is None:
             out.append(v)
             continue
         file, line, fn = site
-        inside = f"at {v.file}:{v.line}"  # type: ignore[attr-defined]
+        inside = f"at {v.file}:{v.line}"
         counterpart = next((hint for package, hint in _COUNTERPARTS
-                            if f"{os.sep}{package}{os.sep}" in v.file), None)  # type: ignore[attr-defined]
+                            if f"{os.sep}{package}{os.sep}" in v.file), None)
         unlocated = error(v.code, v.headline, axes=v.axes, states=v.states, fix=v.fix, op=v.op,
                           details=[d for d in v.details if d != inside])
-        out.append(located(unlocated, (file, line), (
-            f"inside an installed package: {v.file}:{v.line}, called from your line below "  # type: ignore[attr-defined]
-            f"(in {fn}); the fix goes at that call: give it values in the state it expects"
-            + (f", or {counterpart}" if counterpart else ""))))
+        note = in_package_note((v.file, v.line), fn)
+        out.append(located(unlocated, (file, line),
+                           note + (f"; or use {counterpart}" if counterpart else "")))
     return out
 
 

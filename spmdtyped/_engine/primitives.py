@@ -6,10 +6,11 @@ keep a pre-divided share, and `FOLLOWED`, every one of them with the rule table'
 from __future__ import annotations
 
 from .. import _surface
+from .._rules.primitives import IDENTITIES as IDENTITIES
 
 #: primitives whose result is still the share (`Refinement.share`) its operand was
 KEEPS_SHARE = frozenset({"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "pvary",
-                          "convert_element_type", "copy", "copy_p", "transpose"})
+                          "convert_element_type", "transpose"}) | IDENTITIES
 #: primitives with a rule here (structural) or elsewhere: never "opaque"
 STRUCTURAL = frozenset({"dot_general", "transpose", "reshape", "broadcast_in_dim", "squeeze",
                          "expand_dims", "slice", "dynamic_slice", "gather", "concatenate", "pad",
@@ -26,8 +27,7 @@ KNOWN_PLAIN = frozenset({"eigh", "svd", "qr", "cholesky", "triangular_solve", "l
                           "erf_inv", "clz", "top_k", "reduce_xor", "reduce_and", "reduce_or",
                           "conv_general_dilated", "fft", "cumlogsumexp", "select_and_scatter_add",
                           "reduce_window_sum", "reduce_window_max", "reduce_window_min",
-                          "optimization_barrier", "name", "with_sharding_constraint",
-                          "sharding_constraint", "device_put", "mesh_cast", "reshard",
+                          "optimization_barrier", "device_put",
                           "custom_vjp_call", "custom_vjp_call_jaxpr", "shard_map"}) | CALLS
 #: every primitive the walk follows (the rest: `_opaque`, or plain Varying; strict=True lists them)
 FOLLOWED = set(_surface.PRIMITIVE_REFINE) | STRUCTURAL | KNOWN_PLAIN

@@ -39,7 +39,7 @@ from .._rules import refine as _r
 from .._rules.refine import FIXED, INDEX, PARTIAL, Refinement, Shard
 from .._rules.refine import content as _rc
 from .eqns import EqnView
-from .primitives import STRUCTURAL
+from .primitives import IDENTITIES, STRUCTURAL
 from .refine_facts import CONTENT, Side, api_name, is_literal
 from .walk import user_frame
 
@@ -48,7 +48,7 @@ Report = Callable[[SpmdTypeError, Any, str], None]
 #: the ops a residual's sum is followed back through to its `add` (they do not change which
 #: terms are summed)
 _THROUGH = frozenset({"reshape", "convert_element_type", "transpose", "squeeze", "expand_dims",
-                      "copy", "copy_p", "pvary"})
+                      "pvary"}) | IDENTITIES
 #: the content facts a collective keeps on the axes it does not act on (`_after_collective`)
 _KEPT = ("same", "gathered", "sliced", "accum", "own")
 #: the ops whose output has a content fact none of their operands has (`track`)

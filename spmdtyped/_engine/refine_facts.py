@@ -418,6 +418,13 @@ def track_side(side: Side, eqn: Any, name: str, sizes: dict[str, int]) -> None:
         if ins and not is_literal(ins[0]):
             if side.is_constant(ins[0]):
                 side.const.add(o)
+            # uniform along the same dims: a slice or a cast keeps the rank and the dims; a
+            # value uniform along every dim (a broadcast scalar: `ones(n * d)`) stays so
+            uniform = side.bcast.get(ins[0])
+            if uniform and name in ("slice", "convert_element_type"):
+                side.bcast[o] = uniform
+            elif uniform and len(uniform) == len(shape_of(ins[0])):
+                side.bcast[o] = frozenset(range(-len(shape_of(o)), 0))
             # a zero cast is a zero (`ZERO_FLOWS`: astype; jax 0.12.1 casts the pvary'd
             # literal 0 of `jax.tree.reduce(operator.add, sums, initializer=0)` to float)
             if _r.zero_result(_rules.PRIMITIVES.get(name), [side.is_zero(ins[0])]):
@@ -425,6 +432,22 @@ def track_side(side: Side, eqn: Any, name: str, sizes: dict[str, int]) -> None:
             if side.prescaled(ins[0]):
                 side.scaled[o] = side.prescaled(ins[0])
 
+
+
+def cut_from_a_table(side: Side, eqn: Any) -> bool:
+    """Whether the `slice` equation `eqn` shortens a dim along which a constant built in the
+    program varies: a table computed from `iota` for a longer extent (RoPE's cos / sin for
+    the whole sequence, cut to the local length `table[:n]`). Its values depend on where it
+    was cut, as a replicated input's would, so it carries data (`Refinement.data`): laid along
+    a dim another operand has sharded it is SPMD215, as `sinks[:h]` of an input is. A constant
+    known uniform along the dim (a broadcast: zeros, ones, `full`) or zero is not."""
+    v = eqn.invars[0]
+    if is_literal(v) or v not in side.const or v in side.zero:
+        return False
+    shape, cut = shape_of(v), shape_of(eqn.outvars[0])
+    uniform, n = side.bcast.get(v, frozenset()), len(shape)
+    return any(a != b and d - n not in uniform
+               for d, (a, b) in enumerate(zip(shape, cut, strict=True)))
 
 
 def per_example_error(primal: Any, loss_axes: Sequence[str]) -> SpmdTypeError | None:

@@ -52,6 +52,7 @@ from .refine_facts import (
     Side,
     api_name,
     constant_share,
+    cut_from_a_table,
     diverged,
     drop_leading,
     excused,
@@ -253,6 +254,8 @@ class RefineWalk:
         if name in KEEPS_SHARE and refs and refs[0].share and len(results) == 1:
             # `b / n` broadcast against the partial sum, or cast by JAX: still b's share
             results = [_r.with_share(results[0], outs[0], refs[0].share)]
+        if name == "slice" and len(results) == 1 and cut_from_a_table(side, eqn):
+            data = True   # a table built for a longer extent, cut (`cut_from_a_table`)
         track_side(side, eqn, name, self.axis_sizes)
         _content.track(view, refs, results, side, where, quiet=quiet, report=self._report)
         for v, t, r in zip(eqn.outvars, outs, results, strict=False):

@@ -24,9 +24,10 @@ from typing import Any
 
 from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError, error
+from .._frames import is_library
 from .._rules import SpmdType
 from .eqns import EqnView, Views
-from .frames import is_library, user_frame
+from .frames import user_frame
 from .primitives import CALLS
 from .refine_facts import from_autodiff
 
@@ -139,8 +140,9 @@ def located(e: SpmdTypeError, where: tuple[str, int] | None, extra: str | None =
         details.append(f"at {where[0]}:{where[1]}")
     new = error(e.code, e.headline, axes=e.axes, states=e.states, fix=e.fix, op=e.op,
                 details=details)
-    new.file, new.line = where if where is not None else (None, None)  # type: ignore[attr-defined]
-    new.source = f"{where[0]}:{where[1]}" if where is not None else None  # type: ignore[attr-defined]
+    if where is not None:
+        new.file, new.line = where
+        new.source = f"{where[0]}:{where[1]}"
     return new
 
 
@@ -150,8 +152,8 @@ def locate(e: SpmdTypeError, where: tuple[str, int] | None) -> None:
     whose traceback and chain stay as they are."""
     if where is None or getattr(e, "source", None) is not None:
         return
-    e.file, e.line = where  # type: ignore[attr-defined]
-    e.source = f"{where[0]}:{where[1]}"  # type: ignore[attr-defined]
+    e.file, e.line = where
+    e.source = f"{where[0]}:{where[1]}"
 
 
 class _Where:

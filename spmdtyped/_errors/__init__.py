@@ -64,6 +64,10 @@ class SpmdTypeError(TypeError):
       plugin prints too), without the function and mesh.
     - `function`, `mesh`: the user's function and its mesh (`"dp=2, tp=4"`) when the error was
       raised while `st.shard_map` traced it, else `None`.
+    - `file`, `line`, `source` (`"file:line"`): the user's line the error is about, where the
+      runtime located it (the engine's violations, JAX's errors translated, a typed value's
+      eager check, a face's call); else `None`, as for an error of the rules called directly
+      (its traceback ends at the call).
     """
 
     code: str = "SPMD000"
@@ -75,6 +79,9 @@ class SpmdTypeError(TypeError):
     details: tuple[str, ...]
     function: str | None
     mesh: str | None
+    file: str | None = None
+    line: int | None = None
+    source: str | None = None
 
     def __init__(self, headline: str, *, code: str | None = None,
                  **fields: Unpack[ErrorFields]) -> None:

@@ -13,15 +13,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import linecache
-import os
 import re
-import sysconfig
 import traceback
 from collections.abc import Iterator
 
-import jax
-
 from .. import _compat, _surface
+from .._frames import in_package_note, innermost_user, package_call_site
 from .._rules.axis_ops import AXIS_OPS
 from . import SpmdTypeError, error
 
@@ -41,6 +38,13 @@ class JaxMessage:
     #: where JAX raises it (file in jax/_src); "0.12" when only jax 0.12 has it
     versions: str = "0.10, 0.12"
 
+
+#: the fix of a loop carry that leaves the body more varying than it came in: a value that
+#: varies for real (the carry's initial state is too narrow), or partial sums that lack their
+#: reduction (a row-parallel projection without its psum: the cast would hide the bug)
+_CARRY_FIX = ("if the body's value holds partial sums over the axes it gained (a row-parallel "
+              "projection), psum it in the body; if it really varies there, give the initial "
+              "carry that state: jax.lax.pcast(init, axes, to='varying')")
 
 TABLE: tuple[JaxMessage, ...] = (
     JaxMessage(r"(?P<op>\w+) cannot accept args which are reduced",
@@ -191,15 +195,46 @@ TABLE: tuple[JaxMessage, ...] = (
                "SPMD302", "Scan carry input and output got mismatched varying manual axes for "
                "carry ...",
                "a loop carry enters in one state and leaves the body in another",
-               "give the initial carry the state of the body's result: "
-               "jax.lax.pcast(init, axes, to='varying')"),
+               _CARRY_FIX),
     JaxMessage(r"scan body function carry input and carry output must have equal types"
                r".*(?:\{[VUR]:|varying|vma)",
                "SPMD302", "scan body function carry input and carry output must have equal types, "
                "but they differ: ... f32[4]{V:dp} ... f32[4]",
                "a loop carry enters in one state and leaves the body in another",
-               "give the initial carry the state of the body's result: "
-               "jax.lax.pcast(init, axes, to='varying')"),
+               _CARRY_FIX),
+    # typed values are pytrees whose class is their state: jax.lax's control flow compares a
+    # typed carry's (or branch output's) class as part of its pytree structure
+    JaxMessage(r"(?P<op>scan|while_loop) body function carry input and carry output must have "
+               r"the same pytree structure.*<class 'spmdtyped\.\w+\[.*<class 'spmdtyped\.\w+\[",
+               "SPMD302", "scan body function carry input and carry output must have the same "
+               "pytree structure, but they differ: ... The input carry c is a <class "
+               "'spmdtyped.Varying['dp']'> but the corresponding component of the carry output "
+               "is a <class 'spmdtyped.Varying['dp', 'tp']'> ...",
+               "a loop carry enters in one state and leaves the body in another (jax.lax.{op} "
+               "compares a typed carry's class, which is its state)",
+               "use st.scan / st.fori_loop / st.while_loop, which cast the initial carry for "
+               "free; or " + _CARRY_FIX),
+    JaxMessage(r"(?P<op>cond|switch)? ?branch outputs must have the same pytree structure"
+               r".*<class 'spmdtyped\.\w+\[.*<class 'spmdtyped\.\w+\[",
+               "SPMD302", "cond branch outputs must have the same pytree structure, but they "
+               "differ: ... true_fun output is a <class 'spmdtyped.Varying['dp', 'tp']'> but "
+               "false_fun output is a <class 'spmdtyped.Varying['dp']'> ...",
+               "the branches of cond/switch return values in different states (jax.lax compares "
+               "a typed value's class, which is its state)",
+               "use st.cond / st.switch, which join the branches' states, or cast the branch "
+               "outputs to one state: jax.lax.pcast(y, axes, to='varying')"),
+    JaxMessage(r"(?:carry input and carry output|branch outputs) must have the same pytree "
+               r"structure.*<class 'spmdtyped\.\w+\[",
+               "SPMD509", "scan body function carry input and carry output must have the same "
+               "pytree structure, but they differ: ... The input carry c is a <class "
+               "'spmdtyped.Varying['dp']'> but the corresponding component of the carry output "
+               "is a <class 'jax._src.core.ShapedArray'> ...",
+               "a typed value and a raw one meet in a jax.lax loop carry or cond branch: "
+               "jax.lax compares their pytree structure, and a typed value is a pytree node "
+               "around its array (a jnp or jax.nn call on a typed value returns a raw one)",
+               "give jax.lax's control flow raw values: st.unwrap(x) (the engine still checks "
+               "the program), or use st.scan / st.fori_loop / st.while_loop / st.cond, which "
+               "take typed and raw values alike"),
     JaxMessage(r"cond branches must have equal output types.*(?:\{[VUR]:|varying|vma)",
                "SPMD302", "cond branches must have equal output types but they differ. ... "
                "f32[4]{V:dp} ... f32[4]",
@@ -268,21 +303,19 @@ _UNREDUCED_OUT = next(r for r in TABLE if r.pattern.startswith("(?P<op>vary_unre
 _UNSUPPORTED_PCAST = next(r for r in TABLE if r.pattern.startswith("Unsupported pcast"))
 _NO_RULE, _NO_RULE_REDUCED = (r for r in TABLE if r.pattern.startswith("unreduced/reduced rule"))
 
-_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
-# the package's root (this module is in `_errors/`): a frame in any of its modules is not the
-# user's (its typed autodiff calls JAX's pullback for the user's call)
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
-
-
-def _user_frame(e: BaseException) -> tuple[str, int] | None:
-    """The innermost frame of the traceback outside JAX, spmdtyped and the standard library."""
-    for fs in reversed(traceback.extract_tb(e.__traceback__)):
-        f = os.path.abspath(fs.filename)
-        if not (f.startswith((_JAX_DIR, _PKG_DIR, _STDLIB)) or fs.filename.startswith("<")
-                or "jaxlib" in f):
-            return fs.filename, fs.lineno or 0
-    return None
+def _user_frames(e: BaseException
+                 ) -> tuple[tuple[str, int] | None, tuple[str, int] | None, str | None]:
+    """The innermost frame of the traceback outside JAX, spmdtyped and the standard library;
+    the frame the error names (the same, or the user's line that called into an installed
+    package, flax's `nn.scan` or optax, when the first is that package's:
+    `_frames.package_call_site`); and then a detail with the package's line."""
+    frames = [(fs.filename, fs.lineno or 0, fs.name)
+              for fs in reversed(traceback.extract_tb(e.__traceback__))]
+    inner = innermost_user(frames)
+    site = None if inner is None else package_call_site(frames, inner)
+    if inner is None or site is None:
+        return inner, inner, None
+    return inner, site[:2], in_package_note(inner, site[2])
 
 
 def translate(e: BaseException, where: str | None = None) -> SpmdTypeError | None:
@@ -299,15 +332,15 @@ def translate(e: BaseException, where: str | None = None) -> SpmdTypeError | Non
         if m is None:
             continue
         op = m.groupdict().get("op") or "the operation"
-        frame = _user_frame(e)
-        if row is _IMPLICIT_PVARY and frame is not None:
+        inner, frame, inside = _user_frames(e)
+        if row is _IMPLICIT_PVARY and inner is not None:
             # JAX's implicit pvary of an Unreduced value: a collective needing a Varying input
             # (SPMD102) or an op combining it with a Varying value (SPMD201); the user's line
             # tells which
-            call = re.search(_COLLECTIVE_CALL, linecache.getline(*frame))
+            call = re.search(_COLLECTIVE_CALL, linecache.getline(*inner))
             if call is not None:
                 row, op = _UNREDUCED_COLLECTIVE, call.group(1)
-        if row is _UNREDUCED_OUT and frame is not None and "pcast" in linecache.getline(*frame):
+        if row is _UNREDUCED_OUT and inner is not None and "pcast" in linecache.getline(*inner):
             # the user's own cast, not the boundary's
             row, op = _UNSUPPORTED_PCAST, "not Varying"
         if row is _NO_RULE:
@@ -319,14 +352,20 @@ def translate(e: BaseException, where: str | None = None) -> SpmdTypeError | Non
         details = [f"JAX: {text.splitlines()[0][:300]}"]
         if states:
             details.append("operand states (JAX): " + ", ".join(dict.fromkeys(states)))
+        typed = re.findall(r"<class 'spmdtyped\.(\w+\[[^\]]*\])'>", head)
+        if typed:
+            details.append("typed values (JAX's message): " + ", ".join(typed))
+        if inside is not None:
+            details.append(inside)
         if frame is not None:
             details.append(f"at {frame[0]}:{frame[1]}")
         prefix = f"{where}: " if where else ""
         err = error(row.code, prefix + row.headline.format(op=op), op=op,
                     fix=row.fix.format(op=op), details=tuple(details))
         err.jax_message = text  # type: ignore[attr-defined]
-        err.file, err.line = frame if frame is not None else (None, None)  # type: ignore[attr-defined]
-        err.source = f"{frame[0]}:{frame[1]}" if frame is not None else None  # type: ignore[attr-defined]
+        if frame is not None:
+            err.file, err.line = frame
+            err.source = f"{frame[0]}:{frame[1]}"
         return err
     return None
 

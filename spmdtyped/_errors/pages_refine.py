@@ -131,10 +131,12 @@ PAGES: tuple[ErrorPage, ...] = (
         rule="Along a dim sharded over an axis, every operand is sharded the same way or constant: a "
              "replicated array there gives every device the same values for a different slice.",
         meaning="If `q` holds this device's heads (Shard over 'tp' on the heads dim), an Invariant per-head "
-                "parameter sliced to the local count (`sinks[:h_local]`) or positions built with "
-                "`arange(local_len)` on a sequence-sharded dim give each device the values of the first "
-                "slice. JAX accepts it; the result is wrong on every device but the first. Constants "
-                "(`zeros`, `ones`, `full`, literals) are fine.",
+                "parameter sliced to the local count (`sinks[:h_local]`), or a RoPE table the step "
+                "computes for the whole sequence and cuts to the local length (`cos[:n]`) on a "
+                "sequence-sharded dim, give each device the values of the first slice. JAX accepts it; "
+                "the result is wrong on every device but the first. Constants (`zeros`, `ones`, "
+                "`full`, literals) are fine, and so, to the rule, are positions built at the local "
+                "length (`arange(n)`): offset them by the device's index.",
         fix="x + p[st.axis_index(axis) * n : ...]   # or in_specs sharding p like x",
         solutions=(
             "Shard the parameter like the value: `in_specs=P('tp')` for per-head parameters.",

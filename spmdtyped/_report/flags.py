@@ -12,13 +12,14 @@ from typing import Any
 
 from .. import _compat
 from .._engine import walk as _walk
+from .._engine.primitives import IDENTITIES
 from .hlo import CompiledOp
 from .traced import Collective, aval_bytes
 
 #: primitives that pass a value through linearly (a sum can be moved across them)
 LINEAR = frozenset({"convert_element_type", "reshape", "squeeze", "expand_dims",
-                    "broadcast_in_dim", "transpose", "neg", "copy", "copy_p", "pvary", "mul",
-                    "div", "add", "add_any", "sub", "reduce_sum"})
+                    "broadcast_in_dim", "transpose", "neg", "pvary", "mul", "div", "add",
+                    "add_any", "sub", "reduce_sum"}) | IDENTITIES
 #: kernels JAX cannot partition
 OPAQUE = frozenset({"pure_callback", "io_callback", "ffi_call", "pallas_call", "custom_call",
                     "callback", "tpu_custom_call"})

@@ -120,6 +120,14 @@ def _collective_fix(code: str, op: str, axes: Sequence[str], bad: Sequence[str])
     if code == "SPMD102":
         return f"{op}(x, {a}) -> {op}(st.psum_scatter(x, {b}, tiled=True), {a}), or st.psum(x, {b}) first"
     if code == "SPMD103":
+        if op.endswith("pmean"):
+            # a gradient w.r.t. a parameter replicated over the axis is already the sum over
+            # it (JAX's backward pass reduces it): dropping the pmean keeps n times the mean
+            return (f"drop the {op} if x is already averaged over {b}; a gradient w.r.t. a "
+                    f"parameter replicated over {b} is the SUM over {b} (JAX reduces it in the "
+                    f"backward pass), so average the loss instead ({op}(loss, {b}) before "
+                    f"jax.grad) or divide by the axis size; or {op}(st.pvary(x, {b}), {a}) to "
+                    f"act on per-device copies")
         return (f"drop the {op} if x is already reduced over {b}; or {op}(st.pvary(x, {b}), {a}) "
                 f"to act on per-device copies")
     if code == "SPMD104":

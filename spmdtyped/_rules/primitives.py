@@ -10,6 +10,15 @@ from .arguments import UNKNOWN, argument_rule
 
 # collective/cast primitives: each collective's row in `_surface.collectives` (`primitives`)
 
+#: primitives that return their operand as it is, on every device: a copy,
+#: `checkpoint_name`'s `name` (a remat policy's tag), and the placement of a value over the
+#: mesh's auto axes inside a shard_map over the others (`jax.lax.with_sharding_constraint`,
+#: `jax.sharding.reshard`, `mesh_cast`: each binds one equation per leaf). Every walk follows
+#: them as the `copy` rule: the state, the refinement (Shard / Partial / Rep), the share and
+#: the content facts pass through.
+IDENTITIES = frozenset({"copy", "copy_p", "name", "sharding_constraint",
+                        "with_sharding_constraint", "reshard", "mesh_cast"})
+
 #: elementwise/structural primitive -> ELEMENTWISE rule
 PRIMITIVES: dict[str, str] = {
     "add": "add", "add_any": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg",
@@ -34,7 +43,7 @@ PRIMITIVES: dict[str, str] = {
     "reshape": "reshape", "transpose": "transpose", "squeeze": "squeeze",
     "expand_dims": "expand_dims", "broadcast_in_dim": "broadcast_to", "slice": "getitem",
     "pad": "pad", "convert_element_type": "astype", "reduce_precision": "astype",
-    "copy": "copy", "copy_p": "copy", "split": "split", "conj": "conj", "real": "real",
+    **{p: "copy" for p in IDENTITIES}, "split": "split", "conj": "conj", "real": "real",
     "imag": "imag",
     "tile": "tile",  # jax 0.12.1 (earlier versions: broadcast_in_dim and reshape)
 }

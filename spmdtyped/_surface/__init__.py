@@ -18,7 +18,7 @@ import dataclasses
 from .._rules.arguments import DTYPE_KINDS
 from .._rules.elementwise import ELEMENTWISE
 from .._rules.functions import AT_METHODS, CONSTRUCTORS, LIKE_CONSTRUCTORS
-from .._rules.primitives import PRIMITIVES
+from .._rules.primitives import IDENTITIES, PRIMITIVES
 from .collectives import AXIS_PRIMITIVES as AXIS_PRIMITIVES
 from .collectives import COLLECTIVE_NAMES as COLLECTIVE_NAMES
 from .collectives import COLLECTIVES as COLLECTIVES
@@ -351,7 +351,7 @@ _PRIMITIVE_KINDS: dict[str, tuple[str, str]] = {
         "clamp", "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor", "not", "exp", "exp2",
         "log", "tanh", "sin", "cos", "tan", "sqrt", "rsqrt", "abs", "square", "sign", "log1p",
         "expm1", "logistic", "erf", "erfc", "erf_inv", "floor", "ceil", "round", "is_finite",
-        "integer_pow", "convert_element_type", "reduce_precision", "copy", "copy_p", "conj",
+        "integer_pow", "convert_element_type", "reduce_precision", *IDENTITIES, "conj",
         "real", "imag", "stop_gradient", "cbrt", "asin", "acos", "atan", "sinh", "cosh",
         "asinh", "acosh", "atanh", "lgamma", "digamma", "nextafter", "shift_left",
         "shift_right_logical", "shift_right_arithmetic", "population_count", "select_n")},

@@ -120,5 +120,17 @@ def _at_method(method: str) -> Callable[..., Any]:
 for _row in _surface.AT:
     setattr(_AtIndex, _row.name, _at_method(_row.name))
 
+def jax_attribute(x: SArray, name: str) -> Any:
+    """`x.<name>` as JAX's own code reads it (`_hints.Operations.jax_attribute`): the raw
+    value's attribute (`__jax_array__`, with its refusals), and a tracer's `sharding` from its
+    abstract value, as JAX reads it of a raw tracer (`lax.full_like`, which `jax.nn.relu`'s
+    rule and `jnp.zeros_like` call: without it the fill took the default sharding, and on an
+    Explicit mesh the select that follows failed)."""
+    raw = x.__jax_array__()
+    if name == "sharding" and isinstance(raw, jax.core.Tracer):   # (public in 0.10 and 0.12)
+        return getattr(raw.aval, "sharding", None)
+    return getattr(raw, name)
+
+
 _hints.register_operations(_hints.Operations(binary=binary, unary=unary_op, getitem=getitem,
-                                             getattr=getattr_))
+                                             getattr=getattr_, jax_attribute=jax_attribute))

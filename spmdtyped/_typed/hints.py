@@ -56,13 +56,16 @@ class Operations:
 
     - `binary(rule, a, b, *, op, bind)`: a binary operator (`_array.binary`);
     - `unary(rule, x, bind, *, op)`: a unary operator (`_array.unary_op`);
-    - `getitem(x, idx)`, `getattr(x, name)`: indexing and methods/properties.
+    - `getitem(x, idx)`, `getattr(x, name)`: indexing and methods/properties;
+    - `jax_attribute(x, name)`: an attribute of `jax.Array` that JAX's own code reads of a
+      typed value (`x.sharding` in `lax.full_like`), read as JAX reads it of the raw value.
     """
 
     binary: Callable[..., Any]
     unary: Callable[..., Any]
     getitem: Callable[[Any, Any], Any]
     getattr: Callable[[Any, str], Any]
+    jax_attribute: Callable[[Any, str], Any]
 
 
 _OPERATIONS: list[Operations] = []
@@ -227,7 +230,7 @@ class SArray(metaclass=_StateMeta):
         if name.startswith("__"):
             raise AttributeError(name)
         if _by_jax() and _is_array_method(name):  # `x_dot.sum(axis)` in a JAX custom_jvp rule
-            return getattr(_jax_value(self), name)
+            return _ops().jax_attribute(self, name)
         return _ops().getattr(self, name)
 
 

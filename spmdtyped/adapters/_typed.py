@@ -30,11 +30,17 @@ from typing import Any
 import jax
 
 from .. import _compat, _validate
-from .._boundary.shard_map import check_in_structure, check_mesh_specs, in_spec_errors
+from .._boundary.shard_map import (
+    check_in_structure,
+    check_mesh_specs,
+    errors_at_the_call,
+    in_spec_errors,
+)
 from .._engine.check import check_shard_map, check_staged, over_arrays, run_checked
 from .._engine.walk import exception_source, function_source, located
 from .._errors import SpmdTypeError, error, error_context
 from .._errors.jax_messages import jax_errors, translate
+from .._frames import calling_frame
 from ._conventions import (
     fn_name,
     manual_axes,
@@ -169,7 +175,7 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
 
     named_like(wrapped, f)
     wrapped.__wrapped_shard_map__ = plain  # type: ignore[attr-defined]
-    return wrapped
+    return errors_at_the_call(wrapped)
 
 
 def checking(fn: Callable[..., Any] | None = None, /) -> Any:
@@ -296,12 +302,18 @@ def _rejected_call_violation(c: ShardMapCall, boundary: SpmdTypeError) -> SpmdTy
 
 @contextlib.contextmanager
 def _translating() -> Iterator[None]:
-    """JAX's manual-axis errors raised in the block as spmdtyped's, at the user's line."""
+    """JAX's manual-axis errors raised in the block as spmdtyped's, at the user's line (its
+    rejection of an argument against its in_spec too: SPMD403, as the other faces raise it)."""
     try:
-        with jax_errors("checking()"):
+        with in_spec_errors("checking()", "st.adapters.checking"), jax_errors("checking()"):
             yield
     except SpmdTypeError as e:
-        where = exception_source(e) if getattr(e, "source", None) is None else None
+        if e.source is not None:
+            raise
+        # the user's frame of the error, else of JAX's error it translates, else the line
+        # that called the step (an argument JAX rejected before any user code ran)
+        where = exception_source(e) or (exception_source(e.__cause__) if e.__cause__ else None) \
+            or calling_frame()
         if where is None:
             raise
         raise located(e, where).with_traceback(e.__traceback__) from e.__cause__

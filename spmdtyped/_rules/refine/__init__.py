@@ -186,6 +186,20 @@ def _laid_along(ext: Extent, axis: str) -> bool:
     return ext > 1 if isinstance(ext, int) else isinstance(ext, LocalExtent) and axis in ext.axes
 
 
+def _check_not_laid_along(x: Arg, d: int, axis: str, op: str) -> None:
+    """SPMD215 when the replicated operand `x` lays different values along its dim `d`, which
+    another operand has sharded over `axis`: it carries data (not a constant), is not uniform
+    there, and is not a reduction across the devices of `axis`."""
+    if _laid_along(_extent(x, d), axis) and x.ref.data and x.type is not LITERAL \
+            and d not in x.ref.uniform and axis not in x.ref.across:
+        raise fail("SPMD215", op, f"a replicated value is laid along dim {d}, which another "
+                    f"operand has sharded over {axis!r}: every device applies the same "
+                    f"values to a different slice (e.g. per-head parameters or positions "
+                    f"built for the local shard)", axis, None,
+                    fix=f"slice the replicated value by st.axis_index({axis!r}), or give it "
+                        f"in_specs sharded over {axis!r} like the other operand")
+
+
 def aligned_shard(args: Sequence[Arg], axis: str, out_ndim: int | None, op: str) -> Kind | str:
     """The join of the operands on one axis after right-aligned broadcasting.
 
@@ -212,14 +226,7 @@ def aligned_shard(args: Sequence[Arg], axis: str, out_ndim: int | None, op: str)
             continue
         ext = _extent(x, d)
         if k in (FIXED, REP):
-            if _laid_along(ext, axis) and x.ref.data and x.type is not LITERAL \
-                    and d not in x.ref.uniform and axis not in x.ref.across:
-                raise fail("SPMD215", op, f"a replicated value is laid along dim {d}, which another "
-                            f"operand has sharded over {axis!r}: every device applies the same "
-                            f"values to a different slice (e.g. per-head parameters or positions "
-                            f"built for the local shard)", axis, None,
-                            fix=f"slice the replicated value by st.axis_index({axis!r}), or give it "
-                                f"in_specs sharded over {axis!r} like the other operand")
+            _check_not_laid_along(x, d, axis, op)
             continue
         if ext != 1:
             return PLAIN
@@ -482,7 +489,13 @@ def einsum(spec: str, args: Sequence[Arg], out: SpmdType, *, op: str) -> Refinem
         if len(letters) != 1:
             return None
         (c,) = letters
-        # every operand that has letter c must be sharded on it (else shards meet a full dim)
+        # every operand that has letter c must be sharded on it (else shards meet a full dim);
+        # a replicated operand that has it, where c is a batch letter (kept in the output),
+        # lays the same values along every device's slice (k / v heads replicated against
+        # q heads sharded: GQA under head parallelism)
+        for sub, k, x in zip(ins, ks, args, strict=True):
+            if c in sub and c in outs and k in (FIXED, REP):
+                _check_not_laid_along(x, sub.index(c) - len(sub), a, op)
         if any(c in sub and not (isinstance(k, Shard) and sub[k.dim] == c)
                for sub, k in zip(ins, ks, strict=True)):
             return None
