@@ -6,8 +6,8 @@ A frame is *library code* when it is JAX's, jaxlib's, spmdtyped's, the standard 
 generated (`<string>`); the innermost other frame is where an error belongs. When that frame
 is an installed third-party package's (optax's `global_norm`, an `equinox.nn` or
 `flax.linen` layer, flax's `nn.scan`), `package_call_site` finds the user's line that called
-into it: the line an error names, the package's beside it. Stacks are sequences of `(file, line,
-function)`, innermost first.
+into it: the line an error names, the package's beside it. Stacks are sequences of
+`(file, line, function)`, innermost first.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def calling_frame() -> tuple[str, int] | None:
 
 
 def package_call_site(frames: Sequence[tuple[str, int, str]], where: tuple[str, int]
-              ) -> tuple[str, int, str] | None:
+                      ) -> tuple[str, int, str] | None:
     """`(file, line, function)` of the user's line that called, through an installed
     package, the library frame `where` of the stack `frames` (innermost first): the first
     frame outside it that is neither library code nor installed. None when `where` is not an

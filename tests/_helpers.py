@@ -164,3 +164,16 @@ def pyright_or_skip() -> str:
     if exe is None:
         pytest.skip("pyright is not installed (pip install pyright==1.1.414)")
     return exe
+
+
+def on_face(face: str, body: Callable[..., Any], hinted: Callable[..., Any], **specs: Any
+            ) -> Callable[..., Any]:
+    """The jitted program of `body` as the face `face` runs it: `"st.shard_map"` (`hinted`,
+    the same body with hints on its arguments), `"typed_shard_map"`, `"checking"` (the
+    unchanged `jax.shard_map` program wrapped by `st.adapters.checking`) or `"jax"` (raw).
+    `specs`: `mesh`, `in_specs`, `out_specs` (and any other keyword of the shard_map)."""
+    if face == "st.shard_map":
+        return jax.jit(st.shard_map(hinted, **specs))
+    smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
+    program = jax.jit(smap(body, **specs))
+    return st.adapters.checking(program) if face == "checking" else program

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import on_face
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -39,16 +40,9 @@ def _fixed(w, x):
 
 
 def _run(face, body, mesh):
-    if face == "st.shard_map":
-        def hinted(w, x: Varying["dp"]):
-            return body(w, x)
-        fn, smap = hinted, st.shard_map
-    else:
-        fn = body
-        smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
-    program = jax.jit(smap(fn, mesh=mesh, in_specs=(P(), P("dp")), out_specs=P()))
-    if face == "checking":
-        program = st.adapters.checking(program)
+    def hinted(w, x: Varying["dp"]):
+        return body(w, x)
+    program = on_face(face, body, hinted, mesh=mesh, in_specs=(P(), P("dp")), out_specs=P())
     return program(jax.device_put(W, NamedSharding(mesh, P())),
                    jax.device_put(X, NamedSharding(mesh, P("dp"))))
 

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import on_face
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -62,16 +63,10 @@ def _body(impl, fixed):
 
 def _run(face, impl, fixed, mesh, q, k, v):
     body = _body(impl, fixed)
-    if face == "st.shard_map":
-        def hinted(q: Varying["dp", "tp"], k: Varying["dp"], v: Varying["dp"]):
-            return body(q, k, v)
-        fn, smap = hinted, st.shard_map
-    else:
-        fn = body
-        smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
-    program = jax.jit(smap(fn, mesh=mesh, in_specs=SPECS, out_specs=OUT))
-    if face == "checking":
-        program = st.adapters.checking(program)
+
+    def hinted(q: Varying["dp", "tp"], k: Varying["dp"], v: Varying["dp"]):
+        return body(q, k, v)
+    program = on_face(face, body, hinted, mesh=mesh, in_specs=SPECS, out_specs=OUT)
     put = lambda a, s: jax.device_put(a, NamedSharding(mesh, s))  # noqa: E731
     return program(put(q, SPECS[0]), put(k, SPECS[1]), put(v, SPECS[2]))
 

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import on_face
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -143,17 +144,11 @@ def _body(model, mistake):
 def _run(face, model, mistake, mesh, params, x, y):
     specs = _specs(params, model == "stack")
     body = _body(model, mistake)
-    if face == "st.shard_map":
-        def fn(params, x: Varying["dp"], y: Varying["dp"]):
-            return body(params, x, y)
-        smap = st.shard_map
-    else:
-        fn = body
-        smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
-    program = jax.jit(smap(fn, mesh=mesh, in_specs=(specs, P("dp"), P("dp")),
-                           out_specs=(P(), specs)))
-    if face == "checking":
-        program = st.adapters.checking(program)
+
+    def hinted(params, x: Varying["dp"], y: Varying["dp"]):
+        return body(params, x, y)
+    program = on_face(face, body, hinted, mesh=mesh, in_specs=(specs, P("dp"), P("dp")),
+                      out_specs=(P(), specs))
     put = lambda a, s: jax.device_put(a, NamedSharding(mesh, s))  # noqa: E731
     return program(jax.tree.map(put, params, specs), put(x, P("dp")), put(y, P("dp")))
 

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import on_face
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -66,17 +67,10 @@ def _rope(x, form):
 
 
 def _run(face, form, mesh, x):
-    body = lambda x: _rope(x, form)  # noqa: E731
-    if face == "st.shard_map":
-        def hinted(x: Varying["dp", "sp"]):
-            return _rope(x, form)
-        fn, smap = hinted, st.shard_map
-    else:
-        fn = body
-        smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
-    program = jax.jit(smap(fn, mesh=mesh, in_specs=SPEC, out_specs=SPEC))
-    if face == "checking":
-        program = st.adapters.checking(program)
+    def hinted(x: Varying["dp", "sp"]):
+        return _rope(x, form)
+    program = on_face(face, lambda x: _rope(x, form), hinted, mesh=mesh, in_specs=SPEC,
+                      out_specs=SPEC)
     return program(jax.device_put(x, NamedSharding(mesh, SPEC)))
 
 

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import on_face
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -64,16 +65,10 @@ def _step(face, mesh, *, bug, remat):
             return jax.lax.pmean(jnp.mean((h - y) ** 2), "dp")
         return jax.value_and_grad(loss)(params)
 
-    if face == "st.shard_map":
-        def hinted(params, x: Varying["dp"], y: Varying["dp"]):
-            return step(params, x, y)
-        fn, smap = hinted, st.shard_map
-    else:
-        fn = step
-        smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
-    program = jax.jit(smap(fn, mesh=mesh, in_specs=(SPECS, P("dp"), P("dp")),
-                           out_specs=(P(), SPECS)))
-    return st.adapters.checking(program) if face == "checking" else program
+    def hinted(params, x: Varying["dp"], y: Varying["dp"]):
+        return step(params, x, y)
+    return on_face(face, step, hinted, mesh=mesh, in_specs=(SPECS, P("dp"), P("dp")),
+                   out_specs=(P(), SPECS))
 
 
 def _placed(mesh, params, x, y):

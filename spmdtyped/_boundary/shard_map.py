@@ -22,10 +22,9 @@ from .._engine.check import (
     signature_key,
     unfollowed,
 )
-from .._engine.walk import exception_source, function_source, locate
+from .._engine.walk import function_source, locate, raised_at
 from .._errors import SpmdTypeError, error, error_context
 from .._errors.jax_messages import jax_errors
-from .._frames import calling_frame
 
 # _autodiff: importing it lets jax.grad / eqx.filter_grad differentiate typed losses in the
 # bodies (`_autodiff._jax_grad_vjp`, installed once at its import)
@@ -227,20 +226,17 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
 
     def located_trace(thunk: Callable[[], Any], m: Any, specs: Any, raw_args: list[Any],
                       manual: tuple[str, ...]) -> Any:
-        # an error of a typed value's eager check (raised while the body traced) names the
-        # user's line; an output that fails its out_spec is reported at its cause when the
-        # engine finds one in the body (`infer` does the same), the boundary error chained
+        # an output that fails its out_spec is reported at its cause when the engine finds
+        # one in the body (`infer` does the same), the boundary error chained
         try:
             return thunk()
         except SpmdTypeError as e:
-            if e.code in ("SPMD401", "SPMD404") and getattr(e, "source", None) is None:
+            if e.code in ("SPMD401", "SPMD404") and e.source is None:
                 cause = engine_cause(m, specs, raw_args, manual)
                 if cause is not None:
                     raise cause from e
                 locate(e, function_source(f))
-            elif getattr(e, "source", None) is None:
-                locate(e, exception_source(e))
-            raise
+            raise   # (any other: located by `errors_at_the_call`, around every face's call)
 
     def engine_cause(m: Any, specs: Any, raw_args: list[Any],
                      manual: tuple[str, ...]) -> SpmdTypeError | None:
@@ -261,9 +257,10 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
 
 def errors_at_the_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     """`fn`, a face's call, whose errors all name a line (`SpmdTypeError.source`): one that
-    names none (an argument against its in_spec, the mesh, a hint: raised before or around
-    the body's trace) is located at the innermost user frame of its traceback, else at the
-    user's line that made the call (`_frames.calling_frame`, through `jax.jit` or not)."""
+    names none (a typed value's eager check while the body traced, an argument against its
+    in_spec, the mesh, a hint) is located where it was raised (`walk.raised_at`: the innermost
+    user frame of its traceback, else the user's line that made the call, through `jax.jit`
+    or not)."""
 
     @functools.wraps(fn)
     def call(*args: Any) -> Any:
@@ -271,7 +268,7 @@ def errors_at_the_call(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args)
         except SpmdTypeError as e:
             if e.source is None:
-                locate(e, exception_source(e) or calling_frame())
+                locate(e, raised_at(e))
             raise
 
     return call

@@ -168,7 +168,7 @@ def raised_before(v: SpmdTypeError, caught: Sequence[tuple[str, frozenset[tuple[
                   ) -> bool:
     """Whether a typed value's check built the error `v` reports (its code, at its line) while
     the body traced: the body caught it, and its equations are still in the program."""
-    where = (getattr(v, "file", None), getattr(v, "line", None))
+    where = (v.file, v.line)
     return any(code == v.code and where in lines for code, lines in caught)
 
 
@@ -185,7 +185,7 @@ ALLOW_SCOPES.append(_allow_scope)
 def opted_out(v: SpmdTypeError, body: Any) -> bool:
     """Whether the violation `v` lies in a `with st.allow(code):` block of the body: an
     equation traced in the block (its name stack holds the block's scope) at `v`'s line."""
-    where = (getattr(v, "file", None), getattr(v, "line", None))
+    where = (v.file, v.line)
     for e in _eqns(body):
         stack = str(getattr(getattr(e, "source_info", None), "name_stack", ""))
         if _ALLOW_SCOPE not in stack:
@@ -259,7 +259,7 @@ def in_program_order(body: Any, violations: list[SpmdTypeError],
     last = len(body.eqns)
 
     def position(v: SpmdTypeError) -> int:
-        where = (getattr(v, "file", None), getattr(v, "line", None))
+        where = (v.file, v.line)
         if v.code.startswith("SPMD4") and source is not None and where == tuple(source):
             return last + 1
         return order.get(where, last)  # type: ignore[arg-type]

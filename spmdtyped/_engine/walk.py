@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError, error
-from .._frames import is_library
+from .._frames import calling_frame, is_library
 from .._rules import SpmdType
 from .eqns import EqnView, Views
 from .frames import user_frame
@@ -119,6 +119,16 @@ def exception_source(e: BaseException) -> tuple[str, int] | None:
     return user_frame(frames[::-1])
 
 
+def raised_at(e: BaseException) -> tuple[str, int] | None:
+    """Where an error a face raises belongs when nothing located it: the innermost user frame
+    of its traceback, else of the exception it was raised from (JAX's, translated), else the
+    user's line that called into spmdtyped (an argument JAX rejected before any user code
+    ran: `_frames.calling_frame`)."""
+    cause = e.__cause__
+    return exception_source(e) or (exception_source(cause) if cause is not None else None) \
+        or calling_frame()
+
+
 def function_source(f: Any) -> tuple[str, int] | None:
     """`f`'s `def` line: where a boundary (out_specs) error belongs."""
     for _ in range(16):  # a functools.partial, a jitted or functools.wraps-decorated function
@@ -131,7 +141,7 @@ def function_source(f: Any) -> tuple[str, int] | None:
 
 def located(e: SpmdTypeError, where: tuple[str, int] | None, extra: str | None = None) -> SpmdTypeError:
     """A copy of `e` that names the user's source line (`.file`, `.line`, `.source`)."""
-    if getattr(e, "source", None) is not None:
+    if e.source is not None:
         return e
     details = list(e.details)
     if extra:
@@ -150,7 +160,7 @@ def locate(e: SpmdTypeError, where: tuple[str, int] | None) -> None:
     """Name the user's source line on `e` itself (`.file`, `.line`, `.source`), as `located`
     does on a copy: for an error raised while the body traced (a typed value's eager check),
     whose traceback and chain stay as they are."""
-    if where is None or getattr(e, "source", None) is not None:
+    if where is None or e.source is not None:
         return
     e.file, e.line = where
     e.source = f"{where[0]}:{where[1]}"

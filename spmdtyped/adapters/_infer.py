@@ -235,11 +235,9 @@ class CheckVmaWarning(UserWarning):
         self.error = error
         m = re.match(r"check_vma=False: (?:((.*):(\d+))|\?): (SPMD\d{3}): ", text)
         self.code = error.code if error is not None else (m.group(4) if m else None)
-        self.source = getattr(error, "source", None) if error is not None else (
-            m.group(1) if m else None)
-        self.file = getattr(error, "file", None) if error is not None else (
-            m.group(2) if m else None)
-        line = getattr(error, "line", None) if error is not None else (m.group(3) if m else None)
+        self.source = error.source if error is not None else (m.group(1) if m else None)
+        self.file = error.file if error is not None else (m.group(2) if m else None)
+        line = error.line if error is not None else (m.group(3) if m else None)
         self.line = int(line) if line is not None else None
 
 

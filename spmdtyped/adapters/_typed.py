@@ -37,10 +37,9 @@ from .._boundary.shard_map import (
     in_spec_errors,
 )
 from .._engine.check import check_shard_map, check_staged, over_arrays, run_checked
-from .._engine.walk import exception_source, function_source, located
+from .._engine.walk import function_source, located, raised_at
 from .._errors import SpmdTypeError, error, error_context
 from .._errors.jax_messages import jax_errors, translate
-from .._frames import calling_frame
 from ._conventions import (
     fn_name,
     manual_axes,
@@ -291,8 +290,7 @@ def _first_violation(f: Callable[..., Any], args: Any, *, mesh: Any, in_specs: A
 def _rejected_call_violation(c: ShardMapCall, boundary: SpmdTypeError) -> SpmdTypeError:
     """`_first_violation` of the rejected shard_map call `c` of a step; else JAX's boundary
     error `boundary`, at the `def` of the body."""
-    fallback = located(boundary, function_source(c.f)) \
-        if getattr(boundary, "source", None) is None else boundary
+    fallback = located(boundary, function_source(c.f))   # (as it is when it names a line)
     if c.in_specs is _compat.INFER:
         return fallback
     return _first_violation(c.f, c.args, mesh=c.mesh, in_specs=c.in_specs,
@@ -308,12 +306,7 @@ def _translating() -> Iterator[None]:
         with in_spec_errors("checking()", "st.adapters.checking"), jax_errors("checking()"):
             yield
     except SpmdTypeError as e:
-        if e.source is not None:
-            raise
-        # the user's frame of the error, else of JAX's error it translates, else the line
-        # that called the step (an argument JAX rejected before any user code ran)
-        where = exception_source(e) or (exception_source(e.__cause__) if e.__cause__ else None) \
-            or calling_frame()
+        where = None if e.source is not None else raised_at(e)
         if where is None:
             raise
         raise located(e, where).with_traceback(e.__traceback__) from e.__cause__

@@ -367,7 +367,7 @@ def _unfixed(e: BaseException, file: str, site: int | None = None) -> Change:
     if isinstance(e, SpmdTypeError):
         # spmdtyped.lax in the body: its strict check, with the checks on (SPMD103: a psum of
         # a value that is already Invariant; the same numbers as before, but said so)
-        line = getattr(e, "line", None) if _same_file(getattr(e, "file", None), file) else None
+        line = e.line if _same_file(e.file, file) else None
         return Change(line or error_line(e, file) or site,
                       f"{e.code}: spmdtyped.lax rejects it with check_vma=True: "
                       f"{str(e).strip().splitlines()[0][:300]}",
@@ -453,8 +453,7 @@ def gradient_psums(job: Any, file: str, source: str, outputs_differ: bool = True
     lines = source.splitlines()
     out = []
     for v in rep.violations:
-        line = getattr(v, "line", None)
-        vfile = getattr(v, "file", None)
+        line, vfile = v.line, v.file
         if v.code != "SPMD103" or line is None or \
                 (vfile is not None and os.path.abspath(vfile) != os.path.abspath(file)):
             continue
