@@ -52,6 +52,32 @@ def is_installed(file: str) -> bool:
         or f"{os.sep}dist-packages{os.sep}" in f
 
 
+_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
+#: JAX's modules of user-facing functions (`jnp.*`, `jax.nn.*`, `jax.lax.*`, ...), as
+#: opposed to its tracing machinery
+_JAX_API_DIRS = tuple(os.path.join(_JAX_DIR, "_src", d) + os.sep
+                      for d in ("numpy", "nn", "lax", "ops", "scipy", "random", "image"))
+
+
+def called_jax_function(frames: Sequence[tuple[str, int, str]]) -> str | None:
+    """The name of the JAX function the innermost user frame of `frames` called
+    (`logsumexp` for a `sign` equation that `jax.nn.logsumexp` binds; the jitted function
+    whose trace the stack ends at, `take_along_axis`), or None: the user's line called
+    spmdtyped, or the frame is not a public function of JAX's API modules."""
+    inner = []
+    for file, _line, fn in frames:   # (a stack may end at a jitted JAX function's call)
+        if not is_library(file):
+            break
+        inner.append((file, fn))
+    for file, fn in reversed(inner):   # from the user's call inwards
+        path = os.path.abspath(file)
+        if not path.startswith(_JAX_DIR):
+            return None
+        if path.startswith(_JAX_API_DIRS) and fn.isidentifier() and not fn.startswith("_"):
+            return fn
+    return None
+
+
 def innermost_user(frames: Sequence[tuple[str, int, str]]) -> tuple[str, int] | None:
     """`(file, line)` of the innermost frame of `frames` that is not library code."""
     for file, line, _fn in frames:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._frames import innermost_user
+from .._frames import called_jax_function, innermost_user
 from .refine_facts import ByIdentity
 
 
@@ -19,3 +19,11 @@ def user_frame(frames: Sequence[tuple[str, int, str]]) -> tuple[str, int] | None
 
 
 _user_frame = ByIdentity(innermost_user)
+
+
+def primitive_detail(name: str, frames: Sequence[tuple[str, int, str]]) -> str:
+    """The detail that names a violation's equation: its primitive, and the JAX function the
+    user's line called when that is another name (`sign`, a step of `jax.nn.logsumexp`)."""
+    fn = called_jax_function(frames)
+    return f"primitive: {name}" if fn is None or fn == name else \
+        f"primitive: {name}, a step of JAX's {fn}"

@@ -39,9 +39,9 @@ from .._rules import refine as _r
 from .._rules.refine import FIXED, INDEX, PARTIAL, Refinement, Shard
 from .._rules.refine import content as _rc
 from .eqns import EqnView
+from .frames import primitive_detail, user_frame
 from .primitives import IDENTITIES, STRUCTURAL
 from .refine_facts import CONTENT, Side, api_name, is_literal
-from .walk import user_frame
 
 Report = Callable[[SpmdTypeError, Any, str], None]
 
@@ -179,7 +179,8 @@ def _residual(v: Any, rule: str, axes: Sequence[str], side: Side, env: dict[Any,
                 continue
             err = _rc.residual_before_reduction(rule, a, what, api_name(prim))
             if isinstance(err, SpmdTypeError):
-                report(err, user_frame(_compat.eqn_frames(e)) or where, f"primitive: {prim}")
+                frames = _compat.eqn_frames(e)
+                report(err, user_frame(frames) or where, primitive_detail(prim, frames))
             return
 
 
@@ -236,7 +237,7 @@ def track(view: EqnView, refs: Sequence[Refinement], results: Sequence[Refinemen
                     (a in side.accum.get(invars[0], ()) or refs[0].get(a) is PARTIAL):
                 err = _rc.sliced_contributions(a, api_name(name))
                 if isinstance(err, SpmdTypeError):
-                    report(err, where, f"primitive: {name}")
+                    report(err, where, primitive_detail(name, view.frames))
                 break
     # the operands' facts as unions (set algebra, not a scan per axis): an output varying on
     # `a` is `same` there when every operand varying there is

@@ -53,8 +53,9 @@ def pure_rule(eqn: Any, name: str, ins: Sequence[Any], outs: Sequence[SpmdType],
                              axis=tuple(p.get("axes", ())), op=op)]
     if name == "sort":
         dim = int(p.get("dimension", -1))
-        return [_r.along_dim(rule, t, r, o, ndim=len(s), axis=dim, op=op)
-                for t, r, o, s in zip(ins, refs, outs, shapes, strict=False)]
+        got = [_r.along_dim(rule, t, r, o, ndim=len(s), axis=dim, op=op)
+               for t, r, o, s in zip(ins, refs, outs, shapes, strict=False)]
+        return got if len(ins) == 1 else _sorted_by_keys(got, ins, refs, int(p.get("num_keys", 1)))
     if name == "rev":
         dims = tuple(p.get("dimensions", ()))
         return [_r.along_dim(rule, ins[0], refs[0], out, ndim=len(shapes[0]),
@@ -115,3 +116,15 @@ def collective(eqn: Any, name: str, ins: Sequence[Any], outs: Sequence[SpmdType]
         # a cast keeps what the value is made of (a constant stays a constant)
         res.append(got.with_data(r.data) if rule in ("pvary", "pcast_varying") else got)
     return res or [NONE]
+
+
+def _sorted_by_keys(got: list[Refinement], ins: Sequence[Any], refs: Sequence[Refinement],
+                    num_keys: int) -> list[Refinement]:
+    """A sort of several operands permutes each by the keys (`jnp.argsort` sorts an iota by
+    the values): an output is Rep / Partial only where no key varies, and carries data when
+    a key does."""
+    moved = {a for t, r in zip(ins[:num_keys], refs[:num_keys], strict=False) if t is not LITERAL
+             for a in t.varying if _r.kind(t, r, a) not in (_r.FIXED, _r.REP)}
+    data = any(r.data for r in refs[:num_keys])
+    return [Refinement.of({a: k for a, k in r.items if isinstance(k, _r.Shard) or a not in moved},
+                          r.data or data) for r in got]

@@ -46,6 +46,7 @@ from . import gradients as _gradients
 from . import refine_content as _content
 from . import transfer as _transfer
 from .eqns import EqnView, Views
+from .frames import primitive_detail
 from .primitives import CALLS, KEEPS_SHARE, KNOWN_PLAIN, STRUCTURAL
 from .refine_facts import (
     Pending,
@@ -240,9 +241,10 @@ class RefineWalk:
                 results = [excused.restrict(outs[0].varying)] if outs else []
             elif not quiet:
                 if e.code == "SPMD211" and eqn.outvars:   # a per-shard statistic if only pmax'd
-                    pending[eqn.outvars[0]] = Pending(e, where, f"primitive: {op}", "nonlinear")
+                    pending[eqn.outvars[0]] = Pending(e, where, primitive_detail(op, view.frames),
+                                                      "nonlinear")
                 else:
-                    self._report(e, where, f"primitive: {op}")
+                    self._report(e, where, primitive_detail(op, view.frames))
         if results is None:
             results = [NONE] * len(outs)
         if summed:   # jax.vmap(jax.grad(f)) w.r.t. a parameter Invariant where the loss varies
@@ -278,7 +280,7 @@ class RefineWalk:
         if name in _surface.AXIS_PRIMITIVES:   # its operands' content first (`refine_content`)
             refs = _content.at_collective(view, refs, side, env, where, quiet=quiet,
                                           strict=self.strict, report=self._report)
-            return self._pure(view, refs)
+            return _not_rep_where_unsure(self._pure(view, refs), eqn.invars, side)
         kind = _surface.PRIMITIVE_REFINE.get(name, (None, name))[0]
         if name in PURE or kind in ("reduction", "along"):
             return self._pure(view, refs)
@@ -503,6 +505,20 @@ class RefineWalk:
         if partial:
             kept[axis] = PARTIAL
         return Refinement.of(kept, any(r.data for r in refs))
+
+
+def _not_rep_where_unsure(refs: Sequence[Refinement], invars: Sequence[Any], side: Side
+                          ) -> Sequence[Refinement]:
+    """A cast to Varying of a value JAX types Invariant though an input varies (`Side.unsure`:
+    the permutation jax 0.10's `argsort` returns for varying keys) is not the same on every
+    device: no Rep on those axes."""
+    unsure = frozenset().union(*(side.unsure.get(v, frozenset()) for v in invars
+                                 if not is_literal(v)))
+    if not unsure:
+        return refs
+    return [dataclasses.replace(r, items=tuple((a, k) for a, k in r.items
+                                               if not (k is REP and a in unsure)))
+            for r in refs]
 
 
 # ------------------------------------------------------------------------------ entry

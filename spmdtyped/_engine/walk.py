@@ -27,7 +27,7 @@ from .._errors import SpmdTypeError, error
 from .._frames import calling_frame, is_library
 from .._rules import SpmdType
 from .eqns import EqnView, Views
-from .frames import user_frame
+from .frames import primitive_detail, user_frame
 from .primitives import CALLS
 from .refine_facts import from_autodiff
 
@@ -297,7 +297,7 @@ class Walk:
             elif not (self._kept_unreduced and e.code == "SPMD201" and all(
                     t.unreduced or id(v) in self._dropped or _compat.literal_value(v) is not None
                     for v, t in zip(eqn.invars, ins, strict=True))):
-                self.violation(e, loc.get(), f"primitive: {name}")
+                self.violation(e, loc.get(), primitive_detail(name, loc.frames))
         else:
             if predicted is not None and tuple(predicted) != outs[:len(predicted)]:
                 where = loc.get()

@@ -136,17 +136,25 @@ PAGES: tuple[ErrorPage, ...] = (
                 "sequence-sharded dim, give each device the values of the first slice. JAX accepts it; "
                 "the result is wrong on every device but the first. Constants (`zeros`, `ones`, "
                 "`full`, literals) are fine, and so, to the rule, are positions built at the local "
-                "length (`arange(n)`): offset them by the device's index.",
+                "length (`arange(n)`): offset them by the device's index. The same holds for an "
+                "index: token ids or labels replicated over tp that pick rows of an embedding "
+                "table, or logits, sharded over tp on the vocabulary dim (`table[ids]`, "
+                "`jnp.take_along_axis(logits, labels[..., None], -1)`) read the same local "
+                "positions of every device's shard: the vocabulary-parallel lookup subtracts the "
+                "shard's start, masks the ids outside it and psums the parts.",
         fix="x + p[st.axis_index(axis) * n : ...]   # or in_specs sharding p like x",
         solutions=(
             "Shard the parameter like the value: `in_specs=P('tp')` for per-head parameters.",
             "Slice it by the device's index: `lax.dynamic_slice_in_dim(p, st.axis_index('tp') * h, h)`.",
+            "For ids into a vocabulary shard: `local = ids - st.axis_index('tp') * n`, look up "
+            "`jnp.clip(local, 0, n - 1)`, zero the rows where `local` is outside [0, n), psum over tp.",
             "Opt out where it is meant: `with st.allow(\"SPMD215\"): ...`.",
         ),
         before='s = q_heads + sinks[:h]          # q_heads: Shard["tp", -2], sinks: Invariant',
         after='s = q_heads + sinks_local        # sinks_local: in_specs P("tp")',
         when="Per-head parameters (attention sinks, ALiBi slopes) or positions (RoPE) laid along a dim "
-             "sharded over tp, sp or cp.",
+             "sharded over tp, sp or cp; global ids into a vocabulary-parallel embedding or "
+             "cross-entropy.",
         related=("SPMD210",),
         opt_out=True,
     ),

@@ -192,7 +192,10 @@ def _take(name: str, args: list[Arg], out: SpmdType, out_raw: Any, op: str,
           p: Mapping[str, Any]) -> Refinement:
     x, idx = args[0], args[1]
     varying = idx.type.varying if isinstance(idx.type, SpmdType) else frozenset()
-    return rs.take(x.type, x.ref, out, ndim=_ndim(x) or 0, axis=_axis(p),  # type: ignore[arg-type]
+    ndim, axis = _ndim(x), _axis(p)
+    if ndim and isinstance(axis, int) and isinstance(idx.type, SpmdType):
+        rf.indexed_along_shard(x, [rf.neg_dim(axis, ndim)], idx, op)
+    return rs.take(x.type, x.ref, out, ndim=ndim or 0, axis=axis,  # type: ignore[arg-type]
                    index_ndim=len(idx.shape or ()), index_varying=varying)
 
 

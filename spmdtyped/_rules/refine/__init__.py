@@ -200,6 +200,31 @@ def _check_not_laid_along(x: Arg, d: int, axis: str, op: str) -> None:
                         f"in_specs sharded over {axis!r} like the other operand")
 
 
+def indexed_along_shard(x: Arg, dims: Iterable[int], index: Arg, op: str) -> None:
+    """SPMD215 when an index that carries data and is replicated over an axis picks elements
+    along a dim of `x` (`dims`, negative) that `x` has sharded over that axis: every device
+    reads the same *local* positions of its own shard, so global indices (token ids, labels)
+    land in the wrong shard. The vocabulary-parallel lookup takes `ids - axis_index * n`,
+    which varies over the axis, masks the ids outside the shard and sums the parts; a
+    constant index (`jnp.arange(n)`: local positions on purpose) is not data."""
+    if index.type is LITERAL or not index.ref.data:
+        return
+    picked = frozenset(dims)
+    for axis, k in x.ref.items:
+        if isinstance(k, Shard) and k.dim in picked \
+                and kind(index.type, index.ref, axis) in (FIXED, REP):
+            err = fail("SPMD215", op, f"an index replicated over {axis!r} picks along dim "
+                        f"{k.dim}, which the array has sharded over {axis!r}: every device "
+                        f"reads the same local positions of its own shard (global ids, e.g. "
+                        f"token ids or labels, into a vocabulary-parallel table)", axis, None,
+                        fix=f"subtract the shard's start (st.axis_index({axis!r}) times the "
+                            f"local extent), mask the indices outside [0, local extent) and "
+                            f"psum the picked values over {axis!r}; or all_gather the array "
+                            f"over {axis!r} first")
+            if not isinstance(err, Plain):   # (allowed: the axis stays as the rule left it)
+                raise err
+
+
 def aligned_shard(args: Sequence[Arg], axis: str, out_ndim: int | None, op: str) -> Kind | str:
     """The join of the operands on one axis after right-aligned broadcasting.
 
