@@ -512,6 +512,8 @@ def _not_rep_where_unsure(refs: Sequence[Refinement], invars: Sequence[Any], sid
     """A cast to Varying of a value JAX types Invariant though an input varies (`Side.unsure`:
     the permutation jax 0.10's `argsort` returns for varying keys) is not the same on every
     device: no Rep on those axes."""
+    if not side.unsure:   # (the common case: no such value in the program)
+        return refs
     unsure = frozenset().union(*(side.unsure.get(v, frozenset()) for v in invars
                                  if not is_literal(v)))
     if not unsure:
