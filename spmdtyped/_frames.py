@@ -59,17 +59,24 @@ _JAX_API_DIRS = tuple(os.path.join(_JAX_DIR, "_src", d) + os.sep
                       for d in ("numpy", "nn", "lax", "ops", "scipy", "random", "image"))
 
 
+def library_frames(frames: Sequence[tuple[str, int, str]]) -> list[tuple[str, str]]:
+    """`(file, function)` of the library frames of `frames` (innermost first) between the
+    bind and the user's code (all of them when the stack ends at a jitted JAX function's
+    call, with no user frame)."""
+    out = []
+    for file, _line, fn in frames:
+        if not is_library(file):
+            break
+        out.append((file, fn))
+    return out
+
+
 def called_jax_function(frames: Sequence[tuple[str, int, str]]) -> str | None:
     """The name of the JAX function the innermost user frame of `frames` called
     (`logsumexp` for a `sign` equation that `jax.nn.logsumexp` binds; the jitted function
     whose trace the stack ends at, `take_along_axis`), or None: the user's line called
     spmdtyped, or the frame is not a public function of JAX's API modules."""
-    inner = []
-    for file, _line, fn in frames:   # (a stack may end at a jitted JAX function's call)
-        if not is_library(file):
-            break
-        inner.append((file, fn))
-    for file, fn in reversed(inner):   # from the user's call inwards
+    for file, fn in reversed(library_frames(frames)):   # from the user's call inwards
         path = os.path.abspath(file)
         if not path.startswith(_JAX_DIR):
             return None

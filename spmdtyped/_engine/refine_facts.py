@@ -490,11 +490,11 @@ def dynamic_slice_ref(ins: Sequence[Any], refs: Sequence[Refinement], out: SpmdT
     on that dim (rule 1)."""
     shape = shapes[0]
     items = ["slice:full" if sz == n else "slice:part" for sz, n in zip(sizes, shape, strict=True)]
-    res = _rs.index(ins[0], refs[0], out, len(shape), items, len(shape)).as_dict()
     # (Rep / Partial dropped where an offset of a cut dim varies: each device cuts elsewhere)
     moved = frozenset().union(*(t.varying for d, t in enumerate(ins[1:])
                                 if t is not LITERAL and sizes[d] != shape[d]))
-    res = {a: k for a, k in res.items() if isinstance(k, Shard) or a not in moved}
+    res = _rs.index(ins[0], refs[0], out, len(shape), items, len(shape)).shards_only(moved) \
+        .as_dict()
     for d, (idx_t, idx_r) in enumerate(zip(ins[1:], refs[1:], strict=False)):
         if sizes[d] == shape[d] or idx_t is LITERAL:
             continue
@@ -511,7 +511,8 @@ def gather_ref(ins: Sequence[Any], refs: Sequence[Refinement], out: SpmdType,
     replicated over an axis that pick along a dim sharded over it are SPMD215
     (`refine.indexed_along_shard`: global ids into a local shard)."""
     dnums = p.get("dimension_numbers")
-    if len(ins) > 1 and ins[1] is not LITERAL:
+    traced = len(ins) > 1 and ins[1] is not LITERAL   # the indices: a traced operand
+    if traced:
         shape, sizes = shapes[0], tuple(p.get("slice_sizes") or ())
         picked = [d - len(shape) for d in tuple(getattr(dnums, "start_index_map", ()) or ())
                   if d < len(sizes) and sizes[d] < shape[d]]
@@ -520,12 +521,11 @@ def gather_ref(ins: Sequence[Any], refs: Sequence[Refinement], out: SpmdType,
                                    "gather")
     # (Rep / Partial kept only where the indices are the same on every device: indices that
     # vary pick other elements on each device, as for `jnp.take`)
-    varying = ins[1].varying if len(ins) > 1 and ins[1] is not LITERAL else ()
     res = _rs.index(ins[0], refs[0], out, len(shapes[0]), ["array"], len(out_shape),
-                    index_varying=varying).as_dict()
+                    index_varying=ins[1].varying if traced else ()).as_dict()
     offset = tuple(getattr(dnums, "offset_dims", ()) or ())
     batch = [d for d in range(len(out_shape)) if d not in offset]
-    if len(batch) == 1 and len(ins) > 1 and ins[1] is not LITERAL:
+    if len(batch) == 1 and traced:
         for a in out.varying:
             if _r.kind(ins[1], refs[1], a) is INDEX \
                     and _r.kind(ins[0], refs[0], a) in (FIXED, REP):

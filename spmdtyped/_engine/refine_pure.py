@@ -6,7 +6,6 @@ walk; a rule's error is raised, never kept.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -127,6 +126,4 @@ def _sorted_by_keys(got: list[Refinement], ins: Sequence[Any], refs: Sequence[Re
     moved = {a for t, r in zip(ins[:num_keys], refs[:num_keys], strict=False) if t is not LITERAL
              for a in t.varying if _r.kind(t, r, a) not in (_r.FIXED, _r.REP)}
     data = any(r.data for r in refs[:num_keys])
-    return [dataclasses.replace(r, items=tuple((a, k) for a, k in r.items
-                                               if isinstance(k, _r.Shard) or a not in moved),
-                                data=r.data or data) for r in got]
+    return [r.shards_only(moved).with_data(r.data or data) for r in got]

@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError, error
-from .._frames import calling_frame, is_library
+from .._frames import calling_frame, is_library, library_frames
 from .._rules import SpmdType
 from .eqns import EqnView, Views
 from .frames import primitive_detail, user_frame
@@ -54,12 +54,7 @@ def call_site(frames: Sequence[tuple[str, int, str]], api: str) -> tuple[str, in
 
 def _library_functions(frames: Sequence[tuple[str, int, str]]) -> list[str]:
     """Function names of the library frames between the bind and the user's code."""
-    out = []
-    for file, _line, fn in frames:
-        if not is_library(file):
-            break
-        out.append(fn)
-    return out
+    return [fn for _file, fn in library_frames(frames)]
 
 
 def _api_name(frames: Sequence[tuple[str, int, str]], default: str) -> str:

@@ -113,6 +113,14 @@ class Refinement:
         items = tuple((a, k) for a, k in self.items if a in keep)
         return self if len(items) == len(self.items) else dataclasses.replace(self, items=items)
 
+    def shards_only(self, axes: Iterable[str]) -> Refinement:
+        """On `axes`, where each device takes other elements (a permutation by varying keys,
+        a cut at an offset that varies there), only Shards stay: Rep, Partial and the other
+        kinds are plain."""
+        drop = frozenset(axes)
+        items = tuple((a, k) for a, k in self.items if a not in drop or isinstance(k, Shard))
+        return self if len(items) == len(self.items) else dataclasses.replace(self, items=items)
+
     def with_data(self, data: bool) -> Refinement:
         return self if data == self.data else dataclasses.replace(self, data=data)
 
