@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import linecache
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +286,15 @@ EXAMPLES: dict[str, tuple[str, dict[str, str], str]] = {
     "SPMD407": ("body", {"w": "I", "xb": "V:dp"}, ""),
     "SPMD408": ("top", {}, "import numpy as np\ng = jnp.ones((8,))"),
     "SPMD409": ("top", {}, ""),
+    "SPMD410": ("top", {}, "import numpy as np\n"
+                "w = jnp.asarray(np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4))\n"
+                "x = jax.device_put(jnp.asarray(np.linspace(-2, 2, 64, dtype=np.float32)"
+                ".reshape(8, 8)), jax.sharding.NamedSharding(mesh, P('dp')))"),
+    "SPMD411": ("top", {}, "import numpy as np\n"
+                "put = lambda a, s: jax.device_put(a, jax.sharding.NamedSharding(mesh, s))\n"
+                "w1 = put(np.linspace(-1, 1, 128, dtype=np.float32).reshape(8, 16), P(None, 'tp'))\n"
+                "w2 = put(np.linspace(-1, 1, 64, dtype=np.float32).reshape(16, 4), P('tp', None))\n"
+                "x = jnp.asarray(np.linspace(-2, 2, 64, dtype=np.float32).reshape(8, 8))"),
     "SPMD501": ("body", {"x": "V:tp"}, ""),
     "SPMD502": ("body", {"x": "V:dp,tp"}, ""),
     "SPMD503": ("top", {}, ""),
@@ -333,9 +344,13 @@ def _in_state(v: Any, spec: str) -> Any:
     return v
 
 
-def _compile(source: str) -> Any:
-    # not this file's `from __future__ import annotations`: hints are evaluated as a user's are
-    return compile(source, "<example>", "exec", dont_inherit=True)
+def _compile(source: str, name: str = "example") -> Any:
+    """The page's code compiled as a user's file is (a real path, its lines in `linecache`):
+    the engine locates a violation at a user's line, and reads a gradient's primals there.
+    Not this file's `from __future__ import annotations`: hints are evaluated as a user's are."""
+    path = os.path.join(tempfile.gettempdir(), f"spmdtyped_page_{name}_{os.getpid()}.py")
+    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+    return compile(source, path, "exec", dont_inherit=True)
 
 
 def _run_example(mesh: Any, code: str, source: str) -> None:

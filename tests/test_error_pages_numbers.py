@@ -46,6 +46,21 @@ def _per_example(v: np.ndarray) -> np.ndarray:
     return np.asarray(jax.vmap(jax.grad(net), in_axes=(None, 0))(jnp.asarray(v), jnp.asarray(v)))
 
 
+def _unsummed(v: np.ndarray) -> np.ndarray:
+    """SPMD410's gradient on one device: the whole batch's (the page's `w` and `x`)."""
+    w = jnp.asarray(np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4))
+    x = jnp.asarray(np.linspace(-2, 2, 64, dtype=np.float32).reshape(8, 8))
+    return np.asarray(jax.grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w))
+
+
+def _tp_gradient(v: np.ndarray) -> np.ndarray:
+    """SPMD411's gradient of w1 on one device (the page's `w1`, `w2`, `x`)."""
+    w1 = jnp.asarray(np.linspace(-1, 1, 128, dtype=np.float32).reshape(8, 16))
+    w2 = jnp.asarray(np.linspace(-1, 1, 64, dtype=np.float32).reshape(16, 4))
+    x = jnp.asarray(np.linspace(-2, 2, 64, dtype=np.float32).reshape(8, 8))
+    return np.asarray(jax.grad(lambda w1: jnp.mean((jnp.tanh(x @ w1) @ w2) ** 2))(w1))
+
+
 #: code -> (the result's name, its reference as a function of V (or of V, the dp index, the tp
 #: index)); for "top" pages the name is the variable `after` assigns or "_" for its last
 #: expression
@@ -79,6 +94,8 @@ REFERENCE: dict[str, tuple[str, Callable[..., Any]]] = {
     "SPMD407": ("g", _per_example),
     "SPMD408": ("_f", lambda v: np.float32(8 * 64.0)),       # every row of x @ g, squared
     "SPMD409": ("y", lambda v: 2 * ONES),
+    "SPMD410": ("g", _unsummed),                               # the whole batch's gradient
+    "SPMD411": ("g1", _tp_gradient),                           # once, not tp's size times
     "SPMD501": ("y", lambda v: 4 * v),
     "SPMD502": ("y", lambda v: 8 * v),
     "SPMD503": ("_", lambda v: ONES[:4] + ONES[4:]),
@@ -159,7 +176,7 @@ def _run_top(mesh: Any, code: str) -> np.ndarray:
     ns["x"] = jax.device_put(jnp.ones((8, 8)), NamedSharding(mesh, P("dp")))
     ns["b"] = jax.device_put(jnp.ones(()), NamedSharding(mesh, P()))
     exec(_compile(setup), ns)  # noqa: S102
-    exec(compile(tree, "<after>", "exec", dont_inherit=True), ns)  # noqa: S102
+    exec(_compile(ast.unparse(tree), "after"), ns)  # noqa: S102
     if name == "_f":  # an `infer` page: run its function with the same specs, checked
         if code == "SPMD303":
             f = st.adapters.typed_shard_map(ns["f"], mesh=mesh, in_specs=P(), out_specs=P("dp"))

@@ -360,6 +360,41 @@ def test_spmd409_nested_shard_map_over_a_manual_axis(mesh_dp_tp: Any) -> None:
            fix=("call the function directly",))
 
 
+def test_spmd410_gradient_never_summed_under_check_vma_false(mesh_dp_tp: Any) -> None:
+    def step(w: Any, x: Any) -> Any:
+        return jax.grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w)
+
+    f = st.adapters.typed_shard_map(step, mesh=mesh_dp_tp, in_specs=(P(), P("dp")),
+                                    out_specs=P(), check_vma=False)
+    w = jax.device_put(jnp.ones((8, 4)), jax.sharding.NamedSharding(mesh_dp_tp, P()))
+    x = jax.device_put(jnp.arange(64.0).reshape(8, 8), jax.sharding.NamedSharding(mesh_dp_tp, P("dp")))
+    e = expect("SPMD410", lambda: f(w, x), axes=("dp",),
+               fragments=("never summed over 'dp'", "check_vma=False", "output leaf 0",
+                          "out_specs P()"),
+               fix=("jax.lax.pmean(grads, 'dp')", "check_vma=True"))
+    assert e.line == step.__code__.co_firstlineno + 1   # the line that took the gradient
+
+
+def test_spmd411_psum_differentiated_under_check_vma_false(mesh_dp_tp: Any) -> None:
+    def step(w1: Any, w2: Any, x: Any) -> Any:
+        def loss(w1: Any, w2: Any) -> Any:
+            return jnp.mean(jax.lax.psum(jnp.tanh(x @ w1) @ w2, "tp") ** 2)
+
+        return jax.grad(loss, (0, 1))(w1, w2)
+
+    f = st.adapters.typed_shard_map(step, mesh=mesh_dp_tp, in_specs=(P(None, "tp"), P("tp"), P()),
+                                    out_specs=(P(None, "tp"), P("tp")), check_vma=False)
+    put = jax.sharding.NamedSharding
+    args = (jax.device_put(jnp.ones((8, 16)), put(mesh_dp_tp, P(None, "tp"))),
+            jax.device_put(jnp.ones((16, 4)), put(mesh_dp_tp, P("tp"))),
+            jax.device_put(jnp.ones((8, 8)), put(mesh_dp_tp, P())))
+    e = expect("SPMD411", lambda: f(*args), axes=("tp",),
+               fragments=("jax.lax.psum over 'tp' differentiated under check_vma=False",
+                          "'tp''s size times too large", "the gradient taken at"),
+               fix=("check_vma=True", "custom_vjp", "outside the shard_map"))
+    assert e.line == step.__code__.co_firstlineno + 2   # the psum's line
+
+
 def test_spmd401_unreduced_out_spec_in_partial_manual(mesh_dp_tp: Any) -> None:
     expect("SPMD401", lambda: st.shard_map(lambda v: v, mesh=mesh_dp_tp, in_specs=P(),
                                            out_specs=P(unreduced={"tp"}), axis_names={"tp"}),

@@ -204,11 +204,11 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
             built[key] = build(m, specs)
         with error_context(function=name, mesh=m, manual=manual), \
                 in_spec_errors(where, "st.shard_map"), jax_errors(where):
-            if not check_vma:  # JAX's states are all Invariant: the typed values' checks only
-                return built[key](*raw_args)
             # the engine on the program JAX staged (the function `infer` calls): whatever the
             # body is written with (jnp, jax.nn, equinox modules, ...); typed values have been
-            # checked before each bind while it traced
+            # checked before each bind while it traced. Under check_vma=False JAX's states are
+            # all Invariant: the typed values' checks, and the engine's walk of what the
+            # program computes (`_engine.unchecked`: SPMD410)
             return run_checked(built[key], tuple(raw_args), check=lambda eqn: check(eqn, m, manual),
                                cache=checked, key=lambda: (key, signature_key(raw_args)),
                                trace=lambda thunk: located_trace(thunk, m, specs, raw_args,

@@ -35,6 +35,7 @@ from .._frames import in_package_note, is_installed, package_call_site
 from .._rules import SpmdType
 from .primitives import FOLLOWED
 from .refine_walk import check_program
+from .unchecked import unchecked_violations
 from .walk import Walk, boundary_source, located, user_frame
 
 #: a `(file, line)` of the user's code, or None
@@ -110,6 +111,14 @@ def _check(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: st
     walk = Walk(record_steps=steps)
     inner = eqn.params["jaxpr"]
     inner = getattr(inner, "jaxpr", inner)
+    if not eqn.params.get("check_vma", True):
+        # JAX recorded no state: the program that runs is walked for what it computes
+        # (`unchecked`: the gradients its autodiff leaves unsummed or sums twice)
+        for e, at in unchecked_violations(eqn, manual, where):
+            walk.violation(e, at, "")
+        walk.violations[:] = [v for v in in_program_order(inner, walk.violations, source)
+                              if not opted_out(v, inner)]
+        return Checked(walk, [], [])
     producers = walk.jaxpr(inner)
     in_types = [_compat.aval_type(v.aval) for v in inner.invars]
     returned = [boundary_source(v, producers) for v in inner.outvars]
@@ -132,14 +141,12 @@ def _check(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: st
 
 
 def staged_shard_maps(jaxpr: Any) -> Any:
-    """Every shard_map equation of a traced program (a ClosedJaxpr or Jaxpr) that JAX checks
-    (`check_vma=True`: under `check_vma=False` JAX types every value Invariant, nothing to
-    walk), in program order, at any depth (inside `jax.jit`, `scan`, `cond`, ...; not inside
-    another's body)."""
+    """Every shard_map equation of a traced program (a ClosedJaxpr or Jaxpr), in program
+    order, at any depth (inside `jax.jit`, `scan`, `cond`, ...; not inside another's body);
+    `check_vma=False` ones too (`check_shard_map` walks what they compute)."""
     for e in getattr(jaxpr, "jaxpr", jaxpr).eqns:
         if _compat.primitive_name(e) == "shard_map":
-            if e.params.get("check_vma", True):
-                yield e
+            yield e
             continue
         for sub in _compat.sub_jaxprs(e):
             yield from staged_shard_maps(sub)

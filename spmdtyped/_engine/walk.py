@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError, error
-from .._frames import calling_frame, is_library, library_frames
+from .._frames import calling_frame, is_installed, is_library, library_frames
 from .._rules import SpmdType
 from .eqns import EqnView, Views
 from .frames import primitive_detail, user_frame
@@ -42,10 +42,12 @@ _READS_PRODUCERS = frozenset(name for name, rule in _surface.AXIS_PRIMITIVES.ite
 
 def call_site(frames: Sequence[tuple[str, int, str]], api: str) -> tuple[str, int] | None:
     """The user's frame that called the library function named like `api` (`"vmap"`: the
-    `jax.vmap(...)(...)` line), outward from the bind; None when the stack has no such call."""
+    `jax.vmap(...)(...)` line; an installed package's wrapper of it too, e.g.
+    `eqx.filter_value_and_grad`), outward from the bind; None when the stack has no such
+    call."""
     seen = False
     for file, line, fn in frames:
-        if is_library(file):
+        if is_library(file) or (seen and is_installed(file)):
             seen = seen or api in fn
         elif seen:
             return file, line
@@ -57,7 +59,9 @@ def _library_functions(frames: Sequence[tuple[str, int, str]]) -> list[str]:
     return [fn for _file, fn in library_frames(frames)]
 
 
-def _api_name(frames: Sequence[tuple[str, int, str]], default: str) -> str:
+def collective_api(frames: Sequence[tuple[str, int, str]], default: str) -> str:
+    """The `jax.lax` collective the user called to bind an equation (its outermost library
+    frame named in the surface table: `jax.lax.pmean` for the psum it binds), or `default`."""
     fns = _library_functions(frames)
     for fn in reversed(fns):  # outermost library frame first: the API the user called
         if fn in _API_NAMES:
@@ -271,14 +275,14 @@ class Walk:
                 rule = _surface.AXIS_PRIMITIVES[name]
                 ins = self._effective(eqn, rule, ins, producers, view.axes)
                 if self.record_steps:
-                    op = _api_name(loc.frames, name)
+                    op = collective_api(loc.frames, name)
                 try:
                     predicted = self._collective(view, rule, ins, op)
                 except SpmdTypeError:
                     if op != name:
                         raise
                     # the message names the API the user called (read from the stack only now)
-                    op = _api_name(loc.frames, name)
+                    op = collective_api(loc.frames, name)
                     predicted = self._collective(view, rule, ins, op)
             elif name in _rules.PRIMITIVES:
                 predicted = self._elementwise(view, ins)

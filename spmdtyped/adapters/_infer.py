@@ -168,7 +168,9 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
     - `out_specs`, `in_specs`, `mesh`, `axis_names`: as for `jax.shard_map`, with its defaults
       (`mesh` from `jax.set_mesh`, `in_specs` inferred from the arguments' shardings).
     - `check_vma`: `infer` always traces with the checks on; with `check_vma=False` (code
-      written for it) the report's `check_vma_changes` lists what turning them on changes.
+      written for it) the report's `check_vma_changes` lists what turning them on changes,
+      and the program that runs unchecked is walked too: a gradient its autodiff leaves
+      unsummed is SPMD410 (`_engine.unchecked`).
     - `strict`: as `st.shard_map(..., strict=True)`: every psum of a value its in_spec shards
       over the summed axis is SPMD108 (by default only where the out_spec or a gradient tells
       a slice of a global array from a stack of per-device terms; docs/refinement.md).
@@ -198,14 +200,63 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
     specs = resolve_in_specs(in_specs, tuple(args))
     check_mesh_specs(mesh, specs, out_specs, axis_names, where)
     check_in_structure(specs, tuple(args), where, "st.adapters.infer")
-    rep = run_infer(f, args, mesh=mesh, in_specs=specs,
-                    out_specs=out_specs, axis_names=axis_names, where=where, strict=strict)
+    try:
+        rep = run_infer(f, args, mesh=mesh, in_specs=specs,
+                        out_specs=out_specs, axis_names=axis_names, where=where, strict=strict)
+    except Exception as e:
+        if check_vma:
+            raise
+        # code written for check_vma=False that JAX cannot trace with the checks on, for a
+        # reason spmdtyped has no code for (a custom_vjp whose backward drops a varying
+        # axis): the program that runs is still walked
+        rep = _unanalysed(f, args, specs, mesh, axis_names)
+        rep.check_vma_changes = [f"?: with check_vma=True, JAX rejects the program: "
+                                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"]
+        rep.violations.extend(unchecked_violations(f, args, mesh=mesh, in_specs=specs,
+                                                   out_specs=out_specs,
+                                                   axis_names=axis_names, where=where))
+        rep.ok = not rep.violations
+        return rep
     if not check_vma:
         # the program was written for check_vma=False: each strict-rule violation of its
         # check_vma=True trace is a line whose meaning changes when the checks are turned on
         # (typically an explicit psum of a gradient JAX now sums itself: a double sum)
         rep.check_vma_changes = [vma_change(v) for v in rep.violations]
+        rep.violations.extend(unchecked_violations(f, args, mesh=mesh, in_specs=specs,
+                                                   out_specs=out_specs,
+                                                   axis_names=axis_names, where=where))
+        rep.ok = not rep.violations
     return rep
+
+
+def _unanalysed(f: Callable[..., Any], args: Sequence[Any], in_specs: Any, mesh: Any,
+                axis_names: Any) -> InferReport:
+    """The report of a body whose checked trace failed: its arguments' states from the
+    specs, no violation of its own."""
+    order = _compat.mesh_axis_names(mesh)
+    manual = manual_axes(mesh, axis_names)
+    spec_types = [_spec_type(s, manual) for s in _flat_specs(in_specs, abstract_args(args, in_specs, mesh))]
+    sig = signature_line(f, args, spec_types, None, [], order).replace("-> None:", "-> ...:")
+    return InferReport(True, [], spec_types, [], sig, [], [], None, tuple(order))
+
+
+def unchecked_violations(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any,
+                         in_specs: Any, out_specs: Any, axis_names: Any,
+                         where: str) -> list[SpmdTypeError]:
+    """The engine's violations of the program `jax.shard_map(f, check_vma=False)` runs
+    (`_engine.unchecked`: a gradient its autodiff leaves unsummed, SPMD410); none when JAX
+    cannot trace it (the checked trace's report says why)."""
+    try:
+        closed = jax.make_jaxpr(_compat.shard_map(
+            f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, axis_names=axis_names,
+            check_vma=False))(*abstract_args(args, in_specs, mesh))
+    except Exception:  # noqa: BLE001 - e.g. Python control flow on per-device values
+        return []
+    eqn = shard_map_eqn(closed)
+    if eqn is None:
+        return []
+    return check_shard_map(eqn, manual=manual_axes(mesh, axis_names), mesh=mesh,
+                           source=function_source(f), where=where).violations
 
 
 def vma_change(v: SpmdTypeError) -> str:

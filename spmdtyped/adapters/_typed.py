@@ -65,7 +65,9 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
     decorator form `@typed_shard_map(out_specs=...)` and `functools.partial` / jitted bodies
     work. With `check_vma=False` the program is plain `jax.shard_map`'s, and its body is also
     traced with the checks on (as `infer(..., check_vma=False)` does): each violation is a
-    `CheckVmaWarning` marked `check_vma=False:` with its code and line, nothing raised.
+    `CheckVmaWarning` marked `check_vma=False:` with its code and line. The program that
+    runs is walked for what it computes: a gradient its autodiff leaves unsummed over an
+    axis its output is replicated over is raised (SPMD410, `_engine.unchecked`).
 
     Inside a trace (`jax.jit`, `jax.grad`, ...) the body is traced once: the shard_map
     equation JAX staged is walked with the strict rules, and it is the program JAX lowers.
@@ -163,8 +165,13 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                 analysed.add(key)
                 for v in vma_findings(m, specs, args):
                     warnings.warn(CheckVmaWarning(v), stacklevel=2)
-            with in_spec_errors(where, "typed_shard_map"), jax_errors(where):
-                return plain(*args)
+            # the program that runs is walked for what it computes (`_engine.unchecked`:
+            # a gradient JAX leaves unsummed there is SPMD410), then runs as JAX's
+            with error_context(function=name, mesh=m, manual=manual_axes(m, axis_names)), \
+                    in_spec_errors(where, "typed_shard_map"), jax_errors(where):
+                return run_checked(plain, args, check=lambda eqn: check(eqn, m),
+                                   cache=traced, key=lambda: (key, "unchecked"),
+                                   trace=lambda thunk: thunk())
         with error_context(function=name, mesh=m, manual=manual_axes(m, axis_names)):
             specs = resolve_in_specs(in_specs, args)
             check_in_structure(specs, args, where, "typed_shard_map")

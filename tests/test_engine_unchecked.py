@@ -1,0 +1,397 @@
+"""Training steps written for `check_vma=False`, as production code writes them (equinox and
+optax, `eqx.filter_value_and_grad`, `jax.value_and_grad` of dict pytrees, `jax.tree.map`
+lambdas, a Megatron-style tensor-parallel MLP, gradient accumulation in a `scan`), on a 3-axis
+mesh: the gradients JAX's autodiff leaves unsummed or sums twice when the checks are off
+(`_engine.unchecked`). Each mistake runs silently wrong in raw JAX (shown against one device);
+`typed_shard_map(..., check_vma=False)`, `st.adapters.checking(step)` and
+`infer(..., check_vma=False)` report it at its line; each fixed step trains equal to one
+device and is reported by none.
+
+- SPMD410: the gradient of parameters replicated over the data axes, never reduced over them
+  (or over one of them only): the out_spec P() returns one device's gradient.
+- SPMD411: a `jax.lax.psum` (the row-parallel all-reduce, a psum'd loss) inside the
+  differentiated function: with the checks off its transpose is a psum of a cotangent equal
+  on every device (jax#3970): the gradient upstream of it is n times too large.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import spmdtyped as st
+
+DATA = ("dp", "fsdp")
+FACES = ["typed_shard_map", "checking", "infer"]
+OPT = optax.adamw(1e-2)
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return jax.make_mesh((2, 2, 2), ("dp", "fsdp", "tp"))
+
+
+def _line(marker: str) -> int:
+    with open(__file__) as f:
+        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))
+
+
+def _put(mesh, tree, specs):
+    return jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), tree, specs,
+                        is_leaf=lambda s: isinstance(s, P))
+
+
+def _run(face, step, args, *, mesh, in_specs, out_specs):
+    """`step` under `face`, with check_vma=False: its outputs, or the SpmdTypeError it raised
+    (for `infer`: its report's first violation)."""
+    if face == "infer":
+        rep = st.adapters.infer(step, *args, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                check_vma=False)
+        found = [v for v in rep.violations if v.code in ("SPMD410", "SPMD411")]
+        if found:
+            raise found[0]
+        return None
+    smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
+    program = jax.jit(smap(step, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                           check_vma=False))
+    if face == "checking":
+        program = st.adapters.checking(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", st.adapters.CheckVmaWarning)
+        return program(*args)
+
+
+def _raises(code, face, step, args, **specs):
+    with pytest.raises(st.SpmdTypeError) as e:
+        _run(face, step, args, **specs)
+    assert e.value.code == code, str(e.value)
+    return e.value
+
+
+def _close(got, want, rtol=1e-5):
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=1e-6)
+
+
+def _far(got, want):
+    return any(not np.allclose(np.asarray(g), np.asarray(w), rtol=1e-3, atol=1e-6)
+               for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True))
+
+
+# ---------------------------------------------------------------- an equinox MLP with optax
+
+
+class MLP(eqx.Module):
+    layers: list
+
+    def __init__(self, key):
+        k = jax.random.split(key, 3)
+        self.layers = [eqx.nn.Linear(8, 16, key=k[0]), eqx.nn.Linear(16, 16, key=k[1]),
+                       eqx.nn.Linear(16, 4, key=k[2])]
+
+    def __call__(self, x):
+        for layer in self.layers[:-1]:
+            x = jax.nn.gelu(jax.vmap(layer)(x))
+        return jax.vmap(self.layers[-1])(x)
+
+
+def loss_fn(model, x, y):
+    return jnp.mean((model(x) - y) ** 2)
+
+
+MODEL = MLP(jax.random.key(0))
+PARAMS, STATIC = eqx.partition(MODEL, eqx.is_array)
+
+
+def _batch():
+    k = jax.random.split(jax.random.key(1), 2)
+    return jax.random.normal(k[0], (16, 8)), jax.random.normal(k[1], (16, 4))
+
+
+def eqx_step(mistake=""):
+    def step(params, opt_state, x, y):
+        model = eqx.combine(params, STATIC)
+        loss, grads = eqx.filter_value_and_grad(loss_fn)(model, x, y)  # eqx grads
+        if mistake == "pmean_dp_only":
+            grads = jax.lax.pmean(grads, "dp")
+        elif mistake != "no_pmean":
+            grads = jax.lax.pmean(grads, DATA)
+        updates, opt_state = OPT.update(grads, opt_state, params)
+        return eqx.apply_updates(params, updates), opt_state, jax.lax.pmean(loss, DATA)
+    return step
+
+
+def _eqx_args(mesh):
+    x, y = _batch()
+    opt_state = OPT.init(PARAMS)
+    return (_put(mesh, PARAMS, jax.tree.map(lambda _: P(), PARAMS)),
+            _put(mesh, opt_state, jax.tree.map(lambda _: P(), opt_state)),
+            jax.device_put(x, NamedSharding(mesh, P(DATA))),
+            jax.device_put(y, NamedSharding(mesh, P(DATA))))
+
+
+EQX_SPECS = dict(in_specs=(P(), P(), P(DATA), P(DATA)), out_specs=(P(), P(), P()))
+
+
+def _eqx_reference():
+    x, y = _batch()
+    loss, grads = eqx.filter_value_and_grad(loss_fn)(MODEL, x, y)
+    updates, opt_state = OPT.update(grads, OPT.init(PARAMS), PARAMS)
+    return eqx.apply_updates(PARAMS, updates), opt_state, loss
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+def test_equinox_step_with_its_gradients_reduced_trains_equal_to_one_device(face, mesh):
+    _close(_run(face, eqx_step(), _eqx_args(mesh), mesh=mesh, **EQX_SPECS), _eqx_reference())
+    assert _run("infer", eqx_step(), _eqx_args(mesh), mesh=mesh, **EQX_SPECS) is None
+
+
+@pytest.mark.parametrize("mistake", ["no_pmean", "pmean_dp_only"])
+def test_each_equinox_mistake_is_real(mistake, mesh):
+    params, _, _ = _run("jax", eqx_step(mistake), _eqx_args(mesh), mesh=mesh, **EQX_SPECS)
+    assert _far(params, _eqx_reference()[0])
+
+
+@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(("mistake", "axes"), [("no_pmean", ("dp",)),
+                                               ("pmean_dp_only", ("fsdp",))])
+def test_equinox_gradient_never_reduced_is_spmd410_at_the_gradient(face, mistake, axes, mesh):
+    e = _raises("SPMD410", face, eqx_step(mistake), _eqx_args(mesh), mesh=mesh, **EQX_SPECS)
+    assert tuple(e.axes) == axes and (e.file, e.line) == (__file__, _line("# eqx grads"))
+    assert "jax.lax.pmean(grads" in e.fix
+    assert f"meets per-device data at {__file__}:" in str(e)   # the forward line, in loss_fn
+
+
+def test_infer_lists_every_axis_left_unsummed(mesh):
+    rep = st.adapters.infer(eqx_step("no_pmean"), *_eqx_args(mesh), mesh=mesh, check_vma=False,
+                            **EQX_SPECS)
+    assert {a for v in rep.violations if v.code == "SPMD410" for a in v.axes} == set(DATA)
+    assert "tp" not in {a for v in rep.violations for a in v.axes}   # nothing varies over tp
+
+
+# ------------------------------------------- a Megatron MLP in dicts, jax.value_and_grad, tp
+
+
+TP_SPECS = {"w1": P(None, "tp"), "b1": P("tp"), "w2": P("tp", None), "b2": P()}
+
+
+def _tp_params():
+    k = jax.random.split(jax.random.key(2), 4)
+    return {"w1": jax.random.normal(k[0], (8, 16)) / 3, "b1": jax.random.normal(k[1], (16,)),
+            "w2": jax.random.normal(k[2], (16, 4)) / 4, "b2": jax.random.normal(k[3], (4,))}
+
+
+@jax.custom_vjp
+def all_reduce(y):
+    """Megatron's reduce-from-tensor-parallel region: psum forward, identity backward."""
+    return jax.lax.psum(y, "tp")
+
+
+all_reduce.defvjp(lambda y: (all_reduce(y), None), lambda _, ct: (ct,))
+
+
+def tp_step(mistake=""):
+    reduce = (lambda y: jax.lax.psum(y, "tp")) if mistake == "psum" else all_reduce  # all-reduce
+
+    def step(params, x, y):
+        def loss(p):
+            h = jax.nn.relu(x @ p["w1"] + p["b1"])
+            return jnp.mean((reduce(h @ p["w2"]) + p["b2"] - y) ** 2)
+
+        value, grads = jax.value_and_grad(loss)(params)  # tp grads
+        if mistake == "forgot_bias":
+            grads = {k: g if k == "b2" else jax.lax.pmean(g, DATA) for k, g in grads.items()}
+        else:
+            grads = jax.tree.map(lambda g: jax.lax.pmean(g, DATA), grads)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), jax.lax.pmean(value, DATA)
+    return step
+
+
+def _tp_args(mesh):
+    x, y = _batch()
+    return (_put(mesh, _tp_params(), TP_SPECS), jax.device_put(x, NamedSharding(mesh, P(DATA))),
+            jax.device_put(y, NamedSharding(mesh, P(DATA))))
+
+
+TP_IO = dict(in_specs=(TP_SPECS, P(DATA), P(DATA)), out_specs=(TP_SPECS, P()))
+
+
+def _tp_reference():
+    x, y = _batch()
+
+    def loss(p):
+        return jnp.mean((jax.nn.relu(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"] - y) ** 2)
+
+    value, grads = jax.value_and_grad(loss)(_tp_params())
+    return jax.tree.map(lambda p, g: p - 0.1 * g, _tp_params(), grads), value
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+def test_megatron_mlp_with_an_identity_backward_all_reduce_trains_equal_to_one_device(face, mesh):
+    _close(_run(face, tp_step(), _tp_args(mesh), mesh=mesh, **TP_IO), _tp_reference())
+
+
+def test_psum_in_the_differentiated_loss_is_real_and_forgetting_the_bias_too(mesh):
+    want, _ = _tp_reference()
+    got, _ = _run("jax", tp_step("psum"), _tp_args(mesh), mesh=mesh, **TP_IO)
+    np.testing.assert_allclose(np.asarray(got["w1"] - _tp_params()["w1"]),
+                               np.asarray(2 * (want["w1"] - _tp_params()["w1"])), rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(got["b2"]), np.asarray(want["b2"]), rtol=1e-5)
+    got, _ = _run("jax", tp_step("forgot_bias"), _tp_args(mesh), mesh=mesh, **TP_IO)
+    assert _far(got["b2"], want["b2"])
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_psum_differentiated_under_check_vma_false_is_spmd411_at_the_psum(face, mesh):
+    e = _raises("SPMD411", face, tp_step("psum"), _tp_args(mesh), mesh=mesh, **TP_IO)
+    assert tuple(e.axes) == ("tp",) and (e.file, e.line) == (__file__, _line("# all-reduce"))
+    assert e.op == "jax.lax.psum" and "'tp''s size times too large" in e.headline
+    assert "custom_vjp" in e.fix and f"the gradient taken at {__file__}:{_line('# tp grads')}" in str(e)
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_bias_left_out_of_the_reduction_is_spmd410(face, mesh):
+    e = _raises("SPMD410", face, tp_step("forgot_bias"), _tp_args(mesh), mesh=mesh, **TP_IO)
+    assert (e.file, e.line) == (__file__, _line("# tp grads"))
+    # the output leaf of b2: the dict's keys flatten sorted (b1, b2, w1, w2)
+    assert "output leaf 1" in e.headline, e.headline
+
+
+# --------------------------------------- jax#3970: a psum'd loss, and how its gradient is reduced
+
+
+def _3970(reduce_grads):
+    def step(w, x, y):
+        def loss(w):
+            return jax.lax.psum(jnp.sum((jnp.tanh(x @ w) - y) ** 2), DATA) / 16  # summed loss
+
+        return reduce_grads(jax.grad(loss)(w))
+    return step
+
+
+def _3970_args(mesh):
+    x, y = _batch()
+    w = jax.random.normal(jax.random.key(3), (8, 4))
+    return (jax.device_put(w, NamedSharding(mesh, P())),
+            *(jax.device_put(a, NamedSharding(mesh, P(DATA))) for a in (x, y)))
+
+
+IO_3970 = dict(in_specs=(P(), P(DATA), P(DATA)), out_specs=P())
+
+
+def _3970_reference():
+    x, y = _batch()
+    w = jax.random.normal(jax.random.key(3), (8, 4))
+    return jax.grad(lambda w: jnp.sum((jnp.tanh(x @ w) - y) ** 2) / 16)(w)
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+def test_psum_loss_then_pmean_gradient_is_right_and_quiet(face, mesh):
+    """The psum's transpose multiplies by n, the pmean divides by n: right (jax#3970's way
+    out), and not reported."""
+    step = _3970(lambda g: jax.lax.pmean(g, DATA))
+    _close(_run(face, step, _3970_args(mesh), mesh=mesh, **IO_3970), _3970_reference())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_psum_loss_then_psum_gradient_is_spmd411(face, mesh):
+    step = _3970(lambda g: jax.lax.psum(g, DATA))
+    got = _run("jax", step, _3970_args(mesh), mesh=mesh, **IO_3970)
+    _close(got, 4 * _3970_reference(), rtol=1e-4)                # n = 4 devices hold the data
+    e = _raises("SPMD411", face, step, _3970_args(mesh), mesh=mesh, **IO_3970)
+    assert e.line == _line("# summed loss") and set(e.axes) <= set(DATA)
+
+
+# ------------------------------------------------ gradient accumulation over microbatches
+
+
+def accumulate(reduce: bool):
+    def step(w, x, y):
+        def micro(acc, xy):
+            g = jax.grad(lambda w: jnp.mean((jnp.tanh(xy[0] @ w) - xy[1]) ** 2))(w)  # micro
+            return acc + g / 2, None
+
+        acc, _ = jax.lax.scan(micro, jnp.zeros_like(w), (x.reshape(2, -1, 8), y.reshape(2, -1, 4)))
+        return jax.lax.pmean(acc, DATA) if reduce else acc
+    return step
+
+
+def test_accumulated_gradient_reduced_after_the_scan_is_right(mesh):
+    x, y = _batch()
+    w = jax.random.normal(jax.random.key(3), (8, 4))
+    # each device's two microbatches are the halves of its rows, in order
+    want = jax.grad(lambda w: jnp.mean((jnp.tanh(x @ w) - y) ** 2))(w)
+    for face in ("typed_shard_map", "checking", "jax"):
+        _close(_run(face, accumulate(True), _3970_args(mesh), mesh=mesh, **IO_3970), want)
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_accumulated_gradient_never_reduced_is_spmd410_inside_the_scan(face, mesh):
+    e = _raises("SPMD410", face, accumulate(False), _3970_args(mesh), mesh=mesh, **IO_3970)
+    assert e.line == _line("# micro")
+
+
+# ------------------------------------------------------------------- what stays quiet
+
+
+def test_per_device_gradients_kept_on_purpose_are_quiet(mesh):
+    """Returned under an out_spec that names the data axes: one gradient per device, stacked."""
+    def step(w, x, y):
+        return jax.grad(lambda w: jnp.mean((jnp.tanh(x @ w) - y) ** 2))(w)[None]
+
+    got = _run("typed_shard_map", step, _3970_args(mesh), mesh=mesh,
+               in_specs=(P(), P(DATA), P(DATA)), out_specs=P(DATA))
+    assert got.shape == (4, 8, 4)
+
+
+def test_gradient_taken_outside_the_shard_map_is_quiet_and_right(mesh):
+    """`jax.grad` of a check_vma=False shard_map whose body psums over tp: JAX divides the
+    replicated output's cotangent before the body's transpose, and the transposed body's
+    equations are no gradient the body computed."""
+    def forward(p, x, y):
+        h = jax.nn.relu(x @ p["w1"] + p["b1"])
+        return jax.lax.pmean(jnp.mean((jax.lax.psum(h @ p["w2"], "tp") + p["b2"] - y) ** 2), DATA)
+
+    smapped = jax.shard_map(forward, mesh=mesh, in_specs=TP_IO["in_specs"], out_specs=P(),
+                            check_vma=False)
+    grads = st.adapters.checking(jax.jit(jax.grad(smapped)))(*_tp_args(mesh))
+    x, y = _batch()
+    want = jax.grad(lambda p: jnp.mean((jax.nn.relu(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
+                                        - y) ** 2))(_tp_params())
+    _close(grads, want, rtol=1e-4)
+
+
+def test_a_step_with_checks_on_is_not_walked_as_unchecked(mesh):
+    """The same equinox step with check_vma=True and no pmean: JAX sums the gradient in the
+    backward pass (the sum of the devices' mean-loss gradients, which adamw's update does not
+    tell from their mean), nothing to report: the walk of what runs unchecked reads only
+    check_vma=False programs."""
+    program = st.adapters.typed_shard_map(eqx_step("no_pmean"), mesh=mesh, **EQX_SPECS)
+    params, _, loss = jax.jit(program)(*_eqx_args(mesh))
+    want, _, want_loss = _eqx_reference()
+    _close((params, loss), (want, want_loss), rtol=1e-4)
+
+
+def test_the_decorator_form_is_checked(mesh):
+    """`@functools.partial(jax.shard_map, ..., check_vma=False)` inside a jitted train step:
+    `checking(train_step)` finds the staged program."""
+    @functools.partial(jax.shard_map, mesh=mesh, check_vma=False, **EQX_SPECS)
+    def inner(params, opt_state, x, y):
+        return eqx_step("no_pmean")(params, opt_state, x, y)
+
+    @jax.jit
+    def train_step(params, opt_state, x, y):
+        return inner(params, opt_state, x, y)
+
+    with pytest.raises(st.SpmdTypeError) as e:
+        st.adapters.checking(train_step)(*_eqx_args(mesh))
+    assert e.value.code == "SPMD410" and e.value.line == _line("# eqx grads")
