@@ -395,3 +395,30 @@ def test_the_decorator_form_is_checked(mesh):
     with pytest.raises(st.SpmdTypeError) as e:
         st.adapters.checking(train_step)(*_eqx_args(mesh))
     assert e.value.code == "SPMD410" and e.value.line == _line("# eqx grads")
+
+
+def test_an_output_that_still_varies_is_warned_by_checking(mesh):
+    """The loss returned without its pmean under out_specs P(): JAX rejects it with the checks
+    on; with them off it returns one device's. `checking(step)` has no checked trace to ask,
+    so the walk of what runs says it (a warning: code written for check_vma=False may return
+    one device's value on purpose), at the line that computed the loss."""
+    def step(params, opt_state, x, y):
+        model = eqx.combine(params, STATIC)
+        loss, grads = eqx.filter_value_and_grad(loss_fn)(model, x, y)
+        grads = jax.lax.pmean(grads, DATA)
+        updates, opt_state = OPT.update(grads, opt_state, params)
+        return eqx.apply_updates(params, updates), opt_state, loss * 1.0  # local loss
+
+    program = st.adapters.checking(jax.jit(jax.shard_map(step, mesh=mesh, check_vma=False,
+                                                         **EQX_SPECS)))
+    with pytest.warns(st.adapters.CheckVmaWarning) as caught:
+        _, _, loss = program(*_eqx_args(mesh))
+    (w,) = [w.message for w in caught]
+    assert (w.code, w.line) == ("SPMD401", _line("# local loss")), str(w)
+    assert "differs between devices over 'dp', 'fsdp'" in str(w)
+    assert abs(float(loss) - float(_eqx_reference()[2])) > 1e-4     # one device's loss
+    right = st.adapters.checking(jax.jit(jax.shard_map(eqx_step(), mesh=mesh, check_vma=False,
+                                                       **EQX_SPECS)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                   # the right step warns nothing
+        right(*_eqx_args(mesh))

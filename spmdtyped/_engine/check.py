@@ -49,6 +49,9 @@ class Checked:
     walk: Walk
     in_types: list[SpmdType]
     out_types: list[SpmdType]
+    #: what a face warns and does not raise: a `check_vma=False` program's output that
+    #: differs between devices under an out_spec replicated over the axis (SPMD401)
+    notes: list[SpmdTypeError] = dataclasses.field(default_factory=list)
 
     @property
     def violations(self) -> list[SpmdTypeError]:
@@ -114,11 +117,12 @@ def _check(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: st
     if not eqn.params.get("check_vma", True):
         # JAX recorded no state: the program that runs is walked for what it computes
         # (`unchecked`: the gradients its autodiff leaves unsummed or sums twice)
-        for e, at in unchecked_violations(eqn, manual, where):
+        found, notes = unchecked_violations(eqn, manual, where)
+        for e, at in found:
             walk.violation(e, at, "")
         walk.violations[:] = [v for v in in_program_order(inner, walk.violations, source)
                               if not opted_out(v, inner)]
-        return Checked(walk, [], [])
+        return Checked(walk, [], [], [located(e, at) for e, at in notes])
     producers = walk.jaxpr(inner)
     in_types = [_compat.aval_type(v.aval) for v in inner.invars]
     returned = [boundary_source(v, producers) for v in inner.outvars]
@@ -152,16 +156,19 @@ def staged_shard_maps(jaxpr: Any) -> Any:
             yield from staged_shard_maps(sub)
 
 
-def check_staged(jaxpr: Any, *, where: str) -> list[SpmdTypeError]:
+def check_staged(jaxpr: Any, *, where: str,
+                 notes: list[SpmdTypeError] | None = None) -> list[SpmdTypeError]:
     """The violations of every shard_map a traced program stages (`staged_shard_maps`), each
     checked by `check_shard_map` with its own mesh and manual axes; `where` names the API in
-    boundary messages."""
+    boundary messages. Each program's `Checked.notes` are added to `notes` when given."""
     found: list[SpmdTypeError] = []
     for eqn in staged_shard_maps(jaxpr):
         got = check_shard_map(eqn, manual=_compat.shard_map_manual_axes(eqn),
                               mesh=eqn.params["mesh"],
                               source=_compat.jaxpr_source(eqn.params["jaxpr"]), where=where)
         found.extend(got.violations)
+        if notes is not None:
+            notes.extend(got.notes)
     return found
 
 

@@ -298,24 +298,41 @@ def _taken_at(frames: Sequence[tuple[str, int, str]]) -> Taken:
                              if c is not None), None))
 
 
+def _spec_axes(spec: Any) -> frozenset[str]:
+    return frozenset(_compat.spec_parts(spec)[0]) if spec is not None else frozenset()
+
+
+def output_facts(eqn: Any, manual: Sequence[str]) -> list[Facts]:
+    """The facts of each output of the shard_map equation `eqn` (its body walked from its
+    in_specs), whichever `check_vma` it was traced with."""
+    ins = [Facts(_spec_axes(s) & frozenset(manual)) for s in eqn.params["in_specs"]]
+    return UncheckedWalk(manual).jaxpr(_jaxpr_of(eqn.params["jaxpr"]), ins)
+
+
+Located = list[tuple[SpmdTypeError, "tuple[str, int] | None"]]
+
+
 def unchecked_violations(eqn: Any, manual: Sequence[str], where: str
-                         ) -> list[tuple[SpmdTypeError, tuple[str, int] | None]]:
+                         ) -> tuple[Located, Located]:
     """The violations of the `check_vma=False` shard_map equation `eqn` (see the module
     docstring), each with the line it is reported at: SPMD410 for an output whose out_spec is
     replicated over an axis of its `unsummed`, SPMD411 for an output with a `scaled` axis
-    (wrong on every device, whatever its out_spec); one per axis and line."""
-    inner = _jaxpr_of(eqn.params["jaxpr"])
+    (wrong on every device, whatever its out_spec); one per axis and line. Then the notes: an
+    output that differs between devices for another reason under an out_spec replicated
+    over the axis (SPMD401, what JAX rejects with the checks on), at the line that computed
+    it; a face warns them (code written for check_vma=False may return one device's value
+    on purpose)."""
     manual_set = frozenset(manual)
-
-    def spec_axes(spec: Any) -> frozenset[str]:
-        return frozenset(_compat.spec_parts(spec)[0]) if spec is not None else frozenset()
-
-    ins = [Facts(spec_axes(s) & manual_set) for s in eqn.params["in_specs"]]
-    outs = UncheckedWalk(manual).jaxpr(inner, ins)
-    found: list[tuple[SpmdTypeError, tuple[str, int] | None]] = []
+    outs = output_facts(eqn, manual)
+    inner = _jaxpr_of(eqn.params["jaxpr"])
+    found: Located = []
+    notes: Located = []
     reported: set[tuple[str, str, Taken]] = set()
     for i, (f, spec) in enumerate(zip(outs, eqn.params["out_specs"], strict=True)):
-        replicated = manual_set - spec_axes(spec)
+        replicated = manual_set - _spec_axes(spec)
+        differs = sorted((f.varying & replicated) - {a for a, _ in f.unsummed})
+        if differs:
+            notes.append((_varies(differs, i, spec), _defined_at(inner, inner.outvars[i])))
         for code, marks in (("SPMD411", f.scaled), ("SPMD410", f.unsummed)):
             for axis, taken in marks:
                 if (code == "SPMD410" and axis not in replicated) or (code, axis, taken) in reported:
@@ -324,7 +341,26 @@ def unchecked_violations(eqn: Any, manual: Sequence[str], where: str
                 build = _twice if code == "SPMD411" else _unsummed
                 found.append((build(axis, taken, i, spec, where),
                               taken.used if code == "SPMD411" else taken.line))
-    return found
+    return found, notes
+
+
+def _defined_at(jaxpr: Any, v: Any) -> tuple[str, int] | None:
+    """The user's line of the equation of `jaxpr` that defines `v` (None for an input)."""
+    for e in jaxpr.eqns:
+        if v in e.outvars:
+            return user_frame(_compat.eqn_frames(e))
+    return None
+
+
+def _varies(axes: Sequence[str], i: int, spec: Any) -> SpmdTypeError:
+    a = ", ".join(map(repr, axes))
+    return error(
+        "SPMD401",
+        f"JAX rejects output leaf {i} (out_specs {_rules.spec_text(spec)}): it differs between "
+        f"devices over {a}, and check_vma=False returns one device's",
+        axes=tuple(axes), op="shard_map",
+        fix=(f"jax.lax.pmean(x, {a}) before returning it (psum for a sum), or an out_spec "
+             f"naming {a} to keep one per device"))
 
 
 def _unsummed(axis: str, taken: Taken, i: int, spec: Any, where: str) -> SpmdTypeError:

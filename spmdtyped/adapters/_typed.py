@@ -227,9 +227,13 @@ def checking(fn: Callable[..., Any] | None = None, /) -> Any:
             key = signature_key((args, kwargs))
             if key not in seen:
                 closed = _traced(fn, args, kwargs)
-                found = [] if closed is None else check_staged(closed, where="checking()")
+                notes: list[SpmdTypeError] = []
+                found = [] if closed is None else check_staged(closed, where="checking()",
+                                                               notes=notes)
                 if found:
                     raise found[0]
+                for note in notes:   # a check_vma=False program's output that varies
+                    warnings.warn(CheckVmaWarning(note), stacklevel=2)
                 seen.add(key)
             return fn(*args, **kwargs)
 
