@@ -109,6 +109,65 @@ def walk_cost(layers: int = 32, rounds: int = 5) -> tuple[int, float, float]:
     return n, best, raw_s
 
 
+def unchecked_cost(layers: int = 128, rounds: int = 5) -> tuple[int, float, float]:
+    """The walk of what a `check_vma=False` program computes (`_engine.unchecked`, what
+    `typed_shard_map(..., check_vma=False)` and `checking(step)` add to JAX's own trace),
+    alone: `(equations, seconds, raw trace + lower seconds)` on a training step written for
+    `check_vma=False` (`layers` tensor-parallel MLP blocks, Megatron's identity-backward
+    all-reduce, `jax.value_and_grad`, the gradients pmean'd over dp; the example transformer
+    casts to Unreduced, which needs the checks), minimum over `rounds` checks, thread CPU,
+    next to one lowering of it."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from spmdtyped._engine import check as engine
+
+    mesh = import_example("transformer").make_mesh()
+
+    @jax.custom_vjp
+    def all_reduce(y: Any) -> Any:
+        return jax.lax.psum(y, "tp")
+
+    all_reduce.defvjp(lambda y: (all_reduce(y), None), lambda _, ct: (ct,))
+
+    def step(ws: Any, x: Any) -> Any:
+        def loss(ws: Any) -> Any:
+            h = x
+            for w1, w2 in ws:
+                h = h + all_reduce(jnp.tanh(h @ w1) @ w2)
+            return jnp.mean(h ** 2)
+
+        value, grads = jax.value_and_grad(loss)(ws)
+        return jax.lax.pmean(value, "dp"), jax.lax.pmean(grads, "dp")
+
+    specs = [(P(None, "tp"), P("tp", None)) for _ in range(layers)]
+    put = jax.device_put
+    ws = [(put(jnp.ones((16, 32)) / 16, NamedSharding(mesh, s1)),
+           put(jnp.ones((32, 16)) / 32, NamedSharding(mesh, s2))) for s1, s2 in specs]
+    x = put(jnp.ones((8, 16)), NamedSharding(mesh, P("dp")))
+
+    def program() -> Any:
+        return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(specs, P("dp")),
+                                     out_specs=(P(), specs), check_vma=False))
+
+    closed = jax.make_jaxpr(program())(ws, x)
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.thread_time()
+        found = engine.check_staged(closed, where="bench")
+        best = min(best, time.thread_time() - t0)
+    assert not found, found   # the step is right
+    program().lower(ws, x)   # warm JAX's per-primitive caches
+    t0 = time.thread_time()
+    program().lower(ws, x)
+    raw_s = time.thread_time() - t0
+    n = sum(len(getattr(e.params["jaxpr"], "jaxpr", e.params["jaxpr"]).eqns)
+            for e in engine.staged_shard_maps(closed))
+    return n, best, raw_s
+
+
 if __name__ == "__main__":
     import os
     import sys
@@ -134,3 +193,6 @@ if __name__ == "__main__":
     n, walk_s, raw_s = walk_cost(32)
     print(f"engine alone, 32 layers: {n} equations, {walk_s * 1e3:.1f} ms "
           f"({walk_s / n * 1e6:.1f} us per equation; {walk_s / raw_s:.1%} of one raw trace + lower)")
+    n, walk_s, raw_s = unchecked_cost()
+    print(f"128 layers, check_vma=False: the unchecked walk {walk_s * 1e3:.1f} ms over {n} "
+          f"equations = {walk_s / raw_s:.3f} of one raw trace + lower ({raw_s:.3f}s)")

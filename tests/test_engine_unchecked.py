@@ -1,5 +1,6 @@
 """Training steps written for `check_vma=False`, as production code writes them (equinox and
-optax, `eqx.filter_value_and_grad`, `jax.value_and_grad` of dict pytrees, `jax.tree.map`
+optax, `eqx.filter_value_and_grad`, flax nnx with `nnx.value_and_grad`, `jax.value_and_grad`
+of dict pytrees, `jax.tree.map`
 lambdas, a Megatron-style tensor-parallel MLP, gradient accumulation in a `scan`), on a 3-axis
 mesh: the gradients JAX's autodiff leaves unsummed or sums twice when the checks are off
 (`_engine.unchecked`). Each mistake runs silently wrong in raw JAX (shown against one device);
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -422,3 +424,60 @@ def test_an_output_that_still_varies_is_warned_by_checking(mesh):
     with warnings.catch_warnings():
         warnings.simplefilter("error")                   # the right step warns nothing
         right(*_eqx_args(mesh))
+
+
+# ------------------------------------------------------- flax nnx, nnx.value_and_grad inside
+
+
+class Net(nnx.Module):
+    def __init__(self, rngs):
+        self.l1 = nnx.Linear(8, 16, rngs=rngs)
+        self.l2 = nnx.Linear(16, 4, rngs=rngs)
+
+    def __call__(self, x):
+        return self.l2(jax.nn.gelu(self.l1(x)))
+
+
+NNX_GRAPHDEF, NNX_STATE = nnx.split(Net(nnx.Rngs(0)))
+
+
+def nnx_loss(model, x, y):
+    return jnp.mean((model(x) - y) ** 2)
+
+
+def nnx_step(mistake=""):
+    def step(state, x, y):
+        model = nnx.merge(NNX_GRAPHDEF, state)
+        value, grads = nnx.value_and_grad(nnx_loss)(model, x, y)  # nnx grads
+        if mistake != "no_pmean":
+            grads = jax.tree.map(lambda g: jax.lax.pmean(g, DATA), grads)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, state, grads), jax.lax.pmean(value, DATA)
+    return step
+
+
+def _nnx_args(mesh):
+    x, y = _batch()
+    return (_put(mesh, NNX_STATE, jax.tree.map(lambda _: P(), NNX_STATE)),
+            *(jax.device_put(a, NamedSharding(mesh, P(DATA))) for a in (x, y)))
+
+
+NNX_IO = dict(in_specs=(P(), P(DATA), P(DATA)), out_specs=(P(), P()))
+
+
+def _nnx_reference():
+    x, y = _batch()
+    value, grads = nnx.value_and_grad(nnx_loss)(nnx.merge(NNX_GRAPHDEF, NNX_STATE), x, y)
+    return jax.tree.map(lambda p, g: p - 0.1 * g, NNX_STATE, grads), value
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+def test_nnx_step_with_its_gradients_reduced_trains_equal_to_one_device(face, mesh):
+    _close(_run(face, nnx_step(), _nnx_args(mesh), mesh=mesh, **NNX_IO), _nnx_reference())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_nnx_gradient_never_reduced_is_spmd410_at_the_gradient(face, mesh):
+    state, _ = _run("jax", nnx_step("no_pmean"), _nnx_args(mesh), mesh=mesh, **NNX_IO)
+    assert _far(state, _nnx_reference()[0])
+    e = _raises("SPMD410", face, nnx_step("no_pmean"), _nnx_args(mesh), mesh=mesh, **NNX_IO)
+    assert (e.file, e.line) == (__file__, _line("# nnx grads")), str(e)

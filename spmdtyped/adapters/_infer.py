@@ -170,7 +170,7 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
     - `check_vma`: `infer` always traces with the checks on; with `check_vma=False` (code
       written for it) the report's `check_vma_changes` lists what turning them on changes,
       and the program that runs unchecked is walked too: a gradient its autodiff leaves
-      unsummed is SPMD410 (`_engine.unchecked`).
+      unsummed is SPMD410, one it sums twice SPMD411 (`_engine.unchecked`).
     - `strict`: as `st.shard_map(..., strict=True)`: every psum of a value its in_spec shards
       over the summed axis is SPMD108 (by default only where the out_spec or a gradient tells
       a slice of a global array from a stack of per-device terms; docs/refinement.md).
@@ -212,20 +212,17 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
         rep = _unanalysed(f, args, specs, mesh, axis_names)
         rep.check_vma_changes = [f"?: with check_vma=True, JAX rejects the program: "
                                  f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"]
-        rep.violations.extend(unchecked_violations(f, args, mesh=mesh, in_specs=specs,
-                                                   out_specs=out_specs,
-                                                   axis_names=axis_names, where=where))
-        rep.ok = not rep.violations
-        return rep
-    if not check_vma:
+    else:
+        if check_vma:
+            return rep
         # the program was written for check_vma=False: each strict-rule violation of its
         # check_vma=True trace is a line whose meaning changes when the checks are turned on
         # (typically an explicit psum of a gradient JAX now sums itself: a double sum)
         rep.check_vma_changes = [vma_change(v) for v in rep.violations]
-        rep.violations.extend(unchecked_violations(f, args, mesh=mesh, in_specs=specs,
-                                                   out_specs=out_specs,
-                                                   axis_names=axis_names, where=where))
-        rep.ok = not rep.violations
+    rep.violations.extend(_walk_unchecked(f, args, mesh=mesh, in_specs=specs,
+                                          out_specs=out_specs, axis_names=axis_names,
+                                          where=where))
+    rep.ok = not rep.violations
     return rep
 
 
@@ -240,12 +237,12 @@ def _unanalysed(f: Callable[..., Any], args: Sequence[Any], in_specs: Any, mesh:
     return InferReport(True, [], spec_types, [], sig, [], [], None, tuple(order))
 
 
-def unchecked_violations(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any,
-                         in_specs: Any, out_specs: Any, axis_names: Any,
-                         where: str) -> list[SpmdTypeError]:
+def _walk_unchecked(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any,
+                    in_specs: Any, out_specs: Any, axis_names: Any,
+                    where: str) -> list[SpmdTypeError]:
     """The engine's violations of the program `jax.shard_map(f, check_vma=False)` runs
-    (`_engine.unchecked`: a gradient its autodiff leaves unsummed, SPMD410); none when JAX
-    cannot trace it (the checked trace's report says why)."""
+    (`_engine.unchecked`: a gradient its autodiff leaves unsummed or sums twice, SPMD410 /
+    SPMD411); none when JAX cannot trace it (the checked trace's report says why)."""
     try:
         closed = jax.make_jaxpr(_compat.shard_map(
             f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, axis_names=axis_names,
