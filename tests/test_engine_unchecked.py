@@ -481,3 +481,80 @@ def test_nnx_gradient_never_reduced_is_spmd410_at_the_gradient(face, mesh):
     assert _far(state, _nnx_reference()[0])
     e = _raises("SPMD410", face, nnx_step("no_pmean"), _nnx_args(mesh), mesh=mesh, **NNX_IO)
     assert (e.file, e.line) == (__file__, _line("# nnx grads")), str(e)
+
+
+# ---------------------------------------------- layers stacked under lax.scan (and a cond)
+
+
+@jax.custom_vjp
+def copy_to_tp(h):
+    """Megatron's copy-to-tensor-parallel region: identity forward, psum backward (the
+    cotangent of an input replicated over tp that the column-parallel matmul leaves partial)."""
+    return h
+
+
+copy_to_tp.defvjp(lambda h: (h, None), lambda _, ct: (jax.lax.psum(ct, "tp"),))
+
+
+def scan_step(reduce, branch=False):
+    """Layers stacked under `lax.scan`; with Megatron's pair (`copy_to_tp` before the
+    column-parallel matmul, `all_reduce` after the row-parallel one) when `reduce` is
+    `all_reduce`: the stacked layers differentiate the carry, whose cotangent needs both."""
+    copy = copy_to_tp if reduce is all_reduce else (lambda h: h)
+
+    def step(w1, w2, x):
+        def loss(w1, w2):
+            def layer(h, w):
+                y = reduce(jnp.tanh(copy(h) @ w[0]) @ w[1])
+                if branch:   # a transposed cond inside the transposed scan
+                    y = jax.lax.cond(h.sum() > 0, lambda y: y, lambda y: 0.5 * y, y)
+                return h + y, None
+
+            return jnp.mean(jax.lax.scan(layer, x, (w1, w2))[0] ** 2)
+
+        return jax.grad(loss, (0, 1))(w1, w2)
+    return step
+
+
+SCAN_IO = dict(in_specs=(P(None, None, "tp"), P(None, "tp", None), P()),
+               out_specs=(P(None, None, "tp"), P(None, "tp", None)))
+
+
+def _scan_args(mesh):
+    k = jax.random.split(jax.random.key(4), 3)
+    w1, w2 = jax.random.normal(k[0], (3, 8, 16)) / 3, jax.random.normal(k[1], (3, 16, 8)) / 4
+    x = jax.random.normal(k[2], (4, 8))
+    return tuple(jax.device_put(a, NamedSharding(mesh, s))
+                 for a, s in zip((w1, w2, x), SCAN_IO["in_specs"], strict=True))
+
+
+@pytest.mark.parametrize("branch", [False, True])
+@pytest.mark.parametrize("face", FACES)
+def test_psum_in_layers_under_scan_is_spmd411_at_the_psum(face, branch, mesh):
+    """The transposed scan's body carries no `transpose` in its own name stack: the walk
+    knows it is in the backward pass from the equation that holds it."""
+    step = scan_step(lambda y: jax.lax.psum(y, "tp"), branch)  # the scanned psum
+    e = _raises("SPMD411", face, step, _scan_args(mesh), mesh=mesh, **SCAN_IO)
+    assert e.line == _line("# the scanned psum")
+
+
+@pytest.mark.parametrize("branch", [False, True])
+def test_identity_backward_all_reduce_under_scan_is_quiet_and_right(branch, mesh):
+    w1, w2, x = (np.asarray(a) for a in _scan_args(mesh))
+
+    def loss(w1, w2):
+        def layer(h, w):
+            y = jnp.tanh(h @ w[0]) @ w[1]
+            if branch:
+                y = jax.lax.cond(h.sum() > 0, lambda y: y, lambda y: 0.5 * y, y)
+            return h + y, None
+
+        return jnp.mean(jax.lax.scan(layer, x, (w1, w2))[0] ** 2)
+
+    want = jax.grad(loss, (0, 1))(w1, w2)
+    for face in ("typed_shard_map", "checking", "jax"):
+        got = _run(face, scan_step(all_reduce, branch), _scan_args(mesh), mesh=mesh, **SCAN_IO)
+        _close(got, want, rtol=1e-4)
+    raw = _run("jax", scan_step(lambda y: jax.lax.psum(y, "tp"), branch), _scan_args(mesh),
+               mesh=mesh, **SCAN_IO)
+    assert _far(raw, want)                                     # the mistake is real

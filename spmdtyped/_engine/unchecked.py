@@ -142,7 +142,10 @@ class UncheckedWalk:
         self.manual = frozenset(manual)
         self.views = Views()
 
-    def jaxpr(self, jaxpr: Any, ins: Sequence[Facts]) -> list[Facts]:
+    def jaxpr(self, jaxpr: Any, ins: Sequence[Facts], backward: bool = False) -> list[Facts]:
+        """The facts of `jaxpr`'s outputs; `backward`: it is nested in an equation of a
+        gradient's backward pass (JAX names the transposition on that equation, not on the
+        equations of the jaxpr it holds: a transposed scan's body)."""
         env: dict[Any, Facts] = dict(zip(jaxpr.invars, ins, strict=True))
         views = self.views.all(jaxpr)
         links = read(views, jaxpr.outvars).links
@@ -152,10 +155,10 @@ class UncheckedWalk:
             return _SAME if is_literal(v) else env.get(v, _SAME)
 
         for view in views:
-            outs = self.eqn(view, [get(v) for v in view.eqn.invars])
-            backward = is_backward(view.eqn)
+            inside = backward or is_backward(view.eqn)
+            outs = self.eqn(view, [get(v) for v in view.eqn.invars], inside)
             for v, f in zip(view.eqn.outvars, outs, strict=True):
-                if backward:
+                if inside:
                     producer[v] = view
                 primals = links.get(v)
                 if primals is not None:
@@ -174,29 +177,29 @@ class UncheckedWalk:
         return dataclasses.replace(
             f, unsummed=_merged(f.unsummed, tuple((a, taken) for a in sorted(missing))))
 
-    def eqn(self, view: EqnView, ins: Sequence[Facts]) -> list[Facts]:
+    def eqn(self, view: EqnView, ins: Sequence[Facts], backward: bool) -> list[Facts]:
         eqn, name = view.eqn, view.name
         n = len(eqn.outvars)
         row = _surface.axis_primitive(name)
         if row is not None:
-            return self._collective(eqn, name, row, ins)
+            return self._collective(eqn, name, row, ins, backward)
         if name == "axis_index":
             return [Facts(frozenset(eqn_axes(eqn)) & self.manual)] * n
         if name == "cond":
-            return self._cond(eqn, ins)
+            return self._cond(eqn, ins, backward)
         if name == "while":
-            return self._while(eqn, ins)
+            return self._while(eqn, ins, backward)
         if name == "scan":
-            return self._scan(eqn, ins)
+            return self._scan(eqn, ins, backward)
         if name != "shard_map":
             sub = next((s for s in map(_jaxpr_of, view.subs) if len(s.invars) == len(ins)
                         and len(s.outvars) == n), None)
             if sub is not None:   # jit, remat, custom_jvp / custom_vjp calls
-                return self.jaxpr(sub, ins)
+                return self.jaxpr(sub, ins, backward)
         return [_join(ins)] * n
 
-    def _collective(self, eqn: Any, name: str, row_name: str,
-                    ins: Sequence[Facts]) -> list[Facts]:
+    def _collective(self, eqn: Any, name: str, row_name: str, ins: Sequence[Facts],
+                    backward: bool) -> list[Facts]:
         row = _rules.AXIS_OPS[_HOLDS.get(name, row_name)]
         axes = frozenset(eqn_axes(eqn)) & self.manual
         # a reduction within groups of devices leaves the groups' results different
@@ -206,7 +209,6 @@ class UncheckedWalk:
             else [(_join(ins), v) for v in eqn.outvars]
         # the transpose of a psum in a gradient's backward pass is a psum (with the checks on,
         # a pvary): of a cotangent equal on every device, n times it (a pmean divides first)
-        backward = is_backward(eqn)
         mean = any("pmean" in fn for _f, fn in library_frames(_compat.eqn_frames(eqn)))
         sums_twice = row.unreduced_kind == "sum" and not grouped and backward and not mean
         # a pmean over the axis divides what a psum'd loss's transpose multiplied (jax#3970:
@@ -230,42 +232,46 @@ class UncheckedWalk:
                              scaled))
         return out
 
-    def _cond(self, eqn: Any, ins: Sequence[Facts]) -> list[Facts]:
+    def _cond(self, eqn: Any, ins: Sequence[Facts], backward: bool) -> list[Facts]:
         pred, ops = ins[0], list(ins[1:])
         outs: list[Facts] | None = None
         for br in eqn.params["branches"]:
-            res = self.jaxpr(_jaxpr_of(br), ops)
+            res = self.jaxpr(_jaxpr_of(br), ops, backward)
             outs = res if outs is None else [a.join(b) for a, b in zip(outs, res, strict=True)]
-        return [Facts(f.varying | pred.varying, f.unsummed) for f in outs or []]
+        return [_varying_also(f, pred.varying) for f in outs or []]
 
-    def _while(self, eqn: Any, ins: Sequence[Facts]) -> list[Facts]:
+    def _while(self, eqn: Any, ins: Sequence[Facts], backward: bool) -> list[Facts]:
         p = eqn.params
         nc, nb = int(p["cond_nconsts"]), int(p["body_nconsts"])
         cj, bj = _jaxpr_of(p["cond_jaxpr"]), _jaxpr_of(p["body_jaxpr"])
         cconsts, bconsts, carry = list(ins[:nc]), list(ins[nc:nc + nb]), list(ins[nc + nb:])
         for _ in range(_MAX_ITERATIONS):
-            pred = self.jaxpr(cj, cconsts + carry)[0]
-            res = self.jaxpr(bj, bconsts + carry)
-            new = [Facts(c.join(r).varying | pred.varying, c.join(r).unsummed)
-                   for c, r in zip(carry, res, strict=True)]
+            pred = self.jaxpr(cj, cconsts + carry, backward)[0]
+            res = self.jaxpr(bj, bconsts + carry, backward)
+            new = [_varying_also(c.join(r), pred.varying) for c, r in zip(carry, res, strict=True)]
             if new == carry:
                 return carry
             carry = new
-        return [Facts(self.manual, c.unsummed) for c in carry]
+        return [_varying_also(c, self.manual) for c in carry]
 
-    def _scan(self, eqn: Any, ins: Sequence[Facts]) -> list[Facts]:
+    def _scan(self, eqn: Any, ins: Sequence[Facts], backward: bool) -> list[Facts]:
         nconsts, ncarry = _compat.scan_counts(eqn)
         body = _jaxpr_of(eqn.params["jaxpr"])
         consts, carry = list(ins[:nconsts]), list(ins[nconsts:nconsts + ncarry])
         xs = list(ins[nconsts + ncarry:])
         for _ in range(_MAX_ITERATIONS):
-            res = self.jaxpr(body, consts + carry + xs)
+            res = self.jaxpr(body, consts + carry + xs, backward)
             new = [c.join(r) for c, r in zip(carry, res[:ncarry], strict=True)]
             if new == carry:
                 return carry + res[ncarry:]
             carry = new
-        res = self.jaxpr(body, consts + [Facts(self.manual, c.unsummed) for c in carry] + xs)
-        return [Facts(self.manual, c.unsummed) for c in carry] + res[ncarry:]
+        carry = [_varying_also(c, self.manual) for c in carry]
+        return carry + self.jaxpr(body, consts + carry + xs, backward)[ncarry:]
+
+
+def _varying_also(f: Facts, axes: frozenset[str]) -> Facts:
+    """`f`, differing between devices over `axes` as well (its marks kept)."""
+    return f if axes <= f.varying else dataclasses.replace(f, varying=f.varying | axes)
 
 
 def _taken(v: Any, producer: dict[Any, EqnView]) -> Taken:
