@@ -521,13 +521,19 @@ def custom_vjp_rules(fn: Any) -> tuple[Any, Any, Any] | None:
 
 def scan_counts(eqn: Any) -> tuple[int, int]:
     """(number of loop constants, number of carries) of a `scan` equation: [0.10] the params
-    `num_consts`/`num_carry`; [0.12] the flat-tree `ft_in` = (consts, carry, xs), each an
-    `FTTuple` whose `.vals` are its leaves."""
+    `num_consts`/`num_carry`; [0.12] the flat-tree `ft_in` = (consts, carry, xs): an `FTTuple`
+    whose `.elts` each have their leaves in `.vals`, or (a transposed scan's) an `FTPyTree`
+    whose `.tree` is the PyTreeDef of the three."""
     p = eqn.params
     if "num_consts" in p:
         return int(p["num_consts"]), int(p["num_carry"])
-    consts, carry = p["ft_in"].elts[:2]
-    return len(consts.vals), len(carry.vals)
+    ft = p["ft_in"]
+    elts = getattr(ft, "elts", None)
+    if elts is not None:
+        consts, carry = elts[:2]
+        return len(consts.vals), len(carry.vals)
+    consts_def, carry_def = ft.tree.children()[:2]
+    return consts_def.num_leaves, carry_def.num_leaves
 
 
 def is_differentiated(x: Any) -> bool:

@@ -305,7 +305,11 @@ PAGES: tuple[ErrorPage, ...] = (
             "communication, no second sum).",
             "Keep check_vma=False and give the all-reduce an identity backward pass (Megatron's "
             "reduce-from-tensor-parallel region): `jax.custom_vjp` with `psum` forward and the "
-            "cotangent returned as is.",
+            "cotangent returned as is. Where the column-parallel matmul's input is itself "
+            "differentiated (layers stacked on each other), it needs the other half of the pair "
+            "too: an identity forward whose backward psums the cotangent (Megatron's "
+            "copy-to-tensor-parallel region); without it the earlier layers' gradients are wrong, "
+            "and nothing reports it.",
             "Take the gradient outside the shard_map: `jax.grad` of the shard-mapped loss.",
             "If the mean over the axis was meant, `jax.lax.pmean`.",
         ),
