@@ -520,20 +520,14 @@ def custom_vjp_rules(fn: Any) -> tuple[Any, Any, Any] | None:
 
 
 def scan_counts(eqn: Any) -> tuple[int, int]:
-    """(number of loop constants, number of carries) of a `scan` equation: [0.10] the params
-    `num_consts`/`num_carry`; [0.12] the flat-tree `ft_in` = (consts, carry, xs): an `FTTuple`
-    whose `.elts` each have their leaves in `.vals`, or (a transposed scan's) an `FTPyTree`
-    whose `.tree` is the PyTreeDef of the three."""
-    p = eqn.params
-    if "num_consts" in p:
+    """(loop constants, carries) of a `scan` equation: [0.10] `num_consts` / `num_carry`;
+    [0.12] `ft_in` = (consts, carry, xs), an `FTTuple` (`.elts`) or, transposed, `FTPyTree`."""
+    p, ft = eqn.params, eqn.params.get("ft_in")
+    if ft is None:
         return int(p["num_consts"]), int(p["num_carry"])
-    ft = p["ft_in"]
-    elts = getattr(ft, "elts", None)
-    if elts is not None:
-        consts, carry = elts[:2]
-        return len(consts.vals), len(carry.vals)
-    consts_def, carry_def = ft.tree.children()[:2]
-    return consts_def.num_leaves, carry_def.num_leaves
+    if hasattr(ft, "elts"):
+        return len(ft.elts[0].vals), len(ft.elts[1].vals)
+    return ft.tree.children()[0].num_leaves, ft.tree.children()[1].num_leaves
 
 
 def is_differentiated(x: Any) -> bool:
