@@ -1,4 +1,7 @@
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 # 8 simulated CPU devices, set before JAX is imported anywhere in the test session.
@@ -8,7 +11,22 @@ os.environ["XLA_FLAGS"] = (
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import _helpers  # noqa: E402
+import jax  # noqa: E402
 import pytest  # noqa: E402
+
+# JAX's persistent compilation cache, in a directory of this process's own (removed at exit):
+# the suites compile the same program many times (typed and raw lower to one program by design,
+# and each reference runs under several faces), and a hit skips XLA's compile (about a third
+# of a suite's time). Every entry is cached (no minimum compile time). One directory per
+# process, so no two processes write one entry at once (JAX locks its files only when it also
+# evicts, which scans the whole directory at each write); subprocesses compile without it.
+# `SPMDTYPED_TEST_JAX_CACHE=0`, or a `JAX_COMPILATION_CACHE_DIR` of one's own, turns it off.
+if os.environ.get("SPMDTYPED_TEST_JAX_CACHE", "1") != "0" and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    _jax_cache = tempfile.mkdtemp(prefix="spmdtyped-jax-cache-")
+    atexit.register(shutil.rmtree, _jax_cache, ignore_errors=True)
+    jax.config.update("jax_compilation_cache_dir", _jax_cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 
 @pytest.fixture(scope="session")
