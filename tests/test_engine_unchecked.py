@@ -17,6 +17,7 @@ device and is reported by none.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 
@@ -313,6 +314,69 @@ def test_psum_loss_then_psum_gradient_is_spmd411(face, mesh):
     assert e.line == _line("# summed loss") and set(e.axes) <= set(DATA)
 
 
+def _3970_compensated(allowed: bool):
+    """jax#3970 compensated by hand: the psum'd loss's gradient is n times too large, and the
+    step divides it back (a pmean would do both); under `st.allow("SPMD411")` it is the
+    author's decision, not a mistake."""
+    def step(w, x, y):
+        def loss(w):
+            with st.allow("SPMD411") if allowed else contextlib.nullcontext():
+                return jax.lax.psum(jnp.sum((jnp.tanh(x @ w) - y) ** 2), DATA) / 16  # allowed psum
+
+        g = jax.grad(loss)(w)
+        return jax.lax.psum(g, DATA) / jax.lax.psum(1, DATA)   # the transpose's n taken back
+    return step
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_psum_compensated_by_hand_is_spmd411_unless_allowed(face, mesh):
+    """The step is right (raw JAX equals one device), so the walk's SPMD411 is refused only
+    without the opt-out; inside `with st.allow("SPMD411"):` every face runs it quiet."""
+    args = _3970_args(mesh)
+    _close(_run("jax", _3970_compensated(True), args, mesh=mesh, **IO_3970), _3970_reference())
+    e = _raises("SPMD411", face, _3970_compensated(False), args, mesh=mesh, **IO_3970)
+    assert e.line == _line("# allowed psum") and "st.allow('SPMD411')" in str(e)
+    got = _run(face, _3970_compensated(True), args, mesh=mesh, **IO_3970)
+    if face != "infer":
+        _close(got, _3970_reference())
+
+
+def _ring_sum(g, axis, n):
+    """An all-reduce written by hand: n - 1 ppermutes around a ring, each device adding what
+    it receives (a bidirectional or chunked ring in production code)."""
+    perm = [(i, (i + 1) % n) for i in range(n)]
+    acc = cur = g
+    for _ in range(n - 1):
+        cur = jax.lax.ppermute(cur, axis, perm)
+        acc = jax.tree.map(jnp.add, acc, cur)
+    return acc
+
+
+def _ring_step(allowed: bool):
+    def step(w, x, y):
+        with st.allow("SPMD410") if allowed else contextlib.nullcontext():
+            g = jax.grad(lambda w: jnp.mean((jnp.tanh(x @ w) - y) ** 2))(w)  # ring gradient
+        return _ring_sum(_ring_sum(g, "dp", 2), "fsdp", 2) / 4
+    return step
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_gradient_summed_by_a_ring_of_ppermutes_is_spmd410_unless_allowed(face, mesh):
+    """The walk cannot tell a ring of ppermutes and adds from per-device values: the summed
+    gradient is SPMD410 (a false error, the step is right against one device), and
+    `with st.allow("SPMD410"):` around the line the error names lets every face run it."""
+    x, y = _batch()
+    w = jax.random.normal(jax.random.key(3), (8, 4))
+    args = _3970_args(mesh)
+    want = jax.grad(lambda w: jnp.mean((jnp.tanh(x @ w) - y) ** 2))(w)
+    _close(_run("jax", _ring_step(False), args, mesh=mesh, **IO_3970), want)
+    e = _raises("SPMD410", face, _ring_step(False), args, mesh=mesh, **IO_3970)
+    assert e.line == _line("# ring gradient")
+    got = _run(face, _ring_step(True), args, mesh=mesh, **IO_3970)
+    if face != "infer":
+        _close(got, want)
+
+
 # ------------------------------------------------ gradient accumulation over microbatches
 
 
@@ -424,6 +488,24 @@ def test_an_output_that_still_varies_is_warned_by_checking(mesh):
     with warnings.catch_warnings():
         warnings.simplefilter("error")                   # the right step warns nothing
         right(*_eqx_args(mesh))
+
+
+def test_the_warning_on_a_shard_map_differentiated_from_outside_names_no_index(mesh):
+    """`jax.value_and_grad` of a shard-mapped loss, jitted: the shard_map JAX stages is the
+    forward of the gradient, its residuals among its outputs (the loss is its output 3 on jax
+    0.10.2). The warning names the loss's line and says whose outputs they are, not JAX's
+    index as if it were the user's."""
+    def local_loss(w, x, y):
+        return jnp.mean((jnp.tanh(x @ w) - y) ** 2)   # loss without its pmean
+
+    loss = jax.shard_map(local_loss, mesh=mesh, in_specs=(P(), P(DATA), P(DATA)),
+                         out_specs=P(), check_vma=False)
+    program = st.adapters.checking(jax.jit(jax.value_and_grad(loss)))
+    with pytest.warns(st.adapters.CheckVmaWarning) as caught:
+        program(*_3970_args(mesh))
+    (w,) = [w.message for w in caught]
+    assert (w.code, w.line) == ("SPMD401", _line("# loss without its pmean")), str(w)
+    assert "output leaf" not in str(w) and "as autodiff staged it" in str(w), str(w)
 
 
 # ------------------------------------------------------- flax nnx, nnx.value_and_grad inside

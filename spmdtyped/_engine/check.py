@@ -198,15 +198,18 @@ ALLOW_SCOPES.append(_allow_scope)
 
 def opted_out(v: SpmdTypeError, body: Any) -> bool:
     """Whether the violation `v` lies in a `with st.allow(code):` block of the body: an
-    equation traced in the block (its name stack holds the block's scope) at `v`'s line."""
+    equation traced in the block (its name stack holds the block's scope) with `v`'s line on
+    its stack (the line itself, or a call the block holds: the `jax.grad` line SPMD410 names
+    traced its backward pass)."""
     where = (v.file, v.line)
     for e in _eqns(body):
         stack = str(getattr(getattr(e, "source_info", None), "name_stack", ""))
         if _ALLOW_SCOPE not in stack:
             continue
-        codes = {c for part in stack.split(_ALLOW_SCOPE)[1:]
+        # the scope as JAX prints it inside a transform: `transpose(jvp(spmdtyped_allow_X))`
+        codes = {c.rstrip(")") for part in stack.split(_ALLOW_SCOPE)[1:]
                  for c in part.split("/")[0].split("_")}
-        if v.code in codes and where == user_frame(_compat.eqn_frames(e)):
+        if v.code in codes and any((f, n) == where for f, n, _ in _compat.eqn_frames(e)):
             return True
     return False
 

@@ -334,18 +334,24 @@ def unchecked_violations(eqn: Any, manual: Sequence[str], where: str
     found: Located = []
     notes: Located = []
     reported: set[tuple[str, str, Taken]] = set()
+    # a shard_map autodiff staged (the forward of `jax.grad` of a shard-mapped function) has
+    # JAX's residuals among its outputs: its output indices are not the user's
+    staged = bool(_compat.eqn_transforms(eqn))
     for i, (f, spec) in enumerate(zip(outs, eqn.params["out_specs"], strict=True)):
+        out = (f"an output (out_specs {_rules.spec_text(spec)}) of the shard_map as autodiff "
+               f"staged it (the forward of jax.grad: JAX's residuals are outputs too)" if staged else
+               f"output leaf {i} (out_specs {_rules.spec_text(spec)})")
         replicated = manual_set - _spec_axes(spec)
         differs = sorted((f.varying & replicated) - {a for a, _ in f.unsummed})
         if differs:
-            notes.append((_varies(differs, i, spec), _defined_at(inner, inner.outvars[i])))
+            notes.append((_varies(differs, out), _defined_at(inner, inner.outvars[i])))
         for code, marks in (("SPMD411", f.scaled), ("SPMD410", f.unsummed)):
             for axis, taken in marks:
                 if (code == "SPMD410" and axis not in replicated) or (code, axis, taken) in reported:
                     continue
                 reported.add((code, axis, taken))
                 build = _twice if code == "SPMD411" else _unsummed
-                found.append((build(axis, taken, i, spec, where),
+                found.append((build(axis, taken, out, where),
                               taken.used if code == "SPMD411" else taken.line))
     return found, notes
 
@@ -358,28 +364,28 @@ def _defined_at(jaxpr: Any, v: Any) -> tuple[str, int] | None:
     return None
 
 
-def _varies(axes: Sequence[str], i: int, spec: Any) -> SpmdTypeError:
+def _varies(axes: Sequence[str], out: str) -> SpmdTypeError:
     a = ", ".join(map(repr, axes))
     return error(
         "SPMD401",
-        f"JAX rejects output leaf {i} (out_specs {_rules.spec_text(spec)}): it differs between "
+        f"JAX rejects {out}: it differs between "
         f"devices over {a}, and check_vma=False returns one device's",
         axes=tuple(axes), op="shard_map",
         fix=(f"jax.lax.pmean(x, {a}) before returning it (psum for a sum), or an out_spec "
              f"naming {a} to keep one per device"))
 
 
-def _unsummed(axis: str, taken: Taken, i: int, spec: Any, where: str) -> SpmdTypeError:
+def _unsummed(axis: str, taken: Taken, out: str, where: str) -> SpmdTypeError:
     a = repr(axis)
     details = []
     if taken.used is not None and taken.used != taken.line:
         details.append(f"the replicated value meets per-device data at "
                        f"{taken.used[0]}:{taken.used[1]}")
-    details.append(f"{where}: output leaf {i} (out_specs {_rules.spec_text(spec)}) carries it")
+    details.append(f"{where}: {out} carries it")
     return error(
         "SPMD410",
         f"gradient never summed over {a} under check_vma=False: each device keeps its own "
-        f"partial gradient, and output leaf {i}, replicated over {a}, returns one device's",
+        f"partial gradient, and {out.split(' (')[0]}, replicated over {a}, returns one device's",
         axes=(axis,), op="jax.grad", details=tuple(details),
         fix=(f"grads = jax.lax.pmean(grads, {a}) right after the gradient (psum if the loss "
              f"is a sum over the devices' batches), before any update; or check_vma=True, "
@@ -387,12 +393,12 @@ def _unsummed(axis: str, taken: Taken, i: int, spec: Any, where: str) -> SpmdTyp
              f"gradient: SPMD103)"))
 
 
-def _twice(axis: str, taken: Taken, i: int, spec: Any, where: str) -> SpmdTypeError:
+def _twice(axis: str, taken: Taken, out: str, where: str) -> SpmdTypeError:
     a = repr(axis)
     details = []
     if taken.called is not None:
         details.append(f"the gradient taken at {taken.called[0]}:{taken.called[1]}")
-    details.append(f"{where}: output leaf {i} (out_specs {_rules.spec_text(spec)}) carries it")
+    details.append(f"{where}: {out} carries it")
     return error(
         "SPMD411",
         f"{taken.op} over {a} differentiated under check_vma=False: its transpose sums a "

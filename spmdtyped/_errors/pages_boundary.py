@@ -283,6 +283,7 @@ PAGES: tuple[ErrorPage, ...] = (
              "opts out of the checks): the gradient all-reduce forgotten, or taken out while porting "
              "from check_vma=True code, where JAX did it.",
         related=("SPMD401", "SPMD103", "SPMD411"),
+        opt_out=True,
     ),
     ErrorPage(
         code="SPMD411", slug="psum-transposed-to-psum",
@@ -337,6 +338,7 @@ PAGES: tuple[ErrorPage, ...] = (
              "takes its gradient inside a check_vma=False shard_map; a loss psum'd over the data axis "
              "before jax.grad (jax#3970).",
         related=("SPMD410", "SPMD103"),
+        opt_out=True,
     ),
     ErrorPage(
         code="SPMD501", slug="unknown-axis", title="Unknown axis",

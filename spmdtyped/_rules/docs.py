@@ -47,6 +47,13 @@ STRICTER_THAN_JAX: tuple[tuple[str, str, str], ...] = (
      "JAX selects per device between terms of different sums"),
     ("SPMD215", "a replicated array (not a constant) laid along a dim another operand has "
      "sharded", "JAX gives every device the same values for a different slice"),
+    # the walk of a check_vma=False program (`_engine/unchecked.py`): JAX checks nothing there
+    ("SPMD410", "under check_vma=False, a gradient that differs per device (never psum'd or "
+     "pmean'd over the axis) reaching an output replicated over that axis",
+     "JAX returns one device's gradient (or the update it made)"),
+    ("SPMD411", "under check_vma=False, a psum inside a differentiated function whose result is "
+     "the same on every device", "JAX transposes it to a psum of n equal cotangents: the "
+     "gradients upstream are n times too large (jax#3970)"),
 )
 
 LOOSER_THAN_JAX: tuple[tuple[str, str], ...] = (

@@ -230,11 +230,21 @@ def _unanalysed(f: Callable[..., Any], args: Sequence[Any], in_specs: Any, mesh:
                 axis_names: Any) -> InferReport:
     """The report of a body whose checked trace failed: its arguments' states from the
     specs, no violation of its own."""
-    order = _compat.mesh_axis_names(mesh)
+    spec_types = _arg_types(args, in_specs, mesh, axis_names)
+    return _untraced(f, args, spec_types, [], _compat.mesh_axis_names(mesh))
+
+
+def _arg_types(args: Sequence[Any], in_specs: Any, mesh: Any, axis_names: Any) -> list[SpmdType]:
+    """Each flat argument's state, read from its in_spec."""
     manual = manual_axes(mesh, axis_names)
-    spec_types = [_spec_type(s, manual) for s in _flat_specs(in_specs, abstract_args(args, in_specs, mesh))]
+    return [_spec_type(s, manual) for s in _flat_specs(in_specs, abstract_args(args, in_specs, mesh))]
+
+
+def _untraced(f: Callable[..., Any], args: Sequence[Any], spec_types: list[SpmdType],
+              violations: list[SpmdTypeError], order: Sequence[str]) -> InferReport:
+    """The report of a body with no checked trace: the arguments' states, no outputs."""
     sig = signature_line(f, args, spec_types, None, [], order).replace("-> None:", "-> ...:")
-    return InferReport(True, [], spec_types, [], sig, [], [], None, tuple(order))
+    return InferReport(not violations, violations, spec_types, [], sig, [], [], None, tuple(order))
 
 
 def _walk_unchecked(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any,
@@ -329,7 +339,7 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
     order = _compat.mesh_axis_names(mesh)
     manual = manual_axes(mesh, axis_names)
     sds = abstract_args(args, in_specs, mesh)
-    spec_types = [_spec_type(s, manual) for s in _flat_specs(in_specs, sds)]
+    spec_types = _arg_types(args, in_specs, mesh, axis_names)
     smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 axis_names=axis_names, check_vma=True)
     try:
@@ -412,9 +422,7 @@ def _failed(f: Callable[..., Any], args: Sequence[Any], spec_types: list[SpmdTyp
     if e.code.startswith("SPMD4") and function_source(f) is not None:
         # a boundary error belongs to the function, not to the line that traced it
         where = function_source(f)
-    v = located(e, where)
-    sig = signature_line(f, args, spec_types, None, [], order).replace("-> None:", "-> ...:")
-    return InferReport(False, [v], spec_types, [], sig, [], [], None, tuple(order))
+    return _untraced(f, args, spec_types, [located(e, where)], order)
 
 
 def _flat_specs(in_specs: Any, sds: tuple[Any, ...]) -> list[Any]:
