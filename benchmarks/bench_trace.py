@@ -113,8 +113,8 @@ def unchecked_cost(layers: int = 128, rounds: int = 5) -> tuple[int, float, floa
     """The walk of what a `check_vma=False` program computes (`_engine.unchecked`, what
     `typed_shard_map(..., check_vma=False)` and `checking(step)` add to JAX's own trace),
     alone: `(equations, seconds, raw trace + lower seconds)` on a training step written for
-    `check_vma=False` (`layers` tensor-parallel MLP blocks, Megatron's identity-backward
-    all-reduce, `jax.value_and_grad`, the gradients pmean'd over dp; the example transformer
+    `check_vma=False` (`layers` tensor-parallel MLP blocks, Megatron's copy / all-reduce
+    pair, `jax.value_and_grad`, the gradients pmean'd over dp; the example transformer
     casts to Unreduced, which needs the checks), minimum over `rounds` checks, thread CPU,
     next to one lowering of it."""
     import jax
@@ -132,11 +132,17 @@ def unchecked_cost(layers: int = 128, rounds: int = 5) -> tuple[int, float, floa
 
     all_reduce.defvjp(lambda y: (all_reduce(y), None), lambda _, ct: (ct,))
 
+    @jax.custom_vjp
+    def copy_to_tp(h: Any) -> Any:
+        return h
+
+    copy_to_tp.defvjp(lambda h: (h, None), lambda _, ct: (jax.lax.psum(ct, "tp"),))
+
     def step(ws: Any, x: Any) -> Any:
         def loss(ws: Any) -> Any:
             h = x
             for w1, w2 in ws:
-                h = h + all_reduce(jnp.tanh(h @ w1) @ w2)
+                h = h + all_reduce(jnp.tanh(copy_to_tp(h) @ w1) @ w2)
             return jnp.mean(h ** 2)
 
         value, grads = jax.value_and_grad(loss)(ws)

@@ -288,16 +288,7 @@ def spec_entries(spec: Any) -> tuple[Any, ...]:
 @hashable_cache(1024)   # (read once per spec: a program's 768 parameters share a few specs)
 def spec_parts(spec: Any) -> tuple[tuple[str, ...], frozenset[str], frozenset[str], str | None]:
     """(partitioned axes in order, unreduced, reduced, unreduced kind) of a PartitionSpec."""
-    part: list[str] = []
-    # PartitionSpec.partitions (0.10 and 0.12): iterating a spec with reduced/unreduced raises.
-    entries = spec.partitions if hasattr(spec, "partitions") else tuple(spec)
-    for entry in entries:
-        if entry is None:
-            continue
-        if isinstance(entry, str):
-            part.append(entry)
-        else:
-            part.extend(entry)
+    part = [a for e in spec_entries(spec) if e is not None for a in ((e,) if isinstance(e, str) else e)]
     # PartitionSpec.unreduced/.reduced exist in 0.10 and 0.12; unreduced_kind only in 0.12.
     un = frozenset(getattr(spec, "unreduced", ()) or ())
     red = frozenset(getattr(spec, "reduced", ()) or ())
@@ -355,6 +346,12 @@ def _traceback_frames(tb: Any) -> tuple[tuple[str, int, str], ...]:
     # start_line (older: line_num). Reading them costs tens of µs; every walk reads them all.
     return tuple((f.file_name, int(getattr(f, "start_line", getattr(f, "line_num", 0)) or 0),
                   f.function_name) for f in tb.frames)
+
+
+def eqn_lastis(eqn: Any) -> tuple[int, ...]:
+    """Each frame's bytecode offset, as `eqn_frames` lists them (two calls on one line differ)."""
+    tb = getattr(getattr(eqn, "source_info", None), "traceback", None)
+    return () if tb is None else tuple(tb.raw_frames()[1])
 
 
 def shard_map_manual_axes(eqn: Any) -> tuple[str, ...]:

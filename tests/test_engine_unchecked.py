@@ -59,7 +59,7 @@ def _run(face, step, args, *, mesh, in_specs, out_specs):
     if face == "infer":
         rep = st.adapters.infer(step, *args, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 check_vma=False)
-        found = [v for v in rep.violations if v.code in ("SPMD410", "SPMD411")]
+        found = [v for v in rep.violations if v.code in ("SPMD410", "SPMD411", "SPMD412")]
         if found:
             raise found[0]
         return None
@@ -578,16 +578,18 @@ def copy_to_tp(h):
 copy_to_tp.defvjp(lambda h: (h, None), lambda _, ct: (jax.lax.psum(ct, "tp"),))
 
 
-def scan_step(reduce, branch=False):
+def scan_step(reduce, branch=False, copy=None):
     """Layers stacked under `lax.scan`; with Megatron's pair (`copy_to_tp` before the
     column-parallel matmul, `all_reduce` after the row-parallel one) when `reduce` is
-    `all_reduce`: the stacked layers differentiate the carry, whose cotangent needs both."""
-    copy = copy_to_tp if reduce is all_reduce else (lambda h: h)
+    `all_reduce` (unless `copy` says otherwise): the stacked layers differentiate the carry,
+    whose cotangent needs both."""
+    if copy is None:
+        copy = copy_to_tp if reduce is all_reduce else (lambda h: h)
 
     def step(w1, w2, x):
         def loss(w1, w2):
             def layer(h, w):
-                y = reduce(jnp.tanh(copy(h) @ w[0]) @ w[1])
+                y = reduce(jnp.tanh(copy(h) @ w[0]) @ w[1])  # column-parallel input
                 if branch:   # a transposed cond inside the transposed scan
                     y = jax.lax.cond(h.sum() > 0, lambda y: y, lambda y: 0.5 * y, y)
                 return h + y, None
@@ -610,6 +612,21 @@ def _scan_args(mesh):
                  for a, s in zip((w1, w2, x), SCAN_IO["in_specs"], strict=True))
 
 
+def _scan_reference(mesh, branch=False):
+    w1, w2, x = (np.asarray(a) for a in _scan_args(mesh))
+
+    def loss(w1, w2):
+        def layer(h, w):
+            y = jnp.tanh(h @ w[0]) @ w[1]
+            if branch:
+                y = jax.lax.cond(h.sum() > 0, lambda y: y, lambda y: 0.5 * y, y)
+            return h + y, None
+
+        return jnp.mean(jax.lax.scan(layer, x, (w1, w2))[0] ** 2)
+
+    return jax.grad(loss, (0, 1))(w1, w2)
+
+
 @pytest.mark.parametrize("branch", [False, True])
 @pytest.mark.parametrize("face", FACES)
 def test_psum_in_layers_under_scan_is_spmd411_at_the_psum(face, branch, mesh):
@@ -622,21 +639,132 @@ def test_psum_in_layers_under_scan_is_spmd411_at_the_psum(face, branch, mesh):
 
 @pytest.mark.parametrize("branch", [False, True])
 def test_identity_backward_all_reduce_under_scan_is_quiet_and_right(branch, mesh):
-    w1, w2, x = (np.asarray(a) for a in _scan_args(mesh))
-
-    def loss(w1, w2):
-        def layer(h, w):
-            y = jnp.tanh(h @ w[0]) @ w[1]
-            if branch:
-                y = jax.lax.cond(h.sum() > 0, lambda y: y, lambda y: 0.5 * y, y)
-            return h + y, None
-
-        return jnp.mean(jax.lax.scan(layer, x, (w1, w2))[0] ** 2)
-
-    want = jax.grad(loss, (0, 1))(w1, w2)
+    want = _scan_reference(mesh, branch)
     for face in ("typed_shard_map", "checking", "jax"):
         got = _run(face, scan_step(all_reduce, branch), _scan_args(mesh), mesh=mesh, **SCAN_IO)
         _close(got, want, rtol=1e-4)
     raw = _run("jax", scan_step(lambda y: jax.lax.psum(y, "tp"), branch), _scan_args(mesh),
                mesh=mesh, **SCAN_IO)
     assert _far(raw, want)                                     # the mistake is real
+
+
+# ------------------------------- Megatron's copy-to-tensor-parallel region forgotten (SPMD412)
+
+
+@pytest.mark.parametrize("branch", [False, True])
+@pytest.mark.parametrize("face", FACES)
+def test_copy_to_tp_forgotten_under_scan_is_spmd412_at_the_column_parallel_input(face, branch,
+                                                                                 mesh):
+    """The all-reduce's identity backward in place, the copy region before the column-parallel
+    matmul forgotten: the carry's cotangent stays a partial sum over tp on each device, and
+    the gradients of the layers below are wrong (raw JAX against one device); reported at the
+    matmul whose input needed the copy."""
+    step = scan_step(all_reduce, branch, copy=lambda h: h)
+    want = _scan_reference(mesh, branch)
+    got = _run("jax", step, _scan_args(mesh), mesh=mesh, **SCAN_IO)
+    assert _far(got, want)
+    e = _raises("SPMD412", face, step, _scan_args(mesh), mesh=mesh, **SCAN_IO)
+    assert e.line == _line("# column-parallel input") and e.axes == ("tp",), str(e)
+    assert "copy-to-tensor-parallel" in str(e)
+
+
+def megatron_stack(copy):
+    """Two Megatron MLP layers in a dict pytree, unrolled, `jax.value_and_grad` and an
+    optax-free SGD update in a `jax.tree.map` lambda; data over dp x fsdp."""
+    def step(params, x, y):
+        def loss(p):
+            h = x
+            for layer in p["layers"]:
+                u = jax.nn.gelu(copy(h) @ layer["w1"])  # the stack's column-parallel input
+                h = h + all_reduce(u @ layer["w2"])
+            return jnp.mean((h - y) ** 2)
+
+        value, grads = jax.value_and_grad(loss)(params)
+        grads = jax.tree.map(lambda g: jax.lax.pmean(g, DATA), grads)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), jax.lax.pmean(value, DATA)
+    return step
+
+
+def _stack_params():
+    k = jax.random.split(jax.random.key(7), 4)
+    return {"layers": [{"w1": jax.random.normal(k[2 * i], (8, 16)) / 3,
+                        "w2": jax.random.normal(k[2 * i + 1], (16, 8)) / 4} for i in range(2)]}
+
+
+STACK_SPECS = {"layers": [{"w1": P(None, "tp"), "w2": P("tp", None)}] * 2}
+STACK_IO = dict(in_specs=(STACK_SPECS, P(DATA), P(DATA)), out_specs=(STACK_SPECS, P()))
+
+
+def _stack_args(mesh):
+    x = jax.random.normal(jax.random.key(8), (16, 8))
+    y = jax.random.normal(jax.random.key(9), (16, 8))
+    return (_put(mesh, _stack_params(), STACK_SPECS),
+            *(jax.device_put(a, NamedSharding(mesh, P(DATA))) for a in (x, y)))
+
+
+def _stack_reference():
+    x = jax.random.normal(jax.random.key(8), (16, 8))
+    y = jax.random.normal(jax.random.key(9), (16, 8))
+
+    def loss(p):
+        h = x
+        for layer in p["layers"]:
+            h = h + jax.nn.gelu(h @ layer["w1"]) @ layer["w2"]
+        return jnp.mean((h - y) ** 2)
+
+    value, grads = jax.value_and_grad(loss)(_stack_params())
+    return jax.tree.map(lambda p, g: p - 0.1 * g, _stack_params(), grads), value
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+def test_megatron_stack_with_both_regions_trains_equal_to_one_device(face, mesh):
+    _close(_run(face, megatron_stack(copy_to_tp), _stack_args(mesh), mesh=mesh, **STACK_IO),
+           _stack_reference(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_megatron_stack_without_the_copy_region_is_spmd412(face, mesh):
+    step = megatron_stack(lambda h: h)
+    got, _ = _run("jax", step, _stack_args(mesh), mesh=mesh, **STACK_IO)
+    assert _far(got, _stack_reference()[0])
+    e = _raises("SPMD412", face, step, _stack_args(mesh), mesh=mesh, **STACK_IO)
+    assert e.line == _line("# the stack's column-parallel input"), str(e)
+
+
+def fsdp_step(params, x, y):
+    """ZeRO-3 / FSDP under check_vma=False: each weight sharded over fsdp, gathered inside the
+    loss (its transpose, a reduce-scatter over fsdp, sums the partial cotangent of the gathered
+    weight), the gradients pmean'd over dp (and fsdp's mean: the reduce-scatter summed)."""
+    def loss(p):
+        w1 = jax.lax.all_gather(p["w1"], "fsdp", axis=0, tiled=True)
+        w2 = jax.lax.all_gather(p["w2"], "fsdp", axis=0, tiled=True)
+        return jnp.mean((jnp.tanh(x @ w1) @ w2 - y) ** 2)
+
+    value, grads = jax.value_and_grad(loss)(params)
+    grads = jax.tree.map(lambda g: jax.lax.pmean(g, "dp") / 2, grads)
+    return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), jax.lax.pmean(value, DATA)
+
+
+FSDP_SPECS = {"w1": P("fsdp", None), "w2": P("fsdp", None)}
+FSDP_IO = dict(in_specs=(FSDP_SPECS, P(DATA), P(DATA)), out_specs=(FSDP_SPECS, P()))
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+def test_fsdp_gathered_weights_are_quiet_and_right(face, mesh):
+    """The gathered weight is replicated over fsdp and meets data that differs over fsdp: its
+    cotangent is partial there, and the all_gather's transpose (a psum_scatter) completes it:
+    no SPMD412, the step equal to one device."""
+    x, y = _batch()
+    k = jax.random.split(jax.random.key(5), 2)
+    params = {"w1": jax.random.normal(k[0], (8, 16)) / 3, "w2": jax.random.normal(k[1], (16, 4)) / 4}
+
+    def loss(p):
+        return jnp.mean((jnp.tanh(x @ p["w1"]) @ p["w2"] - y) ** 2)
+
+    value, grads = jax.value_and_grad(loss)(params)
+    want = jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), value
+    args = (_put(mesh, params, FSDP_SPECS),
+            *(jax.device_put(a, NamedSharding(mesh, P(DATA))) for a in (x, y)))
+    _close(_run(face, fsdp_step, args, mesh=mesh, **FSDP_IO), want, rtol=1e-4)
+    assert not [v for v in st.adapters.infer(fsdp_step, *args, mesh=mesh, check_vma=False,
+                                             **FSDP_IO).violations if v.code.startswith("SPMD41")]

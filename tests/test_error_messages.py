@@ -295,6 +295,13 @@ EXAMPLES: dict[str, tuple[str, dict[str, str], str]] = {
                 "w1 = put(np.linspace(-1, 1, 128, dtype=np.float32).reshape(8, 16), P(None, 'tp'))\n"
                 "w2 = put(np.linspace(-1, 1, 64, dtype=np.float32).reshape(16, 4), P('tp', None))\n"
                 "x = jnp.asarray(np.linspace(-2, 2, 64, dtype=np.float32).reshape(8, 8))"),
+    "SPMD412": ("top", {}, "import numpy as np\n"
+                "put = lambda a, s: jax.device_put(a, jax.sharding.NamedSharding(mesh, s))\n"
+                "w1 = put(np.linspace(-1, 1, 256, dtype=np.float32).reshape(2, 8, 16), "
+                "P(None, None, 'tp'))\n"
+                "w2 = put(np.linspace(-1, 1, 256, dtype=np.float32).reshape(2, 16, 8), "
+                "P(None, 'tp', None))\n"
+                "x = jnp.asarray(np.linspace(-2, 2, 64, dtype=np.float32).reshape(8, 8))"),
     "SPMD501": ("body", {"x": "V:tp"}, ""),
     "SPMD502": ("body", {"x": "V:dp,tp"}, ""),
     "SPMD503": ("top", {}, ""),

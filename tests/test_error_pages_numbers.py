@@ -61,6 +61,21 @@ def _tp_gradient(v: np.ndarray) -> np.ndarray:
     return np.asarray(jax.grad(lambda w1: jnp.mean((jnp.tanh(x @ w1) @ w2) ** 2))(w1))
 
 
+def _stack_gradient(v: np.ndarray) -> np.ndarray:
+    """SPMD412's gradient of the stacked w1 on one device (the page's `w1`, `w2`, `x`)."""
+    w1 = jnp.asarray(np.linspace(-1, 1, 256, dtype=np.float32).reshape(2, 8, 16))
+    w2 = jnp.asarray(np.linspace(-1, 1, 256, dtype=np.float32).reshape(2, 16, 8))
+    x = jnp.asarray(np.linspace(-2, 2, 64, dtype=np.float32).reshape(8, 8))
+
+    def loss(w1: Any) -> Any:
+        h = x
+        for i in range(2):
+            h = h + jnp.tanh(h @ w1[i]) @ w2[i]
+        return jnp.mean(h ** 2)
+
+    return np.asarray(jax.grad(loss)(w1))
+
+
 #: code -> (the result's name, its reference as a function of V (or of V, the dp index, the tp
 #: index)); for "top" pages the name is the variable `after` assigns or "_" for its last
 #: expression
@@ -96,6 +111,7 @@ REFERENCE: dict[str, tuple[str, Callable[..., Any]]] = {
     "SPMD409": ("y", lambda v: 2 * ONES),
     "SPMD410": ("g", _unsummed),                               # the whole batch's gradient
     "SPMD411": ("g1", _tp_gradient),                           # once, not tp's size times
+    "SPMD412": ("g1", _stack_gradient),                        # the layers below right too
     "SPMD501": ("y", lambda v: 4 * v),
     "SPMD502": ("y", lambda v: 8 * v),
     "SPMD503": ("_", lambda v: ONES[:4] + ONES[4:]),

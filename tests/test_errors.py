@@ -395,6 +395,36 @@ def test_spmd411_psum_differentiated_under_check_vma_false(mesh_dp_tp: Any) -> N
     assert e.line == step.__code__.co_firstlineno + 2   # the psum's line
 
 
+def test_spmd412_cotangent_left_partial_under_check_vma_false(mesh_dp_tp: Any) -> None:
+    @jax.custom_vjp
+    def all_reduce(y: Any) -> Any:
+        return jax.lax.psum(y, "tp")
+
+    all_reduce.defvjp(lambda y: (all_reduce(y), None), lambda _, ct: (ct,))
+
+    def step(w1: Any, w2: Any, x: Any) -> Any:
+        def loss(w1: Any, w2: Any) -> Any:
+            h = x
+            for i in range(2):
+                h = h + all_reduce(jnp.tanh(h @ w1[i]) @ w2[i])
+            return jnp.mean(h ** 2)
+
+        return jax.grad(loss, (0, 1))(w1, w2)
+
+    specs = (P(None, None, "tp"), P(None, "tp", None))
+    f = st.adapters.typed_shard_map(step, mesh=mesh_dp_tp, in_specs=(*specs, P()),
+                                    out_specs=specs, check_vma=False)
+    put = jax.sharding.NamedSharding
+    args = (jax.device_put(jnp.ones((2, 8, 16)), put(mesh_dp_tp, specs[0])),
+            jax.device_put(jnp.ones((2, 16, 8)), put(mesh_dp_tp, specs[1])),
+            jax.device_put(jnp.ones((8, 8)), put(mesh_dp_tp, P())))
+    e = expect("SPMD412", lambda: f(*args), axes=("tp",),
+               fragments=("cotangent left partial over 'tp' under check_vma=False",
+                          "a parameter sharded over 'tp'", "the gradient taken at"),
+               fix=("copy-to-tensor-parallel", "jax.lax.psum(ct, 'tp')", "check_vma=True"))
+    assert e.line == step.__code__.co_firstlineno + 4   # the column-parallel matmul's line
+
+
 def test_spmd401_unreduced_out_spec_in_partial_manual(mesh_dp_tp: Any) -> None:
     expect("SPMD401", lambda: st.shard_map(lambda v: v, mesh=mesh_dp_tp, in_specs=P(),
                                            out_specs=P(unreduced={"tp"}), axis_names={"tp"}),

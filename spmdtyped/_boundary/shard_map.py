@@ -208,7 +208,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
             # body is written with (jnp, jax.nn, equinox modules, ...); typed values have been
             # checked before each bind while it traced. Under check_vma=False JAX's states are
             # all Invariant: the typed values' checks, and the engine's walk of what the
-            # program computes (`_engine.unchecked`: SPMD410 / SPMD411)
+            # program computes (`_engine.unchecked`: SPMD410 / SPMD411 / SPMD412)
             return run_checked(built[key], tuple(raw_args), check=lambda eqn: check(eqn, m, manual),
                                cache=checked, key=lambda: (key, signature_key(raw_args)),
                                trace=lambda thunk: located_trace(thunk, m, specs, raw_args,

@@ -48,7 +48,12 @@ def is_backward(eqn: Any) -> bool:
     return _BACKWARD in _compat.eqn_transforms(eqn)
 
 
-def _key(v: Any) -> tuple[Any, ...]:
+def is_forward(view: EqnView) -> bool:
+    """Whether the equation of `view` belongs to a gradient's forward pass."""
+    return _FORWARD in view.transforms
+
+
+def shape_key(v: Any) -> tuple[Any, ...]:
     """What a gradient and its primal share: shape and dtype."""
     aval = getattr(v, "aval", None)
     return getattr(aval, "shape", ()), getattr(aval, "dtype", None)
@@ -94,7 +99,7 @@ def read(views: Sequence[EqnView], outvars: Sequence[Any]) -> Gradients:
             if line is not None:
                 for v in ins:
                     if v not in forward_defined and v not in producer:
-                        primals_at.setdefault((line, *_key(v)), []).append(v)
+                        primals_at.setdefault((line, *shape_key(v)), []).append(v)
             forward_defined.update(eqn.outvars)
     if not primals_at:
         return Gradients({}, frozenset(batched))
@@ -129,7 +134,7 @@ def _primals(v: Any, producer: dict[Any, EqnView],
             found.update(dict.fromkeys(got))
         return tuple(found)
     line = view.user
-    key = (line, *_key(v))
+    key = (line, *shape_key(v))
     if line is None or key not in primals_at:
         return None
     if key not in shared:   # one tuple per line and key: `type_gradient` memoizes on it

@@ -1,5 +1,5 @@
-"""The program JAX runs under `check_vma=False`: the gradients it leaves unsummed (SPMD410)
-or sums twice (SPMD411).
+"""The program JAX runs under `check_vma=False`: the gradients it leaves unsummed (SPMD410),
+sums twice (SPMD411) or computes from a cotangent left partial (SPMD412).
 
 Production code opts out of JAX's checks at most of its shard_map call sites
 (`check_vma=False`). JAX then records no state (every value is typed Invariant), so the
@@ -18,6 +18,11 @@ state walk (`walk.Walk`) has nothing to read, and JAX's autodiff means something
   upstream is n times too large (jax#3970, SPMD411). A pmean divides by n first; a pmean of
   the gradient over the axis divides what a psum'd loss's transpose multiplied (the n
   cancels: jax#3970's way out).
+- with the checks on, the cotangent of a value replicated over an axis where it meets
+  per-device weights (a column-parallel matmul's input) is summed over the axis by the
+  transpose of the pvary; with them off each device keeps a partial sum, and the gradients
+  computed from it (the layers below, their weights sharded over the axis) are wrong on
+  every device, silently (SPMD412: Megatron's copy-to-tensor-parallel region forgotten).
 
 The program's checked trace (`st.adapters.infer(..., check_vma=False)`) sees neither: its
 gradient is summed once. `UncheckedWalk` walks the body JAX runs and computes, per value:
@@ -39,9 +44,16 @@ gradient is summed once. `UncheckedWalk` walks the body JAX runs and computes, p
 - `scaled`: the axes over which a summing collective of the backward pass (a psum, or the
   reduce-scatter an all_gather transposes to) summed a cotangent that does not vary there,
   with the forward collective's line; a pmean over the axis ends it.
+- `partial`: the axes over which a value of the backward pass is a partial sum: it varies
+  there and none of the forward operands it may be the cotangent of does (the operands of
+  the forward equations bound at the same call site, file, line and bytecode offset, which a
+  transposed equation keeps, with its shape and dtype: `forward_at`); a sum over the axis
+  (psum, pmean, psum_scatter) completes it.
 
 `unchecked_violations` reports SPMD410 for an output whose out_spec is replicated over an
-axis of its `unsummed`, SPMD411 for an output with a `scaled` axis. Not reported here: a value
+axis of its `unsummed`, SPMD411 for an output with a `scaled` axis, SPMD412 for a gradient
+(`gradients.read`) `partial` over an axis over which all its primals vary (a parameter
+sharded over it: no later sum can mend it; a replicated one's is SPMD410's case). Not reported here: a value
 that varies for another reason under a replicated out_spec (the checked trace's warnings
 say it: `typed_shard_map(check_vma=False)`), a gradient summed twice by the user (its checked
 trace's SPMD103), the scale of a loss (a psum of per-device gradients is the gradient of the
@@ -61,7 +73,7 @@ from .._errors import SpmdTypeError, error
 from .._frames import library_frames, package_call_site
 from .._rules import V
 from .eqns import EqnView, Views
-from .gradients import is_backward, read
+from .gradients import is_backward, is_forward, read, shape_key
 from .refine_facts import eqn_axes, is_literal
 from .walk import call_site, collective_api, user_frame
 
@@ -111,6 +123,9 @@ class Facts:
     unsummed: Marks = ()
     #: axis -> the psum whose transpose summed equal cotangents over the axis (SPMD411)
     scaled: Marks = ()
+    #: axis -> the forward line whose cotangent the backward pass left a partial sum over the
+    #: axis: a value replicated over it met per-device data there (SPMD412)
+    partial: Marks = ()
 
     def join(self, other: Facts) -> Facts:
         if other is self or other == _SAME:
@@ -118,7 +133,7 @@ class Facts:
         if self == _SAME:
             return other
         return Facts(self.varying | other.varying, _merged(self.unsummed, other.unsummed),
-                     _merged(self.scaled, other.scaled))
+                     _merged(self.scaled, other.scaled), _merged(self.partial, other.partial))
 
 
 _SAME = Facts()
@@ -141,6 +156,18 @@ class UncheckedWalk:
     def __init__(self, manual: Sequence[str]) -> None:
         self.manual = frozenset(manual)
         self.views = Views()
+        #: (call site, shape, dtype) -> the axes over which an operand of a forward equation
+        #: of a gradient bound at that call site (`_site`), of that shape and dtype, may
+        #: differ: what a backward equation transposing it is the cotangent of
+        self.forward_at: dict[tuple[Any, ...], frozenset[str]] = {}
+        self._sites: dict[int, tuple[str, int, int] | None] = {}
+        self._user_at: dict[int, int | None] = {}
+        #: walking the jaxprs an equation of a gradient's forward pass holds (a scan of
+        #: layers: its body's equations carry no `jvp` of their own)
+        self._in_forward = False
+        #: SPMD412: (axis, where the partial cotangent arose) of each gradient of a primal
+        #: that differs over the axis, computed from a cotangent partial over it
+        self.partial_gradients: dict[tuple[str, Taken], None] = {}
 
     def jaxpr(self, jaxpr: Any, ins: Sequence[Facts], backward: bool = False) -> list[Facts]:
         """The facts of `jaxpr`'s outputs; `backward`: it is nested in an equation of a
@@ -156,20 +183,78 @@ class UncheckedWalk:
 
         for view in views:
             inside = backward or is_backward(view.eqn)
-            outs = self.eqn(view, [get(v) for v in view.eqn.invars], inside)
+            ins = [get(v) for v in view.eqn.invars]
+            outer = self._in_forward
+            forward = not inside and (outer or is_forward(view))
+            if forward:
+                self._forward(view, ins)
+            self._in_forward = forward
+            outs = self.eqn(view, ins, inside)
+            self._in_forward = outer
             for v, f in zip(view.eqn.outvars, outs, strict=True):
                 if inside:
                     producer[v] = view
+                    f = self._cotangent(view, v, f)
                 primals = links.get(v)
                 if primals is not None:
                     f = self._gradient(v, f, [get(p) for p in primals], producer)
                 env[v] = f
         return [get(v) for v in jaxpr.outvars]
 
+    def _forward(self, view: EqnView, ins: Sequence[Facts]) -> None:
+        """Note the operands of a forward equation of a gradient (`forward_at`)."""
+        site = self._site(view)
+        if site is None:
+            return
+        for v, f in zip(view.eqn.invars, ins, strict=True):
+            if not is_literal(v):
+                key = (site, *shape_key(v))
+                self.forward_at[key] = self.forward_at.get(key, frozenset()) | f.varying
+
+    def _site(self, view: EqnView) -> tuple[str, int, int] | None:
+        """The user's call that bound the equation: file, line and bytecode offset (a
+        transposed equation keeps its forward equation's; two calls on one line differ)."""
+        if id(view) in self._sites:
+            return self._sites[id(view)]
+        user, site = view.user, None
+        if user is not None:
+            frames = view.frames   # (one tuple per stack: equal equations share it)
+            at = self._user_at.get(id(frames), -1)
+            if at == -1:
+                at = self._user_at[id(frames)] = next(
+                    (i for i, (f, n, _) in enumerate(frames) if (f, n) == user), None)
+            lastis = _compat.eqn_lastis(view.eqn)
+            if at is not None and at < len(lastis):
+                site = (*user, lastis[at])
+        self._sites[id(view)] = site
+        return site
+
+    def _cotangent(self, view: EqnView, v: Any, f: Facts) -> Facts:
+        """`f` of `v`, a value of the backward pass: partial over the axes over which it
+        varies and none of the forward operands it may be the cotangent of does (with the
+        checks on, the transpose of the pvary where the replicated value met per-device data
+        would sum it; a copy-to-tensor-parallel region does so by hand)."""
+        if not f.varying:
+            return f
+        site = self._site(view)
+        primal = None if site is None else self.forward_at.get((site, *shape_key(v)))
+        if primal is None:
+            return f
+        missing = f.varying - primal - {a for a, _ in f.partial}
+        if not missing:
+            return f
+        taken = _taken_at(view.frames)
+        return dataclasses.replace(
+            f, partial=_merged(f.partial, tuple((a, taken) for a in sorted(missing))))
+
     def _gradient(self, v: Any, f: Facts, primals: Sequence[Facts],
                   producer: dict[Any, EqnView]) -> Facts:
         """The gradient `v` of `primals`: unsummed over the axes it varies over and none of
-        its primals does."""
+        its primals does; computed from a partial cotangent over an axis all its primals
+        differ over (a parameter sharded over it: no later sum can mend it), SPMD412."""
+        for a, taken in f.partial:
+            if all(a in p.varying for p in primals):
+                self.partial_gradients[(a, taken)] = None
         missing = f.varying - frozenset().union(*(p.varying for p in primals))
         if not missing:
             return f
@@ -214,6 +299,8 @@ class UncheckedWalk:
         # a pmean over the axis divides what a psum'd loss's transpose multiplied (jax#3970:
         # psum the loss, pmean its gradient: the n cancels)
         unscaled = axes if mean and not backward and not grouped else frozenset()
+        # a sum over the axis (psum, pmean, psum_scatter) completes a partial cotangent
+        completes = axes if row.unreduced_kind == "sum" and not grouped else frozenset()
         out = []
         for f, _v in pairs:
             varying = f.varying - ends
@@ -229,7 +316,7 @@ class UncheckedWalk:
                                             op=collective_api(frames, _rules.AXIS_OPS[row_name].jax_name))
                 scaled = _merged(scaled, tuple((a, taken) for a in equal))
             out.append(Facts(varying, tuple((a, t) for a, t in f.unsummed if a not in ends),
-                             scaled))
+                             scaled, tuple((a, t) for a, t in f.partial if a not in completes)))
         return out
 
     def _cond(self, eqn: Any, ins: Sequence[Facts], backward: bool) -> list[Facts]:
@@ -311,8 +398,13 @@ def _spec_axes(spec: Any) -> frozenset[str]:
 def output_facts(eqn: Any, manual: Sequence[str]) -> list[Facts]:
     """The facts of each output of the shard_map equation `eqn` (its body walked from its
     in_specs), whichever `check_vma` it was traced with."""
+    return _walked(eqn, manual)[1]
+
+
+def _walked(eqn: Any, manual: Sequence[str]) -> tuple[UncheckedWalk, list[Facts]]:
     ins = [Facts(_spec_axes(s) & frozenset(manual)) for s in eqn.params["in_specs"]]
-    return UncheckedWalk(manual).jaxpr(_jaxpr_of(eqn.params["jaxpr"]), ins)
+    walk = UncheckedWalk(manual)
+    return walk, walk.jaxpr(_jaxpr_of(eqn.params["jaxpr"]), ins)
 
 
 Located = list[tuple[SpmdTypeError, "tuple[str, int] | None"]]
@@ -329,7 +421,7 @@ def unchecked_violations(eqn: Any, manual: Sequence[str], where: str
     it; a face warns them (code written for check_vma=False may return one device's value
     on purpose)."""
     manual_set = frozenset(manual)
-    outs = output_facts(eqn, manual)
+    walk, outs = _walked(eqn, manual)
     inner = _jaxpr_of(eqn.params["jaxpr"])
     found: Located = []
     notes: Located = []
@@ -353,6 +445,8 @@ def unchecked_violations(eqn: Any, manual: Sequence[str], where: str
                 build = _twice if code == "SPMD411" else _unsummed
                 found.append((build(axis, taken, out, where),
                               taken.used if code == "SPMD411" else taken.line))
+    for axis, taken in walk.partial_gradients:
+        found.append((_partial(axis, taken), taken.used))
     return found, notes
 
 
@@ -391,6 +485,24 @@ def _unsummed(axis: str, taken: Taken, out: str, where: str) -> SpmdTypeError:
              f"is a sum over the devices' batches), before any update; or check_vma=True, "
              f"where JAX sums it in the backward pass (then drop an explicit pmean of the "
              f"gradient: SPMD103)"))
+
+
+def _partial(axis: str, taken: Taken) -> SpmdTypeError:
+    a = repr(axis)
+    details = []
+    if taken.called is not None:
+        details.append(f"the gradient taken at {taken.called[0]}:{taken.called[1]}")
+    return error(
+        "SPMD412",
+        f"cotangent left partial over {a} under check_vma=False: a value replicated over {a} "
+        f"meets per-device weights here, the backward pass leaves each device a partial sum "
+        f"of its cotangent, and the gradient of a parameter sharded over {a} is computed "
+        f"from it",
+        axes=(axis,), op="jax.grad", details=tuple(details),
+        fix=(f"pass the replicated value through Megatron's copy-to-tensor-parallel region "
+             f"before it meets the sharded weights: a jax.custom_vjp, identity forward, "
+             f"jax.lax.psum(ct, {a}) backward; or check_vma=True, where JAX sums that "
+             f"cotangent itself"))
 
 
 def _twice(axis: str, taken: Taken, out: str, where: str) -> SpmdTypeError:

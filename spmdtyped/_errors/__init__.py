@@ -1,7 +1,7 @@
 """The error hierarchy, the code registry, message rendering, `explain` and `allow`.
 
 Imports no JAX: the mypy plugin renders the same headlines as the runtime.  Every
-``SPMD###`` code has one page in `_error_pages` / `_error_pages_boundary` (pure data) and one
+``SPMD###`` code has one page in `_error_pages` / `_error_pages_boundary` / ... (pure data) and one
 entry in ``REGISTRY``; the exception classes, ``st.explain``, the docs' error catalogue and
 the plugin's ``spmd-<slug>`` error codes are all read from it.
 
@@ -27,6 +27,7 @@ from . import pages as _error_pages
 from . import pages_boundary as _error_pages_boundary
 from . import pages_refine as _error_pages_refine
 from . import pages_report as _report_pages
+from . import pages_unchecked as _error_pages_unchecked
 from .pages import ErrorPage
 
 _P = ParamSpec("_P")
@@ -154,7 +155,8 @@ class ErrorInfo(ErrorPage):
 REGISTRY: dict[str, ErrorInfo] = {
     page.code: ErrorInfo(**{f.name: getattr(page, f.name) for f in dataclasses.fields(page)})
     for page in sorted((*_error_pages.PAGES, *_error_pages_boundary.PAGES,
-                        *_error_pages_refine.PAGES, *_report_pages.PAGES), key=lambda page: page.code)
+                        *_error_pages_refine.PAGES, *_error_pages_unchecked.PAGES,
+                        *_report_pages.PAGES), key=lambda page: page.code)
 }
 
 _NAMES: dict[str, str] = {  # every accepted spelling (lowercase) -> code

@@ -54,6 +54,11 @@ STRICTER_THAN_JAX: tuple[tuple[str, str, str], ...] = (
     ("SPMD411", "under check_vma=False, a psum inside a differentiated function whose result is "
      "the same on every device", "JAX transposes it to a psum of n equal cotangents: the "
      "gradients upstream are n times too large (jax#3970)"),
+    ("SPMD412", "under check_vma=False, the cotangent of a value replicated over an axis that "
+     "meets weights sharded over it (a column-parallel matmul's input), never summed before it "
+     "reaches the gradient of a parameter sharded over the axis", "JAX leaves each device a "
+     "partial sum: the earlier layers' gradients are wrong (Megatron's copy-to-tensor-parallel "
+     "region forgotten)"),
 )
 
 LOOSER_THAN_JAX: tuple[tuple[str, str], ...] = (

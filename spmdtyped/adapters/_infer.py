@@ -170,7 +170,8 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
     - `check_vma`: `infer` always traces with the checks on; with `check_vma=False` (code
       written for it) the report's `check_vma_changes` lists what turning them on changes,
       and the program that runs unchecked is walked too: a gradient its autodiff leaves
-      unsummed is SPMD410, one it sums twice SPMD411 (`_engine.unchecked`).
+      unsummed is SPMD410, one it sums twice SPMD411, a cotangent it leaves partial
+      SPMD412 (`_engine.unchecked`).
     - `strict`: as `st.shard_map(..., strict=True)`: every psum of a value its in_spec shards
       over the summed axis is SPMD108 (by default only where the out_spec or a gradient tells
       a slice of a global array from a stack of per-device terms; docs/refinement.md).
@@ -251,8 +252,8 @@ def _walk_unchecked(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any,
                     in_specs: Any, out_specs: Any, axis_names: Any,
                     where: str) -> list[SpmdTypeError]:
     """The engine's violations of the program `jax.shard_map(f, check_vma=False)` runs
-    (`_engine.unchecked`: a gradient its autodiff leaves unsummed or sums twice, SPMD410 /
-    SPMD411); none when JAX cannot trace it (the checked trace's report says why)."""
+    (`_engine.unchecked`: a gradient its autodiff leaves unsummed or sums twice, a cotangent
+    it leaves partial: SPMD410 / SPMD411 / SPMD412); none when JAX cannot trace it (the checked trace's report says why)."""
     try:
         closed = jax.make_jaxpr(_compat.shard_map(
             f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, axis_names=axis_names,

@@ -68,7 +68,8 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
     `CheckVmaWarning` marked `check_vma=False:` with its code and line. The program that
     runs is walked for what it computes: a gradient its autodiff leaves unsummed over an
     axis its output is replicated over (SPMD410), or sums twice through a differentiated
-    psum (SPMD411), is raised (`_engine.unchecked`).
+    psum (SPMD411), or computes from a cotangent left partial (SPMD412), is raised
+    (`_engine.unchecked`).
 
     Inside a trace (`jax.jit`, `jax.grad`, ...) the body is traced once: the shard_map
     equation JAX staged is walked with the strict rules, and it is the program JAX lowers.
@@ -167,7 +168,7 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                 for v in vma_findings(m, specs, args):
                     warnings.warn(CheckVmaWarning(v), stacklevel=2)
             # the program that runs is walked for what it computes (`_engine.unchecked`:
-            # a gradient JAX leaves unsummed or sums twice there, SPMD410 / SPMD411), then
+            # a gradient JAX leaves unsummed or sums twice there, SPMD410 / SPMD411 / SPMD412), then
             # runs as JAX's
             with error_context(function=name, mesh=m, manual=manual_axes(m, axis_names)), \
                     in_spec_errors(where, "typed_shard_map"), jax_errors(where):
