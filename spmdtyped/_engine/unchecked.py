@@ -53,8 +53,8 @@ gradient is summed once. `UncheckedWalk` walks the body JAX runs and computes, p
 `unchecked_violations` reports SPMD410 for an output whose out_spec is replicated over an
 axis of its `unsummed`, SPMD411 for an output with a `scaled` axis, SPMD412 for a gradient
 (`gradients.read`) `partial` over an axis over which all its primals vary (a parameter
-sharded over it: no later sum can mend it; a replicated one's is SPMD410's case). Not reported here: a value
-that varies for another reason under a replicated out_spec (the checked trace's warnings
+sharded over it: no later sum can mend it; a replicated one's is SPMD410's case). Not
+reported here: a value that varies for another reason under a replicated out_spec (the checked trace's warnings
 say it: `typed_shard_map(check_vma=False)`), a gradient summed twice by the user (its checked
 trace's SPMD103), the scale of a loss (a psum of per-device gradients is the gradient of the
 summed loss: right or n times the mean's, as the loss was meant). A gradient taken outside
@@ -415,7 +415,9 @@ def unchecked_violations(eqn: Any, manual: Sequence[str], where: str
     """The violations of the `check_vma=False` shard_map equation `eqn` (see the module
     docstring), each with the line it is reported at: SPMD410 for an output whose out_spec is
     replicated over an axis of its `unsummed`, SPMD411 for an output with a `scaled` axis
-    (wrong on every device, whatever its out_spec); one per axis and line. Then the notes: an
+    (wrong on every device, whatever its out_spec); one per axis and line; SPMD412 for a
+    gradient computed from a partial cotangent (`UncheckedWalk.partial_gradients`), at the
+    forward line where the replicated value met the sharded weights. Then the notes: an
     output that differs between devices for another reason under an out_spec replicated
     over the axis (SPMD401, what JAX rejects with the checks on), at the line that computed
     it; a face warns them (code written for check_vma=False may return one device's value
@@ -430,9 +432,10 @@ def unchecked_violations(eqn: Any, manual: Sequence[str], where: str
     # JAX's residuals among its outputs: its output indices are not the user's
     staged = bool(_compat.eqn_transforms(eqn))
     for i, (f, spec) in enumerate(zip(outs, eqn.params["out_specs"], strict=True)):
-        out = (f"an output (out_specs {_rules.spec_text(spec)}) of the shard_map as autodiff "
-               f"staged it (the forward of jax.grad: JAX's residuals are outputs too)" if staged else
-               f"output leaf {i} (out_specs {_rules.spec_text(spec)})")
+        name = "an output" if staged else f"output leaf {i}"
+        out = (f"{name} (out_specs {_rules.spec_text(spec)})" + (
+            " of the shard_map as autodiff staged it (the forward of jax.grad: JAX's residuals "
+            "are outputs too)" if staged else ""))
         replicated = manual_set - _spec_axes(spec)
         differs = sorted((f.varying & replicated) - {a for a, _ in f.unsummed})
         if differs:
@@ -443,7 +446,7 @@ def unchecked_violations(eqn: Any, manual: Sequence[str], where: str
                     continue
                 reported.add((code, axis, taken))
                 build = _twice if code == "SPMD411" else _unsummed
-                found.append((build(axis, taken, out, where),
+                found.append((build(axis, taken, name, out, where),
                               taken.used if code == "SPMD411" else taken.line))
     for axis, taken in walk.partial_gradients:
         found.append((_partial(axis, taken), taken.used))
@@ -469,7 +472,7 @@ def _varies(axes: Sequence[str], out: str) -> SpmdTypeError:
              f"naming {a} to keep one per device"))
 
 
-def _unsummed(axis: str, taken: Taken, out: str, where: str) -> SpmdTypeError:
+def _unsummed(axis: str, taken: Taken, name: str, out: str, where: str) -> SpmdTypeError:
     a = repr(axis)
     details = []
     if taken.used is not None and taken.used != taken.line:
@@ -479,7 +482,7 @@ def _unsummed(axis: str, taken: Taken, out: str, where: str) -> SpmdTypeError:
     return error(
         "SPMD410",
         f"gradient never summed over {a} under check_vma=False: each device keeps its own "
-        f"partial gradient, and {out.split(' (')[0]}, replicated over {a}, returns one device's",
+        f"partial gradient, and {name}, replicated over {a}, returns one device's",
         axes=(axis,), op="jax.grad", details=tuple(details),
         fix=(f"grads = jax.lax.pmean(grads, {a}) right after the gradient (psum if the loss "
              f"is a sum over the devices' batches), before any update; or check_vma=True, "
@@ -505,7 +508,7 @@ def _partial(axis: str, taken: Taken) -> SpmdTypeError:
              f"cotangent itself"))
 
 
-def _twice(axis: str, taken: Taken, out: str, where: str) -> SpmdTypeError:
+def _twice(axis: str, taken: Taken, name: str, out: str, where: str) -> SpmdTypeError:
     a = repr(axis)
     details = []
     if taken.called is not None:
