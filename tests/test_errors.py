@@ -7,6 +7,7 @@ raises bare AssertionErrors for several of these, reference Q13/Q18).
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import importlib
 import re
@@ -109,6 +110,35 @@ def test_spmd103_opt_out_gives_jax_result(mesh_ij: Any) -> None:
 
     trace(mesh_ij, body, (P("i"),))
     assert seen["t"] == st.SpmdType(varying={"i"})
+
+
+def test_allow_holds_inside_a_differentiated_function(mesh_dp_tp: Any) -> None:
+    """`with st.allow(code):` in a function `jax.grad` differentiates: JAX prints the block's
+    scope inside the transform (`jvp(spmdtyped_allow_SPMD210)`), and the opt-out holds for the
+    engine's violation there (it was ignored: the closing parenthesis stayed in the code).
+    The opted-out program computes what raw JAX computes."""
+    def step(w1: Any, w2: Any, b: Any, x: Any) -> Any:
+        def loss(w1: Any, w2: Any, b: Any) -> Any:
+            h = jnp.tanh(x @ w1)
+            with st.allow("SPMD210") if allowed else contextlib.nullcontext():
+                y = jax.lax.psum(h @ w2 + b, "tp")   # the bias before the psum
+            return jnp.mean(y ** 2)
+
+        return jax.grad(loss, (0, 1, 2))(w1, w2, b)
+
+    specs = (P(None, "tp"), P("tp", None), P(), P())
+    put = jax.sharding.NamedSharding
+    args = [jax.device_put(a, put(mesh_dp_tp, s)) for a, s in zip(
+        (jnp.linspace(-1, 1, 128).reshape(8, 16), jnp.linspace(-1, 1, 64).reshape(16, 4),
+         jnp.linspace(0, 1, 4), jnp.linspace(-2, 2, 64).reshape(8, 8)), specs, strict=True)]
+    io = dict(mesh=mesh_dp_tp, in_specs=specs, out_specs=(P(None, "tp"), P("tp", None), P()))
+    allowed = False
+    expect("SPMD210", lambda: st.adapters.typed_shard_map(step, **io)(*args))
+    allowed = True
+    got = st.adapters.typed_shard_map(step, **io)(*args)
+    want = jax.jit(jax.shard_map(step, **io))(*args)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
 
 
 def test_spmd104_mixed_states(mesh_ij: Any) -> None:
