@@ -16,10 +16,10 @@ import pytest  # noqa: E402
 
 # JAX's persistent compilation cache, in a directory of this process's own (removed at exit):
 # the suites compile the same program many times (typed and raw lower to one program by design,
-# and each reference runs under several faces), and a hit skips XLA's compile (about a third
-# of a suite's time). Every entry is cached (no minimum compile time). One directory per
-# process, so no two processes write one entry at once (JAX locks its files only when it also
-# evicts, which scans the whole directory at each write); subprocesses compile without it.
+# and each reference runs under several faces), and a hit skips XLA's compile (about half the
+# time of the heaviest modules). Every entry is cached (no minimum compile time). One directory
+# per process, so no two processes write one entry at once (JAX locks its files only when it
+# also evicts, which scans the whole directory at each write); subprocesses compile without it.
 # `SPMDTYPED_TEST_JAX_CACHE=0`, or a `JAX_COMPILATION_CACHE_DIR` of one's own, turns it off.
 if os.environ.get("SPMDTYPED_TEST_JAX_CACHE", "1") != "0" and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     _jax_cache = tempfile.mkdtemp(prefix="spmdtyped-jax-cache-")
