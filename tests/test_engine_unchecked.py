@@ -768,3 +768,80 @@ def test_fsdp_gathered_weights_are_quiet_and_right(face, mesh):
     _close(_run(face, fsdp_step, args, mesh=mesh, **FSDP_IO), want, rtol=1e-4)
     assert not [v for v in st.adapters.infer(fsdp_step, *args, mesh=mesh, check_vma=False,
                                              **FSDP_IO).violations if v.code.startswith("SPMD41")]
+
+
+class TPBlock(eqx.Module):
+    """A tensor-parallel MLP block as equinox writes it: `eqx.nn.Linear` layers without bias,
+    the column-parallel one's weight sharded over tp by its out features, the row-parallel
+    one's by its in features; `copy` / `reduce` are Megatron's two regions."""
+    up: eqx.nn.Linear
+    down: eqx.nn.Linear
+
+    def __init__(self, key):
+        k1, k2 = jax.random.split(key)
+        self.up = eqx.nn.Linear(8, 16, use_bias=False, key=k1)
+        self.down = eqx.nn.Linear(16, 8, use_bias=False, key=k2)
+
+    def __call__(self, h, copy, reduce):
+        u = jax.nn.gelu(jax.vmap(self.up)(copy(h)))  # the equinox column-parallel input
+        return h + reduce(jax.vmap(self.down)(u))
+
+
+EQX_BLOCKS = [TPBlock(k) for k in jax.random.split(jax.random.key(11), 2)]
+EQX_TP_SPECS = [TPBlock(jax.random.key(0))] * 2
+EQX_TP_SPECS = jax.tree.map(lambda _: P(), EQX_TP_SPECS)
+EQX_TP_SPECS = [eqx.tree_at(lambda b: (b.up.weight, b.down.weight), s, (P("tp", None), P(None, "tp")))
+                for s in EQX_TP_SPECS]
+
+
+def eqx_tp_step(copy):
+    def step(blocks, x, y):
+        def loss(blocks):
+            h = x
+            for block in blocks:
+                h = block(h, copy, all_reduce)
+            return jnp.mean((h - y) ** 2)
+
+        value, grads = eqx.filter_value_and_grad(loss)(blocks)
+        grads = jax.tree.map(lambda g: jax.lax.pmean(g, DATA), grads)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, blocks, grads), jax.lax.pmean(value, DATA)
+    return step
+
+
+EQX_TP_IO = dict(in_specs=(EQX_TP_SPECS, P(DATA), P(DATA)), out_specs=(EQX_TP_SPECS, P()))
+
+
+def _eqx_tp_args(mesh):
+    x = jax.random.normal(jax.random.key(8), (16, 8))
+    y = jax.random.normal(jax.random.key(9), (16, 8))
+    return (_put(mesh, EQX_BLOCKS, EQX_TP_SPECS),
+            *(jax.device_put(a, NamedSharding(mesh, P(DATA))) for a in (x, y)))
+
+
+def _eqx_tp_reference():
+    x = jax.random.normal(jax.random.key(8), (16, 8))
+    y = jax.random.normal(jax.random.key(9), (16, 8))
+
+    def loss(blocks):
+        h = x
+        for block in blocks:
+            h = block(h, lambda h: h, lambda y: y)
+        return jnp.mean((h - y) ** 2)
+
+    value, grads = eqx.filter_value_and_grad(loss)(EQX_BLOCKS)
+    return jax.tree.map(lambda p, g: p - 0.1 * g, EQX_BLOCKS, grads), value
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+def test_equinox_tp_blocks_with_both_regions_train_equal_to_one_device(face, mesh):
+    _close(_run(face, eqx_tp_step(copy_to_tp), _eqx_tp_args(mesh), mesh=mesh, **EQX_TP_IO),
+           _eqx_tp_reference(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_equinox_tp_blocks_without_the_copy_region_are_spmd412(face, mesh):
+    step = eqx_tp_step(lambda h: h)
+    got, _ = _run("jax", step, _eqx_tp_args(mesh), mesh=mesh, **EQX_TP_IO)
+    assert _far(got, _eqx_tp_reference()[0])
+    e = _raises("SPMD412", face, step, _eqx_tp_args(mesh), mesh=mesh, **EQX_TP_IO)
+    assert (e.file, e.line) == (__file__, _line("# the equinox column-parallel input")), str(e)

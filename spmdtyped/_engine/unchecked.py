@@ -46,8 +46,9 @@ gradient is summed once. `UncheckedWalk` walks the body JAX runs and computes, p
   with the forward collective's line; a pmean over the axis ends it.
 - `partial`: the axes over which a value of the backward pass is a partial sum: it varies
   there and none of the forward operands it may be the cotangent of does (the operands of
-  the forward equations bound at the same call site, file, line and bytecode offset, which a
-  transposed equation keeps, with its shape and dtype: `forward_at`); a sum over the axis
+  the forward equations bound by the same calls, file, line and bytecode offset of each frame
+  outside JAX, which a transposed equation keeps, with its shape and dtype: `forward_at`); a
+  sum over the axis
   (psum, pmean, psum_scatter) completes it.
 
 `unchecked_violations` reports SPMD410 for an output whose out_spec is replicated over an
@@ -70,7 +71,7 @@ from typing import Any
 
 from .. import _compat, _rules, _surface
 from .._errors import SpmdTypeError, error
-from .._frames import library_frames, package_call_site
+from .._frames import is_library, library_frames, package_call_site
 from .._rules import V
 from .eqns import EqnView, Views
 from .gradients import is_backward, is_forward, read, shape_key
@@ -160,8 +161,8 @@ class UncheckedWalk:
         #: of a gradient bound at that call site (`_site`), of that shape and dtype, may
         #: differ: what a backward equation transposing it is the cotangent of
         self.forward_at: dict[tuple[Any, ...], frozenset[str]] = {}
-        self._sites: dict[int, tuple[str, int, int] | None] = {}
-        self._user_at: dict[int, int | None] = {}
+        self._sites: dict[int, tuple[tuple[str, int, int], ...] | None] = {}
+        self._user_at: dict[int, tuple[int, ...]] = {}
         #: walking the jaxprs an equation of a gradient's forward pass holds (a scan of
         #: layers: its body's equations carry no `jvp` of their own)
         self._in_forward = False
@@ -211,21 +212,20 @@ class UncheckedWalk:
                 key = (site, *shape_key(v))
                 self.forward_at[key] = self.forward_at.get(key, frozenset()) | f.varying
 
-    def _site(self, view: EqnView) -> tuple[str, int, int] | None:
-        """The user's call that bound the equation: file, line and bytecode offset (a
-        transposed equation keeps its forward equation's; two calls on one line differ)."""
+    def _site(self, view: EqnView) -> tuple[tuple[str, int, int], ...] | None:
+        """The calls that bound the equation: file, line and bytecode offset of each frame
+        outside JAX and the standard library (a transposed equation keeps its forward
+        equation's stack; two calls on one line differ, and so do two calls of one library
+        function: every `eqx.nn.Linear` multiplies at one line of equinox's)."""
         if id(view) in self._sites:
             return self._sites[id(view)]
-        user, site = view.user, None
-        if user is not None:
-            frames = view.frames   # (one tuple per stack: equal equations share it)
-            at = self._user_at.get(id(frames), -1)
-            if at == -1:
-                at = self._user_at[id(frames)] = next(
-                    (i for i, (f, n, _) in enumerate(frames) if (f, n) == user), None)
-            lastis = _compat.eqn_lastis(view.eqn)
-            if at is not None and at < len(lastis):
-                site = (*user, lastis[at])
+        frames = view.frames   # (one tuple per stack: equal equations share it)
+        at = self._user_at.get(id(frames))
+        if at is None:
+            at = self._user_at[id(frames)] = tuple(
+                i for i, (f, _n, _fn) in enumerate(frames) if not is_library(f))
+        lastis = _compat.eqn_lastis(view.eqn)
+        site = tuple((*frames[i][:2], lastis[i]) for i in at if i < len(lastis)) or None
         self._sites[id(view)] = site
         return site
 
