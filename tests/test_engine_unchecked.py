@@ -578,7 +578,7 @@ def copy_to_tp(h):
 copy_to_tp.defvjp(lambda h: (h, None), lambda _, ct: (jax.lax.psum(ct, "tp"),))
 
 
-def scan_step(reduce, branch=False, copy=None):
+def scan_step(reduce, branch=False, copy=None, remat=False):
     """Layers stacked under `lax.scan`; with Megatron's pair (`copy_to_tp` before the
     column-parallel matmul, `all_reduce` after the row-parallel one) when `reduce` is
     `all_reduce` (unless `copy` says otherwise): the stacked layers differentiate the carry,
@@ -594,7 +594,8 @@ def scan_step(reduce, branch=False, copy=None):
                     y = jax.lax.cond(h.sum() > 0, lambda y: y, lambda y: 0.5 * y, y)
                 return h + y, None
 
-            return jnp.mean(jax.lax.scan(layer, x, (w1, w2))[0] ** 2)
+            body = jax.checkpoint(layer) if remat else layer   # recomputed in the backward pass
+            return jnp.mean(jax.lax.scan(body, x, (w1, w2))[0] ** 2)
 
         return jax.grad(loss, (0, 1))(w1, w2)
     return step
@@ -845,3 +846,20 @@ def test_equinox_tp_blocks_without_the_copy_region_are_spmd412(face, mesh):
     assert _far(got, _eqx_tp_reference()[0])
     e = _raises("SPMD412", face, step, _eqx_tp_args(mesh), mesh=mesh, **EQX_TP_IO)
     assert (e.file, e.line) == (__file__, _line("# the equinox column-parallel input")), str(e)
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+def test_rematerialised_layers_with_both_regions_are_quiet_and_right(face, mesh):
+    """`jax.checkpoint` around the scanned layer: its forward equations are recomputed in the
+    backward pass (JAX's `rematted_computation` scope), primal values there, never partial
+    cotangents (they were a false SPMD412 before the walk told them apart)."""
+    got = _run(face, scan_step(all_reduce, remat=True), _scan_args(mesh), mesh=mesh, **SCAN_IO)
+    _close(got, _scan_reference(mesh), rtol=1e-4)
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_rematerialised_layers_without_the_copy_region_are_spmd412(face, mesh):
+    step = scan_step(all_reduce, copy=lambda h: h, remat=True)
+    assert _far(_run("jax", step, _scan_args(mesh), mesh=mesh, **SCAN_IO), _scan_reference(mesh))
+    e = _raises("SPMD412", face, step, _scan_args(mesh), mesh=mesh, **SCAN_IO)
+    assert e.line == _line("# column-parallel input"), str(e)

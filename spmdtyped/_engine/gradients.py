@@ -53,6 +53,16 @@ def is_forward(view: EqnView) -> bool:
     return _FORWARD in view.transforms
 
 
+#: the scope JAX gives the forward equations `jax.checkpoint` recomputes in the backward pass
+_RECOMPUTED = "rematted_computation"
+
+
+def is_recomputed(view: EqnView) -> bool:
+    """Whether the equation of `view` is a forward one that `jax.checkpoint` recomputes in the
+    backward pass (a primal value there, not a cotangent)."""
+    return _RECOMPUTED in str(getattr(view.eqn.source_info, "name_stack", ""))
+
+
 def shape_key(v: Any) -> tuple[Any, ...]:
     """What a gradient and its primal share: shape and dtype."""
     aval = getattr(v, "aval", None)

@@ -47,9 +47,9 @@ gradient is summed once. `UncheckedWalk` walks the body JAX runs and computes, p
 - `partial`: the axes over which a value of the backward pass is a partial sum: it varies
   there and none of the forward operands it may be the cotangent of does (the operands of
   the forward equations bound by the same calls, file, line and bytecode offset of each frame
-  outside JAX, which a transposed equation keeps, with its shape and dtype: `forward_at`); a
-  sum over the axis
-  (psum, pmean, psum_scatter) completes it.
+  outside JAX, which a transposed equation keeps, with its shape and dtype: `forward_at`; the
+  forward equations `jax.checkpoint` recomputes there are primal values, not cotangents); a
+  sum over the axis (psum, pmean, psum_scatter) completes it.
 
 `unchecked_violations` reports SPMD410 for an output whose out_spec is replicated over an
 axis of its `unsummed`, SPMD411 for an output with a `scaled` axis, SPMD412 for a gradient
@@ -74,7 +74,7 @@ from .._errors import SpmdTypeError, error
 from .._frames import is_library, library_frames, package_call_site
 from .._rules import V
 from .eqns import EqnView, Views
-from .gradients import is_backward, is_forward, read, shape_key
+from .gradients import is_backward, is_forward, is_recomputed, read, shape_key
 from .refine_facts import eqn_axes, is_literal
 from .walk import call_site, collective_api, user_frame
 
@@ -234,7 +234,7 @@ class UncheckedWalk:
         varies and none of the forward operands it may be the cotangent of does (with the
         checks on, the transpose of the pvary where the replicated value met per-device data
         would sum it; a copy-to-tensor-parallel region does so by hand)."""
-        if not f.varying:
+        if not f.varying or is_recomputed(view):
             return f
         site = self._site(view)
         primal = None if site is None else self.forward_at.get((site, *shape_key(v)))
