@@ -696,16 +696,23 @@ STACK_SPECS = {"layers": [{"w1": P(None, "tp"), "w2": P("tp", None)}] * 2}
 STACK_IO = dict(in_specs=(STACK_SPECS, P(DATA), P(DATA)), out_specs=(STACK_SPECS, P()))
 
 
+def _stack_batch():
+    """The batch of the stacked tensor-parallel models (dict and equinox): x, y."""
+    return jax.random.normal(jax.random.key(8), (16, 8)), jax.random.normal(jax.random.key(9), (16, 8))
+
+
+def _stack_step_args(mesh, params, specs):
+    """`(params, x, y)` placed on the mesh: params by `specs`, the batch over the data axes."""
+    return (_put(mesh, params, specs),
+            *(jax.device_put(a, NamedSharding(mesh, P(DATA))) for a in _stack_batch()))
+
+
 def _stack_args(mesh):
-    x = jax.random.normal(jax.random.key(8), (16, 8))
-    y = jax.random.normal(jax.random.key(9), (16, 8))
-    return (_put(mesh, _stack_params(), STACK_SPECS),
-            *(jax.device_put(a, NamedSharding(mesh, P(DATA))) for a in (x, y)))
+    return _stack_step_args(mesh, _stack_params(), STACK_SPECS)
 
 
 def _stack_reference():
-    x = jax.random.normal(jax.random.key(8), (16, 8))
-    y = jax.random.normal(jax.random.key(9), (16, 8))
+    x, y = _stack_batch()
 
     def loss(p):
         h = x
@@ -813,15 +820,11 @@ EQX_TP_IO = dict(in_specs=(EQX_TP_SPECS, P(DATA), P(DATA)), out_specs=(EQX_TP_SP
 
 
 def _eqx_tp_args(mesh):
-    x = jax.random.normal(jax.random.key(8), (16, 8))
-    y = jax.random.normal(jax.random.key(9), (16, 8))
-    return (_put(mesh, EQX_BLOCKS, EQX_TP_SPECS),
-            *(jax.device_put(a, NamedSharding(mesh, P(DATA))) for a in (x, y)))
+    return _stack_step_args(mesh, EQX_BLOCKS, EQX_TP_SPECS)
 
 
 def _eqx_tp_reference():
-    x = jax.random.normal(jax.random.key(8), (16, 8))
-    y = jax.random.normal(jax.random.key(9), (16, 8))
+    x, y = _stack_batch()
 
     def loss(blocks):
         h = x

@@ -234,14 +234,14 @@ class UncheckedWalk:
         varies and none of the forward operands it may be the cotangent of does (with the
         checks on, the transpose of the pvary where the replicated value met per-device data
         would sum it; a copy-to-tensor-parallel region does so by hand)."""
-        if not f.varying or is_recomputed(view):
+        if not f.varying:
             return f
         site = self._site(view)
         primal = None if site is None else self.forward_at.get((site, *shape_key(v)))
         if primal is None:
             return f
         missing = f.varying - primal - {a for a, _ in f.partial}
-        if not missing:
+        if not missing or is_recomputed(view):
             return f
         taken = _taken_at(view.frames)
         return dataclasses.replace(
@@ -490,11 +490,15 @@ def _unsummed(axis: str, taken: Taken, name: str, out: str, where: str) -> SpmdT
              f"gradient: SPMD103)"))
 
 
+def _called(taken: Taken) -> list[str]:
+    """The detail naming the line that took the gradient, where it is known."""
+    return [] if taken.called is None else \
+        [f"the gradient taken at {taken.called[0]}:{taken.called[1]}"]
+
+
 def _partial(axis: str, taken: Taken) -> SpmdTypeError:
     a = repr(axis)
-    details = []
-    if taken.called is not None:
-        details.append(f"the gradient taken at {taken.called[0]}:{taken.called[1]}")
+    details = _called(taken)
     return error(
         "SPMD412",
         f"cotangent left partial over {a} under check_vma=False: a value replicated over {a} "
@@ -510,9 +514,7 @@ def _partial(axis: str, taken: Taken) -> SpmdTypeError:
 
 def _twice(axis: str, taken: Taken, name: str, out: str, where: str) -> SpmdTypeError:
     a = repr(axis)
-    details = []
-    if taken.called is not None:
-        details.append(f"the gradient taken at {taken.called[0]}:{taken.called[1]}")
+    details = _called(taken)
     details.append(f"{where}: {out} carries it")
     return error(
         "SPMD411",

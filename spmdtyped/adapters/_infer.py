@@ -231,14 +231,14 @@ def _unanalysed(f: Callable[..., Any], args: Sequence[Any], in_specs: Any, mesh:
                 axis_names: Any) -> InferReport:
     """The report of a body whose checked trace failed: its arguments' states from the
     specs, no violation of its own."""
-    spec_types = _arg_types(args, in_specs, mesh, axis_names)
+    spec_types = _arg_types(in_specs, abstract_args(args, in_specs, mesh),
+                            manual_axes(mesh, axis_names))
     return _untraced(f, args, spec_types, [], _compat.mesh_axis_names(mesh))
 
 
-def _arg_types(args: Sequence[Any], in_specs: Any, mesh: Any, axis_names: Any) -> list[SpmdType]:
-    """Each flat argument's state, read from its in_spec."""
-    manual = manual_axes(mesh, axis_names)
-    return [_spec_type(s, manual) for s in _flat_specs(in_specs, abstract_args(args, in_specs, mesh))]
+def _arg_types(in_specs: Any, sds: tuple[Any, ...], manual: Any) -> list[SpmdType]:
+    """Each flat argument's state (`sds`: the abstract arguments), read from its in_spec."""
+    return [_spec_type(s, manual) for s in _flat_specs(in_specs, sds)]
 
 
 def _untraced(f: Callable[..., Any], args: Sequence[Any], spec_types: list[SpmdType],
@@ -340,7 +340,7 @@ def run_infer(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any, in_specs
     order = _compat.mesh_axis_names(mesh)
     manual = manual_axes(mesh, axis_names)
     sds = abstract_args(args, in_specs, mesh)
-    spec_types = _arg_types(args, in_specs, mesh, axis_names)
+    spec_types = _arg_types(in_specs, sds, manual)
     smapped = _compat.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 axis_names=axis_names, check_vma=True)
     try:
