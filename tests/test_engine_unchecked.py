@@ -866,3 +866,72 @@ def test_rematerialised_layers_without_the_copy_region_are_spmd412(face, mesh):
     assert _far(_run("jax", step, _scan_args(mesh), mesh=mesh, **SCAN_IO), _scan_reference(mesh))
     e = _raises("SPMD412", face, step, _scan_args(mesh), mesh=mesh, **SCAN_IO)
     assert e.line == _line("# column-parallel input"), str(e)
+
+
+class NnxTPBlock(nnx.Module):
+    """The same tensor-parallel block in flax nnx: `nnx.Linear` without bias, the up
+    projection's kernel sharded over tp by its out features, the down one's by its in
+    features."""
+
+    def __init__(self, rngs):
+        self.up = nnx.Linear(8, 16, use_bias=False, rngs=rngs)
+        self.down = nnx.Linear(16, 8, use_bias=False, rngs=rngs)
+
+    def __call__(self, h, copy, reduce):
+        u = jax.nn.gelu(self.up(copy(h)))  # the nnx column-parallel input
+        return h + reduce(self.down(u))
+
+
+class NnxTPStack(nnx.Module):
+    def __init__(self, rngs):
+        self.blocks = nnx.List([NnxTPBlock(rngs) for _ in range(2)])
+
+    def __call__(self, h, copy, reduce):
+        for block in self.blocks:
+            h = block(h, copy, reduce)
+        return h
+
+
+NNX_TP_GRAPHDEF, NNX_TP_STATE = nnx.split(NnxTPStack(nnx.Rngs(3)))
+NNX_TP_SPECS = jax.tree.map(lambda _: P(), NNX_TP_STATE)
+for _i in range(2):
+    NNX_TP_SPECS["blocks"][_i]["up"]["kernel"].set_value(P(None, "tp"))
+    NNX_TP_SPECS["blocks"][_i]["down"]["kernel"].set_value(P("tp", None))
+
+
+def nnx_tp_step(copy):
+    def step(state, x, y):
+        def loss(model):
+            return jnp.mean((model(x, copy, all_reduce) - y) ** 2)
+
+        value, grads = nnx.value_and_grad(loss)(nnx.merge(NNX_TP_GRAPHDEF, state))
+        grads = jax.tree.map(lambda g: jax.lax.pmean(g, DATA), grads)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, state, grads), jax.lax.pmean(value, DATA)
+    return step
+
+
+NNX_TP_IO = dict(in_specs=(NNX_TP_SPECS, P(DATA), P(DATA)), out_specs=(NNX_TP_SPECS, P()))
+
+
+def _nnx_tp_reference():
+    x, y = _stack_batch()
+    model = nnx.merge(NNX_TP_GRAPHDEF, NNX_TP_STATE)
+    value, grads = nnx.value_and_grad(
+        lambda m: jnp.mean((m(x, lambda h: h, lambda y: y) - y) ** 2))(model)
+    return jax.tree.map(lambda p, g: p - 0.1 * g, NNX_TP_STATE, grads), value
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+def test_nnx_tp_blocks_with_both_regions_train_equal_to_one_device(face, mesh):
+    args = _stack_step_args(mesh, NNX_TP_STATE, NNX_TP_SPECS)
+    _close(_run(face, nnx_tp_step(copy_to_tp), args, mesh=mesh, **NNX_TP_IO),
+           _nnx_tp_reference(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_nnx_tp_blocks_without_the_copy_region_are_spmd412(face, mesh):
+    step, args = nnx_tp_step(lambda h: h), _stack_step_args(mesh, NNX_TP_STATE, NNX_TP_SPECS)
+    got, _ = _run("jax", step, args, mesh=mesh, **NNX_TP_IO)
+    assert _far(got, _nnx_tp_reference()[0])
+    e = _raises("SPMD412", face, step, args, mesh=mesh, **NNX_TP_IO)
+    assert (e.file, e.line) == (__file__, _line("# the nnx column-parallel input")), str(e)
