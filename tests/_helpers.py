@@ -177,3 +177,24 @@ def on_face(face: str, body: Callable[..., Any], hinted: Callable[..., Any], **s
     smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
     program = jax.jit(smap(body, **specs))
     return st.adapters.checking(program) if face == "checking" else program
+
+
+def run_state_step(face: str, body: Callable[..., Any], *, mesh: Any, state: Any, specs: Any,
+                   batch: Sequence[Any], **io: Any) -> Any:
+    """`body(state, a, b)` jitted on `face` (`on_face`; for `"st.shard_map"` hinted with
+    `state: Any` and two batch arrays Varying over dp), `state` placed by `specs` and each
+    array of `batch` (two) sharded over dp. `io`: `in_specs`, `out_specs`."""
+    def hinted(state: Any, a: st.Varying["dp"], b: st.Varying["dp"]) -> Any:
+        return body(state, a, b)
+
+    program = on_face(face, body, hinted, mesh=mesh, **io)
+    return program(jax.tree.map(lambda a, s: put(mesh, a, s), state, specs),
+                   *(put(mesh, a, P("dp")) for a in batch))
+
+
+def assert_trees_close(got: Any, want: Any, rtol: float = 1e-4, atol: float = 1e-6) -> None:
+    """Every leaf of `got` allclose to the same leaf of `want` (the same structure of leaves)."""
+    import numpy as np
+
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)

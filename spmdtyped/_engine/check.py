@@ -214,9 +214,12 @@ def opted_out(v: SpmdTypeError, body: Any) -> bool:
     return False
 
 
-#: installed packages whose functions have a counterpart that knows the states (`at_call_sites`)
-_COUNTERPARTS = (("optax", "st.clip_by_global_norm / st.global_norm for optax's clipping and "
-                           "global norm"),)
+#: installed packages' functions that have a counterpart that knows the states
+#: (`at_call_sites`): the package, the functions (any of them on the stack between the
+#: violation and the user's call), the hint
+_COUNTERPARTS = (("optax", frozenset({"clip_by_global_norm", "global_norm", "norm", "tree_norm",
+                                      "tree_l2_norm"}),
+                  "st.clip_by_global_norm / st.global_norm for optax's clipping and global norm"),)
 
 
 def at_call_sites(body: Any, violations: list[SpmdTypeError]) -> list[SpmdTypeError]:
@@ -230,6 +233,7 @@ def at_call_sites(body: Any, violations: list[SpmdTypeError]) -> list[SpmdTypeEr
     if not wanted:
         return violations
     sites: dict[tuple[str, int], tuple[str, int, str]] = {}
+    called: dict[tuple[str, int], set[str]] = {}   # the functions between the two
     for e in _eqns(body):
         frames = _compat.eqn_frames(e)
         where = user_frame(frames)
@@ -237,6 +241,8 @@ def at_call_sites(body: Any, violations: list[SpmdTypeError]) -> list[SpmdTypeEr
             site = package_call_site(frames, where)
             if site is not None:
                 sites[where] = site
+                start = next(i for i, (f, n, _) in enumerate(frames) if (f, n) == where)
+                called[where] = {fn for _, _, fn in frames[start:frames.index(site, start)]}
     out = []
     for v in violations:
         site = None if v.file is None or v.line is None else sites.get((v.file, v.line))
@@ -245,8 +251,9 @@ def at_call_sites(body: Any, violations: list[SpmdTypeError]) -> list[SpmdTypeEr
             continue
         file, line, fn = site
         inside = f"at {v.file}:{v.line}"
-        counterpart = next((hint for package, hint in _COUNTERPARTS
-                            if f"{os.sep}{package}{os.sep}" in v.file), None)
+        counterpart = next((hint for package, functions, hint in _COUNTERPARTS
+                            if f"{os.sep}{package}{os.sep}" in v.file
+                            and functions & called[(v.file, v.line)]), None)
         unlocated = error(v.code, v.headline, axes=v.axes, states=v.states, fix=v.fix, op=v.op,
                           details=[d for d in v.details if d != inside])
         note = in_package_note((v.file, v.line), fn)
