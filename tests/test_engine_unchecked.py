@@ -977,3 +977,86 @@ def test_ring_copy_region_is_spmd412_unless_allowed_in_the_module(library, face,
     got = _run(face, make_step(ring_copy_to_tp, allowed=True), args, mesh=mesh, **io)
     if face != "infer":
         _close(got, want, rtol=1e-4)
+
+
+# ------------------------------------ ring attention under check_vma=False, gradient inside
+
+
+SP = 4
+
+
+@pytest.fixture(scope="module")
+def sp_mesh():
+    return jax.make_mesh((2, SP), ("dp", "sp"))
+
+
+def ring_attention(q, k, v):
+    """Attention over a sequence sharded over sp: the key / value blocks go around the ring
+    (`ppermute` under `lax.scan`), with an online softmax; q, k, v: (batch, local seq, d)."""
+    perm = [(i, (i + 1) % SP) for i in range(SP)]
+
+    def visit(carry, _):
+        m, denom, o, k, v = carry
+        s = jnp.einsum("btd,bsd->bts", q, k) / np.sqrt(q.shape[-1])
+        m_new = jnp.maximum(m, s.max(-1))
+        p, corr = jnp.exp(s - m_new[..., None]), jnp.exp(m - m_new)
+        o = o * corr[..., None] + jnp.einsum("bts,bsd->btd", p, v)
+        k, v = jax.lax.ppermute(k, "sp", perm), jax.lax.ppermute(v, "sp", perm)
+        return (m_new, denom * corr + p.sum(-1), o, k, v), None
+
+    init = (jnp.full(q.shape[:2], -jnp.inf), jnp.zeros(q.shape[:2]), jnp.zeros_like(q), k, v)
+    (_, denom, o, _, _), _ = jax.lax.scan(visit, init, None, length=SP)
+    return o / denom[..., None]
+
+
+def _attention_loss(w, x, y, attention):
+    out = attention(x @ w["q"], x @ w["k"], x @ w["v"]) @ w["o"]
+    return jnp.sum((out - y) ** 2)
+
+
+def _one_device_attention(q, k, v):
+    s = jnp.einsum("btd,bsd->bts", q, k) / np.sqrt(q.shape[-1])
+    return jnp.einsum("bts,bsd->btd", jax.nn.softmax(s, axis=-1), v)
+
+
+def ring_step(axes):
+    def step(w, x, y):
+        loss, g = jax.value_and_grad(_attention_loss)(w, x, y, ring_attention)  # the ring's gradient
+        n = x.shape[0] * x.shape[1] * 8   # the tokens of the global batch
+        return (jax.lax.psum(loss, ("dp", "sp")) / n,
+                jax.tree.map(lambda g: jax.lax.psum(g, axes) / n, g))
+    return step
+
+
+RING_SPECS = {k: P() for k in "qkvo"}
+RING_IO = dict(in_specs=(RING_SPECS, P("dp", "sp"), P("dp", "sp")), out_specs=(P(), RING_SPECS))
+
+
+def _ring_args(sp_mesh):
+    k = jax.random.split(jax.random.key(21), 6)
+    w = {n: jax.random.normal(k[i], (8, 8)) / np.sqrt(8) for i, n in enumerate("qkvo")}
+    x, y = jax.random.normal(k[4], (4, 16, 8)), jax.random.normal(k[5], (4, 16, 8))
+    want = jax.value_and_grad(
+        lambda w: _attention_loss(w, x, y, _one_device_attention) / (4 * 16))(w)
+    return (_put(sp_mesh, w, RING_SPECS), *_put(sp_mesh, (x, y), (P("dp", "sp"),) * 2)), want
+
+
+@pytest.mark.parametrize("face", [*FACES, "jax"])
+def test_ring_attention_with_its_gradients_summed_is_quiet_and_equal_to_one_device(face,
+                                                                                  sp_mesh):
+    """Ring attention written for check_vma=False (`ppermute`s of the key / value blocks under
+    `lax.scan`, the cotangents going back around the ring in the backward pass), `jax.grad`
+    inside the body, the replicated projections' gradients psum'd over dp and sp: no SPMD410 /
+    411 / 412 on the ring, and one device's loss and gradients."""
+    args, want = _ring_args(sp_mesh)
+    got = _run(face, ring_step(("dp", "sp")), args, mesh=sp_mesh, **RING_IO)
+    if face != "infer":
+        _close(got, want, rtol=1e-4)
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_ring_attention_gradients_left_unsummed_over_sp_are_spmd410(face, sp_mesh):
+    args, want = _ring_args(sp_mesh)
+    assert _far(_run("jax", ring_step("dp"), args, mesh=sp_mesh, **RING_IO), want)
+    e = _raises("SPMD410", face, ring_step("dp"), args, mesh=sp_mesh, **RING_IO)
+    assert e.line == _line("# the ring's gradient") and "'sp'" in e.headline, str(e)
