@@ -255,6 +255,30 @@ def test_typed_shard_map_without_check_vma_is_jax(mesh_dp_tp):
         np.testing.assert_array_equal(np.asarray(jax.jit(fn)(x)), np.asarray(plain))
 
 
+def test_a_shard_partial_bug_under_check_vma_false_is_warned_as_wrong_either_way(mesh_dp_tp):
+    """A bias added before the psum in a `check_vma=False` body: JAX computes the same wrong
+    numbers with the checks on or off, and the warning says so (not "with check_vma=True",
+    which would read as harmless while the checks stay off); `infer` prints the same line."""
+    def f(x, w, b):
+        return lax.psum(x @ w + b, "tp")  # the bias before the psum
+
+    put = lambda a, s: jax.device_put(a, NamedSharding(mesh_dp_tp, s))  # noqa: E731
+    args = (put(jnp.ones((8, 8)), P("dp", "tp")), put(jnp.ones((8, 4)), P("tp")),
+            put(jnp.ones(4), P()))
+    specs = dict(in_specs=(P("dp", "tp"), P("tp"), P()), out_specs=P("dp"))
+    fn = st.adapters.typed_shard_map(f, mesh=mesh_dp_tp, check_vma=False, **specs)
+    with pytest.warns(st.adapters.CheckVmaWarning) as rec:
+        out = fn(*args)
+    # the bias counted once per tp device: 8 + 4 * 1 per entry, where one device's sum is 9
+    np.testing.assert_array_equal(np.asarray(out), np.full((8, 4), 12.0))
+    (w,) = [r.message for r in rec if isinstance(r.message, st.adapters.CheckVmaWarning)]
+    assert (w.code, w.line) == ("SPMD210", line_of(f, "lax.psum"))
+    assert str(w).startswith(f"check_vma=False: {w.source}: SPMD210: wrong with check_vma=False "
+                             "too (JAX computes the same numbers either way), "), str(w)
+    rep = st.adapters.infer(f, *args, mesh=mesh_dp_tp, check_vma=False, **specs)
+    assert rep.check_vma_changes == [str(w).removeprefix("check_vma=False: ")]
+
+
 def test_typed_shard_map_without_check_vma_correct_body_is_quiet(mesh_dp_tp):
     def loss(w, x):
         h = jnp.tanh(x @ w)

@@ -152,6 +152,10 @@ class ErrorInfo(ErrorPage):
         return CATEGORIES[self.code[4]]
 
 
+#: the codes of the Shard / Partial refinement (`pages_refine`): JAX types these programs
+#: Varying and computes the same wrong numbers with its checks on or off (`check_vma`)
+WRONG_EITHER_WAY: frozenset[str] = frozenset(page.code for page in _error_pages_refine.PAGES)
+
 REGISTRY: dict[str, ErrorInfo] = {
     page.code: ErrorInfo(**{f.name: getattr(page, f.name) for f in dataclasses.fields(page)})
     for page in sorted((*_error_pages.PAGES, *_error_pages_boundary.PAGES,

@@ -16,7 +16,7 @@ from .. import _compat, _rules, _surface, _validate
 from .._boundary.shard_map import check_in_structure, check_mesh_specs, check_outputs, is_spec_leaf
 from .._engine.check import check_shard_map, in_program_order, refine_into, shard_map_eqn
 from .._engine.walk import Step, Walk, exception_source, function_source, located
-from .._errors import SpmdTypeError
+from .._errors import WRONG_EITHER_WAY, SpmdTypeError
 from .._errors.jax_messages import translate
 from .._rules import SpmdType
 from ._conventions import fn_name, manual_axes, resolve_in_specs, resolve_mesh
@@ -269,8 +269,12 @@ def _walk_unchecked(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any,
 
 def vma_change(v: SpmdTypeError) -> str:
     """One violation of a `check_vma=False` body's checked trace, as `infer`'s
-    `check_vma_changes` and `typed_shard_map(check_vma=False)`'s warnings print it."""
-    return f"{getattr(v, 'source', None) or '?'}: {v.code}: with check_vma=True, {v.headline}"
+    `check_vma_changes` and `typed_shard_map(check_vma=False)`'s warnings print it. A Shard /
+    Partial code (`WRONG_EITHER_WAY`: a bias added before the psum) says that the program is
+    wrong as it runs, not only once the checks are on."""
+    when = ("wrong with check_vma=False too (JAX computes the same numbers either way)"
+            if v.code in WRONG_EITHER_WAY else "with check_vma=True")
+    return f"{getattr(v, 'source', None) or '?'}: {v.code}: {when}, {v.headline}"
 
 
 class CheckVmaWarning(UserWarning):
@@ -279,8 +283,9 @@ class CheckVmaWarning(UserWarning):
     The program that runs is `jax.shard_map(f, check_vma=False)`'s, unchanged; its body is
     also traced with the checks on (as `infer(..., check_vma=False)` does) and each violation
     is warned, marked `check_vma=False:`, with its code and line: a bug the checks would
-    catch, or a line whose meaning changes when they are turned on (an explicit `psum` of a
-    gradient JAX then sums itself).
+    catch, a Shard / Partial bug the program has as it runs (a bias added before the psum:
+    "wrong with check_vma=False too"), or a line whose meaning changes when they are turned
+    on (an explicit `psum` of a gradient JAX then sums itself).
 
     **Attributes:** `error` (the `SpmdTypeError`), `code`, `source` (`"file:line"`), `file`,
     `line`. Made from its text alone (as pytest-xdist rebuilds a warning from its `args`),
