@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -194,7 +195,5 @@ def run_state_step(face: str, body: Callable[..., Any], *, mesh: Any, state: Any
 
 def assert_trees_close(got: Any, want: Any, rtol: float = 1e-4, atol: float = 1e-6) -> None:
     """Every leaf of `got` allclose to the same leaf of `want` (the same structure of leaves)."""
-    import numpy as np
-
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)

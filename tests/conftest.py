@@ -10,7 +10,7 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # XLA's CPU backend without LLVM's optimisations (`--xla_backend_optimization_level=0`): the
-# suites compile thousands of small programs and run each a few times, so compiling is most of
+# suites compile thousands of small programs and run each a few times, so compiling is much of
 # their time (test_examples + test_production_patterns: 122 -> 77 CPU s). The programs are the
 # same HLO, so every comparison (typed vs raw, against one device) reads the same numbers; the
 # StableHLO the identity tests compare is made before XLA. A level in XLA_FLAGS already wins.
