@@ -204,3 +204,35 @@ def test_rows_gathered_by_an_argsort_of_local_keys_are_not_spmd215(face, mesh):
     got = np.asarray(program(put(x, P(("dp", "tp"))), put(r, P())))
     want = np.concatenate([np.asarray(body(x[i:i + 2], r)) for i in range(0, 16, 2)])
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _eqx_embedding_step(embedding, ids):
+    """equinox's own `eqx.nn.Embedding` on a table sharded over tp by its vocabulary, called
+    with the global ids as its docs call it, the rows summed over tp."""
+    def loss(e):
+        h = jax.lax.psum(jax.vmap(e)(ids), "tp")  # eqx.nn.Embedding with global ids
+        return jax.lax.pmean(jnp.mean(h ** 2), "dp")
+
+    return eqx.filter_value_and_grad(loss)(embedding)
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking"])
+def test_eqx_embedding_fed_global_ids_is_spmd215_at_the_users_call(face, mesh):
+    """JAX clamps the ids past the shard (indexing's default), so raw JAX runs silently wrong
+    against one device; spmdtyped names the user's call of the layer, equinox's line beside."""
+    embedding = eqx.nn.Embedding(V, D, key=jax.random.key(3))
+    specs = jax.tree.map(lambda _: P("tp", None), embedding)
+    ids = _data()[0][:, 0]
+    put = lambda a, s: jax.device_put(a, NamedSharding(mesh, s))  # noqa: E731
+    args = (jax.tree.map(put, embedding, specs), put(ids, P("dp")))
+    io = dict(mesh=mesh, in_specs=(specs, P("dp")), out_specs=(P(), specs))
+    raw, _ = jax.jit(jax.shard_map(_eqx_embedding_step, **io))(*args)
+    want = jnp.mean(jax.vmap(embedding)(ids) ** 2)
+    assert not np.isnan(float(raw)) and abs(float(raw) - float(want)) > 1e-2
+    smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
+    program = jax.jit(smap(_eqx_embedding_step, **io))
+    with pytest.raises(st.SpmdTypeError) as e:
+        (st.adapters.checking(program) if face == "checking" else program)(*args)
+    assert e.value.code == "SPMD215", str(e.value)
+    assert (e.value.file, e.value.line) == (__file__, _line("# eqx.nn.Embedding with global ids"))
+    assert "equinox" in str(e.value) and "inside an installed package" in str(e.value)
