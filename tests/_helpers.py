@@ -197,3 +197,10 @@ def assert_trees_close(got: Any, want: Any, rtol: float = 1e-4, atol: float = 1e
     """Every leaf of `got` allclose to the same leaf of `want` (the same structure of leaves)."""
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
+
+
+def line_ending_with(path: str, marker: str) -> int:
+    """The number of the first line of the file `path` that ends with `marker` (a test file's
+    own marker comment: `# the bias before the psum`)."""
+    with open(path) as f:
+        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))

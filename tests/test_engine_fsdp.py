@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import line_ending_with
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -113,8 +114,7 @@ def _placed(mesh, model, x, y):
 
 
 def _line(marker):
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))
+    return line_ending_with(__file__, marker)
 
 
 FACES = ["st.shard_map", "typed_shard_map", "checking"]

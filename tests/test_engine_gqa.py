@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import on_face
+from _helpers import line_ending_with, on_face
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -78,8 +78,7 @@ def _inputs():
 
 
 def _line(marker):
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))
+    return line_ending_with(__file__, marker)
 
 
 @pytest.mark.parametrize("face", [*FACES, "jax"])

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import assert_trees_close, run_state_step
+from _helpers import assert_trees_close, line_ending_with, run_state_step
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
@@ -94,8 +94,7 @@ def _reference() -> tuple[jax.Array, Any]:
 
 
 def _line(marker: str) -> int:
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))
+    return line_ending_with(__file__, marker)
 
 
 @pytest.mark.parametrize("face", [*FACES, "jax"])

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import line_ending_with
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -67,8 +68,7 @@ def _run(kind, face, bug):
 
 
 def _line(marker):
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))
+    return line_ending_with(__file__, marker)
 
 
 @pytest.mark.parametrize("face", [*FACES, "jax"])

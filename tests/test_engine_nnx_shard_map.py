@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import line_ending_with
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
@@ -67,8 +68,7 @@ def _one_device(m):
 
 
 def _line(marker):
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))
+    return line_ending_with(__file__, marker)
 
 
 @pytest.mark.parametrize("face", ["checking", "jax"])

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import on_face
+from _helpers import line_ending_with, on_face
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -86,8 +86,7 @@ def _one_device():
 
 
 def _line(marker):
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))
+    return line_ending_with(__file__, marker)
 
 
 @pytest.mark.parametrize("face", [*FACES, "jax"])
@@ -148,8 +147,8 @@ def _attention_args(mesh):
 def test_attention_over_the_local_keys_only_is_wrong_against_one_device(mesh):
     """The bug is real: each device computes only the diagonal block of the scores."""
     whole, placed = _attention_args(mesh)
-    got = jax.jit(jax.shard_map(_local_attention, mesh=mesh, in_specs=(SPEC,) * 3,
-                                out_specs=SPEC))(*placed)
+    got = on_face("jax", _local_attention, _local_attention, mesh=mesh, in_specs=(SPEC,) * 3,
+                  out_specs=SPEC)(*placed)
     assert not np.allclose(np.asarray(got), np.asarray(jax.nn.dot_product_attention(*whole)),
                            atol=1e-4)
 
@@ -160,7 +159,6 @@ def test_attention_over_the_local_keys_only_is_wrong_against_one_device(mesh):
 @pytest.mark.parametrize("face", ["typed_shard_map", "checking"])
 def test_attention_over_the_local_keys_only_is_caught(face, mesh):
     _, placed = _attention_args(mesh)
-    smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
-    program = jax.jit(smap(_local_attention, mesh=mesh, in_specs=(SPEC,) * 3, out_specs=SPEC))
     with pytest.raises(st.SpmdTypeError):
-        (st.adapters.checking(program) if face == "checking" else program)(*placed)
+        on_face(face, _local_attention, _local_attention, mesh=mesh, in_specs=(SPEC,) * 3,
+                out_specs=SPEC)(*placed)

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from _helpers import line_ending_with
 from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -44,8 +45,7 @@ def mesh():
 
 
 def _line(marker: str) -> int:
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))
+    return line_ending_with(__file__, marker)
 
 
 def _put(mesh, tree, specs):

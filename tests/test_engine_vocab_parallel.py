@@ -226,13 +226,11 @@ def test_eqx_embedding_fed_global_ids_is_spmd215_at_the_users_call(face, mesh):
     put = lambda a, s: jax.device_put(a, NamedSharding(mesh, s))  # noqa: E731
     args = (jax.tree.map(put, embedding, specs), put(ids, P("dp")))
     io = dict(mesh=mesh, in_specs=(specs, P("dp")), out_specs=(P(), specs))
-    raw, _ = jax.jit(jax.shard_map(_eqx_embedding_step, **io))(*args)
+    raw, _ = on_face("jax", _eqx_embedding_step, _eqx_embedding_step, **io)(*args)
     want = jnp.mean(jax.vmap(embedding)(ids) ** 2)
     assert not np.isnan(float(raw)) and abs(float(raw) - float(want)) > 1e-2
-    smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
-    program = jax.jit(smap(_eqx_embedding_step, **io))
     with pytest.raises(st.SpmdTypeError) as e:
-        (st.adapters.checking(program) if face == "checking" else program)(*args)
+        on_face(face, _eqx_embedding_step, _eqx_embedding_step, **io)(*args)
     assert e.value.code == "SPMD215", str(e.value)
     assert (e.value.file, e.value.line) == (__file__, _line("# eqx.nn.Embedding with global ids"))
     assert "equinox" in str(e.value) and "inside an installed package" in str(e.value)

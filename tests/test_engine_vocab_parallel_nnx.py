@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from _helpers import assert_trees_close, run_state_step
+from _helpers import assert_trees_close, line_ending_with, run_state_step
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
@@ -113,9 +113,7 @@ def _reference() -> Any:
 
 
 def _line(mistake: str) -> int:
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1)
-                    if text.rstrip().endswith(f"# MISTAKE: {mistake}"))
+    return line_ending_with(__file__, f"# MISTAKE: {mistake}")
 
 
 @pytest.mark.parametrize("face", [*FACES, "jax"])
