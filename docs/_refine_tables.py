@@ -12,6 +12,7 @@ from typing import Any
 from spmdtyped import _errors, _surface
 from spmdtyped._rules import LITERAL, SpmdType
 from spmdtyped._rules import refine as rf
+from spmdtyped._rules.refine import content as rc
 from spmdtyped._rules.refine import shape as rs
 
 AXIS = "tp"
@@ -206,7 +207,13 @@ TRIGGERS: dict[str, Callable[[], object]] = {
                                       onehot_fill=True),
     "SPMD215": lambda: rf.elementwise("add", [OPERANDS["Shard(-2)"], OPERANDS["Invariant input"]],
                                       TP, op="operator +", out_ndim=2),
+    "SPMD216": lambda: _raise(rc.diagonal_block("sp", (-2, -2), "dot_general")),
 }
+
+
+def _raise(e: Exception) -> None:
+    """Raise `e` (a rule that builds its error for the engine to report later)."""
+    raise e
 
 GENERATORS: dict[str, Callable[..., str]] = {
     "refine-binary": gen_binary,

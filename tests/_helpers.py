@@ -199,6 +199,13 @@ def assert_trees_close(got: Any, want: Any, rtol: float = 1e-4, atol: float = 1e
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
 
 
+def assert_each_differs(*pairs: tuple[Any, Any], rtol: float = 1e-3) -> None:
+    """Each `(got, want)` pair of arrays differs beyond `rtol` (a bug's loss and gradients
+    against one device's)."""
+    for got, want in pairs:
+        assert not np.allclose(np.asarray(got), np.asarray(want), rtol=rtol)
+
+
 def line_ending_with(path: str, marker: str) -> int:
     """The number of the first line of the file `path` that ends with `marker` (a test file's
     own marker comment: `# the bias before the psum`)."""

@@ -12,10 +12,10 @@ first n. JAX runs it; the result is wrong on every device but the first.
 - constants uniform along the dim (zeros, `full`, ones reshaped) cut the same way are not
   reported, nor a table cut along a dim no operand has sharded; positions built at the local
   length (`jnp.arange(n)`) are a constant to the rule (a local causal mask is built that way,
-  rightly), the documented gap (docs/refinement.md);
-- attention over the local keys only (the ring or the all-gather of the keys forgotten) is
-  wrong against one device and not caught yet: a strict xfail, the gap written down in
-  docs/refinement.md ("What is not tracked").
+  rightly), the documented gap (docs/refinement.md).
+
+Attention over the local keys only (the ring or the all-gather of the keys forgotten) is
+`tests/test_engine_diagonal_block.py` (SPMD216).
 """
 
 from __future__ import annotations
@@ -126,39 +126,3 @@ def test_uniform_constants_cut_are_not_reported(name, mesh):
     x = jax.device_put(X, NamedSharding(mesh, SPEC))
     rep = st.adapters.infer(QUIET[name], x, mesh=mesh, in_specs=SPEC, out_specs=SPEC)
     assert rep.violations == [], [str(v) for v in rep.violations]
-
-
-# ------------------------------------------- attention over the local keys only (a known gap)
-
-
-def _local_attention(q, k, v):
-    """Attention with the keys of this device's sequence block only: the ring (or the
-    all-gather of the keys) that sequence parallelism needs is forgotten."""
-    return jax.nn.dot_product_attention(q, k, v)  # the local attention's line
-
-
-def _attention_args(mesh):
-    k = jax.random.split(jax.random.key(31), 3)
-    q, kk, v = (jax.random.normal(r, (2, S, 2, 4)) for r in k)
-    put = lambda a: jax.device_put(a, NamedSharding(mesh, SPEC))  # noqa: E731
-    return (q, kk, v), tuple(put(a) for a in (q, kk, v))
-
-
-def test_attention_over_the_local_keys_only_is_wrong_against_one_device(mesh):
-    """The bug is real: each device computes only the diagonal block of the scores."""
-    whole, placed = _attention_args(mesh)
-    got = on_face("jax", _local_attention, _local_attention, mesh=mesh, in_specs=(SPEC,) * 3,
-                  out_specs=SPEC)(*placed)
-    assert not np.allclose(np.asarray(got), np.asarray(jax.nn.dot_product_attention(*whole)),
-                           atol=1e-4)
-
-
-@pytest.mark.xfail(strict=True, reason="not caught yet: two operands sharded over sp along "
-                   "dims that stay apart in the result (docs/refinement.md, What is not "
-                   "tracked); strict, so that the day it is caught this test says so")
-@pytest.mark.parametrize("face", ["typed_shard_map", "checking"])
-def test_attention_over_the_local_keys_only_is_caught(face, mesh):
-    _, placed = _attention_args(mesh)
-    with pytest.raises(st.SpmdTypeError):
-        on_face(face, _local_attention, _local_attention, mesh=mesh, in_specs=(SPEC,) * 3,
-                out_specs=SPEC)(*placed)

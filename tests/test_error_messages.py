@@ -273,6 +273,11 @@ EXAMPLES: dict[str, tuple[str, dict[str, str], str]] = {
     "SPMD212": ("body", {"l": "S:dp:0", "mask": "S:dp:0"}, ""),
     "SPMD213": ("body", {"x": "V:tp", "p": "P:tp"}, ""),
     "SPMD215": ("body", {"q_heads": "S:tp:-2", "sinks": "I", "sinks_local": "S:tp:-2"}, "h = 8"),
+    "SPMD216": ("top", {}, "import numpy as np\n"
+                "mesh = jax.make_mesh((2, 4), ('dp', 'sp'))\n"
+                "q, k, v = (jax.device_put(np.linspace(-1, 1, 256, dtype=np.float32)"
+                ".reshape(2, 16, 8) * s, jax.sharding.NamedSharding(mesh, P('dp', 'sp'))) "
+                "for s in (1.0, -0.5, 2.0))"),
     "SPMD301": ("body", {"u": "U:tp"}, ""),
     "SPMD302": ("body", {"acc0": "U:tp"}, "n = 3\npart = lambda i: acc0 * 2.0"),
     "SPMD303": ("top", {}, ""),

@@ -76,6 +76,14 @@ def _stack_gradient(v: np.ndarray) -> np.ndarray:
     return np.asarray(jax.grad(loss)(w1))
 
 
+def _attention(v: np.ndarray) -> np.ndarray:
+    """SPMD216's attention on one device: every query against every key (the page's `q`,
+    `k`, `v`)."""
+    q, k, w = (np.linspace(-1, 1, 256, dtype=np.float32).reshape(2, 16, 8) * s
+               for s in (1.0, -0.5, 2.0))
+    return np.asarray(jax.nn.softmax(jnp.einsum("bqd,bkd->bqk", q, k), -1) @ w)
+
+
 #: code -> (the result's name, its reference as a function of V (or of V, the dp index, the tp
 #: index)); for "top" pages the name is the variable `after` assigns or "_" for its last
 #: expression
@@ -98,6 +106,7 @@ REFERENCE: dict[str, tuple[str, Callable[..., Any]]] = {
     "SPMD212": ("loss", lambda v: (v * v).sum() / v.sum()),
     "SPMD213": ("y", lambda v: np.where(v > 0, 4 * v, 0.0)),
     "SPMD215": ("s", lambda v: 2 * v),
+    "SPMD216": ("out", _attention),                            # all keys, not the local ones
     "SPMD301": ("v", lambda v: 4 * v),                        # the summed value, full shape
     "SPMD302": ("acc", lambda v: 4 * v + 3 * (2 * 4 * v)),    # acc0 + n parts, summed once
     "SPMD303": ("_f", lambda v, d, t: np.float32(2.0 if d == 0 else 3.0)),

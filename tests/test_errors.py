@@ -290,6 +290,23 @@ def test_spmd215_replicated_values_along_a_shard(mesh_dp_tp: Any) -> None:
     trace(mesh_dp_tp, lambda q, b: q * st.numpy.ones(q.shape) + b[0, 0], (P("tp"), P()))
 
 
+def test_spmd216_diagonal_block(mesh_dp_tp: Any) -> None:
+    def scores(q: Any, k: Any) -> Any:   # rows sharded over tp on both sides: the local block
+        return jax.nn.softmax(q @ k.T, axis=-1) @ k
+
+    e = expect("SPMD216", lambda: trace(mesh_dp_tp, scores, (P("tp"), P("tp")), P("tp"),
+                                        smap=st.adapters.typed_shard_map),
+               axes=("tp",), states={"tp": "a diagonal block"},
+               fragments=("dot_general", "diagonal block"), fix=("all_gather",))
+    assert isinstance(e, st.CombineError)
+
+    def gathered(q: Any, k: Any) -> Any:
+        k = jax.lax.all_gather(k, "tp", tiled=True)
+        return jax.nn.softmax(q @ k.T, axis=-1) @ k
+
+    trace(mesh_dp_tp, gathered, (P("tp"), P("tp")), P("tp"), smap=st.adapters.typed_shard_map)
+
+
 def test_spmd301_unsupported_cast(mesh_ij: Any) -> None:
     e = expect("SPMD301", lambda: trace(mesh_ij, lambda x: st.pcast(x, "i", to="varying"), (P("i"),)),
                axes=("i",), states={"i": "varying"}, fragments=("st.pcast", "Varying"))

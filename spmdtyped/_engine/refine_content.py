@@ -19,9 +19,16 @@ Per value and axis, kept in the walk's `Side` and carried into and out of nested
   `w[0]` of the expert weights, one per device);
 - `unsure`: axes JAX types a value Invariant on though an input varies there (the permutation
   `argsort` returns for varying keys, jax 0.10 and 0.12): a cast of it to Varying is not `same`;
+- `moved`: other devices' data was brought into the value over the axis (it is computed from
+  a `ppermute`, `all_gather` or `all_to_all` over it, or from a loop or branch that holds one);
 - `summed`: the sums (`psum`/`pmean`/`psum_scatter` over the axis) of in_spec Shards a value
   is computed from, reported when an output computed from one is sharded over that axis
-  again by its out_spec (`at_outputs`), or at once under `strict=True`.
+  again by its out_spec (`at_outputs`), or at once under `strict=True`; and the diagonal
+  blocks (`Block`: a `dot_general` of two operands sharded over the axis along dims that stay
+  apart in the result) it is computed from, dropped where an op that combines values
+  (`_rc.COMBINING`: the online softmax of a ring, the collective matmul's updates) meets an
+  operand `moved` over the axis that is not computed from the block, reported when an output
+  is computed from one (SPMD216).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from .._rules.refine import content as _rc
 from .eqns import EqnView
 from .frames import primitive_detail, user_frame
 from .primitives import IDENTITIES, STRUCTURAL
-from .refine_facts import CONTENT, Side, api_name, is_literal
+from .refine_facts import CONTENT, Side, api_name, dot_spec, eqn_axes, is_literal
 
 Report = Callable[[SpmdTypeError, Any, str], None]
 
@@ -54,6 +61,9 @@ _KEPT = ("same", "gathered", "sliced", "accum", "own")
 #: the ops whose output has a content fact none of their operands has (`track`)
 _FROM_NOTHING = frozenset({"dynamic_slice", "gather", "scatter-add", "scatter_add",
                            "ragged_dot_general", "ragged_dot", "squeeze"})
+#: the equations with nested jaxprs whose outputs are not seeded from one walk of their body
+#: (`RefineWalk._call` seeds the others'): loops and branches
+_CONTROL = frozenset({"cond", "while", "scan", "shard_map"})
 #: the ops that keep per-device contributions contributions (linear in them)
 _LINEAR = frozenset({"add", "add_any", "sub", "neg", "mul", "select_n", "concatenate",
                      "broadcast_in_dim", "scatter-add", "scatter_add", "dynamic_update_slice",
@@ -68,6 +78,19 @@ class Summed:
     error: SpmdTypeError
     where: Any
     #: the inputs the summed operand is computed from (a bit set: `Side.lineage`)
+    sources: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """The diagonal block over `axis` a `dot_general` made (its two operands sharded over
+    `axis` along dims that stay apart in the result), with its SPMD216: carried with the sums
+    in `Side.summed`."""
+
+    axis: str
+    error: SpmdTypeError
+    where: Any
+    #: (as `Summed.sources`, which `globalized` remaps)
     sources: int = 0
 
 
@@ -209,12 +232,24 @@ def track(view: EqnView, refs: Sequence[Refinement], results: Sequence[Refinemen
         lineage |= side.lineage.get(v, 0)
         facts = facts or v in side.same or v in side.sliced or v in side.accum \
             or v in side.own or v in side.unsure
+    moved: frozenset[str] = frozenset().union(
+        *(side.moved.get(v, frozenset()) for v, _ in vin)) if side.moved else frozenset()
+    if summed and view.subs and name not in _CONTROL:
+        # a call's outputs were seeded from its body's walk, which saw its blocks completed
+        summed = tuple(x for x in summed if not isinstance(x, Block))
+    elif summed and (name in _rc.COMBINING or view.subs):
+        summed = _complete_blocks(view, summed, vin, side)
     if summed:
         for o in outvars:
             side.summed[o] = tuple(dict.fromkeys(side.summed.get(o, ()) + summed))
     if lineage:
         for o in outvars:
             side.lineage[o] = side.lineage.get(o, 0) | lineage
+    if moved:
+        for o in outvars:
+            side.moved[o] = side.moved.get(o, frozenset()) | moved
+    if name == "dot_general" and not quiet and len(vin) == 2:
+        _diagonal_blocks(view, refs, side, where)
     if name not in STRUCTURAL and view.subs:
         return   # a call's outputs are seeded from its body (`Side.seed`); a scatter's
         # combiner is no call
@@ -285,6 +320,80 @@ def track(view: EqnView, refs: Sequence[Refinement], results: Sequence[Refinemen
                 getattr(side, key)[o] = got
 
 
+def _complete_blocks(view: EqnView, summed: tuple[Any, ...], vin: list[tuple[Any, SpmdType]],
+                     side: Side) -> tuple[Any, ...]:
+    """`summed` (the union of the operands' sums and blocks) without the diagonal blocks this
+    equation completes: an op that combines values (`_rc.COMBINING`) one operand of which is
+    not computed from the block and had other devices' data brought in over its axis (the
+    next step of a ring, the collective matmul's next update), or a loop or branch whose body
+    brings such data in (a ring in a `scan` started from the local block)."""
+    blocks = [b for b in summed if isinstance(b, Block)]
+    if not blocks:
+        return summed
+    if view.subs:
+        inside = _moving_axes(view.subs)
+        done = {id(b) for b in blocks if b.axis in inside}
+    else:
+        done = set()
+        for b in blocks:
+            if any(b.axis in side.moved.get(v, ()) and b not in side.summed.get(v, ())
+                   for v, _ in vin):
+                done.add(id(b))
+    return tuple(x for x in summed if id(x) not in done) if done else summed
+
+
+def blocks_out(outvars: Sequence[Any], out_facts: Sequence[tuple[Any, ...]],
+               bodies: Sequence[Any], side: Side) -> None:
+    """The diagonal blocks made inside a loop's or a branch's body (`bodies`) that reach its
+    outputs (`out_facts`, the body's walk's), carried to the equation's `outvars`: a scan over
+    layers whose attention forgets the ring. Not over an axis the body brings other devices'
+    data in over (a ring inside the loop completes its blocks across iterations, which one walk
+    of the body does not see)."""
+    inside: frozenset[str] | None = None
+    for o, f in zip(outvars, out_facts, strict=False):
+        content = f[5] if len(f) > 5 else None
+        made = [b for b in (content[-1] if content else ()) if isinstance(b, Block)]
+        if not made:
+            continue
+        if inside is None:
+            inside = _moving_axes(bodies)
+        made = [b for b in made if b.axis not in inside]
+        if made:
+            side.summed[o] = tuple(dict.fromkeys(side.summed.get(o, ()) + tuple(made)))
+
+
+def _moving_axes(jaxprs: Sequence[Any]) -> frozenset[str]:
+    """The axes over which the collectives of `jaxprs` (and of the jaxprs they hold) bring
+    other devices' data in (`_rc.MOVING`)."""
+    got: set[str] = set()
+    for jp in jaxprs:
+        for e in getattr(jp, "jaxpr", jp).eqns:
+            name = _compat.primitive_name(e)
+            if _surface.AXIS_PRIMITIVES.get(name) in _rc.MOVING:
+                got.update(eqn_axes(e))
+            got |= _moving_axes(_compat.sub_jaxprs(e))
+    return frozenset(got)
+
+
+def _diagonal_blocks(view: EqnView, refs: Sequence[Refinement], side: Side, where: Any
+                     ) -> None:
+    """The diagonal blocks (SPMD216) the `dot_general` of `view` makes, added to its result's
+    `summed` (`Block`)."""
+    eqn, ins, shapes = view.eqn, view.ins, view.shapes
+    if len(shapes) != 2 or len(refs) != 2:
+        return
+    spec = dot_spec(eqn.params["dimension_numbers"], len(shapes[0]), len(shapes[1]))
+    args = [_r.Arg(ins[0], refs[0], shapes[0]), _r.Arg(ins[1], refs[1], shapes[1])]
+    made = []
+    for axis, left, right in _rc.apart_shards(spec, args, view.outs[0].varying):
+        e = _rc.diagonal_block(axis, (left, right), "dot_general")
+        if isinstance(e, SpmdTypeError):
+            made.append(Block(axis, e, where))
+    if made:
+        o = eqn.outvars[0]
+        side.summed[o] = side.summed.get(o, ()) + tuple(made)
+
+
 def _own_term(axes: frozenset[str], vin: list[tuple[Any, SpmdType]], side: Side
               ) -> frozenset[str]:
     """The axes of `axes` over which an op's floating output is still this device's term of a
@@ -339,6 +448,8 @@ def _after_collective(view: EqnView, rule: str, results: Sequence[Refinement], s
         elif rule == "psum_scatter":
             sliced = sliced | frozenset(a for a in axes if isinstance(r.get(a), Shard))
         kept.update(same=same, gathered=gathered, sliced=sliced)
+        if rule in _rc.MOVING:
+            side.moved[o] = side.moved.get(o, frozenset()) | axes
         for key, got in kept.items():
             if got:
                 getattr(side, key)[o] = got
@@ -360,16 +471,24 @@ def at_outputs(outvars: Sequence[Any], out_facts: Sequence[tuple[Any, ...]],
     with `p` and `g` both `P("fsdp")`): the program maps arrays sharded over `a` to one
     sharded over `a`, the summed value was a slice of one. Not when the sum is combined only
     with its own operand's inputs (`x - pmean(x, a)`: a stack's mean per position) or
-    returned as is (n tiled copies)."""
+    returned as is (n tiled copies). SPMD216 for each diagonal block (`Block`) an output is
+    computed from, once."""
+    blocks: set[int] = set()
     for v, facts, spec in zip(outvars, out_facts, out_specs, strict=False):
         content: tuple[Any, ...] = (facts[5] if len(facts) > 5 else None) or ()
         summed = content[len(CONTENT)] if content else ()
         if not summed or is_literal(v):
             continue
+        for b in summed:
+            if isinstance(b, Block) and id(b) not in blocks:
+                blocks.add(id(b))
+                report(b.error, b.where, "primitive: dot_general")
         varying = _compat.aval_type(v.aval).varying
         names = spec_axes(spec)
         lineage: int = content[CONTENT.index("lineage")] or 0
         for s in summed:
+            if isinstance(s, Block):
+                continue
             rest = lineage & ~s.sources
             others = [i for i in range(min(rest.bit_length(), len(in_specs)))
                       if rest >> i & 1 and s.axis in spec_axes(in_specs[i])]

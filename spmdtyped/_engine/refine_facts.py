@@ -217,7 +217,7 @@ def opaque_call_pending(eqn: Any, ins: Sequence[Any], outs: Sequence[SpmdType], 
 
 #: the content facts of `Side` (sets of axes per value; `lineage` a bit set of inputs), in
 #: `export`'s order
-CONTENT = ("same", "gathered", "sliced", "accum", "own", "unsure", "lineage")
+CONTENT = ("same", "gathered", "sliced", "accum", "own", "moved", "unsure", "lineage")
 
 
 #: the facts of `Side` kept as sets of values, and those kept as a dict per value (but
@@ -247,6 +247,10 @@ class Side:
         #: this device's member of an in_spec stack (a dim sharded over the axis, one per
         #: device, squeezed away: `w[0]` of this device's expert weights)
         self.own: dict[Any, frozenset[str]] = {}
+        #: axes over which other devices' data was brought into the value (computed from a
+        #: `ppermute`, `all_gather` or `all_to_all` over them): a diagonal block combined with
+        #: it is one term of the whole (`refine_content.Block`)
+        self.moved: dict[Any, frozenset[str]] = {}
         #: axes JAX types a value Invariant on though an input of it varies there (argsort's
         #: permutation of varying keys): a cast of it is not `same`
         self.unsure: dict[Any, frozenset[str]] = {}
@@ -275,7 +279,7 @@ class Side:
         the walk cannot tell apart (`transfer.key`)."""
         return (v in self.const, v in self.zero, self.scaled.get(v), self.bcast.get(v) or None,
                 v in self.grad, self.same.get(v), self.gathered.get(v), self.sliced.get(v),
-                self.accum.get(v), self.own.get(v), self.unsure.get(v))
+                self.accum.get(v), self.own.get(v), self.moved.get(v), self.unsure.get(v))
 
     def replayable(self, v: Any) -> tuple[tuple[str, Any], ...]:
         """The facts of `v` but its lineage and sums, as `(attribute, value)` pairs, the ones

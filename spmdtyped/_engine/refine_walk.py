@@ -7,7 +7,8 @@ jaxprs (jit, custom_jvp/vjp, remat, cond, while, scan) are walked with their arg
 refinements mapped in; loops iterate to a fixed point (refinements only shrink). Unknown
 primitives give plain Varying: never a new false error.
 
-Besides the refinement rules' own errors (SPMD108, SPMD21x) at the equation's user line, the
+Besides the refinement rules' own errors (SPMD108, SPMD21x; SPMD216, the diagonal blocks of
+`refine_content`, reported at the outputs) at the equation's user line, the
 walk reports what only a jaxpr shows:
 
 - SPMD303 `varying-predicate`: a raw `cond`/`while_loop` whose predicate varies over an axis
@@ -92,6 +93,8 @@ class RefineWalk:
     calls: dict[Any, Any] = dataclasses.field(default_factory=dict)
     #: how many violations `report` received
     reported: int = 0
+    #: a loop's first pass (`_fixed_point`): violations are counted, not reported
+    muted: bool = False
     #: each equation's static facts, read once (shared with the state walk of the same check)
     views: Views = dataclasses.field(default_factory=Views)
     #: the memo of whole equations (`transfer`): what they read -> what they wrote
@@ -101,11 +104,13 @@ class RefineWalk:
     known: dict[Any, int] = dataclasses.field(default_factory=dict)
 
     def _report(self, e: SpmdTypeError, where: Any, extra: str) -> None:
-        """`report`, counted (`reported`). (A method, not a closure stored on the walk: that
+        """`report`, counted (`reported`), unless `muted` (still counted: an equation that
+        found a violation is never memoized). (A method, not a closure stored on the walk: that
         would make the walk and everything it holds cyclic garbage, freed only by the next
         collection.)"""
         self.reported += 1
-        self.report(e, where, extra)
+        if not self.muted:
+            self.report(e, where, extra)
 
     # ------------------------------------------------------------------ entry points
 
@@ -287,11 +292,11 @@ class RefineWalk:
         if kind == "elementwise":
             return [self._elementwise(eqn, name, ins, outs[0], refs, shapes, out_shape, side)]
         if name == "cond":
-            return self._cond(eqn, ins, outs, refs, where, quiet, pending)
+            return self._cond(eqn, ins, outs, refs, where, quiet, pending, side)
         if name == "while":
-            return self._while(eqn, ins, outs, refs, where, quiet, pending)
+            return self._while(eqn, ins, outs, refs, where, quiet, pending, side)
         if name == "scan":
-            return self._scan(eqn, outs, refs, shapes, where, quiet, pending)
+            return self._scan(eqn, outs, refs, shapes, where, quiet, pending, side)
         if name == "shard_map":
             return None
         if view.subs:
@@ -413,7 +418,7 @@ class RefineWalk:
         return res
 
     def _cond(self, eqn: Any, ins: Sequence[Any], outs: Sequence[SpmdType], refs: Sequence[Refinement],
-              where: Any, quiet: bool, pending: dict[Any, Pending]) -> list[Refinement]:
+              where: Any, quiet: bool, pending: dict[Any, Pending], side: Side) -> list[Refinement]:
         pred_t = ins[0] if ins[0] is not LITERAL else SpmdType()
         diverge = pred_t.varying
         if diverge and not quiet:
@@ -425,12 +430,13 @@ class RefineWalk:
         for br in eqn.params["branches"]:
             jp = br.jaxpr if hasattr(br, "jaxpr") else br
             res, _left = self.jaxpr(jp, refs[1:], parent=where, quiet=quiet)
+            _content.blocks_out(eqn.outvars, self.out_facts, [jp], side)
             joined = res if joined is None else [_rs.join(a, b, o.varying)
                                                  for a, b, o in zip(joined, res, outs, strict=True)]
         return [diverged(r, diverge) for r in (joined or [NONE] * len(outs))]
 
     def _while(self, eqn: Any, ins: Sequence[Any], outs: Sequence[SpmdType], refs: Sequence[Refinement],
-               where: Any, quiet: bool, pending: dict[Any, Pending]) -> list[Refinement]:
+               where: Any, quiet: bool, pending: dict[Any, Pending], side: Side) -> list[Refinement]:
         p = eqn.params
         nc, nb = int(p["cond_nconsts"]), int(p["body_nconsts"])
         cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
@@ -444,15 +450,17 @@ class RefineWalk:
                 self._report(varying_predicate_error("jax.lax.while_loop", sorted(set(bad)), outs),
                             where, "primitive: while")
         carry = [diverged(r, diverge) for r in carry]
-        carry = self._fixed_point(bj, list(bconsts), carry, outs, nb, where)
+        carry = self._fixed_point(bj, list(bconsts), carry, outs, nb, where, quiet=quiet,
+                                  seed=(eqn.outvars, side))
         self.jaxpr(cj, list(cconsts) + carry, parent=where, quiet=quiet)
         res, _ = self.jaxpr(bj, list(bconsts) + carry, parent=where, quiet=quiet)
+        _content.blocks_out(eqn.outvars, self.out_facts, [bj], side)
         return [diverged(_rs.join(c, r, o.varying), diverge)
                 for c, r, o in zip(carry, res, outs, strict=True)]
 
     def _scan(self, eqn: Any, outs: Sequence[SpmdType], refs: Sequence[Refinement],
               shapes: Sequence[tuple[int, ...]], where: Any, quiet: bool,
-              pending: dict[Any, Pending]) -> list[Refinement]:
+              pending: dict[Any, Pending], side: Side) -> list[Refinement]:
         p = eqn.params
         nconsts, ncarry = _compat.scan_counts(eqn)
         body = p["jaxpr"].jaxpr if hasattr(p["jaxpr"], "jaxpr") else p["jaxpr"]
@@ -460,16 +468,33 @@ class RefineWalk:
         xs = [drop_leading(r, len(s)) for r, s in
               zip(refs[nconsts + ncarry:], shapes[nconsts + ncarry:], strict=True)]
         carry = self._fixed_point(body, list(consts), list(carry), outs[:ncarry], 0, where,
+                                  quiet=quiet, seed=(eqn.outvars, side),
                                   extra=xs)
         res, _ = self.jaxpr(body, list(consts) + carry + xs, parent=where, quiet=quiet)
+        _content.blocks_out(eqn.outvars, self.out_facts, [body], side)
         return [_rs.join(c, r, o.varying) for c, r, o in zip(carry, res[:ncarry], outs[:ncarry], strict=True)] \
             + res[ncarry:]
 
     def _fixed_point(self, body: Any, consts: list[Refinement], carry: list[Refinement],
                      outs: Sequence[SpmdType], _nb: int, where: Any,
-                     extra: Sequence[Refinement] = ()) -> list[Refinement]:
-        for _ in range(16):
-            res, _ = self.jaxpr(body, consts + carry + list(extra), parent=where, quiet=True)
+                     extra: Sequence[Refinement] = (), *, quiet: bool = True,
+                     seed: tuple[Sequence[Any], Side] | None = None) -> list[Refinement]:
+        """The loop's carries' refinements at the fixed point. The first pass is the first
+        iteration, whose carries are the initial ones: walked muted (nothing reported) unless
+        the loop is walked quietly, so that the diagonal blocks it makes reach the loop's
+        outputs (`seed`: its outvars and side facts), as a scan over layers makes them in its
+        first layer before the carry's refinement is lost to the join."""
+        for i in range(16):
+            if i == 0 and not quiet and seed is not None:
+                muted, self.muted = self.muted, True
+                try:
+                    res, _ = self.jaxpr(body, consts + carry + list(extra), parent=where,
+                                        quiet=False)
+                finally:
+                    self.muted = muted
+                _content.blocks_out(seed[0], self.out_facts, [body], seed[1])
+            else:
+                res, _ = self.jaxpr(body, consts + carry + list(extra), parent=where, quiet=True)
             new = [_rs.join(c, r, o.varying) for c, r, o in zip(carry, res, outs, strict=False)]
             if new == carry:
                 return carry

@@ -158,4 +158,51 @@ PAGES: tuple[ErrorPage, ...] = (
         related=("SPMD210",),
         opt_out=True,
     ),
+    ErrorPage(
+        code="SPMD216", slug="diagonal-block", title="Diagonal block of a product of two shards",
+        headline="a product of two operands sharded over one axis along dims that stay apart in "
+                 "the result reached an output alone",
+        rule="A product of two operands sharded over one axis along dims that both stay in the "
+             "result brings the other devices' blocks in before an output is computed from it.",
+        meaning="If `q` and `k` are this device's blocks of a sequence sharded over 'sp', "
+                "`einsum('bqd,bkd->bqk', q, k)` (inside `jax.nn.dot_product_attention` too) is "
+                "the block of the scores on the diagonal: this device's queries against its own "
+                "keys. The rest of each query's row, its scores against the other devices' keys, "
+                "is computed nowhere, and the softmax and the weighted sum that follow use the "
+                "local keys only. The same holds for tokens sharded over an axis times weights "
+                "sharded over the same axis on their output dim (FSDP's all-gather of the "
+                "weights forgotten), and for tokens times the experts of a MoE layer sharded "
+                "over the tokens' axis without their `all_to_all`. JAX types everything Varying "
+                "and accepts it. Ring attention and the collective matmul start from exactly "
+                "this block and combine it with the blocks a ring of `ppermute`s brings in "
+                "(an `add`, `max`, `select` or `dynamic_update_slice` with a value computed "
+                "from a `ppermute`, `all_gather` or `all_to_all` over the axis), so the engine "
+                "reports the block only when an output of the body is computed from it without "
+                "such a combination. It follows the block through the body, the functions it "
+                "calls and its loops (a scan over layers makes it in its first layer), but not "
+                "out of a loop whose body brings data in over the axis itself. The mypy plugin "
+                "does not follow values to the outputs and does not report it.",
+        fix="k = st.all_gather(k, axis, axis=d, tiled=True)   # the whole of the keys first",
+        solutions=(
+            "Gather the other operand over the axis first: `jax.lax.all_gather(k, 'sp', "
+            "axis=1, tiled=True)` (and `v`): every device's queries against all keys.",
+            "Or pass its blocks around a ring of `ppermute`s and combine each step's result "
+            "with the running one (ring attention's online softmax).",
+            "Opt out where a block-local product is meant (chunked local attention aligned "
+            "with the shards): `with st.allow(\"SPMD216\"): ...`.",
+        ),
+        before="attend = lambda q, k, v: jax.nn.softmax(jnp.einsum('bqd,bkd->bqk', q, k), -1) @ v\n"
+               "out = st.adapters.typed_shard_map(attend, mesh=mesh, in_specs=P('dp', 'sp'),\n"
+               "                                  out_specs=P('dp', 'sp'))(q, k, v)",
+        after="def attend(q, k, v):\n"
+              "    k, v = (jax.lax.all_gather(a, 'sp', axis=1, tiled=True) for a in (k, v))\n"
+              "    return jax.nn.softmax(jnp.einsum('bqd,bkd->bqk', q, k), -1) @ v\n"
+              "out = st.adapters.typed_shard_map(attend, mesh=mesh, in_specs=P('dp', 'sp'),\n"
+              "                                  out_specs=P('dp', 'sp'))(q, k, v)",
+        when="Sequence or context parallelism whose attention forgets the ring or the "
+             "all-gather of the keys and values; FSDP whose layer forgets to all-gather its "
+             "weights; a MoE layer whose tokens never reach the devices of their experts.",
+        related=("SPMD215", "SPMD211"),
+        opt_out=True,
+    ),
 )

@@ -47,6 +47,10 @@ STRICTER_THAN_JAX: tuple[tuple[str, str, str], ...] = (
      "JAX selects per device between terms of different sums"),
     ("SPMD215", "a replicated array (not a constant) laid along a dim another operand has "
      "sharded", "JAX gives every device the same values for a different slice"),
+    ("SPMD216", "a product of two operands sharded over one axis along dims that both stay in "
+     "the result (queries and keys of a sequence sharded over sp), reaching an output without "
+     "the other devices' blocks combined in (the jaxpr walk only)",
+     "JAX gives each device the diagonal block only: attention over the local keys"),
     # the walk of a check_vma=False program (`_engine/unchecked.py`): JAX checks nothing there
     ("SPMD410", "under check_vma=False, a gradient that differs per device (never psum'd or "
      "pmean'd over the axis) reaching an output replicated over that axis",

@@ -107,7 +107,8 @@ def dims_of(axis: int | Sequence[int] | None, ndim: int) -> frozenset[int]:
 
 
 #: the codes the refinement raises (every one strict, with `st.allow(code)` as its opt-out)
-CODES: tuple[str, ...] = ("SPMD108", "SPMD210", "SPMD211", "SPMD212", "SPMD213", "SPMD215")
+CODES: tuple[str, ...] = ("SPMD108", "SPMD210", "SPMD211", "SPMD212", "SPMD213", "SPMD215",
+                          "SPMD216")
 
 
 def partial_fix(axis: str) -> str:
@@ -129,7 +130,8 @@ def fail(code: str, op: str, headline: str, axis: str, t: SpmdType | None, fix: 
           details: Sequence[str] = ()) -> Exception:
     if allowed(code):
         return Plain(code)
-    state = {"SPMD108": "varying (a shard)", "SPMD215": "replicated along a shard"}.get(
+    state = {"SPMD108": "varying (a shard)", "SPMD215": "replicated along a shard",
+             "SPMD216": "a diagonal block"}.get(
         code, "varying (partial sums)")
     return error(code, f"{op}: {headline}", axes=(axis,), states={axis: state}, op=op, fix=fix,
                  details=tuple(details))
@@ -466,7 +468,9 @@ def along_dim(name: str, t: SpmdType, ref: Refinement, out: SpmdType, *, ndim: i
 # Contractions
 
 
-def _einsum_parse(spec: str, n: int) -> tuple[list[str], str] | None:
+def einsum_parse(spec: str, n: int) -> tuple[list[str], str] | None:
+    """`spec`'s operands' subscripts and its result's (implicit output: the letters used
+    once, sorted); None for an ellipsis or another number of operands than `n`."""
     spec = spec.replace(" ", "")
     if "." in spec:
         return None
@@ -489,7 +493,7 @@ def einsum(spec: str, args: Sequence[Arg], out: SpmdType, *, op: str) -> Refinem
     sharded where it survives -> Shard of the output's dim; Partial times replicated operands
     -> Partial; two Partials -> error (product of partial sums); anything else -> plain.
     """
-    parsed = _einsum_parse(spec, len(args))
+    parsed = einsum_parse(spec, len(args))
 
     def one(a: str) -> Kind | None:
         ks = [kind(x.type, x.ref, a) for x in args]

@@ -29,11 +29,22 @@ forbid. Pure data and functions: no JAX, no mypy.
   reduction (`psum` / `psum_scatter` over `a`) is counted once per device (SPMD210);
   slicing them at this device's `axis_index(a)` instead of reducing them keeps only this
   device's terms (SPMD213).
+- **a diagonal block** over `a`: the product (`dot_general`) of two operands sharded over `a`
+  along dims that both stay in the result, each one a dim the other operand lacks (the
+  queries' sequence and the keys' sequence of attention over a sequence sharded over `sp`;
+  tokens sharded over `fsdp` times weights sharded over `fsdp` on their output dim). Each
+  device computes its rows against its own columns only: the block on the diagonal, and no
+  device computes the rest. Where the program brings the other blocks in (a ring of
+  `ppermute`s, the unrolled collective matmul) and combines them with it, the block is one
+  term of the whole and nothing is wrong; a value computed from the block alone that reaches
+  an output is SPMD216 at the product.
 """
 
 from __future__ import annotations
 
-from . import fail
+from collections.abc import Iterable, Sequence
+
+from . import Arg, Shard, einsum_parse, fail, kind
 
 #: the collectives whose operand's content these rules check, by the rule table's name
 SUMMING = frozenset({"psum", "psum_scatter"})
@@ -89,3 +100,52 @@ def sliced_contributions(axis: str, op: str) -> Exception:
                 f"rows, the other devices' contributions are dropped", axis, None,
                 fix=f"jax.lax.psum_scatter(acc, {axis!r}, scatter_dimension=d, tiled=True)  "
                     f"# reduce, then keep this device's rows")
+
+
+#: the collectives that bring other devices' data in over their axes (the blocks a diagonal
+#: block lacks: a ring of `ppermute`s, an `all_gather`, an `all_to_all`), by the rule table's
+#: name
+MOVING = frozenset({"ppermute", "all_gather", "all_to_all"})
+#: the ops that combine a diagonal block with the blocks brought in (a ring's online softmax,
+#: the collective matmul's updates into its result), by primitive name
+COMBINING = frozenset({"add", "add_any", "sub", "max", "min", "select_n", "concatenate",
+                       "dynamic_update_slice", "scatter", "scatter-add", "scatter_add"})
+
+
+def apart_shards(spec: str, args: Sequence[Arg], axes: Iterable[str]
+                 ) -> list[tuple[str, int, int]]:
+    """The axes of `axes` over which the product `einsum(spec, *args)` of two operands is a
+    diagonal block: the left operand is sharded over the axis along a dim the right one lacks,
+    the right along a dim the left one lacks, and both dims stay in the result (`bqhd,bkhd->
+    bhqk` of queries and keys sharded over `sp` along the sequence). Each as (axis, the left
+    operand's dim, the right one's dim), dims counted from the right."""
+    parsed = einsum_parse(spec, len(args)) if len(args) == 2 else None
+    if parsed is None:
+        return []
+    (left, right), result = parsed
+    found = []
+    for a in sorted(axes):
+        kl, kr = kind(args[0].type, args[0].ref, a), kind(args[1].type, args[1].ref, a)
+        if not (isinstance(kl, Shard) and isinstance(kr, Shard)) \
+                or -kl.dim > len(left) or -kr.dim > len(right):
+            continue
+        cl, cr = left[kl.dim], right[kr.dim]
+        if cl != cr and cl not in right and cr not in left and cl in result and cr in result:
+            found.append((a, kl.dim, kr.dim))
+    return found
+
+
+def diagonal_block(axis: str, dims: tuple[int, int], op: str) -> Exception:
+    """SPMD216: a product whose two operands are sharded over `axis` along dims that stay apart
+    in the result (`dims`: the left operand's, the right one's), reaching an output computed
+    from that block alone."""
+    left, right = dims
+    return fail("SPMD216", op, f"the left operand is sharded over {axis!r} along its dim {left} "
+                f"and the right one along its dim {right}, and both dims stay in the result: "
+                f"each device computes only the diagonal block (its rows against its own "
+                f"columns, e.g. its queries against its own keys), and an output is computed "
+                f"from that block alone", axis, None,
+                fix=f"all_gather the right operand over {axis!r} first (st.all_gather(k, "
+                    f"{axis!r}, axis=d, tiled=True)) or bring its other blocks in by a ring of "
+                    f"ppermutes and combine them; with st.allow('SPMD216') where a block-local "
+                    f"product is meant (chunked local attention)")

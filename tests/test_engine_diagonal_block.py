@@ -1,0 +1,384 @@
+"""Products of two shards over one axis whose sharded dims stay apart in the result (SPMD216),
+as people write them. Each device computes only the block on the diagonal: its rows against
+its own columns. JAX runs every one of these programs; the buggy ones are wrong against one
+device.
+
+- attention over a sequence sharded over sp with the keys left local (the ring or the
+  all-gather of the keys forgotten), by `jax.nn.dot_product_attention` and by its einsum:
+  SPMD216 at the user's line on `typed_shard_map`, `checking()`, `st.shard_map` and in
+  `infer`; raw JAX is wrong;
+- the right forms start from the same diagonal block and bring the other blocks in: the keys
+  all-gathered, ring attention unrolled, ring attention in a `lax.scan` started from the local
+  block, ring attention in a `fori_loop`; and JAX's documented collective matmul (the local
+  block written into the result, then the ppermuted blocks): each equals one device and is
+  quiet on every face;
+- chunked local attention (block-local on purpose) is SPMD216 without `st.allow("SPMD216")`
+  and quiet with it, equal to one device's chunked attention;
+- FSDP's layer with the weights' all-gather forgotten: SPMD216, wrong; gathered: right;
+- attention layers stacked under `jax.lax.scan`: the keys left local SPMD216 at the scanned
+  layer's line (the block its first iteration makes), wrong; gathered: one device;
+- an equinox attention block trained with `eqx.filter_value_and_grad` under sequence
+  parallelism: the local keys are SPMD216 at the module's line; the gathered keys give one
+  device's loss and gradients.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _helpers import assert_trees_close, line_ending_with, on_face
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import spmdtyped as st
+from spmdtyped import Varying
+
+B, S, H, D, SP = 2, 16, 2, 4, 4
+SPEC = P("dp", "sp")
+FACES = ["typed_shard_map", "checking", "st.shard_map"]
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return jax.make_mesh((2, SP), ("dp", "sp"))
+
+
+def _line(marker):
+    return line_ending_with(__file__, marker)
+
+
+def _put(mesh, a, spec):
+    return jax.device_put(a, NamedSharding(mesh, spec))
+
+
+def _qkv():
+    k = jax.random.split(jax.random.key(216), 3)
+    return tuple(jax.random.normal(r, (B, S, H, D)) for r in k)
+
+
+# ------------------------------------------------------------------------------ attention
+
+
+def _local_attention(q, k, v):
+    return jax.nn.dot_product_attention(q, k, v)  # the local attention's line
+
+
+def _einsum_attention(q, k, v):
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(D)  # the local scores' line
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
+
+
+def _gathered(q, k, v):
+    k, v = (jax.lax.all_gather(a, "sp", axis=1, tiled=True) for a in (k, v))
+    return jax.nn.dot_product_attention(q, k, v)
+
+
+RING = [(i, (i + 1) % SP) for i in range(SP)]
+
+
+def _block(q, k, v):
+    """One ring step's scores against a block of keys: its max, sum and weighted values."""
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(D)
+    m = s.max(-1)
+    e = jnp.exp(s - m[..., None])
+    return m, e.sum(-1), jnp.einsum("bhqk,bkhd->bhqd", e, v)
+
+
+def _merge(acc, new):
+    """The online softmax: two blocks' (max, sum, weighted values) as one."""
+    (m0, l0, o0), (m1, l1, o1) = acc, new
+    m = jnp.maximum(m0, m1)
+    a, b = jnp.exp(m0 - m), jnp.exp(m1 - m)
+    return m, l0 * a + l1 * b, o0 * a[..., None] + o1 * b[..., None]
+
+
+def _finish(acc):
+    _, total, o = acc
+    return jnp.swapaxes(o / total[..., None], 1, 2)
+
+
+def _ring_unrolled(q, k, v):
+    acc = _block(q, k, v)   # the local block first
+    for _ in range(SP - 1):
+        k, v = jax.lax.ppermute(k, "sp", RING), jax.lax.ppermute(v, "sp", RING)
+        acc = _merge(acc, _block(q, k, v))
+    return _finish(acc)
+
+
+def _ring_scan(q, k, v):
+    def step(carry, _):
+        acc, k, v = carry
+        k, v = jax.lax.ppermute(k, "sp", RING), jax.lax.ppermute(v, "sp", RING)
+        return (_merge(acc, _block(q, k, v)), k, v), None
+
+    (acc, _, _), _ = jax.lax.scan(step, (_block(q, k, v), k, v), None, length=SP - 1)
+    return _finish(acc)
+
+
+def _ring_fori(q, k, v):
+    def step(i, carry):
+        acc, k, v = carry
+        acc = _merge(acc, _block(q, k, v))
+        return acc, jax.lax.ppermute(k, "sp", RING), jax.lax.ppermute(v, "sp", RING)
+
+    rows = jnp.swapaxes(q[..., 0], 1, 2)   # (batch, heads, queries), varying as q is
+    start = (jnp.full_like(rows, -jnp.inf), jnp.zeros_like(rows),
+             jnp.zeros_like(jnp.swapaxes(q, 1, 2)))
+    acc, _, _ = jax.lax.fori_loop(0, SP, step, (start, k, v))
+    return _finish(acc)
+
+
+BUGGY = {"dot_product_attention": (_local_attention, "# the local attention's line"),
+         "einsum": (_einsum_attention, "# the local scores' line")}
+RIGHT = {"all_gather": _gathered, "ring_unrolled": _ring_unrolled, "ring_scan": _ring_scan,
+         "ring_fori_loop": _ring_fori}
+
+
+def _run(face, body, mesh, args):
+    def hinted(q: Varying["dp", "sp"], k: Varying["dp", "sp"], v: Varying["dp", "sp"]):
+        return body(q, k, v)
+
+    program = on_face(face, body, hinted, mesh=mesh, in_specs=(SPEC,) * 3, out_specs=SPEC)
+    return program(*(_put(mesh, a, SPEC) for a in args))
+
+
+def _one_device(q, k, v):
+    return jax.nn.dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("form", sorted(BUGGY))
+def test_attention_over_the_local_keys_is_wrong_against_one_device(form, mesh):
+    args = _qkv()
+    got = _run("jax", BUGGY[form][0], mesh, args)
+    assert not np.allclose(np.asarray(got), np.asarray(_one_device(*args)), atol=1e-3)
+
+
+@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize("form", sorted(BUGGY))
+def test_attention_over_the_local_keys_is_spmd216_at_the_line(form, face, mesh):
+    body, marker = BUGGY[form]
+    with pytest.raises(st.SpmdTypeError) as e:
+        _run(face, body, mesh, _qkv())
+    assert e.value.code == "SPMD216", str(e.value)
+    assert (e.value.file, e.value.line) == (__file__, _line(marker)), str(e.value)
+    assert "'sp'" in str(e.value) and "all_gather" in e.value.fix
+
+
+@pytest.mark.parametrize("form", sorted(BUGGY))
+def test_infer_reports_what_the_runtime_raises(form, mesh):
+    body, marker = BUGGY[form]
+    rep = st.adapters.infer(body, *(_put(mesh, a, SPEC) for a in _qkv()), mesh=mesh,
+                            in_specs=(SPEC,) * 3, out_specs=SPEC)
+    assert [(v.code, v.line) for v in rep.violations] == [("SPMD216", _line(marker))]
+
+
+@pytest.mark.parametrize("face", [*FACES, "jax"])
+@pytest.mark.parametrize("form", sorted(RIGHT))
+def test_the_other_blocks_brought_in_equal_one_device(form, face, mesh):
+    args = _qkv()
+    got = _run(face, RIGHT[form], mesh, args)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(_one_device(*args)), rtol=1e-5,
+                               atol=1e-5)
+
+
+# ---------------------------------------------------------------- layers under jax.lax.scan
+
+
+def _layers(gather):
+    def layer(h, w):
+        q, k, v = h @ w[0], h @ w[1], h @ w[2]
+        if gather:
+            k, v = (jax.lax.all_gather(a, "sp", axis=1, tiled=True) for a in (k, v))
+        s = jnp.einsum("bqd,bkd->bqk", q, k) / np.sqrt(D)  # the scanned layer's scores
+        return h + jax.nn.softmax(s, axis=-1) @ v, None
+
+    def step(ws, x):
+        return jax.lax.scan(layer, x, ws)[0]
+    return step
+
+
+def _layer_inputs():
+    ws = jax.random.normal(jax.random.key(5), (3, 3, D, D)) / np.sqrt(D)
+    return ws, jax.random.normal(jax.random.key(6), (B, S, D))
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+@pytest.mark.parametrize("gather", [False, True])
+def test_layers_under_scan(gather, face, mesh):
+    """The first layer makes the block from the sequence-sharded input (a scan's first pass:
+    the carry's refinement is lost to the join after it)."""
+    ws, x = _layer_inputs()
+    program = on_face(face, _layers(gather), _layers(gather), mesh=mesh, in_specs=(P(), SPEC),
+                      out_specs=SPEC)
+    want = np.asarray(_layers(False)(ws, x))   # one device: the whole sequence is local
+    if not gather and face != "jax":
+        with pytest.raises(st.SpmdTypeError) as e:
+            program(ws, _put(mesh, x, SPEC))
+        assert e.value.code == "SPMD216", str(e.value)
+        assert e.value.line == _line("# the scanned layer's scores")
+        return
+    got = np.asarray(program(ws, _put(mesh, x, SPEC)))
+    if gather:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        assert not np.allclose(got, want, atol=1e-3)
+
+
+# ------------------------------------------------------------------ chunked local attention
+
+
+def _chunked(allow):
+    def body(q, k, v):
+        if allow:
+            with st.allow("SPMD216"):
+                return jax.nn.dot_product_attention(q, k, v)
+        return jax.nn.dot_product_attention(q, k, v)  # the chunked attention's line
+    return body
+
+
+def _chunked_one_device(q, k, v):
+    n = S // SP
+    parts = [jax.nn.dot_product_attention(*(a[:, i * n:(i + 1) * n] for a in (q, k, v)))
+             for i in range(SP)]
+    return jnp.concatenate(parts, axis=1)
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_chunked_local_attention_says_so_with_st_allow(face, mesh):
+    args = _qkv()
+    got = _run(face, _chunked(True), mesh, args)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(_chunked_one_device(*args)),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(st.SpmdTypeError) as e:
+        _run(face, _chunked(False), mesh, args)
+    assert e.value.code == "SPMD216" and e.value.line == _line("# the chunked attention's line")
+
+
+# ------------------------------------------------------------------ JAX's collective matmul
+
+
+def _collective_matmul(lhs, rhs):
+    """The all-gather matmul of JAX's shard_map guide, unrolled: `lhs` (m/n, k) sharded over tp
+    by rows, `rhs` (k, n/n) by columns; this device's rows block first, then each other
+    device's rows, ppermuted around the ring, written into their place."""
+    n = jax.lax.psum(1, "tp")
+    idx = jax.lax.axis_index("tp")
+    rows = lhs.shape[0]
+    out = jnp.zeros((rows * n, rhs.shape[1]), lhs.dtype)
+    out = jax.lax.dynamic_update_slice_in_dim(out, lhs @ rhs, idx * rows, 0)
+    for i in range(1, n):
+        lhs = jax.lax.ppermute(lhs, "tp", [(j, (j - 1) % n) for j in range(n)])
+        out = jax.lax.dynamic_update_slice_in_dim(out, lhs @ rhs, ((idx + i) % n) * rows, 0)
+    return out
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking"])
+def test_jax_collective_matmul_is_quiet_and_right(face):
+    mesh = jax.make_mesh((8,), ("tp",))
+    lhs = jax.random.normal(jax.random.key(1), (16, 8))
+    rhs = jax.random.normal(jax.random.key(2), (8, 32))
+    program = on_face(face, _collective_matmul, _collective_matmul, mesh=mesh,
+                      in_specs=(P("tp", None), P(None, "tp")), out_specs=P(None, "tp"))
+    got = program(_put(mesh, lhs, P("tp", None)), _put(mesh, rhs, P(None, "tp")))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(lhs @ rhs), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- FSDP's weights not gathered
+
+
+def _fsdp_layer(gather):
+    def body(x, w):
+        if gather:
+            w = jax.lax.all_gather(w, "fsdp", axis=1, tiled=True)
+        return jax.nn.gelu(x @ w)  # the fsdp layer's line
+    return body
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+@pytest.mark.parametrize("gather", [False, True])
+def test_fsdp_weights_not_gathered(gather, face):
+    mesh = jax.make_mesh((2, 4), ("dp", "fsdp"))
+    x = jax.random.normal(jax.random.key(3), (16, 8))
+    w = jax.random.normal(jax.random.key(4), (8, 32))
+    specs = (P(("dp", "fsdp")), P(None, "fsdp"))
+    program = on_face(face, _fsdp_layer(gather), _fsdp_layer(gather), mesh=mesh,
+                      in_specs=specs, out_specs=specs[0])
+    want = np.asarray(jax.nn.gelu(x @ w))
+    if not gather and face != "jax":
+        with pytest.raises(st.SpmdTypeError) as e:
+            program(*(_put(mesh, a, s) for a, s in zip((x, w), specs, strict=True)))
+        assert e.value.code == "SPMD216" and e.value.line == _line("# the fsdp layer's line")
+        return
+    got = np.asarray(program(*(_put(mesh, a, s) for a, s in zip((x, w), specs, strict=True))))
+    if gather:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    else:   # each device's tokens against its own columns only: not even the right shape
+        assert got.shape != want.shape or not np.allclose(got, want, atol=1e-3)
+
+
+# ------------------------------------------------------ an equinox block, trained under sp
+
+
+class Attention(eqx.Module):
+    wq: jax.Array
+    wk: jax.Array
+    wv: jax.Array
+    wo: jax.Array
+    gather: bool = eqx.field(static=True)
+
+    def __init__(self, key, gather):
+        ks = jax.random.split(key, 4)
+        self.wq, self.wk, self.wv, self.wo = (
+            jax.random.normal(k, (H * D, H * D)) / np.sqrt(H * D) for k in ks)
+        self.gather = gather
+
+    def __call__(self, x):
+        b, s, _ = x.shape
+        q, k, v = (jnp.reshape(x @ w, (b, s, H, D)) for w in (self.wq, self.wk, self.wv))
+        if self.gather:
+            k, v = (jax.lax.all_gather(a, "sp", axis=1, tiled=True) for a in (k, v))
+        o = jax.nn.dot_product_attention(q, k, v)  # the module's attention line
+        return x + o.reshape(b, s, H * D) @ self.wo
+
+
+def _loss(model, x, y, n):
+    return jnp.mean((model(x) - y) ** 2) / n
+
+
+def _step(model, x, y):
+    n = jax.lax.psum(1, ("dp", "sp"))
+    loss, grads = eqx.filter_value_and_grad(_loss)(model, x, y, n)
+    return jax.lax.psum(loss, ("dp", "sp")), grads
+
+
+def _train_inputs():
+    kx, ky = jax.random.split(jax.random.key(7))
+    return jax.random.normal(kx, (B, S, H * D)), jax.random.normal(ky, (B, S, H * D))
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking"])
+def test_equinox_block_keys_left_local_is_spmd216_at_the_module(face, mesh):
+    model = Attention(jax.random.key(0), gather=False)
+    x, y = _train_inputs()
+    program = on_face(face, _step, _step, mesh=mesh, in_specs=(P(), SPEC, SPEC),
+                      out_specs=(P(), P()))
+    with pytest.raises(st.SpmdTypeError) as e:
+        program(model, _put(mesh, x, SPEC), _put(mesh, y, SPEC))
+    assert e.value.code == "SPMD216", str(e.value)
+    assert (e.value.file, e.value.line) == (__file__, _line("# the module's attention line"))
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+def test_equinox_block_keys_gathered_trains_as_one_device(face, mesh):
+    model = Attention(jax.random.key(0), gather=True)
+    x, y = _train_inputs()
+    program = on_face(face, _step, _step, mesh=mesh, in_specs=(P(), SPEC, SPEC),
+                      out_specs=(P(), P()))
+    loss, grads = program(model, _put(mesh, x, SPEC), _put(mesh, y, SPEC))
+    whole = Attention(jax.random.key(0), gather=False)   # one device: all keys are local
+    want_loss, want_grads = eqx.filter_value_and_grad(_loss)(whole, x, y, 1)
+    np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-5)
+    assert_trees_close(grads, want_grads, rtol=1e-4, atol=1e-6)
