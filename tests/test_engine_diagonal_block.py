@@ -15,6 +15,9 @@ device.
 - chunked local attention (block-local on purpose) is SPMD216 without `st.allow("SPMD216")`
   and quiet with it, equal to one device's chunked attention;
 - FSDP's layer with the weights' all-gather forgotten: SPMD216, wrong; gathered: right;
+- a dense MoE layer with experts sharded over ep whose tokens, sharded over ep too, never
+  reach the other devices' experts: SPMD216 at the experts' einsum, wrong; the tokens
+  all-gathered and the terms reduce-scattered back: one device;
 - attention layers stacked under `jax.lax.scan`: the keys left local SPMD216 at the scanned
   layer's line (the block its first iteration makes), wrong; gathered: one device;
 - an equinox attention block trained with `eqx.filter_value_and_grad` under sequence
@@ -317,6 +320,62 @@ def test_fsdp_weights_not_gathered(gather, face):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     else:   # each device's tokens against its own columns only: not even the right shape
         assert got.shape != want.shape or not np.allclose(got, want, atol=1e-3)
+
+
+# ------------------------------------------- a dense MoE layer whose tokens never move
+
+
+T, DM, F, E = 32, 8, 16, 4
+MOE_SPECS = (P(("dp", "ep")), P(), P("ep"), P("ep"))
+
+
+def _moe_one_device(x, wr, w1, w2):
+    gates = jax.nn.softmax(x @ wr, axis=-1)
+    h = jax.nn.gelu(jnp.einsum("td,edf->tef", x, w1))
+    return jnp.einsum("tef,efd,te->td", h, w2, gates)
+
+
+def _moe(dispatch):
+    """Experts sharded over ep, tokens sharded over dp and ep. Each device must run its
+    experts on every token of its ep group: gather the tokens, weigh by this device's
+    experts' gates, and reduce-scatter the terms back to the tokens' devices."""
+    def body(x, wr, w1, w2):
+        if dispatch:
+            x = jax.lax.all_gather(x, "ep", axis=0, tiled=True)
+        gates = jax.nn.softmax(x @ wr, axis=-1)
+        n = w1.shape[0]
+        gates = jax.lax.dynamic_slice_in_dim(gates, jax.lax.axis_index("ep") * n, n, axis=1)
+        h = jax.nn.gelu(jnp.einsum("td,edf->tef", x, w1))  # the experts' line
+        y = jnp.einsum("tef,efd,te->td", h, w2, gates)
+        return jax.lax.psum_scatter(y, "ep", scatter_dimension=0, tiled=True) if dispatch else y
+    return body
+
+
+def _moe_inputs():
+    ks = jax.random.split(jax.random.key(9), 4)
+    return (jax.random.normal(ks[0], (T, DM)), jax.random.normal(ks[1], (DM, E)),
+            jax.random.normal(ks[2], (E, DM, F)) / 3, jax.random.normal(ks[3], (E, F, DM)) / 4)
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+@pytest.mark.parametrize("dispatch", [False, True])
+def test_moe_tokens_against_the_local_experts_only(dispatch, face):
+    mesh = jax.make_mesh((2, 4), ("dp", "ep"))
+    args = _moe_inputs()
+    program = on_face(face, _moe(dispatch), _moe(dispatch), mesh=mesh, in_specs=MOE_SPECS,
+                      out_specs=MOE_SPECS[0])
+    placed = [_put(mesh, a, s) for a, s in zip(args, MOE_SPECS, strict=True)]
+    want = np.asarray(_moe_one_device(*args))
+    if not dispatch and face != "jax":
+        with pytest.raises(st.SpmdTypeError) as e:
+            program(*placed)
+        assert e.value.code == "SPMD216" and e.value.line == _line("# the experts' line")
+        return
+    got = np.asarray(program(*placed))
+    if dispatch:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    else:   # each device's tokens through its own experts only
+        assert not np.allclose(got, want, atol=1e-3)
 
 
 # ------------------------------------------------------ an equinox block, trained under sp

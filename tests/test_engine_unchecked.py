@@ -869,6 +869,81 @@ def test_rematerialised_layers_without_the_copy_region_are_spmd412(face, mesh):
     assert e.line == _line("# column-parallel input"), str(e)
 
 
+class BiasedTPBlock(eqx.Module):
+    """`TPBlock` whose row-parallel `eqx.nn.Linear` keeps equinox's default bias: added inside
+    equinox's `__call__`, to each device's partial sum, before the all-reduce."""
+    up: eqx.nn.Linear
+    down: eqx.nn.Linear
+
+    def __init__(self, key):
+        k1, k2 = jax.random.split(key)
+        self.up = eqx.nn.Linear(8, 16, use_bias=False, key=k1)
+        self.down = eqx.nn.Linear(16, 8, key=k2)
+
+    def __call__(self, h):
+        u = jax.nn.gelu(jax.vmap(self.up)(copy_to_tp(h)))
+        return h + all_reduce(jax.vmap(self.down)(u))  # the equinox row-parallel layer
+
+
+BIASED = [BiasedTPBlock(k) for k in jax.random.split(jax.random.key(12), 2)]
+BIASED_SPECS = [eqx.tree_at(lambda b: (b.up.weight, b.down.weight), jax.tree.map(lambda _: P(), b),
+                            (P("tp", None), P(None, "tp"))) for b in BIASED]
+
+
+def _biased_step(blocks, x, y):
+    def loss(blocks):
+        h = x
+        for block in blocks:
+            h = block(h)
+        return jnp.mean((h - y) ** 2)
+
+    value, grads = eqx.filter_value_and_grad(loss)(blocks)
+    grads = jax.tree.map(lambda g: jax.lax.pmean(g, DATA), grads)
+    return jax.tree.map(lambda p, g: p - 0.1 * g, blocks, grads), jax.lax.pmean(value, DATA)
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking"])
+def test_equinox_bias_before_the_all_reduce_is_warned_wrong_either_way(face, mesh):
+    """The bias equinox's `Linear` adds to each device's partial sum under `check_vma=False`:
+    raw JAX trains with it counted once per tp device (wrong against one device). JAX
+    rejects this body with the checks on (the custom_vjp regions written for check_vma=False),
+    so the drop-in's checked trace has nothing to say: the refinement walk of the program that
+    runs (`refine_walk.check_unchecked`, the states read from what it computes) warns at the
+    model's line that the program is wrong with the checks off too, on `typed_shard_map` and
+    `checking()`, and the program computes what JAX computes; `infer` lists it."""
+    io = dict(in_specs=(BIASED_SPECS, P(DATA), P(DATA)), out_specs=(BIASED_SPECS, P()))
+    args = _stack_step_args(mesh, BIASED, BIASED_SPECS)
+    x, y = _stack_batch()
+
+    def one_device(blocks):
+        h = x
+        for block in blocks:
+            u = jax.nn.gelu(jax.vmap(block.up)(h))
+            h = h + jax.vmap(block.down)(u)
+        return jnp.mean((h - y) ** 2)
+
+    value, grads = eqx.filter_value_and_grad(one_device)(BIASED)
+    want = jax.tree.map(lambda p, g: p - 0.1 * g, BIASED, grads), value
+    raw = _run("jax", _biased_step, args, mesh=mesh, **io)
+    assert _far(raw, want)
+    smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
+    program = jax.jit(smap(_biased_step, mesh=mesh, check_vma=False, **io))
+    if face == "checking":
+        program = st.adapters.checking(program)
+    with pytest.warns(st.adapters.CheckVmaWarning) as rec:
+        got = program(*args)
+    _close(got, raw)
+    found = [w.message for w in rec if isinstance(w.message, st.adapters.CheckVmaWarning)
+             and w.message.code == "SPMD210"]
+    assert len(found) == 1 and found[0].line == _line("# the equinox row-parallel layer"), \
+        [str(w.message) for w in rec]
+    assert "SPMD210: wrong with check_vma=False too (JAX computes the same numbers either " \
+           "way)" in str(found[0]), str(found[0])
+    rep = st.adapters.infer(_biased_step, *args, mesh=mesh, check_vma=False, **io)
+    assert [(v.code, v.line) for v in rep.violations] == [("SPMD210", found[0].line)]
+    assert str(found[0]).removeprefix("check_vma=False: ") in rep.check_vma_changes
+
+
 class NnxTPBlock(nnx.Module):
     """The same tensor-parallel block in flax nnx: `nnx.Linear` without bias, the up
     projection's kernel sharded over tp by its out features, the down one's by its in

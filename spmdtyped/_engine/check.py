@@ -34,7 +34,7 @@ from .._errors import ALLOW_SCOPES, SpmdTypeError, built_errors, error
 from .._frames import in_package_note, is_installed, package_call_site
 from .._rules import SpmdType
 from .primitives import FOLLOWED
-from .refine_walk import check_program
+from .refine_walk import check_program, check_unchecked
 from .unchecked import unchecked_violations
 from .walk import Walk, boundary_source, located, user_frame
 
@@ -117,12 +117,25 @@ def _check(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: st
     if not eqn.params.get("check_vma", True):
         # JAX recorded no state: the program that runs is walked for what it computes
         # (`unchecked`: the gradients its autodiff leaves unsummed or sums twice)
-        found, notes = unchecked_violations(eqn, manual, where)
+        found, notes, varying = unchecked_violations(eqn, manual, where)
         for e, at in found:
             walk.violation(e, at, "")
         walk.violations[:] = [v for v in in_program_order(inner, walk.violations, source)
                               if not opted_out(v, inner)]
-        return Checked(walk, [], [], [located(e, at) for e, at in notes])
+        # its Shard / Partial bugs, wrong with the checks on or off (warned by the faces); not
+        # in a shard_map autodiff staged (the transpose of the user's: its cotangents' specs
+        # are no slices of the user's arrays, and its forward pass is the one walked)
+        refined = Walk()
+        if refine and not _compat.eqn_transforms(eqn):
+            try:
+                check_unchecked(eqn, manual, mesh, refined.violation, varying)
+            except SpmdTypeError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a gap of the walk, never the user's crash
+                walk.mismatches.append(f"refinement walk (check_vma=False): {type(e).__name__}: {e}")
+        wrong = at_call_sites(inner, [v for v in in_program_order(inner, refined.violations, source)
+                                      if not opted_out(v, inner)])
+        return Checked(walk, [], [], [located(e, at) for e, at in notes] + wrong)
     producers = walk.jaxpr(inner)
     in_types = [_compat.aval_type(v.aval) for v in inner.invars]
     returned = [boundary_source(v, producers) for v in inner.outvars]

@@ -18,13 +18,22 @@ equation's rule on.
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from typing import Any
 
 from .. import _compat, _surface
 from .._rules import LITERAL, SpmdType
 from .._rules.refine import content as _rc
 from .frames import user_frame
-from .refine_facts import CARRY_SCALARS, ByIdentity, eqn_axes, from_autodiff, is_literal, shape_of
+from .refine_facts import (
+    CARRY_SCALARS,
+    ByIdentity,
+    eqn_axes,
+    from_autodiff,
+    is_literal,
+    shape_of,
+    var_type,
+)
 
 _aval = operator.attrgetter("aval")
 
@@ -67,12 +76,13 @@ class _Static:
     __slots__ = ("name", "lits", "types", "ins", "outs", "shapes", "out_shape", "subs", "axes",
                  "key", "literal", "replay", "summing", "carries")
 
-    def __init__(self, eqn: Any, key: int | None) -> None:
+    def __init__(self, eqn: Any, key: int | None,
+                 types: Mapping[Any, SpmdType] | None = None) -> None:
         self.name: str = _compat.primitive_name(eqn)
         self.lits = tuple(is_literal(v) for v in eqn.invars)
-        self.types = tuple(_compat.aval_type(v.aval) for v in eqn.invars)
+        self.types = tuple(var_type(v, types) for v in eqn.invars)
         self.ins = tuple(LITERAL if lit else t for lit, t in zip(self.lits, self.types, strict=True))
-        self.outs = tuple(_compat.aval_type(v.aval) for v in eqn.outvars)
+        self.outs = tuple(var_type(v, types) for v in eqn.outvars)
         self.shapes = tuple(shape_of(v) for v in eqn.invars)
         self.out_shape = shape_of(eqn.outvars[0]) if eqn.outvars else ()
         self.subs = tuple(_compat.sub_jaxprs(eqn))
@@ -171,9 +181,12 @@ class Views:
     share one (`check.check_shard_map`); it lives as long as the check, so no equation is kept
     alive after it."""
 
-    __slots__ = ("_static", "_transforms", "_shapes", "_shape_ids", "_lists")
+    __slots__ = ("_static", "_transforms", "_shapes", "_shape_ids", "_lists", "types")
 
-    def __init__(self) -> None:
+    def __init__(self, types: Mapping[Any, SpmdType] | None = None) -> None:
+        #: the states to read instead of JAX's (`refine_facts.var_type`): a `check_vma=False`
+        #: program's, read from what it computes (`unchecked.UncheckedWalk.types`)
+        self.types = types
         self._static: dict[Any, _Static] = {}
         self._transforms: dict[int, tuple[Any, tuple[str, ...]]] = {}
         self._shapes: dict[int, tuple[Any, int | None]] = {}
@@ -248,12 +261,15 @@ class Views:
 
     def _facts(self, eqn: Any) -> _Static:
         key = static_key(eqn)
+        types = self.types
+        if types is not None and key is not None:   # equal equations of equal states
+            key = (key, *(var_type(v, types) for v in (*eqn.invars, *eqn.outvars)))
         try:
             facts = None if key is None else self._static.get(key)
         except TypeError:   # a param JAX does not make hashable: facts of its own
             key = facts = None
         if facts is None:
-            facts = _Static(eqn, None if key is None else len(self._static))
+            facts = _Static(eqn, None if key is None else len(self._static), types)
             if key is not None:
                 self._static[key] = facts
         return facts

@@ -35,7 +35,7 @@ from .. import _compat
 from .._rules.refine import NONE, Refinement
 from .._rules.refine import shape as _rs
 from .eqns import EqnView
-from .refine_facts import Side, is_literal
+from .refine_facts import Side, is_literal, var_type
 
 #: the `add_any` that sums the cotangent contributions of a value used several times
 _ACCUMULATE = "add_any"
@@ -158,7 +158,12 @@ def type_gradient(v: Any, primals: Sequence[Any], env: dict[Any, Refinement], si
     cotangent rule, when they all have the same refinement (else the rules' typing stands).
     `memo` (one per walk of a jaxpr) keeps that refinement per tuple of primals once all of
     them are walked (a line in a loop over layers has a primal per layer, shared by the
-    gradient of each: compared once, not once per gradient)."""
+    gradient of each: compared once, not once per gradient). In a `check_vma=False` program
+    (`side.types` set) a gradient is plain: JAX's autodiff sums nothing there, and what it
+    leaves unsummed or partial is the unchecked walk's (SPMD410-SPMD412)."""
+    if side.types is not None:
+        env[v] = NONE.with_data(True)
+        return
     hit = memo.get(id(primals)) if memo is not None else None
     if hit is not None and hit[0] is primals:
         same = hit[1]
@@ -169,7 +174,7 @@ def type_gradient(v: Any, primals: Sequence[Any], env: dict[Any, Refinement], si
             memo[id(primals)] = (primals, same)
     if same is None:
         return
-    env[v] = _rs.cotangent(same).restrict(_compat.aval_type(v.aval).varying).with_data(True)
+    env[v] = _rs.cotangent(same).restrict(var_type(v, side.types).varying).with_data(True)
     side.mark_grad(v)
 
 

@@ -48,7 +48,7 @@ from .._rules.refine import content as _rc
 from .eqns import EqnView
 from .frames import primitive_detail, user_frame
 from .primitives import IDENTITIES, STRUCTURAL
-from .refine_facts import CONTENT, Side, api_name, dot_spec, eqn_axes, is_literal
+from .refine_facts import CONTENT, Side, api_name, dot_spec, eqn_axes, is_literal, var_type
 
 Report = Callable[[SpmdTypeError, Any, str], None]
 
@@ -152,7 +152,7 @@ def _replicated(v: Any, axis: str, side: Side) -> str | None:
     share pre-divided by the axis size, a value that varies there)."""
     if is_literal(v) or side.is_constant(v) or side.is_zero(v) or axis in side.prescaled(v):
         return None
-    t = _compat.aval_type(v.aval)
+    t = var_type(v, side.types)
     if axis not in t.varying:
         return None if axis in t.unreduced or axis in t.reduced else "an Invariant value"
     if axis in side.same.get(v, ()):
@@ -464,7 +464,8 @@ def spec_axes(spec: Any) -> frozenset[str]:
 
 
 def at_outputs(outvars: Sequence[Any], out_facts: Sequence[tuple[Any, ...]],
-               out_specs: Sequence[Any], in_specs: Sequence[Any], report: Report) -> None:
+               out_specs: Sequence[Any], in_specs: Sequence[Any], report: Report,
+               types: Any = None) -> None:
     """SPMD108 for each psum of an in_spec Shard over an axis `a` when an output computed
     from it varies over `a`, its out_spec shards it over `a`, and it combines the sum with
     another input sharded over `a` (an optimizer step: `p - lr * pmean(g, ("dp", "fsdp"))`
@@ -483,7 +484,7 @@ def at_outputs(outvars: Sequence[Any], out_facts: Sequence[tuple[Any, ...]],
             if isinstance(b, Block) and id(b) not in blocks:
                 blocks.add(id(b))
                 report(b.error, b.where, "primitive: dot_general")
-        varying = _compat.aval_type(v.aval).varying
+        varying = var_type(v, types).varying
         names = spec_axes(spec)
         lineage: int = content[CONTENT.index("lineage")] or 0
         for s in summed:

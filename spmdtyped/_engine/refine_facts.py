@@ -72,6 +72,18 @@ def is_literal(v: Any) -> bool:
     return type(v).__name__ == "Literal"
 
 
+_INVARIANT = SpmdType()
+
+
+def var_type(v: Any, types: Mapping[Any, SpmdType] | None) -> SpmdType:
+    """The state of the value `v`: JAX's (its aval's), or where `types` is given (a
+    `check_vma=False` program, whose values JAX types Invariant) the one `types` holds, read
+    from what the program computes (`unchecked.UncheckedWalk.types`; Invariant if absent)."""
+    if types is None:
+        return _compat.aval_type(v.aval)
+    return _INVARIANT if is_literal(v) else types.get(v, _INVARIANT)
+
+
 def shape_of(v: Any) -> tuple[int, ...]:
     aval = getattr(v, "aval", None)
     return tuple(map(int, getattr(aval, "shape", ()) or ()))
@@ -263,6 +275,8 @@ class Side:
         self.defs: dict[Any, Any] = {}
         #: var -> the number of what the walk knows of it, once read (`transfer.fact_id`)
         self.ids: dict[Any, int] = {}
+        #: the states the walk reads instead of JAX's (`var_type`), or None
+        self.types: Mapping[Any, SpmdType] | None = None
 
     def export(self, v: Any) -> tuple[Any, ...]:
         """The facts of `v`, to seed the matching variable of a nested jaxpr (or the caller)."""

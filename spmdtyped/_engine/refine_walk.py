@@ -34,7 +34,7 @@ program (a regulariser such as `eps * eye`), a replicated term divided by the ax
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import _compat, _rules, _surface
@@ -64,6 +64,7 @@ from .refine_facts import (
     opaque_pending,
     per_example_error,
     track_side,
+    var_type,
     varying_predicate_error,
 )
 from .refine_pure import PURE, pure_rule
@@ -95,6 +96,9 @@ class RefineWalk:
     reported: int = 0
     #: a loop's first pass (`_fixed_point`): violations are counted, not reported
     muted: bool = False
+    #: the states read instead of JAX's (`refine_facts.var_type`): a `check_vma=False`
+    #: program's (`check_unchecked`), whose values JAX types Invariant
+    types: Any = None
     #: each equation's static facts, read once (shared with the state walk of the same check)
     views: Views = dataclasses.field(default_factory=Views)
     #: the memo of whole equations (`transfer`): what they read -> what they wrote
@@ -121,7 +125,7 @@ class RefineWalk:
         for p in pending:   # reaching the body's outputs: nothing will excuse them
             self._report(p.error, p.where, p.extra)
         _content.at_outputs(jaxpr.outvars, self.out_facts, self.out_specs, self.in_specs,
-                            self._report)
+                            self._report, self.types)
         return outs
 
     # ------------------------------------------------------------------ jaxprs
@@ -134,6 +138,7 @@ class RefineWalk:
         outputs' side facts (`Side.export`), `facts` the inputs'."""
         env: dict[Any, Refinement] = {}
         side = Side()
+        side.types = self.types
         for v in jaxpr.constvars:
             env[v] = NONE
             side.const.add(v)
@@ -442,7 +447,7 @@ class RefineWalk:
         cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
         cj, bj = (cj.jaxpr if hasattr(cj, "jaxpr") else cj), (bj.jaxpr if hasattr(bj, "jaxpr") else bj)
         cconsts, bconsts, carry = refs[:nc], refs[nc:nc + nb], refs[nc + nb:]
-        pred_t = _compat.aval_type(cj.outvars[0].aval) if cj.outvars else SpmdType()
+        pred_t = var_type(cj.outvars[0], self.types) if cj.outvars else SpmdType()
         diverge = pred_t.varying
         if diverge and not quiet:
             bad = sorted(a for a in diverge for o in outs if a not in o.varying)
@@ -562,5 +567,27 @@ def check_program(eqn: Any, manual: Sequence[str], mesh: Any, report: Report, *,
     w = RefineWalk(report, _compat.mesh_axis_sizes(mesh), strict=strict,
                    in_specs=tuple(eqn.params["in_specs"]), out_specs=tuple(eqn.params["out_specs"]),
                    views=views or Views())
+    w.top(inner, refs)
+    return w
+
+
+def check_unchecked(eqn: Any, manual: Sequence[str], mesh: Any, report: Report,
+                    varying: Mapping[Any, frozenset[str]]) -> RefineWalk:
+    """The refinement walk of the body of a `check_vma=False` shard_map equation `eqn`, whose
+    values JAX types Invariant: each value's state is read from what the program computes
+    (`varying`: `unchecked.UncheckedWalk.types`, the manual axes over which it may differ).
+    The forward pass computes the same numbers with the checks on or off, so its Shard /
+    Partial bugs (a bias added before the psum, attention over the local keys) are the same
+    bugs; the gradients are plain (`gradients.type_gradient`): what JAX's unchecked autodiff
+    leaves unsummed or partial is the unchecked walk's."""
+    manual_set = frozenset(manual)
+    states: dict[frozenset[str], SpmdType] = {}
+    types = {v: states.get(a) or states.setdefault(a, SpmdType(varying=a & manual_set))
+             for v, a in varying.items()}
+    inner = eqn.params["jaxpr"]
+    inner = inner.jaxpr if hasattr(inner, "jaxpr") else inner
+    refs = in_refinements(list(eqn.params["in_specs"]), [v.aval for v in inner.invars], manual)
+    w = RefineWalk(report, _compat.mesh_axis_sizes(mesh), in_specs=tuple(eqn.params["in_specs"]),
+                   out_specs=tuple(eqn.params["out_specs"]), views=Views(types), types=types)
     w.top(inner, refs)
     return w

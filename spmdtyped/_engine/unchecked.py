@@ -61,6 +61,9 @@ trace's SPMD103), the scale of a loss (a psum of per-device gradients is the gra
 summed loss: right or n times the mean's, as the loss was meant). A gradient taken outside
 the shard_map is right: JAX divides the cotangent of a replicated output by n before the
 body's transpose, whose equations are no gradient the body computed (nothing to walk).
+Each value's `varying` is also kept (`UncheckedWalk.types`): the states the refinement walk
+reads for the program (`refine_walk.check_unchecked`: a bias added before the psum, wrong
+with the checks on or off), since JAX typed every value Invariant.
 """
 
 from __future__ import annotations
@@ -169,12 +172,19 @@ class UncheckedWalk:
         #: SPMD412: (axis, where the partial cotangent arose) of each gradient of a primal
         #: that differs over the axis, computed from a cotangent partial over it
         self.partial_gradients: dict[tuple[str, Taken], None] = {}
+        #: each value's manual axes of `Facts.varying` (the last walk of a loop's body: its
+        #: fixed point), the states the refinement walk reads for the program
+        #: (`refine_walk.check_unchecked`)
+        self.types: dict[Any, frozenset[str]] = {}
 
     def jaxpr(self, jaxpr: Any, ins: Sequence[Facts], backward: bool = False) -> list[Facts]:
         """The facts of `jaxpr`'s outputs; `backward`: it is nested in an equation of a
         gradient's backward pass (JAX names the transposition on that equation, not on the
         equations of the jaxpr it holds: a transposed scan's body)."""
         env: dict[Any, Facts] = dict(zip(jaxpr.invars, ins, strict=True))
+        types = self.types
+        for v, f in env.items():
+            types[v] = f.varying
         views = self.views.all(jaxpr)
         links = read(views, jaxpr.outvars).links
         producer: dict[Any, EqnView] = {}
@@ -200,6 +210,7 @@ class UncheckedWalk:
                 if primals is not None:
                     f = self._gradient(v, f, [get(p) for p in primals], producer)
                 env[v] = f
+                types[v] = f.varying
         return [get(v) for v in jaxpr.outvars]
 
     def _forward(self, view: EqnView, ins: Sequence[Facts]) -> None:
@@ -411,7 +422,7 @@ Located = list[tuple[SpmdTypeError, "tuple[str, int] | None"]]
 
 
 def unchecked_violations(eqn: Any, manual: Sequence[str], where: str
-                         ) -> tuple[Located, Located]:
+                         ) -> tuple[Located, Located, dict[Any, frozenset[str]]]:
     """The violations of the `check_vma=False` shard_map equation `eqn` (see the module
     docstring), each with the line it is reported at: SPMD410 for an output whose out_spec is
     replicated over an axis of its `unsummed`, SPMD411 for an output with a `scaled` axis
@@ -421,7 +432,7 @@ def unchecked_violations(eqn: Any, manual: Sequence[str], where: str
     output that differs between devices for another reason under an out_spec replicated
     over the axis (SPMD401, what JAX rejects with the checks on), at the line that computed
     it; a face warns them (code written for check_vma=False may return one device's value
-    on purpose)."""
+    on purpose). Last, each value's axes of variation (`UncheckedWalk.types`)."""
     manual_set = frozenset(manual)
     walk, outs = _walked(eqn, manual)
     inner = _jaxpr_of(eqn.params["jaxpr"])
@@ -450,7 +461,7 @@ def unchecked_violations(eqn: Any, manual: Sequence[str], where: str
                               taken.used if code == "SPMD411" else taken.line))
     for axis, taken in walk.partial_gradients:
         found.append((_partial(axis, taken), taken.used))
-    return found, notes
+    return found, notes, walk.types
 
 
 def _defined_at(jaxpr: Any, v: Any) -> tuple[str, int] | None:

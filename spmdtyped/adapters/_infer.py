@@ -220,9 +220,17 @@ def infer(f: Callable[..., Any], *args: Any, out_specs: Any, in_specs: Any = _co
         # check_vma=True trace is a line whose meaning changes when the checks are turned on
         # (typically an explicit psum of a gradient JAX now sums itself: a double sum)
         rep.check_vma_changes = [vma_change(v) for v in rep.violations]
-    rep.violations.extend(_walk_unchecked(f, args, mesh=mesh, in_specs=specs,
-                                          out_specs=out_specs, axis_names=axis_names,
-                                          where=where))
+    found, wrong = _walk_unchecked(f, args, mesh=mesh, in_specs=specs, out_specs=out_specs,
+                                   axis_names=axis_names, where=where)
+    # the Shard / Partial bugs of the program that runs that its checked trace did not show
+    # (JAX rejected it, or its states there hid them): wrong either way, listed as such
+    seen = {(v.code, v.file, v.line) for v in rep.violations}
+    for v in wrong:
+        if (v.code, v.file, v.line) not in seen:
+            seen.add((v.code, v.file, v.line))
+            rep.violations.append(v)
+            rep.check_vma_changes.append(vma_change(v))
+    rep.violations.extend(found)
     rep.ok = not rep.violations
     return rep
 
@@ -250,21 +258,24 @@ def _untraced(f: Callable[..., Any], args: Sequence[Any], spec_types: list[SpmdT
 
 def _walk_unchecked(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any,
                     in_specs: Any, out_specs: Any, axis_names: Any,
-                    where: str) -> list[SpmdTypeError]:
+                    where: str) -> tuple[list[SpmdTypeError], list[SpmdTypeError]]:
     """The engine's violations of the program `jax.shard_map(f, check_vma=False)` runs
     (`_engine.unchecked`: a gradient its autodiff leaves unsummed or sums twice, a cotangent
-    it leaves partial: SPMD410 / SPMD411 / SPMD412); none when JAX cannot trace it (the checked trace's report says why)."""
+    it leaves partial: SPMD410 / SPMD411 / SPMD412), and its Shard / Partial findings (the
+    refinement walk of that program, `WRONG_EITHER_WAY` codes: what the faces warn); none
+    when JAX cannot trace it (the checked trace's report says why)."""
     try:
         closed = jax.make_jaxpr(_compat.shard_map(
             f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, axis_names=axis_names,
             check_vma=False))(*abstract_args(args, in_specs, mesh))
     except Exception:  # noqa: BLE001 - e.g. Python control flow on per-device values
-        return []
+        return [], []
     eqn = shard_map_eqn(closed)
     if eqn is None:
-        return []
-    return check_shard_map(eqn, manual=manual_axes(mesh, axis_names), mesh=mesh,
-                           source=function_source(f), where=where).violations
+        return [], []
+    got = check_shard_map(eqn, manual=manual_axes(mesh, axis_names), mesh=mesh,
+                          source=function_source(f), where=where)
+    return got.violations, [n for n in got.notes if n.code in WRONG_EITHER_WAY]
 
 
 def vma_change(v: SpmdTypeError) -> str:

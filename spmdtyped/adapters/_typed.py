@@ -38,7 +38,7 @@ from .._boundary.shard_map import (
 )
 from .._engine.check import check_shard_map, check_staged, over_arrays, run_checked
 from .._engine.walk import function_source, located, raised_at
-from .._errors import SpmdTypeError, error, error_context
+from .._errors import WRONG_EITHER_WAY, SpmdTypeError, error, error_context
 from .._errors.jax_messages import jax_errors, translate
 from ._conventions import (
     fn_name,
@@ -136,6 +136,8 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
 
     #: input signatures whose check_vma=False body was analysed
     analysed: set[Any] = set()
+    #: (code, file, line) of what was warned for a check_vma=False body
+    warned: set[tuple[str, str | None, int | None]] = set()
 
     def vma_findings(m: Any, specs: Any, args: tuple[Any, ...]) -> list[SpmdTypeError]:
         # `infer(..., check_vma=False)`'s trace (`run_infer`, the checks on); a body JAX
@@ -153,6 +155,14 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                               source=function_source(f), where=where)
         if got.violations:
             raise got.violations[0]
+        for note in got.notes:
+            # a check_vma=False body's Shard / Partial bug read from the program that runs,
+            # unless its checked trace warned it (JAX rejects many such bodies with the checks
+            # on: a custom_vjp region written for check_vma=False)
+            at = (note.code, note.file, note.line)
+            if note.code in WRONG_EITHER_WAY and at not in warned:
+                warned.add(at)
+                warnings.warn(CheckVmaWarning(note), stacklevel=4)
 
     @functools.wraps(f)
     def wrapped(*args: Any) -> Any:
@@ -166,6 +176,7 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
             if key not in analysed:  # the body as if the checks were on: warnings
                 analysed.add(key)
                 for v in vma_findings(m, specs, args):
+                    warned.add((v.code, v.file, v.line))
                     warnings.warn(CheckVmaWarning(v), stacklevel=2)
             # the program that runs is walked for what it computes (`_engine.unchecked`:
             # a gradient JAX leaves unsummed or sums twice there, SPMD410 / SPMD411 / SPMD412), then
