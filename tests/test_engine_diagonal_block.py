@@ -20,12 +20,16 @@ device.
   all-gathered and the terms reduce-scattered back: one device;
 - attention layers stacked under `jax.lax.scan`: the keys left local SPMD216 at the scanned
   layer's line (the block its first iteration makes), wrong; gathered: one device;
+- written for `check_vma=False`, the local keys are a `CheckVmaWarning` at the line on
+  `typed_shard_map` and `checking()`, and the right forms warn nothing and equal one device;
 - an equinox attention block trained with `eqx.filter_value_and_grad` under sequence
   parallelism: the local keys are SPMD216 at the module's line; the gathered keys give one
   device's loss and gradients.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import equinox as eqx
 import jax
@@ -178,6 +182,27 @@ def test_infer_reports_what_the_runtime_raises(form, mesh):
     assert [(v.code, v.line) for v in rep.violations] == [("SPMD216", _line(marker))]
 
 
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking"])
+def test_under_check_vma_false_the_local_keys_are_warned_wrong_either_way(face, mesh):
+    """Written for `check_vma=False`, the same attention is the same bug: a `CheckVmaWarning`
+    at the line on both faces (`checking()` reads it from the program that runs, its states
+    read from what it computes), and the program computes what JAX computes."""
+    args = [_put(mesh, a, SPEC) for a in _qkv()]
+    smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
+    program = jax.jit(smap(_local_attention, mesh=mesh, in_specs=(SPEC,) * 3, out_specs=SPEC,
+                           check_vma=False))
+    if face == "checking":
+        program = st.adapters.checking(program)
+    with pytest.warns(st.adapters.CheckVmaWarning) as rec:
+        got = program(*args)
+    raw = jax.jit(jax.shard_map(_local_attention, mesh=mesh, in_specs=(SPEC,) * 3,
+                                out_specs=SPEC, check_vma=False))(*args)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(raw))
+    found = [w.message for w in rec if isinstance(w.message, st.adapters.CheckVmaWarning)]
+    assert [(w.code, w.line) for w in found] == [("SPMD216", _line("# the local attention's line"))]
+    assert "wrong with check_vma=False too" in str(found[0])
+
+
 @pytest.mark.parametrize("face", [*FACES, "jax"])
 @pytest.mark.parametrize("form", sorted(RIGHT))
 def test_the_other_blocks_brought_in_equal_one_device(form, face, mesh):
@@ -228,6 +253,22 @@ def test_layers_under_scan(gather, face, mesh):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     else:
         assert not np.allclose(got, want, atol=1e-3)
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking"])
+@pytest.mark.parametrize("form", sorted(RIGHT))
+def test_the_other_blocks_brought_in_under_check_vma_false_warn_nothing(form, face, mesh):
+    args = _qkv()
+    smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
+    program = jax.jit(smap(RIGHT[form], mesh=mesh, in_specs=(SPEC,) * 3, out_specs=SPEC,
+                           check_vma=False))
+    if face == "checking":
+        program = st.adapters.checking(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", st.adapters.CheckVmaWarning)
+        got = program(*(_put(mesh, a, SPEC) for a in args))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(_one_device(*args)), rtol=1e-5,
+                               atol=1e-5)
 
 
 # ------------------------------------------------------------------ chunked local attention
