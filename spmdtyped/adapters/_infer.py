@@ -289,11 +289,14 @@ def vma_change(v: SpmdTypeError) -> str:
 
 
 class CheckVmaWarning(UserWarning):
-    """What `typed_shard_map(..., check_vma=False)` finds in a body JAX runs unchecked.
+    """What `typed_shard_map(..., check_vma=False)` (and `checking(step)`) finds in a body JAX
+    runs unchecked.
 
     The program that runs is `jax.shard_map(f, check_vma=False)`'s, unchanged; its body is
-    also traced with the checks on (as `infer(..., check_vma=False)` does) and each violation
-    is warned, marked `check_vma=False:`, with its code and line: a bug the checks would
+    also traced with the checks on (as `infer(..., check_vma=False)` does), the Shard /
+    Partial rules walk the program that runs (each value's state read from what it computes:
+    JAX rejects many such bodies with the checks on), and each finding is warned once, marked
+    `check_vma=False:`, with its code and line: a bug the checks would
     catch, a Shard / Partial bug the program has as it runs (a bias added before the psum:
     "wrong with check_vma=False too"), or a line whose meaning changes when they are turned
     on (an explicit `psum` of a gradient JAX then sums itself).

@@ -69,7 +69,9 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
     runs is walked for what it computes: a gradient its autodiff leaves unsummed over an
     axis its output is replicated over (SPMD410), or sums twice through a differentiated
     psum (SPMD411), or computes from a cotangent left partial (SPMD412), is raised
-    (`_engine.unchecked`).
+    (`_engine.unchecked`); its Shard / Partial bugs (a bias added before the psum, read
+    from the program that runs, for a body JAX rejects with the checks on) are warned as
+    well.
 
     Inside a trace (`jax.jit`, `jax.grad`, ...) the body is traced once: the shard_map
     equation JAX staged is walked with the strict rules, and it is the program JAX lowers.
