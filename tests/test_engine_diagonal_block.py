@@ -212,6 +212,22 @@ def test_the_other_blocks_brought_in_equal_one_device(form, face, mesh):
                                atol=1e-5)
 
 
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking"])
+@pytest.mark.parametrize("form", sorted(RIGHT))
+def test_the_other_blocks_brought_in_under_check_vma_false_warn_nothing(form, face, mesh):
+    args = _qkv()
+    smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
+    program = jax.jit(smap(RIGHT[form], mesh=mesh, in_specs=(SPEC,) * 3, out_specs=SPEC,
+                           check_vma=False))
+    if face == "checking":
+        program = st.adapters.checking(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", st.adapters.CheckVmaWarning)
+        got = program(*(_put(mesh, a, SPEC) for a in args))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(_one_device(*args)), rtol=1e-5,
+                               atol=1e-5)
+
+
 # ---------------------------------------------------------------- layers under jax.lax.scan
 
 
@@ -253,22 +269,6 @@ def test_layers_under_scan(gather, face, mesh):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     else:
         assert not np.allclose(got, want, atol=1e-3)
-
-
-@pytest.mark.parametrize("face", ["typed_shard_map", "checking"])
-@pytest.mark.parametrize("form", sorted(RIGHT))
-def test_the_other_blocks_brought_in_under_check_vma_false_warn_nothing(form, face, mesh):
-    args = _qkv()
-    smap = st.adapters.typed_shard_map if face == "typed_shard_map" else jax.shard_map
-    program = jax.jit(smap(RIGHT[form], mesh=mesh, in_specs=(SPEC,) * 3, out_specs=SPEC,
-                           check_vma=False))
-    if face == "checking":
-        program = st.adapters.checking(program)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", st.adapters.CheckVmaWarning)
-        got = program(*(_put(mesh, a, SPEC) for a in args))
-    np.testing.assert_allclose(np.asarray(got), np.asarray(_one_device(*args)), rtol=1e-5,
-                               atol=1e-5)
 
 
 # ------------------------------------------------------------------ chunked local attention
