@@ -156,6 +156,24 @@ def _one_device(q, k, v):
     return jax.nn.dot_product_attention(q, k, v)
 
 
+def _verdict(program, placed, *, fixed, face, want, marker, rtol=1e-5):
+    """The verdict on a buggy or fixed form run by `program` on `placed`: the fixed one equals
+    `want` (one device); the buggy one is SPMD216 at the line ending with `marker` on a
+    checked face, and in raw JAX differs from `want` (or has another shape: the block leaves
+    a dim short)."""
+    if not fixed and face != "jax":
+        with pytest.raises(st.SpmdTypeError) as e:
+            program(*placed)
+        assert e.value.code == "SPMD216", str(e.value)
+        assert e.value.line == _line(marker), str(e.value)
+        return
+    got = np.asarray(program(*placed))
+    if fixed:
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-5)
+    else:
+        assert got.shape != want.shape or not np.allclose(got, want, atol=1e-3)
+
+
 @pytest.mark.parametrize("form", sorted(BUGGY))
 def test_attention_over_the_local_keys_is_wrong_against_one_device(form, mesh):
     args = _qkv()
@@ -258,17 +276,8 @@ def test_layers_under_scan(gather, face, mesh):
     program = on_face(face, _layers(gather), _layers(gather), mesh=mesh, in_specs=(P(), SPEC),
                       out_specs=SPEC)
     want = np.asarray(_layers(False)(ws, x))   # one device: the whole sequence is local
-    if not gather and face != "jax":
-        with pytest.raises(st.SpmdTypeError) as e:
-            program(ws, _put(mesh, x, SPEC))
-        assert e.value.code == "SPMD216", str(e.value)
-        assert e.value.line == _line("# the scanned layer's scores")
-        return
-    got = np.asarray(program(ws, _put(mesh, x, SPEC)))
-    if gather:
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    else:
-        assert not np.allclose(got, want, atol=1e-3)
+    _verdict(program, (ws, _put(mesh, x, SPEC)), fixed=gather, face=face, want=want,
+             marker="# the scanned layer's scores")
 
 
 # ------------------------------------------------------------------ chunked local attention
@@ -350,17 +359,10 @@ def test_fsdp_weights_not_gathered(gather, face):
     specs = (P(("dp", "fsdp")), P(None, "fsdp"))
     program = on_face(face, _fsdp_layer(gather), _fsdp_layer(gather), mesh=mesh,
                       in_specs=specs, out_specs=specs[0])
-    want = np.asarray(jax.nn.gelu(x @ w))
-    if not gather and face != "jax":
-        with pytest.raises(st.SpmdTypeError) as e:
-            program(*(_put(mesh, a, s) for a, s in zip((x, w), specs, strict=True)))
-        assert e.value.code == "SPMD216" and e.value.line == _line("# the fsdp layer's line")
-        return
-    got = np.asarray(program(*(_put(mesh, a, s) for a, s in zip((x, w), specs, strict=True))))
-    if gather:
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    else:   # each device's tokens against its own columns only: not even the right shape
-        assert got.shape != want.shape or not np.allclose(got, want, atol=1e-3)
+    # buggy: each device's tokens against its own columns only, not even the right shape
+    _verdict(program, [_put(mesh, a, s) for a, s in zip((x, w), specs, strict=True)],
+             fixed=gather, face=face, want=np.asarray(jax.nn.gelu(x @ w)),
+             marker="# the fsdp layer's line")
 
 
 # ------------------------------------------- a dense MoE layer whose tokens never move
@@ -406,17 +408,9 @@ def test_moe_tokens_against_the_local_experts_only(dispatch, face):
     program = on_face(face, _moe(dispatch), _moe(dispatch), mesh=mesh, in_specs=MOE_SPECS,
                       out_specs=MOE_SPECS[0])
     placed = [_put(mesh, a, s) for a, s in zip(args, MOE_SPECS, strict=True)]
-    want = np.asarray(_moe_one_device(*args))
-    if not dispatch and face != "jax":
-        with pytest.raises(st.SpmdTypeError) as e:
-            program(*placed)
-        assert e.value.code == "SPMD216" and e.value.line == _line("# the experts' line")
-        return
-    got = np.asarray(program(*placed))
-    if dispatch:
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    else:   # each device's tokens through its own experts only
-        assert not np.allclose(got, want, atol=1e-3)
+    # buggy: each device's tokens through its own experts only
+    _verdict(program, placed, fixed=dispatch, face=face, want=np.asarray(_moe_one_device(*args)),
+             marker="# the experts' line", rtol=1e-4)
 
 
 # ------------------------------------------------------ an equinox block, trained under sp

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from _helpers import line_ending_with
+from _helpers import assert_trees_close, line_ending_with
 from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -81,8 +81,7 @@ def _raises(code, face, step, args, **specs):
 
 
 def _close(got, want, rtol=1e-5):
-    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=1e-6)
+    assert_trees_close(got, want, rtol=rtol, atol=1e-6)
 
 
 def _far(got, want):

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import assert_trees_close
 from test_migrate_vma import _load, _write
 
 from spmdtyped._cli import port as _port_cli
@@ -189,8 +190,7 @@ def _line(text, fragment):
 
 
 def _close(a, b):
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5)
+    assert_trees_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 def _vma_off(text):
