@@ -30,7 +30,7 @@ import jax
 import numpy as np
 
 from .. import _compat, _rules, _surface
-from .._errors import ALLOW_SCOPES, SpmdTypeError, built_errors, error
+from .._errors import ALLOW_SCOPES, WRONG_EITHER_WAY, SpmdTypeError, built_errors, error
 from .._frames import in_package_note, is_installed, package_call_site
 from .._rules import SpmdType
 from .primitives import FOLLOWED
@@ -52,6 +52,10 @@ class Checked:
     #: what a face warns and does not raise: a `check_vma=False` program's output that
     #: differs between devices under an out_spec replicated over the axis (SPMD401)
     notes: list[SpmdTypeError] = dataclasses.field(default_factory=list)
+    #: what a face warns too: a `check_vma=False` program's Shard / Partial bugs, read by the
+    #: refinement walk from the program that runs (`WRONG_EITHER_WAY` codes: wrong with the
+    #: checks on or off; the walk's other codes are about states JAX does not check there)
+    wrong: list[SpmdTypeError] = dataclasses.field(default_factory=list)
 
     @property
     def violations(self) -> list[SpmdTypeError]:
@@ -134,8 +138,8 @@ def _check(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: st
             except Exception as e:  # noqa: BLE001 - a gap of the walk, never the user's crash
                 walk.mismatches.append(f"refinement walk (check_vma=False): {type(e).__name__}: {e}")
         wrong = at_call_sites(inner, [v for v in in_program_order(inner, refined.violations, source)
-                                      if not opted_out(v, inner)])
-        return Checked(walk, [], [], [located(e, at) for e, at in notes] + wrong)
+                                      if v.code in WRONG_EITHER_WAY and not opted_out(v, inner)])
+        return Checked(walk, [], [], [located(e, at) for e, at in notes], wrong)
     producers = walk.jaxpr(inner)
     in_types = [_compat.aval_type(v.aval) for v in inner.invars]
     returned = [boundary_source(v, producers) for v in inner.outvars]
@@ -173,7 +177,8 @@ def check_staged(jaxpr: Any, *, where: str,
                  notes: list[SpmdTypeError] | None = None) -> list[SpmdTypeError]:
     """The violations of every shard_map a traced program stages (`staged_shard_maps`), each
     checked by `check_shard_map` with its own mesh and manual axes; `where` names the API in
-    boundary messages. Each program's `Checked.notes` are added to `notes` when given."""
+    boundary messages. Each program's `Checked.notes` and `Checked.wrong` are added to `notes`
+    when given."""
     found: list[SpmdTypeError] = []
     for eqn in staged_shard_maps(jaxpr):
         got = check_shard_map(eqn, manual=_compat.shard_map_manual_axes(eqn),
@@ -181,7 +186,7 @@ def check_staged(jaxpr: Any, *, where: str,
                               source=_compat.jaxpr_source(eqn.params["jaxpr"]), where=where)
         found.extend(got.violations)
         if notes is not None:
-            notes.extend(got.notes)
+            notes.extend(got.notes + got.wrong)
     return found
 
 

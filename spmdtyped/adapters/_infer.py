@@ -262,7 +262,7 @@ def _walk_unchecked(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any,
     """The engine's violations of the program `jax.shard_map(f, check_vma=False)` runs
     (`_engine.unchecked`: a gradient its autodiff leaves unsummed or sums twice, a cotangent
     it leaves partial: SPMD410 / SPMD411 / SPMD412), and its Shard / Partial findings (the
-    refinement walk of that program, `WRONG_EITHER_WAY` codes: what the faces warn); none
+    refinement walk of that program, `Checked.wrong`: what the faces warn); none
     when JAX cannot trace it (the checked trace's report says why)."""
     try:
         closed = jax.make_jaxpr(_compat.shard_map(
@@ -275,7 +275,7 @@ def _walk_unchecked(f: Callable[..., Any], args: Sequence[Any], *, mesh: Any,
         return [], []
     got = check_shard_map(eqn, manual=manual_axes(mesh, axis_names), mesh=mesh,
                           source=function_source(f), where=where)
-    return got.violations, [n for n in got.notes if n.code in WRONG_EITHER_WAY]
+    return got.violations, got.wrong
 
 
 def vma_change(v: SpmdTypeError) -> str:

@@ -38,7 +38,7 @@ from .._boundary.shard_map import (
 )
 from .._engine.check import check_shard_map, check_staged, over_arrays, run_checked
 from .._engine.walk import function_source, located, raised_at
-from .._errors import WRONG_EITHER_WAY, SpmdTypeError, error, error_context
+from .._errors import SpmdTypeError, error, error_context
 from .._errors.jax_messages import jax_errors, translate
 from ._conventions import (
     fn_name,
@@ -157,12 +157,12 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                               source=function_source(f), where=where)
         if got.violations:
             raise got.violations[0]
-        for note in got.notes:
+        for note in got.wrong:
             # a check_vma=False body's Shard / Partial bug read from the program that runs,
             # unless its checked trace warned it (JAX rejects many such bodies with the checks
             # on: a custom_vjp region written for check_vma=False)
             at = (note.code, note.file, note.line)
-            if note.code in WRONG_EITHER_WAY and at not in warned:
+            if at not in warned:
                 warned.add(at)
                 warnings.warn(CheckVmaWarning(note), stacklevel=4)
 
