@@ -4,16 +4,20 @@ its own columns. JAX runs every one of these programs; the buggy ones are wrong 
 device.
 
 - attention over a sequence sharded over sp with the keys left local (the ring or the
-  all-gather of the keys forgotten), by `jax.nn.dot_product_attention` and by its einsum:
-  SPMD216 at the user's line on `typed_shard_map`, `checking()`, `st.shard_map` and in
-  `infer`; raw JAX is wrong;
+  all-gather of the keys forgotten), by `jax.nn.dot_product_attention`, by its einsum and
+  by the scores written elementwise (`(q[:, :, None] * k[:, None, :]).sum(-1)`): SPMD216 at
+  the user's line on `typed_shard_map`, `checking()`, `st.shard_map` and in `infer`; raw JAX
+  is wrong;
 - the right forms start from the same diagonal block and bring the other blocks in: the keys
-  all-gathered, ring attention unrolled, ring attention in a `lax.scan` started from the local
+  all-gathered (for the einsum and for the elementwise scores), ring attention unrolled, ring attention in a `lax.scan` started from the local
   block, ring attention in a `fori_loop`; and JAX's documented collective matmul (the local
   block written into the result, then the ppermuted blocks): each equals one device and is
   quiet on every face;
 - chunked local attention (block-local on purpose) is SPMD216 without `st.allow("SPMD216")`
   and quiet with it, equal to one device's chunked attention;
+- a kernel regression whose pairwise distances are written by broadcasting (`x[:, None] -
+  y[None, :]`) over points sharded over sp: `y` left local is SPMD216 and wrong; gathered, it
+  equals one device;
 - FSDP's layer with the weights' all-gather forgotten: SPMD216, wrong; gathered: right;
 - a dense MoE layer with experts sharded over ep whose tokens, sharded over ep too, never
   reach the other devices' experts: SPMD216 at the experts' einsum, wrong; the tokens
@@ -78,9 +82,20 @@ def _einsum_attention(q, k, v):
     return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
 
 
+def _broadcast_attention(q, k, v):
+    # the scores as a table of pairs written elementwise, (batch, queries, keys, heads)
+    s = (q[:, :, None] * k[:, None, :]).sum(-1) / np.sqrt(D)  # the broadcast scores' line
+    return jnp.einsum("bqkh,bkhd->bqhd", jax.nn.softmax(s, axis=2), v)
+
+
 def _gathered(q, k, v):
     k, v = (jax.lax.all_gather(a, "sp", axis=1, tiled=True) for a in (k, v))
     return jax.nn.dot_product_attention(q, k, v)
+
+
+def _broadcast_gathered(q, k, v):
+    k, v = (jax.lax.all_gather(a, "sp", axis=1, tiled=True) for a in (k, v))
+    return _broadcast_attention(q, k, v)
 
 
 RING = [(i, (i + 1) % SP) for i in range(SP)]
@@ -139,9 +154,10 @@ def _ring_fori(q, k, v):
 
 
 BUGGY = {"dot_product_attention": (_local_attention, "# the local attention's line"),
-         "einsum": (_einsum_attention, "# the local scores' line")}
+         "einsum": (_einsum_attention, "# the local scores' line"),
+         "broadcast": (_broadcast_attention, "# the broadcast scores' line")}
 RIGHT = {"all_gather": _gathered, "ring_unrolled": _ring_unrolled, "ring_scan": _ring_scan,
-         "ring_fori_loop": _ring_fori}
+         "ring_fori_loop": _ring_fori, "broadcast_all_gather": _broadcast_gathered}
 
 
 def _run(face, body, mesh, args):
@@ -337,6 +353,39 @@ def test_jax_collective_matmul_is_quiet_and_right(face):
                       in_specs=(P("tp", None), P(None, "tp")), out_specs=P(None, "tp"))
     got = program(_put(mesh, lhs, P("tp", None)), _put(mesh, rhs, P(None, "tp")))
     np.testing.assert_allclose(np.asarray(got), np.asarray(lhs @ rhs), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------- pairwise distances written elementwise
+
+
+def _kernel_regression(gather):
+    """Nadaraya-Watson regression of the points `x` on the points `y` with values `vals`, all
+    sharded over sp along the points: the weights come from the table of pairwise squared
+    distances, written by broadcasting (`x[:, None] - y[None, :]`)."""
+    def body(x, y, vals):
+        if gather:
+            y, vals = (jax.lax.all_gather(a, "sp", axis=0, tiled=True) for a in (y, vals))
+        d2 = ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1)  # the pairwise distances' line
+        return jax.nn.softmax(-d2, axis=1) @ vals
+    return body
+
+
+@pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
+@pytest.mark.parametrize("gather", [False, True])
+def test_pairwise_distances_against_the_local_points_only(gather, face, mesh):
+    """A kernel regression over points sharded over sp: with `y` left local, each device
+    weighs its points against its own `y` only (SPMD216 at the pairwise distances' line, and
+    raw JAX differs from one device); with `y` and its values gathered, one device."""
+    keys = jax.random.split(jax.random.key(17), 3)
+    x, y = (jax.random.normal(r, (S, 3)) for r in keys[:2])
+    vals = jax.random.normal(keys[2], (S, 2))
+    specs = (P("sp"),) * 3
+    program = on_face(face, _kernel_regression(gather), _kernel_regression(gather), mesh=mesh,
+                      in_specs=specs, out_specs=P("sp"))
+    d2 = ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1)
+    _verdict(program, [_put(mesh, a, P("sp")) for a in (x, y, vals)], fixed=gather, face=face,
+             want=np.asarray(jax.nn.softmax(-d2, axis=1) @ vals),
+             marker="# the pairwise distances' line")
 
 
 # ---------------------------------------------------------------- FSDP's weights not gathered

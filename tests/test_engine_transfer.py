@@ -259,9 +259,7 @@ def test_a_reduction_is_keyed_on_the_terms_of_its_sum(mesh: Any) -> None:
     assert len(adds) == len(psums) == 2
 
     def keys(side: Side) -> list[Any]:
-        for v in views:
-            for o in v.eqn.outvars:
-                side.defs[o] = v.eqn
+        side.eqns = [v.eqn for v in views]
         known: dict[Any, int] = {}
         return [transfer.key(p, p.key, {}, side, {}, {}, known, quiet=False, batched=False)
                 for p in psums]

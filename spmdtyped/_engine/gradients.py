@@ -78,6 +78,10 @@ class Gradients:
     #: the transformations around the forward passes traced under a `jax.vmap`
     #: (`("vmap",)`): a backward pass under the same ones is per example
     batched: frozenset[tuple[str, ...]]
+    #: the view of each equation that defines gradients of `links` -> those results, in
+    #: order (what the refinement walk types after the equation, without testing every
+    #: equation's results)
+    at: dict[Any, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
 
 
 def read(views: Sequence[EqnView], outvars: Sequence[Any]) -> Gradients:
@@ -120,7 +124,9 @@ def read(views: Sequence[EqnView], outvars: Sequence[Any]) -> Gradients:
         got = _primals(v, producer, primals_at, shared)
         if got:
             links[v] = got
-    return Gradients(links, frozenset(batched))
+    at = {view: tuple(o for o in view.eqn.outvars if o in links)
+          for view in {producer[v] for v in links}}
+    return Gradients(links, frozenset(batched), at)
 
 
 def _primals(v: Any, producer: dict[Any, EqnView],

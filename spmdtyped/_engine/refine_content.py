@@ -48,7 +48,16 @@ from .._rules.refine import content as _rc
 from .eqns import EqnView
 from .frames import primitive_detail, user_frame
 from .primitives import IDENTITIES, STRUCTURAL
-from .refine_facts import CONTENT, Side, api_name, dot_spec, eqn_axes, is_literal, var_type
+from .refine_facts import (
+    CONTENT,
+    Side,
+    api_name,
+    dot_spec,
+    eqn_axes,
+    exported_sums,
+    is_literal,
+    var_type,
+)
 
 Report = Callable[[SpmdTypeError, Any, str], None]
 
@@ -84,12 +93,15 @@ class Summed:
 @dataclasses.dataclass(frozen=True)
 class Block:
     """The diagonal block over `axis` a `dot_general` made (its two operands sharded over
-    `axis` along dims that stay apart in the result), with its SPMD216: carried with the sums
-    in `Side.summed`."""
+    `axis` along dims that stay apart in the result), or an elementwise op of two operands
+    broadcast against each other (`_rc.PAIRING`), with its SPMD216: carried with the sums in
+    `Side.summed`."""
 
     axis: str
     error: SpmdTypeError
     where: Any
+    #: the primitive that made it (its report's detail)
+    primitive: str = "dot_general"
     #: (as `Summed.sources`, which `globalized` remaps)
     sources: int = 0
 
@@ -166,10 +178,10 @@ def residual_terms(v: Any, side: Side) -> tuple[Any, str, tuple[Any, ...]] | Non
     two terms (the buffer first, then the contributions for a scatter-add); None when it is no
     sum of two terms (nothing to check). The walk's memo of whole equations keys a reduction
     on the terms' facts (`transfer.key`)."""
-    e = side.defs.get(v)
+    e = side.defining(v)
     while e is not None and _compat.primitive_name(e) in _THROUGH and e.invars \
             and not is_literal(e.invars[0]):
-        e = side.defs.get(e.invars[0])
+        e = side.defining(e.invars[0])
     if e is None:
         return None
     prim = _compat.primitive_name(e)
@@ -213,8 +225,6 @@ def track(view: EqnView, refs: Sequence[Refinement], results: Sequence[Refinemen
     SPMD213 for a slice of per-device contributions at this device's `axis_index`."""
     eqn, name, ins, outs = view.eqn, view.name, view.ins, view.outs
     invars, outvars = eqn.invars, eqn.outvars
-    for o in outvars:
-        side.defs[o] = eqn
     if name == "optimization_barrier":   # each output is its input, unchanged
         for v, o in zip(invars, outvars, strict=True):
             side.seed(o, side.export(v))
@@ -248,7 +258,7 @@ def track(view: EqnView, refs: Sequence[Refinement], results: Sequence[Refinemen
     if moved:
         for o in outvars:
             side.moved[o] = side.moved.get(o, frozenset()) | moved
-    if name == "dot_general" and not quiet and len(vin) == 2:
+    if (name == "dot_general" or name in _rc.PAIRING) and not quiet and len(vin) == 2:
         _diagonal_blocks(view, refs, side, where)
     if name not in STRUCTURAL and view.subs:
         return   # a call's outputs are seeded from its body (`Side.seed`); a scatter's
@@ -351,8 +361,7 @@ def blocks_out(outvars: Sequence[Any], out_facts: Sequence[tuple[Any, ...]],
     of the body does not see)."""
     inside: frozenset[str] | None = None
     for o, f in zip(outvars, out_facts, strict=False):
-        content = f[5] if len(f) > 5 else None
-        made = [b for b in (content[-1] if content else ()) if isinstance(b, Block)]
+        made = [b for b in exported_sums(f) if isinstance(b, Block)]
         if not made:
             continue
         if inside is None:
@@ -377,18 +386,27 @@ def _moving_axes(jaxprs: Sequence[Any]) -> frozenset[str]:
 
 def _diagonal_blocks(view: EqnView, refs: Sequence[Refinement], side: Side, where: Any
                      ) -> None:
-    """The diagonal blocks (SPMD216) the `dot_general` of `view` makes, added to its result's
+    """The diagonal blocks (SPMD216) the `dot_general` of `view` makes (`apart_shards`), or
+    its elementwise op of two operands broadcast against each other (`PAIRING`,
+    `apart_broadcasts`: their extents as `Side.effective` reads them), added to its result's
     `summed` (`Block`)."""
-    eqn, ins, shapes = view.eqn, view.ins, view.shapes
+    eqn, ins, shapes, name = view.eqn, view.ins, view.shapes, view.name
     if len(shapes) != 2 or len(refs) != 2:
         return
-    spec = dot_spec(eqn.params["dimension_numbers"], len(shapes[0]), len(shapes[1]))
-    args = [_r.Arg(ins[0], refs[0], shapes[0]), _r.Arg(ins[1], refs[1], shapes[1])]
+    axes = view.outs[0].varying
+    if name == "dot_general":
+        spec = dot_spec(eqn.params["dimension_numbers"], len(shapes[0]), len(shapes[1]))
+        args = [_r.Arg(ins[0], refs[0], shapes[0]), _r.Arg(ins[1], refs[1], shapes[1])]
+        found = _rc.apart_shards(spec, args, axes)
+    else:
+        found = _rc.apart_broadcasts(
+            [_r.Arg(t, r, side.effective(v, s))
+             for v, t, r, s in zip(eqn.invars, ins, refs, shapes, strict=True)], axes)
     made = []
-    for axis, left, right in _rc.apart_shards(spec, args, view.outs[0].varying):
-        e = _rc.diagonal_block(axis, (left, right), "dot_general")
+    for axis, left, right in found:
+        e = _rc.diagonal_block(axis, (left, right), api_name(name))
         if isinstance(e, SpmdTypeError):
-            made.append(Block(axis, e, where))
+            made.append(Block(axis, e, where, name))
     if made:
         o = eqn.outvars[0]
         side.summed[o] = side.summed.get(o, ()) + tuple(made)
@@ -476,17 +494,16 @@ def at_outputs(outvars: Sequence[Any], out_facts: Sequence[tuple[Any, ...]],
     computed from, once."""
     blocks: set[int] = set()
     for v, facts, spec in zip(outvars, out_facts, out_specs, strict=False):
-        content: tuple[Any, ...] = (facts[5] if len(facts) > 5 else None) or ()
-        summed = content[len(CONTENT)] if content else ()
+        summed = exported_sums(facts)
         if not summed or is_literal(v):
             continue
         for b in summed:
             if isinstance(b, Block) and id(b) not in blocks:
                 blocks.add(id(b))
-                report(b.error, b.where, "primitive: dot_general")
+                report(b.error, b.where, f"primitive: {b.primitive}")
         varying = var_type(v, types).varying
         names = spec_axes(spec)
-        lineage: int = content[CONTENT.index("lineage")] or 0
+        lineage: int = facts[5][CONTENT.index("lineage")] or 0
         for s in summed:
             if isinstance(s, Block):
                 continue
@@ -526,8 +543,8 @@ def localized(facts: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 def sums_made(out_facts: Sequence[tuple[Any, ...]], facts: Sequence[tuple[Any, ...]]) -> bool:
     """Whether a call's outputs carry a sum of in_spec Shards made inside it (not one of its
     operands' `facts`)."""
-    given = {id(s) for f in facts if f[5] for s in f[5][-1]}
-    return any(id(s) not in given for f in out_facts if f[5] for s in f[5][-1])
+    given = {id(s) for f in facts for s in exported_sums(f)}
+    return any(id(s) not in given for f in out_facts for s in exported_sums(f))
 
 
 def globalized(out_facts: Sequence[tuple[Any, ...]], facts: Sequence[tuple[Any, ...]]
@@ -536,7 +553,7 @@ def globalized(out_facts: Sequence[tuple[Any, ...]], facts: Sequence[tuple[Any, 
     lineage, and the sources of each sum made inside the call, of the operands they name."""
     at = CONTENT.index("lineage")
     lineages = [f[5][at] if f[5] else 0 for f in facts]
-    given = {id(s) for f in facts if f[5] for s in f[5][-1]}
+    given = {id(s) for f in facts for s in exported_sums(f)}
 
     def remap(bits: int) -> int:
         got = 0
@@ -551,7 +568,7 @@ def globalized(out_facts: Sequence[tuple[Any, ...]], facts: Sequence[tuple[Any, 
         content = f[5]
         if content:
             summed = tuple(s if id(s) in given else dataclasses.replace(s, sources=remap(s.sources))
-                           for s in content[-1])
-            content = (*content[:at], remap(content[at]), *content[at + 1:-1], summed)
+                           for s in exported_sums(f))
+            content = (*content[:at], remap(content[at]), *content[at + 1:len(CONTENT)], summed)
         out.append((*f[:5], content))
     return out

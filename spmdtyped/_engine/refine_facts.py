@@ -238,6 +238,13 @@ _SETS = ("const", "zero", "grad")
 _DICTS = ("scaled", "bcast") + CONTENT[:CONTENT.index("lineage")]
 
 
+def exported_sums(facts: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The sums of in_spec Shards and diagonal blocks (`Side.summed`) among the facts
+    `Side.export` gave a value; empty when it has none."""
+    content = facts[5] if len(facts) > 5 else None
+    return content[len(CONTENT)] if content else ()
+
+
 class Side:
     """What the refinements do not say about a value: which dims it was broadcast along
     (constant there: its real extent is 1), whether it is a constant built in the program
@@ -271,12 +278,22 @@ class Side:
         self.lineage: dict[Any, int] = {}
         #: var -> the sums of in_spec Shards it is computed from (`refine_content.Summed`)
         self.summed: dict[Any, tuple[Any, ...]] = {}
-        #: var -> the equation that defines it (in this jaxpr)
-        self.defs: dict[Any, Any] = {}
+        #: the equations of the jaxpr walked (`defining`)
+        self.eqns: Sequence[Any] = ()
+        self._defs: dict[Any, Any] | None = None
         #: var -> the number of what the walk knows of it, once read (`transfer.fact_id`)
         self.ids: dict[Any, int] = {}
         #: the states the walk reads instead of JAX's (`var_type`), or None
         self.types: Mapping[Any, SpmdType] | None = None
+
+    def defining(self, v: Any) -> Any:
+        """The equation of the jaxpr walked (`eqns`) that defines the value `v`, or None (an
+        input, a constant). (Read rarely, by a reduction's residual check: the map is built on
+        first use rather than written at every equation.)"""
+        defs = self._defs
+        if defs is None:
+            defs = self._defs = {o: e for e in self.eqns for o in e.outvars}
+        return defs.get(v)
 
     def export(self, v: Any) -> tuple[Any, ...]:
         """The facts of `v`, to seed the matching variable of a nested jaxpr (or the caller)."""

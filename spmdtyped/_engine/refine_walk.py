@@ -139,6 +139,7 @@ class RefineWalk:
         env: dict[Any, Refinement] = {}
         side = Side()
         side.types = self.types
+        side.eqns = jaxpr.eqns
         for v in jaxpr.constvars:
             env[v] = NONE
             side.const.add(v)
@@ -150,7 +151,7 @@ class RefineWalk:
         views = self.views.all(jaxpr)
         grads = _gradients.read(views, jaxpr.outvars)
         typed: dict[int, Any] = {}
-        links = grads.links
+        links, link_at = grads.links, grads.at
         fast = not grads.batched
         replay, memo, known, scalars = _transfer.replay, self.transfer, self.known, self.scalars
         for view in views:
@@ -165,10 +166,9 @@ class RefineWalk:
                     self.eqn(view, env, side, pending, grads, parent=parent, quiet=quiet)
             else:
                 self.eqn(view, env, side, pending, grads, parent=parent, quiet=quiet)
-            if links:
-                for v in view.eqn.outvars:
-                    if v in links:
-                        _gradients.type_gradient(v, links[v], env, side, typed)
+            if link_at:
+                for v in link_at.get(view, ()):
+                    _gradients.type_gradient(v, links[v], env, side, typed)
         outvars = [v for v in jaxpr.outvars if not is_literal(v)]
         left: list[Pending] = []
         uses: dict[Any, list[Any]] = {}

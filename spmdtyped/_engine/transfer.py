@@ -26,7 +26,8 @@ Only what those inputs decide is memoized:
   `optimization_barrier` (each output keeps its own operand's inputs), a non-scalar literal,
   and any equation of a jaxpr whose gradients are batched (the per-example sums);
 - what stays per value is written on every equation, replayed or not: the inputs a result is
-  computed from (`Side.lineage`, the union of its operands') and its defining equation.
+  computed from (`Side.lineage`, the union of its operands'). (Its defining equation is read
+  from the jaxpr when a residual check asks, `Side.defining`.)
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def record(view: EqnView, env: dict[Any, Refinement], side: Side, scalars: dict[
 def replayed(view: EqnView, key: tuple[Any, ...] | None, memo: dict[Any, Record],
              env: dict[Any, Refinement], side: Side) -> bool:
     """Write what `memo` recorded under `key` (`record`) for the results of `view`, with their
-    own lineage and defining equation; False when it recorded nothing (walk the equation)."""
+    own lineage; False when it recorded nothing (walk the equation)."""
     got = None if key is None else memo.get(key)
     if got is None:
         return False
@@ -164,20 +165,38 @@ def replay(view: EqnView, quiet: bool, env: dict[Any, Refinement], side: Side,
     program's repeated layers: the check's hottest path; the operands' lineage is read in the
     loop that keys them.)"""
     parts: list[Any] = [view.key, quiet]
-    lineage = _operands(view, parts, env, side, scalars, pending, known)
-    if lineage is None:
+    if view.literal or pending or side.summed:
+        lineage = _operands(view, parts, env, side, scalars, pending, known)
+        if lineage is None:
+            return False
+    else:   # `_operands` where no operand is a literal, pending or a sum: inline
+        ids, lineages = side.ids, side.lineage
+        lineage = 0
+        for v in view.eqn.invars:
+            got = ids.get(v)
+            parts.append(fact_id(v, env, side, scalars, known) if got is None else got)
+            lineage |= lineages.get(v, 0)
+    record = memo.get(tuple(parts))
+    if record is None:
         return False
-    got = memo.get(tuple(parts))
-    if got is None:
-        return False
-    _write(view, got, env, side, lineage)
+    if len(record) == 1:   # `_write` of one result: inline
+        o = view.eqn.outvars[0]
+        ref, facts, fid = record[0]
+        env[o] = ref
+        if facts:
+            side.restore(o, facts)
+        side.ids[o] = fid
+        if lineage:
+            side.lineage[o] = lineage
+        return True
+    _write(view, record, env, side, lineage)
     return True
 
 
 def _write(view: EqnView, got: Record, env: dict[Any, Refinement], side: Side,
            lineage: int | None = None) -> None:
     """Write `got` (`record`) for the results of `view`, with their own lineage (the union
-    of its operands', `lineage` when the caller read it) and defining equation."""
+    of its operands', `lineage` when the caller read it)."""
     eqn = view.eqn
     lineages = side.lineage
     if lineage is None:
@@ -185,12 +204,11 @@ def _write(view: EqnView, got: Record, env: dict[Any, Refinement], side: Side,
         for v, lit in zip(eqn.invars, view.lits, strict=True):
             if not lit:
                 lineage |= lineages.get(v, 0)
-    ids, defs = side.ids, side.defs
+    ids = side.ids
     for o, (ref, facts, fid) in zip(eqn.outvars, got, strict=True):
         env[o] = ref
         if facts:
             side.restore(o, facts)
         ids[o] = fid
-        defs[o] = eqn
         if lineage:
             lineages[o] = lineage

@@ -32,7 +32,10 @@ forbid. Pure data and functions: no JAX, no mypy.
 - **a diagonal block** over `a`: the product (`dot_general`) of two operands sharded over `a`
   along dims that both stay in the result, each one a dim the other operand lacks (the
   queries' sequence and the keys' sequence of attention over a sequence sharded over `sp`;
-  tokens sharded over `fsdp` times weights sharded over `fsdp` on their output dim). Each
+  tokens sharded over `fsdp` times weights sharded over `fsdp` on their output dim), or the
+  same table of pairs written elementwise: two operands broadcast against each other, each
+  sharded over `a` along a dim the other is broadcast along (`q[:, :, None] * k[:, None, :]`,
+  `x[:, None] - y[None, :]`). Each
   device computes its rows against its own columns only: the block on the diagonal, and no
   device computes the rest. Where the program brings the other blocks in (a ring of
   `ppermute`s, the unrolled collective matmul) and combines them with it, the block is one
@@ -131,6 +134,34 @@ def apart_shards(spec: str, args: Sequence[Arg], axes: Iterable[str]
             continue
         cl, cr = left[kl.dim], right[kr.dim]
         if cl != cr and cl not in right and cr not in left and cl in result and cr in result:
+            found.append((a, kl.dim, kr.dim))
+    return found
+
+
+#: the elementwise ops whose two operands, broadcast against each other, make a table of pairs
+#: (`x[:, None] * y[None, :]`, the scores `(q[:, :, None] * k[:, None, :]).sum(-1)`, pairwise
+#: differences), by primitive name: `apart_broadcasts` reads them as it reads a product
+PAIRING = frozenset({"mul", "add", "sub", "div"})
+
+
+def apart_broadcasts(args: Sequence[Arg], axes: Iterable[str]) -> list[tuple[str, int, int]]:
+    """The axes of `axes` over which an elementwise op (`PAIRING`) of two operands broadcast
+    against each other is a diagonal block, as `apart_shards` finds one of a product: the left
+    operand is sharded over the axis along a dim the right one is broadcast along (extent 1 in
+    `Arg.shape`, the extents the operands really have), and the right along a dim the left one
+    is broadcast along. Each as (axis, the left operand's dim, the right one's dim), dims
+    counted from the right."""
+    ls, rs = (args[0].shape, args[1].shape) if len(args) == 2 else (None, None)
+    if ls is None or rs is None or len(ls) != len(rs):
+        return []
+    n = len(ls)
+    found = []
+    for a in sorted(axes):
+        kl, kr = kind(args[0].type, args[0].ref, a), kind(args[1].type, args[1].ref, a)
+        if not (isinstance(kl, Shard) and isinstance(kr, Shard)) or kl.dim == kr.dim \
+                or -kl.dim > n or -kr.dim > n:
+            continue
+        if ls[kr.dim] == 1 and rs[kl.dim] == 1 and ls[kl.dim] != 1 and rs[kr.dim] != 1:
             found.append((a, kl.dim, kr.dim))
     return found
 
