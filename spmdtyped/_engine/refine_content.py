@@ -27,8 +27,9 @@ Per value and axis, kept in the walk's `Side` and carried into and out of nested
   blocks (`Block`: a `dot_general` of two operands sharded over the axis along dims that stay
   apart in the result) it is computed from, dropped where an op that combines values
   (`_rc.COMBINING`: the online softmax of a ring, the collective matmul's updates) meets an
-  operand `moved` over the axis that is not computed from the block, reported when an output
-  is computed from one (SPMD216).
+  operand `moved` over the axis that is not computed from the block and is computed from
+  every input the block's operands are (`Block.sources`), reported when an output is computed
+  from one (SPMD216).
 """
 
 from __future__ import annotations
@@ -102,8 +103,11 @@ class Block:
     where: Any
     #: the primitive that made it (its report's detail)
     primitive: str = "dot_general"
-    #: (as `Summed.sources`, which `globalized` remaps)
+    #: the inputs its two operands are computed from (their `Side.lineage`, as
+    #: `Summed.sources`, which `globalized` remaps)
     sources: int = 0
+    #: the walk that made it (`Side.serial`): there `sources` and a value's lineage compare
+    made_in: int = -1
 
 
 def _raise(e: Exception) -> None:
@@ -334,9 +338,10 @@ def _complete_blocks(view: EqnView, summed: tuple[Any, ...], vin: list[tuple[Any
                      side: Side) -> tuple[Any, ...]:
     """`summed` (the union of the operands' sums and blocks) without the diagonal blocks this
     equation completes: an op that combines values (`_rc.COMBINING`) one operand of which is
-    not computed from the block and had other devices' data brought in over its axis (the
-    next step of a ring, the collective matmul's next update), or a loop or branch whose body
-    brings such data in (a ring in a `scan` started from the local block)."""
+    another block of the same product (`_completes`: the next step of a ring, the collective
+    matmul's next update; not a residual stream an earlier layer's all-gather brought data
+    into), or a loop or branch whose body brings other devices' data in over the block's axis
+    (a ring in a `scan` started from the local block)."""
     blocks = [b for b in summed if isinstance(b, Block)]
     if not blocks:
         return summed
@@ -344,11 +349,7 @@ def _complete_blocks(view: EqnView, summed: tuple[Any, ...], vin: list[tuple[Any
         inside = _moving_axes(view.subs)
         done = {id(b) for b in blocks if b.axis in inside}
     else:
-        done = set()
-        for b in blocks:
-            if any(b.axis in side.moved.get(v, ()) and b not in side.summed.get(v, ())
-                   for v, _ in vin):
-                done.add(id(b))
+        done = {id(b) for b in blocks if any(_completes(b, v, side) for v, _ in vin)}
     return tuple(x for x in summed if id(x) not in done) if done else summed
 
 
@@ -384,6 +385,18 @@ def _moving_axes(jaxprs: Sequence[Any]) -> frozenset[str]:
     return frozenset(got)
 
 
+def _completes(b: Block, v: Any, side: Side) -> bool:
+    """Whether the value `v`, combined with the block `b`, is another block of the same
+    product: other devices' data was brought into it over the block's axis (`moved`), it is
+    not computed from `b`, and it is computed from every input `b`'s operands are (read in the
+    walk that made `b`, where both lineages name the same inputs; elsewhere the first two
+    suffice). A residual stream that an earlier layer brought data into lacks the later
+    layer's weights."""
+    if b.axis not in side.moved.get(v, ()) or b in side.summed.get(v, ()):
+        return False
+    return b.made_in != side.serial or side.lineage.get(v, 0) & b.sources == b.sources
+
+
 def _diagonal_blocks(view: EqnView, refs: Sequence[Refinement], side: Side, where: Any
                      ) -> None:
     """The diagonal blocks (SPMD216) the `dot_general` of `view` makes (`apart_shards`), or
@@ -406,7 +419,10 @@ def _diagonal_blocks(view: EqnView, refs: Sequence[Refinement], side: Side, wher
     for axis, left, right in found:
         e = _rc.diagonal_block(axis, (left, right), api_name(name))
         if isinstance(e, SpmdTypeError):
-            made.append(Block(axis, e, where, name))
+            sources = 0
+            for v in eqn.invars:
+                sources |= 0 if is_literal(v) else side.lineage.get(v, 0)
+            made.append(Block(axis, e, where, name, sources, side.serial))
     if made:
         o = eqn.outvars[0]
         side.summed[o] = side.summed.get(o, ()) + tuple(made)

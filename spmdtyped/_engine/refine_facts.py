@@ -238,6 +238,9 @@ _SETS = ("const", "zero", "grad")
 _DICTS = ("scaled", "bcast") + CONTENT[:CONTENT.index("lineage")]
 
 
+_SIDES = itertools.count()
+
+
 def exported_sums(facts: tuple[Any, ...]) -> tuple[Any, ...]:
     """The sums of in_spec Shards and diagonal blocks (`Side.summed`) among the facts
     `Side.export` gave a value; empty when it has none."""
@@ -283,6 +286,9 @@ class Side:
         self._defs: dict[Any, Any] | None = None
         #: var -> the number of what the walk knows of it, once read (`transfer.fact_id`)
         self.ids: dict[Any, int] = {}
+        #: this walk's own number (`lineage` bits name this jaxpr's inputs: a fact that holds
+        #: lineage of another walk is told apart by it)
+        self.serial: int = next(_SIDES)
         #: the states the walk reads instead of JAX's (`var_type`), or None
         self.types: Mapping[Any, SpmdType] | None = None
 
