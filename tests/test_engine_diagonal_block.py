@@ -389,7 +389,7 @@ def test_jax_collective_matmul_is_quiet_and_right(face):
     np.testing.assert_allclose(np.asarray(got), np.asarray(lhs @ rhs), rtol=1e-5, atol=1e-5)
 
 
-# ------------------------------------- a correct ring, then a layer that forgets it
+# ------------------------- two residual layers, the second forgetting its keys' gather
 
 
 def _two_layers(second):

@@ -394,7 +394,7 @@ def _completes(b: Block, v: Any, side: Side) -> bool:
     layer's weights."""
     if b.axis not in side.moved.get(v, ()) or b in side.summed.get(v, ()):
         return False
-    return b.made_in != side.serial or side.lineage.get(v, 0) & b.sources == b.sources
+    return b.made_in != side.serial or (side.lineage.get(v, 0) & b.sources) == b.sources
 
 
 def _diagonal_blocks(view: EqnView, refs: Sequence[Refinement], side: Side, where: Any

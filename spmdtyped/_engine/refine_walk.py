@@ -50,21 +50,23 @@ from .eqns import EqnView, Views
 from .frames import primitive_detail
 from .primitives import CALLS, KEEPS_SHARE, KNOWN_PLAIN, STRUCTURAL
 from .refine_facts import (
-    Pending,
     Side,
     api_name,
     constant_share,
     cut_from_a_table,
     diverged,
     drop_leading,
-    excused,
     in_refinements,
     is_literal,
+    track_side,
+    var_type,
+)
+from .refine_pending import (
+    Pending,
+    excused,
     opaque_call_pending,
     opaque_pending,
     per_example_error,
-    track_side,
-    var_type,
     varying_predicate_error,
 )
 from .refine_pure import PURE, pure_rule
