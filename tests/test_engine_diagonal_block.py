@@ -34,12 +34,15 @@ device.
 - written for `check_vma=False`, the local keys are a `CheckVmaWarning` at the line on
   `typed_shard_map` and `checking()`, and the right forms warn nothing and equal one device;
 - an equinox attention block trained with `eqx.filter_value_and_grad` under sequence
-  parallelism: the local keys are SPMD216 at the module's line; the gathered keys give one
-  device's loss and gradients.
+  parallelism, its scores by `jax.nn.dot_product_attention` or written elementwise, and a
+  stack of two such blocks whose first gathers its keys: the local keys are SPMD216 at the
+  module's line and train wrong in raw JAX; the gathered keys give one device's loss and
+  gradients.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import equinox as eqx
@@ -129,11 +132,11 @@ def _finish(acc):
     return jnp.swapaxes(o / total[..., None], 1, 2)
 
 
-def _ring_unrolled(q, k, v):
+def _ring_unrolled(q, k, v, merge=_merge):
     acc = _block(q, k, v)   # the local block first
     for _ in range(SP - 1):
         k, v = jax.lax.ppermute(k, "sp", RING), jax.lax.ppermute(v, "sp", RING)
-        acc = _merge(acc, _block(q, k, v))
+        acc = merge(acc, _block(q, k, v))
     return _finish(acc)
 
 
@@ -160,17 +163,8 @@ def _ring_prefetch(q, k, v):
     return _finish(acc)
 
 
-_merge_jitted = jax.jit(_merge)
-
-
-def _ring_jitted_merge(q, k, v):
-    """Ring attention whose online softmax is a jitted helper (the block completed inside a
-    call)."""
-    acc = _block(q, k, v)
-    for _ in range(SP - 1):
-        k, v = jax.lax.ppermute(k, "sp", RING), jax.lax.ppermute(v, "sp", RING)
-        acc = _merge_jitted(acc, _block(q, k, v))
-    return _finish(acc)
+#: ring attention whose online softmax is a jitted helper (the block completed inside a call)
+_ring_jitted_merge = functools.partial(_ring_unrolled, merge=jax.jit(_merge))
 
 
 def _ring_fori(q, k, v):
@@ -556,20 +550,56 @@ class Attention(eqx.Module):
     wv: jax.Array
     wo: jax.Array
     gather: bool = eqx.field(static=True)
+    #: the scores by `jax.nn.dot_product_attention`, or written elementwise ("broadcast")
+    scores: str = eqx.field(static=True)
 
-    def __init__(self, key, gather):
+    def __init__(self, key, gather, scores="dot_product_attention"):
         ks = jax.random.split(key, 4)
         self.wq, self.wk, self.wv, self.wo = (
             jax.random.normal(k, (H * D, H * D)) / np.sqrt(H * D) for k in ks)
-        self.gather = gather
+        self.gather, self.scores = gather, scores
 
     def __call__(self, x):
         b, s, _ = x.shape
         q, k, v = (jnp.reshape(x @ w, (b, s, H, D)) for w in (self.wq, self.wk, self.wv))
         if self.gather:
             k, v = (jax.lax.all_gather(a, "sp", axis=1, tiled=True) for a in (k, v))
-        o = jax.nn.dot_product_attention(q, k, v)  # the module's attention line
+        if self.scores == "broadcast":
+            w = (q[:, :, None] * k[:, None, :]).sum(-1) / np.sqrt(D)  # the module's scores line
+            o = jnp.einsum("bqkh,bkhd->bqhd", jax.nn.softmax(w, axis=2), v)
+        else:
+            o = jax.nn.dot_product_attention(q, k, v)  # the module's attention line
         return x + o.reshape(b, s, H * D) @ self.wo
+
+
+class Stack(eqx.Module):
+    """Residual attention layers, each with its own weights (`Attention` adds its residual)."""
+    layers: tuple[Attention, ...]
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+#: the models trained under sp, `make(first, last)`: whether the first layer and the last one
+#: gather their keys (one layer: `last` only). The buggy model is `make(True, False)` (the
+#: line SPMD216 names beside it), the right one `make(True, True)`, and its one-device twin
+#: `make(False, False)`: every key is local there
+MODELS = {
+    "dot_product_attention": (
+        lambda first, last: Attention(jax.random.key(0), last), "# the module's attention line"),
+    "broadcast_scores": (
+        lambda first, last: Attention(jax.random.key(0), last, "broadcast"),
+        "# the module's scores line"),
+    # the first layer gathers its keys; the second's block reaches the residual stream that
+    # the first one's all-gather brought data into, which does not complete it (trained, the
+    # block also reaches the gradient of the second layer's `wo`, another output)
+    "second_of_two_layers": (
+        lambda first, last: Stack((Attention(jax.random.key(1), first),
+                                   Attention(jax.random.key(2), last))),
+        "# the module's attention line"),
+}
 
 
 def _loss(model, x, y, n):
@@ -588,25 +618,38 @@ def _train_inputs():
 
 
 @pytest.mark.parametrize("face", ["typed_shard_map", "checking"])
-def test_equinox_block_keys_left_local_is_spmd216_at_the_module(face, mesh):
-    model = Attention(jax.random.key(0), gather=False)
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_equinox_block_keys_left_local_is_spmd216_at_the_module(model, face, mesh):
+    make, marker = MODELS[model]
     x, y = _train_inputs()
     program = on_face(face, _step, _step, mesh=mesh, in_specs=(P(), SPEC, SPEC),
                       out_specs=(P(), P()))
     with pytest.raises(st.SpmdTypeError) as e:
-        program(model, _put(mesh, x, SPEC), _put(mesh, y, SPEC))
+        program(make(True, False), _put(mesh, x, SPEC), _put(mesh, y, SPEC))
     assert e.value.code == "SPMD216", str(e.value)
-    assert (e.value.file, e.value.line) == (__file__, _line("# the module's attention line"))
+    assert (e.value.file, e.value.line) == (__file__, _line(marker))
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_equinox_block_keys_left_local_trains_wrong(model, mesh):
+    """Raw JAX runs the buggy model: its loss differs from one device's."""
+    make, _ = MODELS[model]
+    x, y = _train_inputs()
+    program = on_face("jax", _step, _step, mesh=mesh, in_specs=(P(), SPEC, SPEC),
+                      out_specs=(P(), P()))
+    loss, _ = program(make(True, False), _put(mesh, x, SPEC), _put(mesh, y, SPEC))
+    want_loss = _loss(make(False, False), x, y, 1)
+    assert not np.isclose(float(loss), float(want_loss), rtol=1e-3)
 
 
 @pytest.mark.parametrize("face", ["typed_shard_map", "checking", "jax"])
-def test_equinox_block_keys_gathered_trains_as_one_device(face, mesh):
-    model = Attention(jax.random.key(0), gather=True)
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_equinox_block_keys_gathered_trains_as_one_device(model, face, mesh):
+    make, _ = MODELS[model]
     x, y = _train_inputs()
     program = on_face(face, _step, _step, mesh=mesh, in_specs=(P(), SPEC, SPEC),
                       out_specs=(P(), P()))
-    loss, grads = program(model, _put(mesh, x, SPEC), _put(mesh, y, SPEC))
-    whole = Attention(jax.random.key(0), gather=False)   # one device: all keys are local
-    want_loss, want_grads = eqx.filter_value_and_grad(_loss)(whole, x, y, 1)
+    loss, grads = program(make(True, True), _put(mesh, x, SPEC), _put(mesh, y, SPEC))
+    want_loss, want_grads = eqx.filter_value_and_grad(_loss)(make(False, False), x, y, 1)
     np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-5)
     assert_trees_close(grads, want_grads, rtol=1e-4, atol=1e-6)
