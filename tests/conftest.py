@@ -101,6 +101,8 @@ SLOW_MODULES = frozenset({
     # flax linen's decoder block and its `nn.scan` stack through four faces (about 2.5 min of
     # CPU): its defects are shared with the faster engine suites, its world is linen's
     "test_engine_linen",
+    # JAX's shard_map tutorial run raw and typed, cell by cell (two processes, about 45 s)
+    "test_jax_tutorial",
 })
 
 

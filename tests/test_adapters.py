@@ -221,6 +221,38 @@ def test_typed_shard_map_boundary_errors(mesh_dp_tp):
     assert ei.value.code == "SPMD401" and ei.value.line == line_of(f, "def f")
 
 
+def test_in_specs_rejection_comes_before_the_body() -> None:
+    """JAX checks the arguments against `in_specs` before it traces the body: an argument not
+    sharded as its spec says on an Explicit mesh is SPMD403 on every face, even when the body
+    has a bug of its own (JAX's shard_map tutorial swaps a scan carry and calls it with an
+    unsharded `x`). Sharded right, the body's bug is reported (SPMD302)."""
+    mesh = jax.make_mesh((2,), ("i",), axis_types=(jax.sharding.AxisType.Explicit,))
+
+    def f(x, y):
+        def body(carry, _):
+            c1, c2 = carry
+            return (c2, c1), ()   # swap the carry: varying x into invariant y
+        (x_, y_), _ = lax.scan(body, (x, y), (), length=2)
+        return x_, y_
+
+    def step(x, y):
+        return jax.shard_map(f, in_specs=(P("i"), P()), out_specs=P("i"))(x, y)
+
+    typed = st.adapters.typed_shard_map(f, in_specs=(P("i"), P()), out_specs=P("i"))
+    faces = {"typed": typed, "typed, jitted": jax.jit(typed),
+             "checking": st.adapters.checking(step)}
+    y = jnp.arange(3.0)
+    with jax.set_mesh(mesh):
+        for name, face in faces.items():
+            with pytest.raises(st.SpmdTypeError) as ei:
+                face(jnp.arange(6.0), y)
+            assert (name, ei.value.code) == (name, "SPMD403"), ei.value
+            assert "does not match" in str(ei.value)
+            with pytest.raises(st.SpmdTypeError) as ei:
+                face(jax.device_put(jnp.arange(6.0), P("i")), y)
+            assert (name, ei.value.code) == (name, "SPMD302"), ei.value
+
+
 def test_typed_shard_map_without_check_vma_is_jax(mesh_dp_tp):
     """`check_vma=False`: JAX's program runs, unchanged; the body is analysed as if the
     checks were on, and what they would reject is a `CheckVmaWarning` at its line (once per

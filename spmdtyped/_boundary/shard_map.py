@@ -326,23 +326,30 @@ def in_spec_errors(where: str, op: str) -> Iterator[None]:
         yield
     except SpmdTypeError:
         raise
-    except ValueError as e:
+    except (ValueError, NotImplementedError) as e:
+        if not rejects_in_specs(e):
+            raise
         first = str(e).split("\n")[0]
-        if "in_specs" in first:
+        if isinstance(e, ValueError):
             raise error("SPMD403", f"{where}: JAX rejected in_specs: {first}", op=op,
                         fix="shard the argument to match its spec (jax.device_put with "
                             "NamedSharding(mesh, spec)), or use an Explicit mesh for "
                             "reduced/unreduced specs") from e
-        raise
-    except NotImplementedError as e:
         # e.g. an argument sharded over Explicit axes that its spec (None) leaves unmapped:
         # JAX closes over it and has no lowering for that
-        first = str(e).split("\n")[0]
-        if "shard_map" not in first:
-            raise
         raise error("SPMD403", f"{where}: JAX cannot honour in_specs here: {first}", op=op,
                     fix="give the argument a PartitionSpec (P() replicates it) instead of None, "
                         "or reshard it first") from e
+
+
+def rejects_in_specs(e: BaseException) -> bool:
+    """Whether `e` is JAX refusing an argument against its in_spec (`in_spec_errors` raises it
+    as SPMD403): JAX checks the arguments before it traces the body, so this error comes
+    before any in the body."""
+    first = str(e).split("\n")[0]
+    if isinstance(e, ValueError):
+        return "in_specs" in first
+    return isinstance(e, NotImplementedError) and "shard_map" in first
 
 
 def check_in_structure(in_specs: Any, args: tuple[Any, ...], where: str, op: str) -> None:

@@ -35,6 +35,7 @@ from .._boundary.shard_map import (
     check_mesh_specs,
     errors_at_the_call,
     in_spec_errors,
+    rejects_in_specs,
 )
 from .._engine.check import check_shard_map, check_staged, over_arrays, run_checked
 from .._engine.walk import function_source, located, raised_at
@@ -129,6 +130,11 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                 # walk, when JAX accepts the program), else the second trace's
                 raise first_violation(m, specs, args, e) or e from e.__cause__
             except Exception as jax_error:
+                if rejects_in_specs(jax_error):
+                    # an argument against its in_spec, which JAX checks before the body:
+                    # SPMD403 (`in_spec_errors`), not a violation the second trace finds in
+                    # the body
+                    raise
                 # JAX's error without a manual-axis message (e.g. the bare AssertionError of
                 # an unknown axis on jax 0.10): the second trace names it, or JAX's stands
                 found = first_violation(m, specs, args, None)
