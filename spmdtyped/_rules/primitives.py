@@ -16,8 +16,13 @@ from .arguments import UNKNOWN, argument_rule
 #: `jax.sharding.reshard`, `mesh_cast`: each binds one equation per leaf). Every walk follows
 #: them as the `copy` rule: the state, the refinement (Shard / Partial / Rep), the share and
 #: the content facts pass through.
+#: The `done` of an asynchronous collective (jax 0.12: `jax.lax.psum_scatter_start(...)`,
+#: `.done()`) is one too: it returns the value its start computed, which the start's row
+#: (`_surface.collectives`, `primitives`: `psum_invariant_start` is `psum`'s) has typed.
+ASYNC_DONES = frozenset({"all_gather_done", "psum_done", "reduce_scatter_done",
+                         "all_to_all_done", "ppermute_done"})
 IDENTITIES = frozenset({"copy", "copy_p", "name", "sharding_constraint",
-                        "with_sharding_constraint", "reshard", "mesh_cast"})
+                        "with_sharding_constraint", "reshard", "mesh_cast", *ASYNC_DONES})
 
 #: elementwise/structural primitive -> ELEMENTWISE rule
 PRIMITIVES: dict[str, str] = {

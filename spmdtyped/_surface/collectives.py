@@ -88,7 +88,9 @@ class Collective:
     - `tree_bind`: `spmdtyped.lax` binds a pytree of several leaves in one JAX call (a pmean
       of a tree binds all psums before the divides), after checking every leaf.
     - `primitives`: jaxpr primitive -> `AXIS_OPS` row, for the walk of a traced program
-      (names are jax 0.12's; `_compat.primitive_name` maps 0.10's). A collective that binds
+      (names are jax 0.12's; `_compat.primitive_name` maps 0.10's). An asynchronous start
+      (jax 0.12: `psum_invariant_start`, ...) takes its collective's params and is its row;
+      its `done` passes the value on (`_rules.primitives.ASYNC_DONES`). A collective that binds
       another's primitive (`pmean`: `psum_invariant` + `div`; `pshuffle`: `ppermute`) has none.
     - `refine`: the refinement kind (`REFINE_KINDS`): `refine_shape.collective` of the rule.
     - `check`: the dotted callable `check(raw, axis_name, args, op)` that validates the call's
@@ -143,7 +145,8 @@ _TILED = Param("tiled", "bool", False, keyword=True, refine=True)
 
 _BUILTIN: tuple[Collective, ...] = (
     Collective("psum", ("psum",), "jax.lax.psum", (_GROUPS,), tree_bind=True,
-               primitives={"psum_invariant": "psum", "psum": "psum", "unreduced_psum": "psum"},
+               primitives={"psum_invariant": "psum", "psum": "psum", "unreduced_psum": "psum",
+                           "psum_invariant_start": "psum"},
                doc="Typed `jax.lax.psum`: Varying or Unreduced on the named axes -> Invariant "
                    "there.\n\n**Arguments:** as `jax.lax.psum`; `x` is a typed or raw value or a "
                    "pytree of them.\n\n**Returns:** typed values, Invariant on `axis_name`, "
@@ -165,7 +168,8 @@ _BUILTIN: tuple[Collective, ...] = (
                    "0.12)."),
     Collective("ppermute", ("ppermute",), "jax.lax.ppermute",
                (Param("perm", "Sequence[tuple[int, int]]"),), tree_bind=True,
-               primitives={"ppermute": "ppermute"}, check="spmdtyped._ops.collectives.check_perm",
+               primitives={"ppermute": "ppermute", "ppermute_start": "ppermute"},
+               check="spmdtyped._ops.collectives.check_perm",
                doc="Typed `jax.lax.ppermute`: Varying -> Varying (send shard `src` to device "
                    "`dst`). A replicated (Invariant) input is SPMD103: JAX would pvary it and "
                    "send identical copies."),
@@ -184,7 +188,9 @@ _BUILTIN: tuple[Collective, ...] = (
                select=lambda to, _op: all_gather_op(to), targets=ALL_GATHER_TARGETS,
                bind="spmdtyped._ops.collectives.bind_all_gather",
                primitives={"all_gather": "all_gather", "all_gather_invariant":
-                           "all_gather_invarying", "all_gather_reduced": "all_gather_reduced"},
+                           "all_gather_invarying", "all_gather_reduced": "all_gather_reduced",
+                           "all_gather_start": "all_gather",
+                           "all_gather_reduced_start": "all_gather_reduced"},
                doc="Typed `jax.lax.all_gather`. `to=\"varying\"` (default): Varying -> Varying; "
                    "`to=\"invarying\"`: Varying -> Invariant; `to=\"reduced\"`: Varying -> "
                    "Reduced (the ZeRO/FSDP parameter gather: its gradient is Unreduced and is "
@@ -193,13 +199,15 @@ _BUILTIN: tuple[Collective, ...] = (
                (Param("scatter_dimension", "int", 0, keyword=True, refine=True), _GROUPS, _TILED),
                check="spmdtyped._ops.collectives.check_scatter",
                primitives={"reduce_scatter": "psum_scatter",
-                           "unreduced_reduce_scatter": "psum_scatter"},
+                           "unreduced_reduce_scatter": "psum_scatter",
+                           "reduce_scatter_start": "psum_scatter"},
                doc="Typed `jax.lax.psum_scatter`: Varying or Unreduced -> Varying (summed, "
                    "scattered)."),
     Collective("all_to_all", ("all_to_all",), "jax.lax.all_to_all",
                (Param("split_axis", "int", refine=True), Param("concat_axis", "int", refine=True),
                 _GROUPS, _TILED),
-               primitives={"all_to_all": "all_to_all"}, check="spmdtyped._ops.collectives.check_all_to_all",
+               primitives={"all_to_all": "all_to_all", "all_to_all_start": "all_to_all"},
+               check="spmdtyped._ops.collectives.check_all_to_all",
                doc="Typed `jax.lax.all_to_all`: Varying -> Varying."),
     Collective("pcast", ("pcast_varying", "pcast_reduced", "pcast_unreduced"), "jax.lax.pcast",
                (Param("to", "str", keyword=True),), select=pcast_op, targets=PCAST_TARGETS,
