@@ -103,6 +103,8 @@ SLOW_MODULES = frozenset({
     "test_engine_linen",
     # JAX's shard_map tutorial run raw and typed, cell by cell (two processes, about 45 s)
     "test_jax_tutorial",
+    # flax's own nnx.shard_map tests, as flax runs them and checked (two processes)
+    "test_flax_suite",
 })
 
 
