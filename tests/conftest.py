@@ -101,7 +101,7 @@ SLOW_MODULES = frozenset({
     # flax linen's decoder block and its `nn.scan` stack through four faces (about 2.5 min of
     # CPU): its defects are shared with the faster engine suites, its world is linen's
     "test_engine_linen",
-    # JAX's shard_map tutorial run raw and typed, cell by cell (two processes, about 45 s)
+    # JAX's shard_map tutorial run raw, typed and ported, cell by cell (three processes, ~75 s)
     "test_jax_tutorial",
     # flax's own nnx.shard_map tests, as flax runs them and checked (two processes)
     "test_flax_suite",

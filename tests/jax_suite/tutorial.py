@@ -1,12 +1,15 @@
 """JAX's shard_map tutorial (`jax_main_cec06d1_shard_map_tutorial.md`: JAX's
 `docs/new_docs/201/shard-map.md` at cec06d1, unchanged, Apache-2.0 as its `LICENSE` beside it)
-run cell by cell, as JAX wrote it ("raw") or with `jax.shard_map` spelled
-`st.adapters.typed_shard_map` ("typed", the rewrite the codemod makes; nothing else changes).
+run cell by cell, as JAX wrote it ("raw"), with `jax.shard_map` spelled
+`st.adapters.typed_shard_map` ("typed": nothing else changes), or as spmdtyped's codemod ports
+each cell ("ported": `port_source`, the static port of `python -m spmdtyped port`: the
+transform, `jax.lax` collectives to `st.*`, the functions annotated with the states their
+literal specs give).
 
-`python tests/jax_suite/tutorial.py raw|typed OUT.json [CELL=CODE ...]` executes the code cells
+`python tests/jax_suite/tutorial.py raw|typed|ported OUT.json [CELL=CODE ...]` executes the code cells
 in order in one namespace, as a notebook does, and writes per cell what it printed and what it
 raised (`{"out": ..., "error": ...}`; `error` is `"<type>: <first line>"`, with `[SPMDxxx]` for
-spmdtyped's). A `CELL=CODE` argument (typed only) runs that cell once more, under
+spmdtyped's). A `CELL=CODE` argument (typed and ported) runs that cell once more, under
 `with st.allow(CODE):`, when it raised `CODE`: its output then is `"allowed"`'s. Run by
 `tests/test_jax_tutorial.py` in a fresh process per flavor (the tutorial sets a global mesh).
 """
@@ -40,6 +43,13 @@ def typed_source(cell: str) -> str:
     return re.sub(r"\bjax\.shard_map\b", "typed_shard_map", cell)
 
 
+def ported_source(cell: str) -> str:
+    """`cell` as the codemod ports it (static: the literal specs)."""
+    from spmdtyped.adapters._port.codemod import port_source
+
+    return port_source(cell)[0]
+
+
 def _run(source: str, name: str, namespace: dict[str, Any]) -> dict[str, str | None]:
     buf = io.StringIO()
     error = None
@@ -54,16 +64,16 @@ def _run(source: str, name: str, namespace: dict[str, Any]) -> dict[str, str | N
 
 
 def main(flavor: str, out: str, allow: dict[int, str]) -> None:
-    if flavor not in ("raw", "typed"):
-        raise SystemExit(f"flavor must be raw or typed, not {flavor!r}")
+    if flavor not in ("raw", "typed", "ported"):
+        raise SystemExit(f"flavor must be raw, typed or ported, not {flavor!r}")
     namespace: dict[str, Any] = {"__name__": "__tutorial__"}
-    if flavor == "typed":
+    if flavor != "raw":
         import spmdtyped as st
         from spmdtyped.adapters import typed_shard_map
         namespace["typed_shard_map"] = typed_shard_map
     got: list[dict[str, Any]] = []
     for i, cell in enumerate(cells()):
-        source = typed_source(cell) if flavor == "typed" else cell
+        source = {"raw": cell, "typed": typed_source(cell), "ported": ported_source(cell)}[flavor]
         res = _run(source, f"<tutorial cell {i}>", namespace)
         code = allow.get(i)
         if code and res["error"] and f"[{code}]" in res["error"]:
