@@ -330,3 +330,76 @@ def test_codemod_forms_without_tracing():
     new, changes = port_source(tree)
     assert 'def f(params, x: Varying["dp"]) -> Invariant:' in new
     assert "unannotated: f.params" in changes
+
+
+TWO_MESHES = '''
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+mesh = jax.make_mesh((2, 4), ("dp", "tp"))
+jax.set_mesh(mesh)
+x = jax.device_put(jnp.arange(256.0).reshape(8, 32) / 256, NamedSharding(mesh, P("dp", "tp")))
+w = jax.device_put(jnp.ones((32, 4)) / 32, NamedSharding(mesh, P("tp", None)))
+
+
+@jax.shard_map(in_specs=(P("dp", "tp"), P("tp", None)), out_specs=P("dp"), check_vma=CHECKS)
+def layer(x, w):
+    return jax.lax.psum(jnp.tanh(x) @ w, "tp")
+
+
+y = layer(x, w)
+
+# a notebook's next cell: another mesh made current (JAX's shard_map tutorial does this)
+ring = jax.make_mesh((8,), ("sp",))
+jax.set_mesh(ring)
+t = jax.device_put(jnp.arange(64.0), NamedSharding(ring, P("sp")))
+
+
+@jax.shard_map(in_specs=P("sp"), out_specs=P())
+def total(t):
+    return jax.lax.psum(jax.lax.psum(t.sum(), "sp"), "sp")  # BUG: SPMD103
+
+
+z = total(t)
+'''
+
+TWO_MESHES_DRIVER = '''
+import contextlib, io, json, sys
+from spmdtyped._cli import infer, port
+checked, unchecked = sys.argv[1:3]
+got = {}
+for name, call in (("infer", lambda: infer.main([checked])), ("port", lambda: port.main([checked])),
+                   ("vma", lambda: port.main(["--enable-vma", unchecked]))):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = call()
+    got[name] = [rc, out.getvalue(), err.getvalue()]
+print("GOT=" + json.dumps(got))
+'''
+
+
+def test_each_call_is_traced_on_its_own_mesh(tmp_path):
+    """A module that makes a second mesh current after a shard_map on its first (a notebook's
+    cells, JAX's shard_map tutorial): `infer`, `port` and `port --enable-vma` trace each call
+    with its own mesh current. They used to trace it against the module's last mesh, which
+    JAX refuses ("The context mesh ... should match the mesh passed to shard_map"): infer
+    reported a crash, port left the function unannotated, and --enable-vma said JAX still
+    rejected a body it accepts."""
+    pytest.importorskip("libcst")
+    checked, unchecked = tmp_path / "two_meshes.py", tmp_path / "two_meshes_vma.py"
+    checked.write_text(TWO_MESHES.replace("CHECKS", "True"))
+    unchecked.write_text(TWO_MESHES.replace("CHECKS", "False"))
+    (tmp_path / "driver.py").write_text(TWO_MESHES_DRIVER)
+    proc = _run(str(tmp_path / "driver.py"), str(checked), str(unchecked), cwd=tmp_path)
+    m = re.search(r"GOT=(\{.*\})", proc.stdout)
+    assert m, proc.stdout + proc.stderr
+    got = json.loads(m.group(1))
+    rc, out, err = got["infer"]
+    assert rc == 1 and "failed" not in err, err   # total's double psum, nothing else
+    assert 'def layer(x: Varying["dp", "tp"], w: Varying["tp"]) -> Varying["dp"]:' in out
+    assert re.search(r"two_meshes\.py:27: SPMD103", out), out
+    rc, out, err = got["port"]
+    assert rc == 0 and '+def layer(x: Varying["dp", "tp"], w: Varying["tp"]) -> Varying["dp"]:' in out, out + err
+    rc, out, err = got["vma"]
+    assert rc == 0 and "check_vma=True" in out and "still rejects" not in err, out + err

@@ -6,7 +6,6 @@ texts, and `FILE:FUNC` / `module:function` targets (read by `infer` and `port`),
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import importlib.util
 import os
@@ -94,8 +93,8 @@ class Flags:
 
 
 def mesh_context(mesh: Any) -> Any:
-    """The command line's mesh made current: a module's `jax.set_mesh` mesh would otherwise
-    disagree with it (axis types, sizes)."""
-    import jax
+    """The command line's mesh, or a call's own, made current: a module's `jax.set_mesh` mesh
+    would otherwise disagree with it (axis types, sizes; `_conventions.made_current`)."""
+    from ..adapters._conventions import made_current
 
-    return jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
+    return made_current(mesh)

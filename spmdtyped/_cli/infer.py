@@ -140,7 +140,10 @@ def _check(job: Any, args: argparse.Namespace, flags: Flags) -> int:
     from ..adapters._infer import infer
 
     try:
-        with mesh_context(flags.mesh_obj):
+        # the site's own mesh made current (the command line's, else the one the module gave
+        # that call): a module that sets another mesh later would otherwise trace this call
+        # against it (JAX: "The context mesh ... should match the mesh passed to shard_map")
+        with mesh_context(job.mesh):
             rep = infer(job.fn, *job.args, mesh=job.mesh, in_specs=job.in_specs,
                         out_specs=job.out_specs, check_vma=job.check_vma is not False)
     except SpmdTypeError as e:

@@ -79,16 +79,16 @@ def run(path: str, args: argparse.Namespace) -> tuple[str, str, list[Any], int]:
         except Exception as e:  # noqa: BLE001 - a module that runs its shard_map at import
             return [(e, None)]  # raises JAX's error there: the same error, the same edits
         out: list[tuple[BaseException, int | None]] = []
-        with mesh_context(flags.mesh_obj):
-            for site in sites:
-                if site.line not in lines:
-                    continue
-                made = _discover.job(site, flags, _P(), f"{path}:{site.line}")
-                if isinstance(made, str):
-                    raise ValueError(made)
+        for site in sites:
+            if site.line not in lines:
+                continue
+            made = _discover.job(site, flags, _P(), f"{path}:{site.line}")
+            if isinstance(made, str):
+                raise ValueError(made)
+            with mesh_context(made.mesh):   # the call's own mesh (the command line's first)
                 failed = vma.trace_job(made)
-                if failed is not None:
-                    out.append((failed, site.line))
+            if failed is not None:
+                out.append((failed, site.line))
         return out
 
     with mesh_context(flags.mesh_obj):
@@ -127,15 +127,15 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
             fh.write(new)
         _module, sites = _discover.discover(candidate)
         by_line = {s.line: s for s in sites}
-        with mesh_context(flags.mesh_obj):
-            for job in original:
-                line = _job_line(job)
-                site = by_line.get(line)
-                if site is None:
-                    continue
-                made = _discover.job(site, flags, _P(), f"{path}:{line}")
-                if isinstance(made, str):
-                    continue
+        for job in original:
+            line = _job_line(job)
+            site = by_line.get(line)
+            if site is None:
+                continue
+            made = _discover.job(site, flags, _P(), f"{path}:{line}")
+            if isinstance(made, str):
+                continue
+            with mesh_context(made.mesh):   # the call's own mesh (the command line's first)
                 try:
                     differs = vma.compare(job, made, line)
                 except Exception as e:  # noqa: BLE001 - the program's own failure to run

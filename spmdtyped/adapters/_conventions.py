@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -62,6 +63,15 @@ def resolve_mesh(mesh: Any, where: str, *, concrete: bool = False) -> Any:
                     op="shard_map",
                     fix="pass mesh=..., or call inside `with jax.set_mesh(mesh):`")
     return m
+
+
+def made_current(mesh: Any) -> contextlib.AbstractContextManager[Any]:
+    """`mesh` made the context mesh (`jax.set_mesh`) while a call on it is traced by a tool
+    (`infer FILE`, `port FILE`, `migrate-vma`): the module may have made another mesh current
+    since that call (a notebook's next cell), and JAX refuses a shard_map whose mesh is not
+    the context's ("The context mesh ... should match the mesh passed to shard_map"). A no-op
+    for None."""
+    return jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
 
 
 def resolve_in_specs(in_specs: Any, args: tuple[Any, ...]) -> Any:

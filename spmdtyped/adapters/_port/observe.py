@@ -25,7 +25,7 @@ from jax.sharding import PartitionSpec
 
 from ... import _compat, _rules
 from ..._boundary.shard_map import is_spec_leaf
-from .._conventions import fn_name, manual_axes, resolve_in_specs, resolve_mesh
+from .._conventions import fn_name, made_current, manual_axes, resolve_in_specs, resolve_mesh
 from .._infer import abstract_args
 
 #: a parameter seen with different states (no single annotation fits)
@@ -150,7 +150,8 @@ def observe(f: Callable[..., Any], *args: Any, file: str, out_specs: Any,
     smapped = _compat.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                 axis_names=axis_names, check_vma=True)
     try:
-        jax.make_jaxpr(smapped)(*sds)
+        with made_current(mesh):   # the call's own mesh, whatever the module set since
+            jax.make_jaxpr(smapped)(*sds)
     except Exception:  # noqa: BLE001, S110 - a buggy program: observed up to the failure
         pass
     return seen, _declared(out_specs, returned[0] if returned else None, order, manual, file)
