@@ -403,3 +403,74 @@ def test_each_call_is_traced_on_its_own_mesh(tmp_path):
     assert rc == 0 and '+def layer(x: Varying["dp", "tp"], w: Varying["tp"]) -> Varying["dp"]:' in out, out + err
     rc, out, err = got["vma"]
     assert rc == 0 and "check_vma=True" in out and "still rejects" not in err, out + err
+
+
+NOTEBOOK = '''
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+mesh = jax.make_mesh((4, 2), ("i", "j"))
+jax.set_mesh(mesh)
+
+
+@jax.shard_map(in_specs=P("i", "j"), out_specs=P("i"))
+def f(x):
+    return jax.lax.psum(x, "j")
+
+
+y = f(jax.device_put(jnp.arange(64.0).reshape(8, 8), P("i", "j")))   # no name to read
+
+# the next cell: the same name rebound, on another mesh
+mesh = jax.make_mesh((8,), ("i",))
+jax.set_mesh(mesh)
+
+
+@jax.shard_map(in_specs=P("i"), out_specs=P())
+def f(x):
+    return jax.lax.psum(jax.lax.psum(x.sum(), "i"), "i")  # BUG: SPMD103
+
+
+y = f(jax.device_put(jnp.arange(16.0), P("i")))
+
+
+@jax.jit
+@jax.shard_map(out_specs=P())   # in_specs: JAX reads them from the arguments' shardings
+def mean_loss(batch):
+    return jax.lax.pmean(jnp.mean(batch ** 2), "i")
+
+
+loss = mean_loss(jax.device_put(jnp.ones((16, 4)), P("i")))
+
+
+@jax.shard_map(in_specs=P("dp"), out_specs=P("dp"))
+def scale(x):
+    return x * jax.lax.axis_size("dp")
+
+
+# decorated before its mesh is current, called after: JAX takes the mesh at the call
+jax.set_mesh(jax.make_mesh((2, 4), ("dp", "tp")))
+z = scale(jax.device_put(jnp.ones(8), P("dp")))
+'''
+
+
+def test_infer_reads_a_notebooks_calls(tmp_path):
+    """A module written as a notebook's cells (JAX's shard_map tutorial): arrays built inline
+    in the calls, names rebound from cell to cell, a jitted step whose in_specs JAX reads from
+    the arguments' shardings, a function decorated before its mesh is current. The shapes,
+    shardings and mesh come from the calls the import makes (recorded by the profile hook),
+    not from the module's names after it: each body is traced as it ran, and the one bug is
+    reported. (They used to need --shapes for every body.)"""
+    path = tmp_path / "notebook.py"
+    path.write_text(NOTEBOOK)
+    driver = ("import sys\nfrom spmdtyped._cli import infer\n"
+              "sys.exit(infer.main([sys.argv[1]]))\n")
+    (tmp_path / "driver.py").write_text(driver)
+    proc = _run(str(tmp_path / "driver.py"), str(path), cwd=tmp_path)
+    out = proc.stdout
+    assert proc.returncode == 1 and "error" not in proc.stderr, out + proc.stderr
+    assert 'def f(x: Varying["i", "j"]) -> Varying["i"]:' in out
+    assert 'def f(x: Varying["i"]) -> Invariant:' in out
+    assert re.findall(r"notebook\.py:\d+: SPMD\d+", out) == ["notebook.py:24: SPMD103"], out
+    assert 'def mean_loss(batch: Varying["i"]) -> Invariant:' in out
+    assert 'def scale(x: Varying["dp"]) -> Varying["dp"]:' in out

@@ -17,9 +17,12 @@ Two sources, the first winning:
    are evaluated in the module's globals when they name module-level objects only (a
    parameter or local of the enclosing function is unknown: `--mesh`, `--in-specs`, ...).
 
-Example arguments: a call of the shard_map'd object anywhere in the file (module level, a
-`__main__` block, a function) whose arguments are module-level names (or attributes /
-subscripts of them) bound to arrays gives the global shapes, dtypes and shardings.
+Example arguments, the first found winning: the arguments of the first call of the shard_map'd
+function the import makes (recorded by the same hook: `f(jnp.arange(16.0).reshape(4, 4))` in a
+notebook's cell, a call under `jax.jit` gives its shapes and dtypes); else a call of the
+shard_map'd object anywhere in the file (module level, a `__main__` block, a function) whose
+arguments are module-level names (or attributes / subscripts of them) bound to arrays, read
+after the import: the global shapes, dtypes and shardings.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ class Site:
     check_vma: Any = True
     mapped: Any = None           # what jax.shard_map returned (None: found in the source only)
     args: tuple[Any, ...] | None = None  # example global arguments the module passes it
+    #: no `mesh=` at the call: JAX takes the mesh current when the function is called, which
+    #: the first recorded call gives (a decorator applied before `with jax.set_mesh(...)`)
+    context_mesh: bool = False
     names: tuple[str, ...] = ()  # the module-level names bound to `mapped` (or jit of it)
 
     def matches(self, func: str) -> bool:
@@ -90,15 +96,36 @@ class _Recorder:
         mesh = loc.get("mesh")
         if mesh is None:
             mesh = _compat.context_mesh(concrete=True)
-        return {"mesh": mesh, "in_specs": loc.get("in_specs", _compat.INFER),
+        return {"mesh": mesh, "context_mesh": loc.get("mesh") is None,
+                "in_specs": loc.get("in_specs", _compat.INFER),
                 "out_specs": loc.get("out_specs"), "axis_names": loc.get("axis_names", frozenset()),
                 "check_vma": loc.get("check_vma", True),
                 "line": caller.f_lineno if caller is not None else None}
+
+    def _called(self, frame: Any) -> None:
+        """A call of a shard_map'd function (JAX's `wrapped(*args)`, the body its free `f`):
+        its arguments are the example arguments of the site that made it, if it has none."""
+        loc = frame.f_locals
+        body, args = loc.get("f"), loc.get("args")
+        if body is None or not isinstance(args, tuple) or not args or not _arrays(args):
+            return
+        for site in reversed(self.sites):
+            if site.body is body:
+                if site.args is None:
+                    if site.context_mesh:
+                        site.mesh = _called_on(site.mesh)
+                    site.args = tuple(jax.tree_util.tree_map(
+                        functools.partial(_example, mesh=site.mesh), args))
+                return
 
     def __call__(self, frame: Any, event: str, arg: Any) -> None:
         if event not in ("call", "return"):
             return
         code = frame.f_code
+        if code.co_name == "wrapped" and event == "call" and \
+                code.co_filename == self.code.co_filename:
+            self._called(frame)
+            return
         if code is self.code:
             if event == "call":
                 caller = _user_frame(frame.f_back)
@@ -130,7 +157,35 @@ class _Recorder:
         self.sites.append(Site(body=body, name=_conventions.fn_name(body), line=rec["line"],
                                mesh=rec["mesh"], in_specs=rec["in_specs"],
                                out_specs=rec["out_specs"], axis_names=rec["axis_names"],
-                               check_vma=rec["check_vma"], mapped=mapped))
+                               check_vma=rec["check_vma"], mapped=mapped,
+                               context_mesh=rec["context_mesh"]))
+
+
+def _called_on(recorded: Any) -> Any:
+    """The mesh a function shard_map'd without `mesh=` is called on: the one current at the
+    call; under `jax.jit` only its abstract mesh is known there, so `recorded` (current when
+    `jax.shard_map` was called) stands when it has the same axes, and is unknown (`--mesh`)
+    when it does not."""
+    current = _compat.context_mesh(concrete=True)
+    if current is None or isinstance(current, jax.sharding.Mesh):
+        return current if current is not None else recorded
+    same = recorded is not None and recorded is not UNKNOWN and \
+        tuple(current.axis_names) == tuple(recorded.axis_names) and \
+        tuple(current.axis_sizes) == tuple(recorded.axis_sizes)
+    return recorded if same else UNKNOWN
+
+
+def _example(x: Any, mesh: Any) -> Any:
+    """An argument kept as an example: an array as it is, a traced one (a call under
+    `jax.jit`) as its shape, dtype and the sharding its type carries on `mesh` (the tracer does
+    not outlive the trace; `in_specs` left to JAX are read from that sharding)."""
+    if not isinstance(x, jax.core.Tracer):
+        return x
+    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
+    if spec is None or not isinstance(mesh, jax.sharding.Mesh):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype)
+    return jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                sharding=jax.sharding.NamedSharding(mesh, spec))
 
 
 def import_file(path: str) -> tuple[Any, list[Site]]:
