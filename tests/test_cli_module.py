@@ -454,6 +454,16 @@ z = scale(jax.device_put(jnp.ones(8), P("dp")))
 '''
 
 
+def _command(tmp_path: pathlib.Path, path: pathlib.Path, command: str, *flags: str
+             ) -> subprocess.CompletedProcess[str]:
+    """`python -m spmdtyped COMMAND PATH FLAGS...` in a subprocess (the module sets a global
+    mesh), through its `main` as the other tests call it."""
+    driver = (f"import sys\nfrom spmdtyped._cli import {command}\n"
+              f"sys.exit({command}.main([sys.argv[1], *{list(flags)!r}]))\n")
+    (tmp_path / "driver.py").write_text(driver)
+    return _run(str(tmp_path / "driver.py"), str(path), cwd=tmp_path)
+
+
 def test_infer_reads_a_notebooks_calls(tmp_path):
     """A module written as a notebook's cells (JAX's shard_map tutorial): arrays built inline
     in the calls, names rebound from cell to cell, a jitted step whose in_specs JAX reads from
@@ -463,10 +473,7 @@ def test_infer_reads_a_notebooks_calls(tmp_path):
     reported. (They used to need --shapes for every body.)"""
     path = tmp_path / "notebook.py"
     path.write_text(NOTEBOOK)
-    driver = ("import sys\nfrom spmdtyped._cli import infer\n"
-              "sys.exit(infer.main([sys.argv[1]]))\n")
-    (tmp_path / "driver.py").write_text(driver)
-    proc = _run(str(tmp_path / "driver.py"), str(path), cwd=tmp_path)
+    proc = _command(tmp_path, path, "infer")
     out = proc.stdout
     assert proc.returncode == 1 and "error" not in proc.stderr, out + proc.stderr
     assert 'def f(x: Varying["i", "j"]) -> Varying["i"]:' in out
@@ -474,3 +481,45 @@ def test_infer_reads_a_notebooks_calls(tmp_path):
     assert re.findall(r"notebook\.py:\d+: SPMD\d+", out) == ["notebook.py:24: SPMD103"], out
     assert 'def mean_loss(batch: Varying["i"]) -> Invariant:' in out
     assert 'def scale(x: Varying["dp"]) -> Varying["dp"]:' in out
+
+
+NO_OUTPUT = '''
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+mesh = jax.make_mesh((2,), ("i",))
+jax.set_mesh(mesh)
+
+
+@jax.shard_map(in_specs=P("i"), out_specs=P("i"))
+def double(x):
+    return x * 2
+
+
+y = double(jax.device_put(jnp.arange(4.0), P("i")))   # traced: the port is checked
+
+
+@jax.shard_map(in_specs=P(), out_specs=None)   # returns nothing (JAX's tutorial)
+def show(x):
+    print(jax.typeof(jax.lax.pcast(x, "i", to="varying")))
+
+
+show(jnp.arange(6.0))
+'''
+
+
+def test_port_keeps_a_body_without_outputs_running(tmp_path):
+    """`out_specs=None` is JAX's empty output; to `st.shard_map` None means "derive the specs
+    from the hints". The checked port of such a call is `typed_shard_map`, and the ported
+    module runs (it used to become `st.shard_map` and raise SPMD402)."""
+    pytest.importorskip("libcst")
+    path = tmp_path / "no_output.py"
+    path.write_text(NO_OUTPUT)
+    proc = _command(tmp_path, path, "port", "--write")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ported = path.read_text()
+    assert "@st.shard_map(in_specs=P(\"i\"), out_specs=P(\"i\"))" in ported, ported
+    assert "@st.adapters.typed_shard_map(in_specs=P(), out_specs=None)" in ported, ported
+    after = _run(str(path), cwd=tmp_path)
+    assert after.returncode == 0 and "float32[6]{V:i}" in after.stdout, after.stdout + after.stderr

@@ -14,6 +14,7 @@ from _helpers import put
 from jax.sharding import PartitionSpec as P
 
 import spmdtyped as st
+from spmdtyped import Varying
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,6 +92,26 @@ def test_repr_shows_state_and_local_shape(mesh_dp_tp):
     # an input sharded over dp is a Shard of the global array (its refinement is shown)
     assert r.startswith("Shard['dp', -2](local float32[4,4]"), r
     assert repr(st.wrap(jnp.ones(3))) == "Invariant(local float32[3], concrete)"
+
+
+def test_print_in_an_eager_body_shows_each_devices_values():
+    """JAX's tutorial debugs an eager shard_map by printing from the body: JAX prints each
+    device's block. A typed value there prints its state and, after it, what JAX prints (the
+    check's trace first prints it as traced, once)."""
+    mesh = jax.make_mesh((2,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
+    printed: list[str] = []
+
+    @st.shard_map(mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+    def f(x: Varying["i"]) -> Varying["i"]:
+        printed.append(str(x))
+        return x * 2
+
+    np.testing.assert_array_equal(np.asarray(f(jnp.arange(6.0))), np.arange(6.0) * 2)
+    traced, eager = printed
+    assert traced == "Shard['i', -1](local float32[3], traced)"
+    head, *devices = eager.split("\n")
+    assert head == "Shard['i', -1](local float32[3], eager):"
+    assert "[0. 1. 2.]" in devices and "[3. 4. 5.]" in devices, eager
 
 
 _BOUNDED = textwrap.dedent("""

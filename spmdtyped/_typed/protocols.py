@@ -191,13 +191,17 @@ def index(self: Any) -> int:
 
 
 def represent(self: Any) -> str:
-    """`Varying['dp'](local float32[4,8], traced)`: the state, the local shape and dtype."""
+    """`Varying['dp'](local float32[4,8], traced)`: the state, the local shape and dtype. In
+    a shard_map called eagerly (JAX's `ShardMapTracer`, which holds each device's values),
+    `eager` and, on the lines after, each device's values as JAX prints them."""
     raw = self.raw
     shape = ",".join(str(d) for d in getattr(raw, "shape", ()))
     dtype = getattr(raw, "dtype", "?")
     where = "traced" if isinstance(raw, jax.core.Tracer) else "concrete"
     ref = getattr(self, "refinement", None)    # Shard/Partial/Rep (issue 15) when known
     name = describe(type(self)._spmd_type, ref) if ref else type(self).__qualname__
+    if type(raw).__name__ == "ShardMapTracer":   # (jax 0.10 and 0.12: eager shard_map)
+        return f"{name}(local {dtype}[{shape}], eager):\n{raw}"
     return f"{name}(local {dtype}[{shape}], {where})"
 
 

@@ -37,7 +37,8 @@ entry's result with what its out_specs declare, and its body becomes typed code:
 `jax.lax` collectives -> `st.<collective>` (`_surface.LAX_NAMES`), surface-table `jnp` /
 `jax.nn` functions -> `st.numpy` / `st.nn`, `jax.grad` / `value_and_grad` / `vjp` ->
 spmdtyped's; `jax.shard_map` -> `st.shard_map` (`typed_shard_map` where `check_vma=` is not
-literally True). The output traces to the raw jaxpr, and mypy with the plugin checks it
+literally True, or where `out_specs=None`: JAX's empty output, which st.shard_map reads as
+"derive the specs from the hints"). The output traces to the raw jaxpr, and mypy with the plugin checks it
 (`tests/test_porting_codemod.py`).
 
 Prints a unified diff by default; `--write` rewrites the files. Exit status 0, or 1 with
@@ -338,20 +339,24 @@ class _Port(cst.CSTTransformer):
         if self.typed is not None:
             vma_off = any(a.keyword is not None and a.keyword.value == "check_vma"
                           and code_of(a.value) != "True" for a in original.args)
+            # `out_specs=None` is JAX's empty output (a body that returns None); to st.shard_map
+            # None means "derive the specs from the hints"
+            no_out = any(a.keyword is not None and a.keyword.value == "out_specs"
+                         and code_of(a.value) == "None" for a in original.args)
+            why = "check_vma not literally True" if vma_off else "out_specs=None"
             adapter = cst.parse_expression(f"{self.st}.adapters.typed_shard_map")
-            self.need_st = self.need_st or vma_off
-            if vma_off and dotted(original.func) in self.info.shard_map_names:
+            self.need_st = self.need_st or vma_off or no_out
+            if (vma_off or no_out) and dotted(original.func) in self.info.shard_map_names:
                 # code run with check_vma=False: st.shard_map's typed values refuse raw JAX
                 # there (the states are lost); typed_shard_map keeps the body's values raw
                 self.changes.append(f"{dotted(original.func)} -> {self.st}.adapters."
-                                    f"typed_shard_map (check_vma not literally True)")
+                                    f"typed_shard_map ({why})")
                 return updated.with_changes(func=adapter)
-            if vma_off and (dotted(original.func) or "").split(".")[-1] == "partial" \
+            if (vma_off or no_out) and (dotted(original.func) or "").split(".")[-1] == "partial" \
                     and original.args and dotted(original.args[0].value) in \
                     self.info.shard_map_names:
                 self.changes.append(f"partial({dotted(original.args[0].value)}) -> partial("
-                                    f"{self.st}.adapters.typed_shard_map) (check_vma not "
-                                    f"literally True)")
+                                    f"{self.st}.adapters.typed_shard_map) ({why})")
                 first = updated.args[0].with_changes(value=adapter)
                 return updated.with_changes(args=[first, *updated.args[1:]])
             return updated if fn is None else self._typed_call(original, updated)
