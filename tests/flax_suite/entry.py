@@ -1,4 +1,4 @@
-"""pytest's entry to flax's own `nnx.shard_map` tests (`flax_18f8f311_shard_map_test.py`: an
+"""pytest's entry to flax's own `nnx.shard_map` tests (`flax_18f8f311_shard_map.py`: an
 excerpt of flax's `tests/nnx/transforms_test.py`, Apache-2.0 as its `LICENSE` beside it):
 `SPMDTYPED_FLAX_SUITE=raw|typed pytest tests/flax_suite/entry.py`. With `typed`, the module's
 `nnx` is a view of flax's in which `nnx.shard_map(f, ...)` is `st.adapters.checking(
@@ -18,7 +18,9 @@ from typing import Any
 
 from flax import nnx
 
-SUITE = pathlib.Path(__file__).parent / "flax_18f8f311_shard_map_test.py"
+#: (named so that pytest does not collect it, `*_test.py`: flax's file sets XLA_FLAGS to four
+#: devices when it is imported, which in a collecting process would change every test's)
+SUITE = pathlib.Path(__file__).parent / "flax_18f8f311_shard_map.py"
 
 
 class _NnxView(types.ModuleType):
