@@ -523,3 +523,42 @@ def test_port_keeps_a_body_without_outputs_running(tmp_path):
     assert "@st.adapters.typed_shard_map(in_specs=P(), out_specs=None)" in ported, ported
     after = _run(str(path), cwd=tmp_path)
     assert after.returncode == 0 and "float32[6]{V:i}" in after.stdout, after.stdout + after.stderr
+
+
+REBOUND = '''
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+mesh = jax.make_mesh((2, 4), ("dp", "tp"))
+jax.set_mesh(mesh)
+x = jax.device_put(jnp.ones((8, 32)) / 32, NamedSharding(mesh, P("dp", "tp")))
+w = jax.device_put(jnp.ones((32, 4)), NamedSharding(mesh, P("tp", None)))
+
+
+@jax.shard_map(in_specs=(P("dp", "tp"), P("tp", None)), out_specs=P("dp"))
+def layer(x, w):
+    w = w * 2                        # a parameter rebound in its own state
+    x = jax.lax.psum(x @ w, "tp")   # and one rebound in another
+    return jnp.tanh(x)
+
+
+y = layer(x, w)
+'''
+
+
+def test_port_leaves_a_parameter_rebound_in_another_state_unannotated(tmp_path):
+    """`x = psum(x @ w, "tp")` rebinds a parameter to another state (the tutorial's
+    `y = pcast(y, "i", to="varying")` too): annotated with its state at the call, the
+    assignment is a mypy error. The checked port leaves it unannotated (and says so), keeps
+    the annotation of a parameter rebound in its own state, and mypy with the plugin accepts
+    the result."""
+    pytest.importorskip("libcst")
+    pytest.importorskip("mypy")
+    path = tmp_path / "rebound.py"
+    path.write_text(REBOUND)
+    proc = _command(tmp_path, path, "port", "--write")
+    assert proc.returncode == 0 and "layer.x" in proc.stderr, proc.stdout + proc.stderr
+    ported = path.read_text()
+    assert 'def layer(x, w: Varying["tp"]) -> Varying["dp"]:' in ported, ported
+    assert [ln for ln in _mypy([path], tmp_path).splitlines() if ": error:" in ln] == []

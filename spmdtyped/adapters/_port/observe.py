@@ -134,6 +134,13 @@ def observe(f: Callable[..., Any], *args: Any, file: str, out_specs: Any,
                 obs.merge_param(name, tree_hint(frame.f_locals.get(name), order, file))
         elif event == "return" and arg is not None:
             obs.merge_ret(tree_hint(arg, order, file))
+            # a parameter the body rebinds to a value of another state (`y = pcast(y, ...)`,
+            # `x = psum(x, ...)`): its annotation would refuse that assignment under mypy, so
+            # it is a conflict (left unannotated); rebound in the same state, it stays
+            local = frame.f_locals
+            for name in _param_names(code):
+                if name in local and name in obs.params:
+                    obs.merge_param(name, tree_hint(local[name], order, file))
 
     def body(*a: Any) -> Any:
         inside[0] = True
