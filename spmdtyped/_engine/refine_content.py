@@ -263,7 +263,7 @@ def track(view: EqnView, refs: Sequence[Refinement], results: Sequence[Refinemen
         for o in outvars:
             side.moved[o] = side.moved.get(o, frozenset()) | moved
     if (name == "dot_general" or name in _rc.PAIRING) and not quiet and len(vin) == 2:
-        _diagonal_blocks(view, refs, side, where)
+        _diagonal_blocks(view, refs, side, where, lineage)
     if name not in STRUCTURAL and view.subs:
         return   # a call's outputs are seeded from its body (`Side.seed`); a scatter's
         # combiner is no call
@@ -397,12 +397,12 @@ def _completes(b: Block, v: Any, side: Side) -> bool:
     return b.made_in != side.serial or (side.lineage.get(v, 0) & b.sources) == b.sources
 
 
-def _diagonal_blocks(view: EqnView, refs: Sequence[Refinement], side: Side, where: Any
-                     ) -> None:
+def _diagonal_blocks(view: EqnView, refs: Sequence[Refinement], side: Side, where: Any,
+                     sources: int) -> None:
     """The diagonal blocks (SPMD216) the `dot_general` of `view` makes (`apart_shards`), or
     its elementwise op of two operands broadcast against each other (`PAIRING`,
     `apart_broadcasts`: their extents as `Side.effective` reads them), added to its result's
-    `summed` (`Block`)."""
+    `summed` (`Block`); `sources` is the operands' lineage, which the caller has read."""
     eqn, ins, shapes, name = view.eqn, view.ins, view.shapes, view.name
     if len(shapes) != 2 or len(refs) != 2:
         return
@@ -419,9 +419,6 @@ def _diagonal_blocks(view: EqnView, refs: Sequence[Refinement], side: Side, wher
     for axis, left, right in found:
         e = _rc.diagonal_block(axis, (left, right), api_name(name))
         if isinstance(e, SpmdTypeError):
-            sources = 0
-            for v in eqn.invars:
-                sources |= 0 if is_literal(v) else side.lineage.get(v, 0)
             made.append(Block(axis, e, where, name, sources, side.serial))
     if made:
         o = eqn.outvars[0]
