@@ -1,6 +1,6 @@
 """The command line's shared inputs: `--mesh`, `--shapes` and `--in-specs` / `--out-specs`
 texts, and `FILE:FUNC` / `module:function` targets (read by `infer` and `port`), parsed
-(`Flags`), and the command line's mesh made current (`mesh_context`)."""
+(`Flags`)."""
 
 
 from __future__ import annotations
@@ -90,11 +90,3 @@ class Flags:
         self.in_specs, self.out_specs = args.in_specs, args.out_specs
         self.sds = None if not args.shapes else tuple(
             jax.ShapeDtypeStruct(shape, dtype) for dtype, shape in parse_shapes(args.shapes))
-
-
-def mesh_context(mesh: Any) -> Any:
-    """The command line's mesh, or a call's own, made current: a module's `jax.set_mesh` mesh
-    would otherwise disagree with it (axis types, sizes; `_conventions.made_current`)."""
-    from ..adapters._conventions import made_current
-
-    return made_current(mesh)

@@ -33,7 +33,7 @@ import os
 import sys
 from typing import Any
 
-from .args import Flags, load_function, mesh_context, parse_mesh, parse_shapes
+from .args import Flags, load_function, parse_mesh, parse_shapes
 
 
 def setup_devices(sizes: tuple[int, ...]) -> None:
@@ -137,13 +137,14 @@ def _print_report(rep: Any, fn: Any, args: argparse.Namespace) -> int:
 
 def _check(job: Any, args: argparse.Namespace, flags: Flags) -> int:
     from .._errors import SpmdTypeError
+    from ..adapters._conventions import made_current
     from ..adapters._infer import infer
 
     try:
         # the site's own mesh made current (the command line's, else the one the module gave
         # that call): a module that sets another mesh later would otherwise trace this call
         # against it (JAX: "The context mesh ... should match the mesh passed to shard_map")
-        with mesh_context(job.mesh):
+        with made_current(job.mesh):
             rep = infer(job.fn, *job.args, mesh=job.mesh, in_specs=job.in_specs,
                         out_specs=job.out_specs, check_vma=job.check_vma is not False)
     except SpmdTypeError as e:

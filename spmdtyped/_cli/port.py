@@ -70,14 +70,14 @@ def _runs(path: str, args: argparse.Namespace) -> tuple[list[Any], list[str], An
 
 def _observed_states(path: str, args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     """Checked mode: `(states, declared, errors)`, `states` None when nothing can be traced."""
+    from ..adapters._conventions import made_current
     from ..adapters._port.observe import observe_all
-    from .infer import mesh_context
 
     jobs, errors, cli_mesh = _runs(path, args)
     if not jobs or (args.entry and errors):
         return None, None, errors
     runs = [(j.fn, j.args, j.in_specs, j.out_specs, j.mesh) for j in jobs]
-    with mesh_context(cli_mesh):
+    with made_current(cli_mesh):
         states, declared = observe_all(runs, file=os.path.abspath(path))
     return states, declared, errors
 

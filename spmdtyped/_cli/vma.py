@@ -52,8 +52,9 @@ def run(path: str, args: argparse.Namespace) -> tuple[str, str, list[Any], int]:
     """`(old source, new source, report lines (Changes), status)`: status 0 (JAX accepts the
     migrated module), 1 (an error no edit fixes, or the numbers change), 2 (cannot be read or
     traced)."""
+    from ..adapters._conventions import made_current
     from ..adapters._port import vma
-    from .args import Flags, mesh_context, parse_mesh
+    from .args import Flags, parse_mesh
 
     with open(path, encoding="utf-8") as fh:
         old = fh.read()
@@ -85,13 +86,13 @@ def run(path: str, args: argparse.Namespace) -> tuple[str, str, list[Any], int]:
             made = _discover.job(site, flags, _P(), f"{path}:{site.line}")
             if isinstance(made, str):
                 raise ValueError(made)
-            with mesh_context(made.mesh):   # the call's own mesh (the command line's first)
+            with made_current(made.mesh):   # the call's own mesh (the command line's first)
                 failed = vma.trace_job(made)
             if failed is not None:
                 out.append((failed, site.line))
         return out
 
-    with mesh_context(flags.mesh_obj):
+    with made_current(flags.mesh_obj):
         migration = vma.migrate(path, old, trace, mesh_order=order)
     changes = list(migration.changes)
     status = 1 if any(c.kind == "error" for c in changes) else 0
@@ -115,9 +116,9 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
     could not be checked."""
     import tempfile
 
+    from ..adapters._conventions import made_current
     from ..adapters._port import vma
     from . import discover as _discover
-    from .args import mesh_context
 
     out: list[Any] = []
     notes: list[Any] = []
@@ -135,7 +136,7 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
             made = _discover.job(site, flags, _P(), f"{path}:{line}")
             if isinstance(made, str):
                 continue
-            with mesh_context(made.mesh):   # the call's own mesh (the command line's first)
+            with made_current(made.mesh):   # the call's own mesh (the command line's first)
                 try:
                     differs = vma.compare(job, made, line)
                 except Exception as e:  # noqa: BLE001 - the program's own failure to run
