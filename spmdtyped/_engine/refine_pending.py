@@ -65,11 +65,16 @@ def opaque_error(name: str, axes: list[str], ins: Sequence[Any], out: SpmdType) 
                      f"outputs and cotangents after it (st.opaque(kernel)(...) does both)")
 
 
+def _varying(ins: Sequence[Any]) -> frozenset[str]:
+    """The axes any operand (not a literal) of an opaque equation varies over."""
+    return frozenset().union(*(t.varying for t in ins if t is not LITERAL))
+
+
 def opaque_pending(eqn: Any, name: str, ins: Sequence[Any], outs: Sequence[SpmdType],
                    where: Any, pending: dict[Any, Pending]) -> None:
     """SPMD408, pending at each result of the opaque equation `eqn` that is less varying
     than its inputs (a cast back to Varying excuses it)."""
-    varying = frozenset().union(*(t.varying for t in ins if t is not LITERAL)) if ins else frozenset()
+    varying = _varying(ins)
     for v, o in zip(eqn.outvars, outs, strict=True):
         dropped = varying - o.varying
         if dropped:
@@ -82,7 +87,7 @@ def opaque_call_pending(eqn: Any, ins: Sequence[Any], outs: Sequence[SpmdType], 
     """An opaque result reached the outputs of a call: pending at the call when the call's
     own outputs drop the axes (the line the user wrote), else it was cast back."""
     name = _compat.primitive_name(eqn)
-    varying = frozenset().union(*(t.varying for t in ins if t is not LITERAL)) if ins else frozenset()
+    varying = _varying(ins)
     for v, o in zip(eqn.outvars, outs, strict=True):
         dropped = (varying - o.varying) & inner.axes
         if dropped:
