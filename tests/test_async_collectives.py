@@ -10,7 +10,9 @@ overlaps communication: a tensor-parallel MLP whose row-parallel output is reduc
 over the sequence while the next computation runs, on a dp x tp mesh, under `jax.jit`. The
 right program equals one device on `typed_shard_map`, `checking(step)` and raw JAX, and
 `infer` reports nothing; the bias added before the reduce-scatter is SPMD210 at its line on
-the three faces and wrong in raw JAX. The collectives are not differentiable in JAX (no JVP
+the three faces and wrong in raw JAX. The same layer as an equinox module and as a flax nnx
+module (jnp / jax.nn inside `__call__`, the weights a pytree argument, on a dp x sp x tp mesh):
+equal to one device, and the bias bug SPMD210 at its line in `__call__`. The collectives are not differentiable in JAX (no JVP
 rule), so only forward programs are tested. Skipped where JAX has no async collectives
 (jax 0.10).
 """
@@ -157,3 +159,121 @@ def test_each_start_is_its_collective(name):
     want = jax.jit(jax.shard_map(sync, mesh=mesh, in_specs=P("tp"), out_specs=out))(x)
     np.testing.assert_array_equal(np.asarray(typed(x)), np.asarray(want))
     assert not infer(start, x, mesh=mesh, in_specs=P("tp"), out_specs=out).violations
+
+
+# -- the same layer as an equinox module and a flax nnx module, the way those libraries'
+#    users write it (a module called inside the shard_map'd step, its weights a pytree
+#    argument whose in_specs follow the tree), on a 3-axis dp x sp x tp mesh
+
+def _modules():
+    eqx = pytest.importorskip("equinox")
+    nnx = pytest.importorskip("flax.nnx")
+
+    class EqxMLP(eqx.Module):
+        w1: jax.Array
+        w2: jax.Array
+        b: jax.Array
+        bias_inside: bool = eqx.field(static=True, default=False)
+
+        def __call__(self, x):
+            h = jax.nn.gelu(jnp.einsum("bsd,df->bsf", x, self.w1))
+            y = jnp.einsum("bsf,fd->bsd", h, self.w2)
+            if self.bias_inside:
+                pending = jax.lax.psum_scatter_start(y + self.b, "tp", scatter_dimension=1, tiled=True)  # BUG eqx
+                return pending.done()
+            pending = jax.lax.psum_scatter_start(y, "tp", scatter_dimension=1, tiled=True)
+            rows = x.shape[1] // jax.lax.axis_size("tp")
+            start = jax.lax.axis_index("tp") * rows
+            return jax.lax.dynamic_slice_in_dim(x, start, rows, axis=1) + pending.done() + self.b
+
+    class NnxMLP(nnx.Module):
+        def __init__(self, w1, w2, b, bias_inside=False):
+            self.w1, self.w2, self.b = nnx.Param(w1), nnx.Param(w2), nnx.Param(b)
+            self.bias_inside = bias_inside
+
+        def __call__(self, x):
+            h = jax.nn.gelu(x @ self.w1[...])
+            y = h @ self.w2[...]
+            if self.bias_inside:
+                pending = jax.lax.psum_scatter_start(y + self.b[...], "tp", scatter_dimension=1, tiled=True)  # BUG nnx
+                return pending.done()
+            pending = jax.lax.psum_scatter_start(y, "tp", scatter_dimension=1, tiled=True)
+            rows = x.shape[1] // jax.lax.axis_size("tp")
+            start = jax.lax.axis_index("tp") * rows
+            return jax.lax.dynamic_slice_in_dim(x, start, rows, axis=1) + pending.done() + self.b[...]
+
+    return eqx, nnx, EqxMLP, NnxMLP
+
+
+def _module_line(marker: str) -> int:
+    import inspect
+    lines, start = inspect.getsourcelines(_modules)
+    return start + next(i for i, text in enumerate(lines) if marker in text)
+
+
+MODULE_SPECS = {"w1": P(None, "tp"), "w2": P("tp", None), "b": P()}
+X_SPEC, Y_SPEC = P(("dp", "sp")), P(("dp", "sp"), "tp")
+
+
+def _module_step(lib: str, bias_inside: bool, face: str, mesh3):
+    """A jitted step that calls the layer inside the shard_map, the layer's weights its
+    argument (equinox: the module itself; nnx: `nnx.split`'s state, merged in the body);
+    with its arguments on `mesh3` and on the host."""
+    _eqx, nnx, EqxMLP, NnxMLP = _modules()
+    _args, (x, w1, w2, b) = _inputs(mesh3)
+    weights = (jnp.asarray(w1), jnp.asarray(w2), jnp.asarray(b))
+    if lib == "eqx":
+        params = EqxMLP(*weights, bias_inside)
+        specs = EqxMLP(MODULE_SPECS["w1"], MODULE_SPECS["w2"], MODULE_SPECS["b"], bias_inside)
+
+        def body(m, x):
+            return m(x)
+    else:
+        graphdef, params = nnx.split(NnxMLP(*weights, bias_inside))
+        specs = jax.tree_util.tree_map_with_path(
+            lambda path, _leaf: MODULE_SPECS[str(path[0].key)], params)
+
+        def body(state, x):
+            return nnx.merge(graphdef, state)(x)
+
+    def put(a, spec):
+        return jax.device_put(a, NamedSharding(mesh3, spec))
+
+    args = (jax.tree.map(put, params, specs), put(jnp.asarray(x), X_SPEC))
+    if face == "typed_shard_map":
+        step = jax.jit(typed_shard_map(body, mesh=mesh3, in_specs=(specs, X_SPEC),
+                                       out_specs=Y_SPEC))
+        return step, args, (x, w1, w2, b)
+    step = jax.jit(jax.shard_map(body, mesh=mesh3, in_specs=(specs, X_SPEC), out_specs=Y_SPEC))
+    return (checking(step) if face == "checking" else step), args, (x, w1, w2, b)
+
+
+@pytest.fixture(scope="module")
+def mesh3():
+    return jax.make_mesh((1, 2, 4), ("dp", "sp", "tp"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 3)
+
+
+@pytest.mark.parametrize("lib", ["eqx", "nnx"])
+def test_module_layer_equals_one_device(lib, mesh3):
+    """The right layer, as an equinox / nnx module: equal to one device on both faces and
+    in raw JAX."""
+    for face in ("typed_shard_map", "checking", "raw"):
+        step, args, host = _module_step(lib, False, face, mesh3)
+        np.testing.assert_allclose(np.asarray(step(*args)), np.asarray(reference(*host)),
+                                   rtol=2e-5, atol=2e-5, err_msg=f"{lib} {face}")
+
+
+@pytest.mark.parametrize("lib", ["eqx", "nnx"])
+def test_module_bias_before_the_reduce_scatter_start(lib, mesh3):
+    """The bias added before the start, in the module's `__call__`: SPMD210 at that line on
+    both faces; raw JAX adds it once per tp device."""
+    step, args, (x, w1, w2, b) = _module_step(lib, True, "raw", mesh3)
+    right = np.asarray(jax.nn.gelu(x @ w1) @ w2 + b)
+    np.testing.assert_allclose(np.asarray(step(*args)), right + 3 * b, rtol=2e-5, atol=2e-5)
+    for face in ("typed_shard_map", "checking"):
+        step, args, _host = _module_step(lib, True, face, mesh3)
+        with pytest.raises(st.SpmdTypeError) as ei:
+            step(*args)
+        assert (face, ei.value.code, ei.value.line) == \
+            (face, "SPMD210", _module_line(f"# BUG {lib}")), ei.value
