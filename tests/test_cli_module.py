@@ -451,6 +451,14 @@ def scale(x):
 # decorated before its mesh is current, called after: JAX takes the mesh at the call
 jax.set_mesh(jax.make_mesh((2, 4), ("dp", "tp")))
 z = scale(jax.device_put(jnp.ones(8), P("dp")))
+
+
+@jax.shard_map(in_specs=(), out_specs=P("dp", "tp"))   # no arguments: nothing to shape
+def device_ids():
+    return (jax.lax.axis_index("dp") * 4 + jax.lax.axis_index("tp")).reshape(1, 1)
+
+
+print(device_ids())
 '''
 
 
@@ -467,7 +475,8 @@ def _command(tmp_path: pathlib.Path, path: pathlib.Path, command: str, *flags: s
 def test_infer_reads_a_notebooks_calls(tmp_path):
     """A module written as a notebook's cells (JAX's shard_map tutorial): arrays built inline
     in the calls, names rebound from cell to cell, a jitted step whose in_specs JAX reads from
-    the arguments' shardings, a function decorated before its mesh is current. The shapes,
+    the arguments' shardings, a function decorated before its mesh is current, a body of no
+    arguments (`in_specs=()`). The shapes,
     shardings and mesh come from the calls the import makes (recorded by the profile hook),
     not from the module's names after it: each body is traced as it ran, and the one bug is
     reported. (They used to need --shapes for every body.)"""
@@ -481,6 +490,7 @@ def test_infer_reads_a_notebooks_calls(tmp_path):
     assert re.findall(r"notebook\.py:\d+: SPMD\d+", out) == ["notebook.py:24: SPMD103"], out
     assert 'def mean_loss(batch: Varying["i"]) -> Invariant:' in out
     assert 'def scale(x: Varying["dp"]) -> Varying["dp"]:' in out
+    assert 'def device_ids() -> Varying["dp", "tp"]:' in out
 
 
 NO_OUTPUT = '''

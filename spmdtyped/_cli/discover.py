@@ -104,10 +104,11 @@ class _Recorder:
 
     def _called(self, frame: Any) -> None:
         """A call of a shard_map'd function (JAX's `wrapped(*args)`, the body its free `f`):
-        its arguments are the example arguments of the site that made it, if it has none."""
+        its arguments are the example arguments of the site that made it, if it has none
+        (a body of no arguments, `in_specs=()`, has them: none)."""
         loc = frame.f_locals
         body, args = loc.get("f"), loc.get("args")
-        if body is None or not isinstance(args, tuple) or not args or not _arrays(args):
+        if body is None or not isinstance(args, tuple) or (args and not _arrays(args)):
             return
         for site in reversed(self.sites):
             if site.body is body:
