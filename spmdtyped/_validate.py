@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from ._errors import SpmdTypeError, error
+from ._errors import SpmdTypeError, error, raised_as
 from ._errors import jax_messages as _jax_errors
 
 
@@ -224,8 +224,9 @@ def jax_arguments(op: str) -> Iterator[None]:
     except (TypeError, ValueError, IndexError, AssertionError) as e:
         translated = _jax_errors.translate(e)
         if translated is not None:
-            raise translated from e
+            raise raised_as(translated, e) from e
         first = (str(e).splitlines() or [""])[0][:200] or type(e).__name__
-        raise error("SPMD509", f"{op}: the arguments were rejected ({type(e).__name__}: "
-                    f"{first})", op=op, fix=f"pass {op} the arguments jax.numpy takes "
-                    f"(jax.numpy's documentation of {op.rsplit('.', 1)[-1]})") from e
+        raise raised_as(error(
+            "SPMD509", f"{op}: the arguments were rejected ({type(e).__name__}: {first})",
+            op=op, fix=f"pass {op} the arguments jax.numpy takes (jax.numpy's documentation of "
+            f"{op.rsplit('.', 1)[-1]})"), e) from e

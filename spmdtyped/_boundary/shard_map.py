@@ -23,7 +23,7 @@ from .._engine.check import (
     unfollowed,
 )
 from .._engine.walk import function_source, locate, raised_at
-from .._errors import SpmdTypeError, error, error_context
+from .._errors import SpmdTypeError, error, error_context, raised_as
 from .._errors.jax_messages import jax_errors
 
 # _autodiff: importing it lets jax.grad / eqx.filter_grad differentiate typed losses in the
@@ -234,7 +234,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any = None,
             if e.code in ("SPMD401", "SPMD404") and e.source is None:
                 cause = engine_cause(m, specs, raw_args, manual)
                 if cause is not None:
-                    raise cause from e
+                    raise raised_as(cause, e) from e
                 locate(e, function_source(f))
             raise   # (any other: located by `errors_at_the_call`, around every face's call)
 
@@ -331,15 +331,17 @@ def in_spec_errors(where: str, op: str) -> Iterator[None]:
             raise
         first = str(e).split("\n")[0]
         if isinstance(e, ValueError):
-            raise error("SPMD403", f"{where}: JAX rejected in_specs: {first}", op=op,
-                        fix="shard the argument to match its spec (jax.device_put with "
-                            "NamedSharding(mesh, spec)), or use an Explicit mesh for "
-                            "reduced/unreduced specs") from e
+            raise raised_as(error(
+                "SPMD403", f"{where}: JAX rejected in_specs: {first}", op=op,
+                fix="shard the argument to match its spec (jax.device_put with "
+                    "NamedSharding(mesh, spec)), or use an Explicit mesh for "
+                    "reduced/unreduced specs"), e) from e
         # e.g. an argument sharded over Explicit axes that its spec (None) leaves unmapped:
         # JAX closes over it and has no lowering for that
-        raise error("SPMD403", f"{where}: JAX cannot honour in_specs here: {first}", op=op,
-                    fix="give the argument a PartitionSpec (P() replicates it) instead of None, "
-                        "or reshard it first") from e
+        raise raised_as(error(
+            "SPMD403", f"{where}: JAX cannot honour in_specs here: {first}", op=op,
+            fix="give the argument a PartitionSpec (P() replicates it) instead of None, "
+                "or reshard it first"), e) from e
 
 
 def rejects_in_specs(e: BaseException) -> bool:

@@ -21,7 +21,7 @@ import functools
 import re
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import ParamSpec, TypedDict, TypeVar, Unpack
+from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack
 
 from . import pages as _error_pages
 from . import pages_boundary as _error_pages_boundary
@@ -296,6 +296,65 @@ def error(code: str, headline: str, **fields: Unpack[ErrorFields]) -> SpmdTypeEr
         built.append((code, frozenset((f.filename, f.lineno or 0)
                                       for f in traceback.extract_stack())))
     return REGISTRY[code].category(headline, code=code, **fields)
+
+
+#: the exception classes of JAX's that an error raised in place of JAX's also is (`raised_as`):
+#: Python's own, which `except` clauses around a `jax.shard_map` call name; not JAX's internal
+#: assertions
+_KEPT_CLASSES = (ValueError, TypeError, NameError, IndexError, KeyError, NotImplementedError)
+#: (category, JAX's class) -> the category that is also JAX's class (`raised_as`)
+_AS_JAX: dict[tuple[type[SpmdTypeError], type[Exception]], type[SpmdTypeError]] = {}
+
+
+def jax_class(e: BaseException) -> type[Exception] | None:
+    """The exception class JAX raised where `e` was raised: `e`'s own for JAX's exception,
+    the class an error raised in its place keeps (`raised_as`); None for an error of
+    spmdtyped's own finding, or a class `raised_as` does not keep."""
+    if isinstance(e, SpmdTypeError):
+        return getattr(type(e), "jax_class", None)
+    cls = type(e)
+    return cls if cls.__module__ == "builtins" and issubclass(cls, _KEPT_CLASSES) else None
+
+
+def raised_as(err: SpmdTypeError, jax_error: BaseException | None) -> SpmdTypeError:
+    """`err`, raised in place of `jax_error` (JAX's exception, or an SpmdTypeError raised in
+    place of one), made an instance of JAX's class too (`jax_class`): a drop-in's
+    `except ValueError:` around the call keeps catching what JAX raised there (JAX's in_specs
+    and out_specs errors and its collectives' state errors are ValueErrors; spmdtyped's are
+    TypeErrors). Its category, code and fields are unchanged."""
+    kept = None if jax_error is None else jax_class(jax_error)
+    if kept is None or isinstance(err, kept):
+        return err
+    base = type(err)
+    if getattr(base, "jax_class", None) is not None:   # (one class JAX's: the base's)
+        base = base.__mro__[1]
+    err.__class__ = _as_jax(base, kept)
+    return err
+
+
+def _as_jax(base: type[SpmdTypeError], kept: type[Exception]) -> type[SpmdTypeError]:
+    """The class `base` and `kept` (`raised_as`), made once; named and documented as `base`."""
+    cls = _AS_JAX.get((base, kept))
+    if cls is None:
+        cls = _AS_JAX[(base, kept)] = type(base.__name__, (base, kept), {
+            "__module__": base.__module__, "__qualname__": base.__qualname__,
+            "__doc__": base.__doc__, "jax_class": kept, "__reduce__": _reduce})
+    return cls
+
+
+def _reduce(self: SpmdTypeError) -> tuple[Any, ...]:
+    """Pickle an error `raised_as` made (its class is no module's attribute): by its category
+    and JAX's class."""
+    cls = type(self)
+    return (_rebuilt, (cls.__mro__[1], cls.jax_class, self.args), self.__dict__)  # type: ignore[attr-defined]
+
+
+def _rebuilt(base: type[SpmdTypeError], kept: type[Exception], args: tuple[Any, ...]
+             ) -> SpmdTypeError:
+    cls = _as_jax(base, kept)
+    err = cls.__new__(cls, *args)
+    err.args = args
+    return err
 
 
 #: `(code, {(file, line) of the stack}) for each error built while `built_errors()` is active

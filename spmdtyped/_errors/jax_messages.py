@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from .. import _compat, _surface
 from .._frames import in_package_note, innermost_user, package_call_site
 from .._rules.axis_ops import AXIS_OPS
-from . import SpmdTypeError, error
+from . import SpmdTypeError, error, raised_as
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,4 +405,4 @@ def jax_errors(where: str | None = None) -> Iterator[None]:
             if note is not None and note not in getattr(e, "__notes__", ()):
                 e.add_note(note)
             raise
-        raise err from e
+        raise raised_as(err, e) from e

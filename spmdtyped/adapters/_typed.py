@@ -39,7 +39,7 @@ from .._boundary.shard_map import (
 )
 from .._engine.check import check_shard_map, check_staged, over_arrays, run_checked
 from .._engine.walk import function_source, located, raised_at
-from .._errors import SpmdTypeError, error, error_context
+from .._errors import SpmdTypeError, error, error_context, raised_as
 from .._errors.jax_messages import jax_errors, translate
 from ._conventions import (
     fn_name,
@@ -128,7 +128,7 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
             except SpmdTypeError as e:
                 # a rejected program: report its first violation in program order (the jaxpr
                 # walk, when JAX accepts the program), else the second trace's
-                raise first_violation(m, specs, args, e) or e from e.__cause__
+                raise raised_as(first_violation(m, specs, args, e) or e, e) from e.__cause__
             except Exception as jax_error:
                 if rejects_in_specs(jax_error):
                     # an argument against its in_spec, which JAX checks before the body:
@@ -140,7 +140,7 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
                 found = first_violation(m, specs, args, None)
                 if found is None:
                     raise
-                raise found from jax_error
+                raise raised_as(found, jax_error) from jax_error
 
     #: input signatures whose check_vma=False body was analysed
     analysed: set[Any] = set()
@@ -282,7 +282,7 @@ def _traced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
                 e, mesh, _compat.mesh_axis_names(mesh))
             if unknown is None:
                 raise
-            raise unknown from e
+            raise raised_as(unknown, e) from e
 
     # (Python numbers too are closed over: a step may use them as static values)
     on_arrays, leaves = over_arrays(call, (args, kwargs), numbers=False)
@@ -300,7 +300,7 @@ def _traced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
             # engine), for the first violation in program order, the cause (the psum missing
             # after a row-parallel projection) rather than its symptom at the boundary
             found = _rejected_call_violation(rejected[-1], found)
-        raise found from e
+        raise raised_as(found, e) from e
 
 
 def _first_violation(f: Callable[..., Any], args: Any, *, mesh: Any, in_specs: Any,
@@ -342,4 +342,4 @@ def _translating() -> Iterator[None]:
         where = None if e.source is not None else raised_at(e)
         if where is None:
             raise
-        raise located(e, where).with_traceback(e.__traceback__) from e.__cause__
+        raise raised_as(located(e, where), e).with_traceback(e.__traceback__) from e.__cause__
