@@ -105,6 +105,9 @@ SLOW_MODULES = frozenset({
     "test_jax_tutorial",
     # flax's own nnx.shard_map tests, as flax runs them and checked (two processes)
     "test_flax_suite",
+    # the command line on modules written as scripts and notebooks, each in its own process
+    # (~75 s of CPU; `test_porting_cli` keeps the command line's fast cases in `make test`)
+    "test_cli_module",
 })
 
 
