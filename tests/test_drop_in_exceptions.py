@@ -109,3 +109,17 @@ def test_the_kept_class_survives_pickle_and_a_second_error(mesh):
     assert isinstance(again, ValueError) and isinstance(again, st.SpmdTypeError)
     assert again.code == "SPMD403" and str(again) == str(ei.value)
     assert type(again) is type(ei.value)
+
+
+def test_only_plain_classes_are_kept():
+    """Python's classes of the plain layout and message only: a NameError (its `name` field)
+    or a KeyError (it quotes its message) raised by JAX leaves spmdtyped's error as it is, and
+    so does JAX's internal AssertionError."""
+    from spmdtyped._errors import error, jax_class, raised_as
+
+    for cls, kept in ((ValueError, True), (IndexError, True), (NotImplementedError, True),
+                      (NameError, False), (KeyError, False), (AssertionError, False)):
+        err = raised_as(error("SPMD501", "an axis the mesh lacks"), cls("JAX's message"))
+        assert isinstance(err, cls) is kept, cls
+        assert (jax_class(err) is cls) is kept and err.code == "SPMD501"
+        assert str(err).startswith("an axis the mesh lacks"), str(err)

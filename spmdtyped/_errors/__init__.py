@@ -299,9 +299,10 @@ def error(code: str, headline: str, **fields: Unpack[ErrorFields]) -> SpmdTypeEr
 
 
 #: the exception classes of JAX's that an error raised in place of JAX's also is (`raised_as`):
-#: Python's own, which `except` clauses around a `jax.shard_map` call name; not JAX's internal
-#: assertions
-_KEPT_CLASSES = (ValueError, TypeError, NameError, IndexError, KeyError, NotImplementedError)
+#: Python's own, which `except` clauses around a `jax.shard_map` call name, of the plain
+#: exception layout and message (not NameError, whose `name` field an SpmdTypeError cannot
+#: share, nor KeyError, which quotes its message); not JAX's internal assertions
+_KEPT_CLASSES = (ValueError, TypeError, IndexError, NotImplementedError)
 #: (category, JAX's class) -> the category that is also JAX's class (`raised_as`)
 _AS_JAX: dict[tuple[type[SpmdTypeError], type[Exception]], type[SpmdTypeError]] = {}
 
@@ -313,7 +314,8 @@ def jax_class(e: BaseException) -> type[Exception] | None:
     if isinstance(e, SpmdTypeError):
         return getattr(type(e), "jax_class", None)
     cls = type(e)
-    return cls if cls.__module__ == "builtins" and issubclass(cls, _KEPT_CLASSES) else None
+    return cls if cls.__module__ == "builtins" and issubclass(cls, _KEPT_CLASSES) \
+        and cls.__basicsize__ == TypeError.__basicsize__ else None
 
 
 def raised_as(err: SpmdTypeError, jax_error: BaseException | None) -> SpmdTypeError:
