@@ -55,6 +55,35 @@ def run(layers: int = 32, rounds: int = 10, check_off_rounds: int = 4) -> TraceR
     return TraceResult(layers, cpu, wall, off)
 
 
+def run_drop_in(layers: int = 128, rounds: int = 8) -> Timings:
+    """The same step as the code users write (`examples/transformer.py`'s `step_raw`: jnp and
+    `jax.lax` in the body, `jax.value_and_grad`) under the drop-in
+    `st.adapters.typed_shard_map` (the engine on) vs `jax.shard_map`, traced and lowered
+    alternately as `run` does; thread CPU seconds. The typed row of `run` adds the `st.*`
+    dialect's own checks of typed values to the engine."""
+    import jax
+
+    from spmdtyped.adapters import typed_shard_map
+
+    m = import_example("transformer")
+    mesh = m.make_mesh()
+    args = m.make_inputs(mesh, layers=layers)
+    in_specs, out_specs = m.specs(layers)
+
+    def fresh(which: int) -> Any:
+        smap = typed_shard_map if which == 0 else jax.shard_map
+        return jax.jit(smap(m.step_raw, mesh=mesh, in_specs=in_specs, out_specs=out_specs))
+
+    for which in (0, 1):
+        fresh(which).lower(*args)
+
+    def lower(program: Any) -> None:
+        program.lower(*args)
+
+    _, cpu = interleaved(lower, lower, rounds, cpu_clock=time.thread_time, prepare=fresh)
+    return cpu
+
+
 def profile(layers: int = 32) -> tuple[float, float]:
     """Noise-free view of the same work: (Python function calls typed / raw, share of the
     typed trace + lower spent in spmdtyped's own frames), from one cProfile run of each."""
@@ -193,6 +222,10 @@ if __name__ == "__main__":
     big = run(layers=128, rounds=max(2, rounds // 3), check_off_rounds=1)
     print(f"128 layers, engine on: cpu typed/raw {big.cpu.ratio:.3f}  "
           f"typed min {min(big.cpu.a):.3f}s raw min {min(big.cpu.b):.3f}s  {big.cpu.spread()}")
+    drop_in = run_drop_in(128, rounds=max(2, rounds // 3))
+    print(f"128 layers, the raw step under typed_shard_map (the engine on the code users "
+          f"write): cpu typed/raw {drop_in.ratio:.3f}  typed min {min(drop_in.a):.3f}s raw min "
+          f"{min(drop_in.b):.3f}s  {drop_in.spread()}")
     calls, share = profile(32)
     print(f"32 layers, Python function calls typed / raw {calls:.3f} (counted: steady on a "
           f"noisy machine); spmdtyped's own frames {share:.1%} of the typed trace + lower")

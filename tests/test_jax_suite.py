@@ -30,7 +30,8 @@ ROOT = pathlib.Path(__file__).parents[1]
 #: test id -> (kind, the code typed_shard_map raises there):
 #: - "caught": JAX's test expects JAX's error (`assertRaises...`); spmdtyped raises its own,
 #:   with the code and the user's line, before or instead of JAX's (the message JAX's test
-#:   matches is not spmdtyped's);
+#:   matches is not spmdtyped's; where spmdtyped's replaces JAX's, it is of JAX's class and
+#:   names JAX's first line, `_errors.raised_as`, and such a test passes);
 #: - "strict": the test computes per device on purpose, or relies on JAX accepting what a
 #:   rule of `_rules.STRICTER_THAN_JAX` refuses (that code's row there, on docs/refinement.md
 #:   and docs/porting.md); the program runs under `with st.allow(code):` in its body;
@@ -43,14 +44,13 @@ KNOWN: dict[str, tuple[str, str]] = {
         "test_error_for_variable_num_args": "SPMD402",
         "test_functools_partial_rank_error": "SPMD402", "test_in_spec_none_rank_errors": "SPMD402",
         "test_matmul_unreduced_error": "SPMD401", "test_no_mesh_context_error": "SPMD506",
-        "test_partial_auto_error_wrong_in_specs": "SPMD503", "test_pcast_to_unreduced": "SPMD104",
+        "test_partial_auto_error_wrong_in_specs": "SPMD503",
         "test_pvary_explicit_axes_error": "SPMD501", "test_rank_errors": "SPMD402",
         "test_replication_checker_eager": "SPMD401", "test_replication_checker_jit": "SPMD401",
         "test_scan_pvary_errors": "SPMD302", "test_scan_pvary_errors2": "SPMD302",
         "test_scan_rep_rule": "SPMD401", "test_shmap_empty_mesh_error": "SPMD501",
-        "test_temporary_error_suppression_flag": "SPMD403",
         "test_tree_prefix_error": "SPMD402", "test_vma_out_specs_error_check": "SPMD401",
-        "test_vmap_spmd_axis_name_error": "SPMD403", "test_while_rep_rule": "SPMD401",
+        "test_while_rep_rule": "SPMD401",
     }.items()},
     **{f"ShardMapTest::{t}": ("strict", code) for t, code in {
         # a collective over an axis where its input is already Invariant
@@ -77,8 +77,7 @@ KNOWN_BY_SUITE: dict[str, dict[str, tuple[str, str]]] = {
     "jax_0_10_2_shard_map.py": {
         # JAX's error for these changed (or they fail as jax 0.12.0.1 runs cec06d1's file)
         **{f"ShardMapTest::{t}": ("caught", code) for t, code in {
-            "test_eager_unreduced_out": "SPMD202", "test_shmap_auto_unreduced_error": "SPMD403",
-            "test_sin_unreduced_error": "SPMD202",
+            "test_shmap_auto_unreduced_error": "SPMD403",
         }.items()},
         # a Varying output under out_specs P(unreduced=...) (jax 0.10 casts it, 0.12 refuses;
         # cec06d1's tests no longer rely on the cast)
