@@ -1,6 +1,7 @@
 """JAX's manual-axis errors, translated: each message JAX raises about manual-axis types (jax
 0.10 and 0.12) maps to an SPMD code, with the user's line, the operand states JAX printed and
-the fix; JAX's exception is chained (`raise ... from jax_error`).
+the fix; JAX's exception is chained (`raise ... from jax_error`), and the error is of JAX's
+exception class too (`raised_as`: a `ValueError` where JAX raised one).
 
 `TABLE` is the map (one row per JAX message; docs/porting.md prints it); `translate(e)` returns
 the SpmdTypeError for a JAX exception, or None when the message is not a manual-axis error;
