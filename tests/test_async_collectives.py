@@ -11,10 +11,10 @@ over the sequence while the next computation runs, on a dp x tp mesh, under `jax
 right program equals one device on `typed_shard_map`, `checking(step)` and raw JAX, and
 `infer` reports nothing; the bias added before the reduce-scatter is SPMD210 at its line on
 the three faces and wrong in raw JAX. The same layer as an equinox module and as a flax nnx
-module (jnp / jax.nn inside `__call__`, the weights a pytree argument, on a dp x sp x tp mesh):
-equal to one device, and the bias bug SPMD210 at its line in `__call__`. The collectives are not differentiable in JAX (no JVP
-rule), so only forward programs are tested. Skipped where JAX has no async collectives
-(jax 0.10).
+module (jnp / jax.nn inside `__call__`, the weights a pytree argument, on a dp x sp x tp
+mesh): equal to one device, and the bias bug SPMD210 at its line in `__call__`. The
+collectives are not differentiable in JAX (no JVP rule), so only forward programs are tested.
+Skipped where JAX has no async collectives (jax 0.10).
 """
 
 from __future__ import annotations
