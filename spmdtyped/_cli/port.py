@@ -26,9 +26,9 @@ from typing import Any
 import libcst as cst
 
 
-def _runs(path: str, args: argparse.Namespace) -> tuple[list[Any], list[str], Any]:
-    """The bodies of `path` to observe (`discover.Job`s), the messages of those that cannot
-    be traced, and the command line's mesh (None: each body's own)."""
+def _runs(path: str, args: argparse.Namespace) -> tuple[list[Any], list[str]]:
+    """The bodies of `path` to observe (`discover.Job`s, each on the command line's mesh
+    when it gives one, else its own) and the messages of those that cannot be traced."""
     import inspect
 
     from .args import parse_mesh
@@ -65,20 +65,20 @@ def _runs(path: str, args: argparse.Namespace) -> tuple[list[Any], list[str], An
                 jobs.append(made)
     # code run with check_vma=False keeps its raw body (on typed_shard_map): not observed
     jobs = [j for j in jobs if j.check_vma is True]
-    return jobs, errors, flags.mesh_obj
+    return jobs, errors
 
 
 def _observed_states(path: str, args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     """Checked mode: `(states, declared, errors)`, `states` None when nothing can be traced."""
-    from ..adapters._conventions import made_current
     from ..adapters._port.observe import observe_all
 
-    jobs, errors, cli_mesh = _runs(path, args)
+    jobs, errors = _runs(path, args)
     if not jobs or (args.entry and errors):
         return None, None, errors
+    # (each run is traced with its own mesh current: `observe`, the command line's mesh when
+    # it gives one, `_discover.job`)
     runs = [(j.fn, j.args, j.in_specs, j.out_specs, j.mesh) for j in jobs]
-    with made_current(cli_mesh):
-        states, declared = observe_all(runs, file=os.path.abspath(path))
+    states, declared = observe_all(runs, file=os.path.abspath(path))
     return states, declared, errors
 
 
