@@ -347,8 +347,9 @@ class _Port(cst.CSTTransformer):
             adapter = cst.parse_expression(f"{self.st}.adapters.typed_shard_map")
             self.need_st = self.need_st or vma_off or no_out
             if (vma_off or no_out) and dotted(original.func) in self.info.shard_map_names:
-                # code run with check_vma=False: st.shard_map's typed values refuse raw JAX
-                # there (the states are lost); typed_shard_map keeps the body's values raw
+                # code run with check_vma=False (st.shard_map's typed values refuse raw JAX
+                # there: the states are lost) or returning nothing: typed_shard_map keeps the
+                # body's values raw and JAX's out_specs
                 self.changes.append(f"{dotted(original.func)} -> {self.st}.adapters."
                                     f"typed_shard_map ({why})")
                 return updated.with_changes(func=adapter)
