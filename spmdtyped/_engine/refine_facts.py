@@ -83,8 +83,10 @@ def var_type(v: Any, types: Mapping[Any, SpmdType] | None) -> SpmdType:
 
 
 def shape_of(v: Any) -> tuple[int, ...]:
+    """The shape of the value `v`: its extents as ints, a symbolic one (`jax.export`'s shape
+    polymorphism) kept as JAX's dimension expression (`_rules.refine.shape.dims`)."""
     aval = getattr(v, "aval", None)
-    return tuple(map(int, getattr(aval, "shape", ()) or ()))
+    return _rs.dims(getattr(aval, "shape", ()) or ())
 
 
 def eqn_axes(eqn: Any) -> tuple[str, ...]:

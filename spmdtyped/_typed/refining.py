@@ -57,8 +57,8 @@ def shape_of(x: Any) -> tuple[int, ...] | None:
     shape = getattr(raw, "shape", None)
     if type(shape) is tuple and all(type(d) is int for d in shape):  # a tracer's, as it is
         return shape
-    if shape is not None:
-        return tuple(int(d) for d in shape)
+    if shape is not None:   # numpy ints; a symbolic extent as it is (`rs.dims`)
+        return rs.dims(shape)
     if isinstance(raw, (bool, int, float, complex)):
         return ()
     return None
@@ -424,6 +424,14 @@ def _refined(kind: str, name: str, operands: Sequence[Any], refs: list[Refinemen
 # ---------------------------------------------------------------------------------- indexing
 
 
+def _whole(i: slice, extent: Any) -> bool:
+    """Whether the slice `i` takes the whole of a dimension of `extent`: any `:` does; on a
+    symbolic extent (`jax.export`'s `2*b`, which `slice.indices` refuses) only that."""
+    if i.start is None and i.stop is None and i.step is None:
+        return True
+    return type(extent) is int and i.indices(extent) == (0, extent, 1)
+
+
 def index_items(idx: Any, shape: Sequence[int]) -> list[str]:
     """The static items of `x[idx]` as `refine_shape.index` reads them."""
     items = idx if isinstance(idx, tuple) else (idx,)
@@ -437,7 +445,7 @@ def index_items(idx: Any, shape: Sequence[int]) -> list[str]:
             dim = len(shape) - sum(1 for j in items if j is not None and j is not Ellipsis)
             continue
         elif isinstance(i, slice):
-            full = dim < len(shape) and i.indices(shape[dim]) == (0, shape[dim], 1)
+            full = dim < len(shape) and _whole(i, shape[dim])
             out.append("slice:full" if full else "slice:part")
         elif isinstance(i, (int, np.integer)) and not isinstance(i, bool):
             out.append("int")

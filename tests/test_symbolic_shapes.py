@@ -1,0 +1,135 @@
+"""Shape polymorphism (`jax.export` with symbolic dimensions) through every face.
+
+A program exported for a symbolic batch (`export.symbolic_args_specs(args, "2*b, _")`) is
+traced with dimension expressions in its shapes: `int()` of one raises JAX's
+`InconclusiveDimensionOperation`. The engine read every extent with `int()`, so
+`typed_shard_map` crashed on programs JAX exports (found by running JAX's own
+`tests/export_test.py`, `test_shard_map_collective_permute_poly_*`, through it). Extents are
+now read by `_rules.refine.shape.dims` (a symbolic one kept as it is), so:
+
+- a right program exports under `typed_shard_map`, `st.shard_map` and `jax.jit(checking(step))`
+  to the same StableHLO as under `jax.shard_map`, and its exported call computes what the raw
+  one does (a ring `ppermute`: JAX 0.10.2 cannot call an exported psum on CPU, "Error refining
+  shapes", raw or typed, so the psum programs are compared by their StableHLO);
+- the bias added before the psum of a row-parallel projection (written with `jax.nn` and
+  `jnp.einsum`, as a function and inside an equinox module) is SPMD210 at its line, with the
+  batch symbolic, where `jax.shard_map` exports it silently.
+"""
+
+from __future__ import annotations
+
+import re
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export, lax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import spmdtyped as st
+from spmdtyped.adapters import checking, typed_shard_map
+
+SPECS = (P("dp", None), P(None, "tp"), P("tp", None), P())
+POLY = ("2*b, _", None, None, None)
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("dp", "tp"))
+
+
+def mlp(x, w1, w2, b):   # Megatron's row-parallel projection, its bias after the psum
+    h = jax.nn.gelu(jnp.einsum("bd,df->bf", x, w1))
+    return lax.psum(h @ w2, "tp") + b
+
+
+def mlp_bias_before_psum(x, w1, w2, b):
+    h = jax.nn.gelu(jnp.einsum("bd,df->bf", x, w1))
+    return lax.psum(h @ w2 + b, "tp")  # BUG fn
+
+
+class Block(eqx.Module):
+    w1: jax.Array
+    w2: jax.Array
+    b: jax.Array
+
+    def __call__(self, x):
+        h = jax.nn.relu(x @ self.w1)
+        y = h @ self.w2 + self.b  # BUG eqx
+        return lax.psum(y, "tp")
+
+
+def block_body(x, w1, w2, b):
+    return Block(w1, w2, b)(x)
+
+
+def ring(x, w1, w2, b):   # each dp row's shard passed on to the next
+    n = lax.axis_size("dp")
+    return lax.ppermute(jnp.tanh(x), "dp", perm=[(j, (j + 1) % n) for j in range(n)])
+
+
+def _args():
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((16, 8), np.float32), rng.standard_normal((8, 32), np.float32),
+            rng.standard_normal((32, 8), np.float32), rng.standard_normal((8,), np.float32))
+
+
+def _program(face, body, mesh):
+    smap = {"raw": jax.shard_map, "typed_shard_map": typed_shard_map, "st.shard_map": st.shard_map,
+            "checking": lambda f, **kw: checking(jax.shard_map(f, **kw))}[face]
+    return jax.jit(smap(body, mesh=mesh, in_specs=SPECS, out_specs=P("dp", None)),
+                   in_shardings=tuple(NamedSharding(mesh, s) for s in SPECS))
+
+
+FACES = ("typed_shard_map", "st.shard_map", "checking")
+
+
+def _export(program):
+    return export.export(program)(*export.symbolic_args_specs(_args(), POLY))
+
+
+def _code(module):
+    """The StableHLO text without its source locations (the two exports' call lines differ)."""
+    lines = [re.sub(r" loc\(#loc\d*\)", "", line) for line in module.splitlines()
+             if not line.startswith("#loc")]
+    return "\n".join(lines)
+
+
+def _line_of(marker):
+    with open(__file__) as f:
+        return next(i for i, line in enumerate(f, 1) if line.rstrip().endswith(marker))
+
+
+@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize("body", [mlp, ring], ids=["mlp", "ring"])
+def test_a_right_program_exports_as_jax_shard_map_does(face, body, mesh):
+    raw = _export(_program("raw", body, mesh))
+    typed = _export(_program(face, body, mesh))
+    assert str(typed.in_avals[0].shape) == "(2*b, 8)"
+    assert _code(typed.mlir_module()) == _code(raw.mlir_module())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_the_exported_ring_computes_what_the_raw_one_does(face, mesh):
+    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(_args(), SPECS,
+                                                                         strict=True)]
+    raw = _export(_program("raw", ring, mesh)).call(*placed)
+    typed = _export(_program(face, ring, mesh)).call(*placed)
+    x = _args()[0]
+    want = np.concatenate(np.split(np.tanh(x), 2)[::-1])   # the two dp rows swapped
+    np.testing.assert_allclose(np.asarray(raw), want, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(typed), np.asarray(raw))
+
+
+@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize("body,marker", [(mlp_bias_before_psum, "# BUG fn"),
+                                         (block_body, "# BUG eqx")], ids=["function", "eqx"])
+def test_the_bias_before_the_psum_is_caught_with_a_symbolic_batch(face, body, marker, mesh):
+    _export(_program("raw", body, mesh))   # JAX exports it: the bias is added once per tp device
+    with pytest.raises(st.SpmdTypeError) as got:
+        _export(_program(face, body, mesh))
+    assert got.value.code == "SPMD210"
+    assert got.value.source == f"{__file__}:{_line_of(marker)}"
