@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental.hijax import HiPspec
 from jax.sharding import PartitionSpec
 
 from ._errors import SpmdTypeError, error, raised_as
@@ -55,14 +56,19 @@ def axis_names_arg(axis_names: Any, op: str) -> frozenset[str]:
               'axis_names={"dp"}')
 
 
-def spec_tree(specs: Any, op: str, what: str) -> None:
+def spec_tree(specs: Any, op: str, what: str, *, hijax: bool = False) -> None:
     """Every leaf of an in_specs / out_specs pytree is a PartitionSpec or None, and each entry
-    of a PartitionSpec is None, an axis name or a tuple of axis names."""
+    of a PartitionSpec is None, an axis name or a tuple of axis names. `hijax`: a hijax type's
+    spec (`jax.experimental.hijax.HiPspec`) is a leaf too, JAX's to check (the drop-in)."""
     leaves = jax.tree_util.tree_leaves(
         specs, is_leaf=lambda s: s is None or isinstance(s, PartitionSpec))
     for spec in leaves:
-        if spec is None:
+        if spec is None or (hijax and isinstance(spec, HiPspec)):
             continue
+        if isinstance(spec, HiPspec):
+            raise bad(op, what, spec, "a PartitionSpec (or a pytree of them): a hijax type's "
+                      "spec is taken by `st.adapters.typed_shard_map`, which leaves hijax "
+                      "values to JAX's checks", f'{what}=P("dp")')
         if not isinstance(spec, PartitionSpec):
             raise bad(op, what, spec, "a PartitionSpec (or a pytree of them)",
                       f'{what}=P("dp") or {what}=(P("dp"), P())')
@@ -189,18 +195,19 @@ def pred_arg(p: Any, op: str) -> None:
 
 
 def shard_map_args(f: Any, mesh: Any, in_specs: Any, out_specs: Any, axis_names: Any,
-                   op: str, *, infer: Any) -> frozenset[str]:
+                   op: str, *, infer: Any, hijax: bool = False) -> frozenset[str]:
     """The arguments of `st.shard_map`, `adapters.typed_shard_map` and `adapters.infer`
     (`f` None: the decorator form; `in_specs is infer`: JAX's Infer): the function, the mesh,
-    the specs and `axis_names` (returned as a set)."""
+    the specs (`hijax`: hijax types' specs taken, `spec_tree`) and `axis_names` (returned as a
+    set)."""
     if f is not None:
         callable_arg(f, op)
     if mesh is not None:
         mesh_arg(mesh, op)
     names = axis_names_arg(axis_names, op)
     if in_specs is not infer:
-        spec_tree(in_specs, op, "in_specs")
-    spec_tree(out_specs, op, "out_specs")
+        spec_tree(in_specs, op, "in_specs", hijax=hijax)
+    spec_tree(out_specs, op, "out_specs", hijax=hijax)
     return names
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental.hijax import HiPspec
 
 from .. import _compat, _rules, _surface
 from .._errors import ALLOW_SCOPES, WRONG_EITHER_WAY, SpmdTypeError, built_errors, error
@@ -118,6 +119,12 @@ def _check(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: st
     walk = Walk(record_steps=steps)
     inner = eqn.params["jaxpr"]
     inner = getattr(inner, "jaxpr", inner)
+    if hi_specs(eqn):
+        # hijax types (`jax.experimental.hijax`, through `typed_shard_map` or `checking`):
+        # their values and specs are the type's own, which no rule of the engine reads; JAX
+        # checks them (listed as a gap of the walk)
+        walk.mismatches.append(f"{where}: {_HI_REASON}")
+        return Checked(walk, [], [])
     if not eqn.params.get("check_vma", True):
         # JAX recorded no state: the program that runs is walked for what it computes
         # (`unchecked`: the gradients its autodiff leaves unsummed or sums twice)
@@ -159,6 +166,18 @@ def _check(eqn: Any, *, manual: Sequence[str], mesh: Any, source: Any, where: st
             v for v in in_program_order(inner, walk.violations, source)
             if not opted_out(v, inner) and not raised_before(v, caught)])
     return Checked(walk, in_types, out_types)
+
+
+#: why a shard_map of hijax types is not walked (`_check`)
+_HI_REASON = ("a hijax type's spec (`jax.experimental.hijax.HiPspec`): the engine reads no "
+              "hijax type; JAX's own checks apply to this shard_map")
+
+
+def hi_specs(eqn: Any) -> bool:
+    """Whether an in_spec or out_spec of the shard_map equation `eqn` is a hijax type's."""
+    return any(isinstance(s, HiPspec)
+               for s in jax.tree_util.tree_leaves((eqn.params.get("in_specs", ()),
+                                                   eqn.params.get("out_specs", ()))))
 
 
 def staged_shard_maps(jaxpr: Any) -> Any:

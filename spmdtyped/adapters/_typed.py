@@ -96,7 +96,8 @@ def typed_shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Any,
         ```
     """
     axis_names = set(_validate.shard_map_args(f, mesh, in_specs, out_specs, axis_names,
-                                              "typed_shard_map", infer=_compat.INFER))
+                                              "typed_shard_map", infer=_compat.INFER,
+                                              hijax=True))
     # (out_specs=None is JAX's empty pytree: a body that returns None, as jax.shard_map takes it)
     if f is None:
         return functools.partial(typed_shard_map, mesh=mesh, in_specs=in_specs,
