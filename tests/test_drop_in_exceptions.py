@@ -81,6 +81,28 @@ def test_a_collective_of_a_reduced_value_is_still_a_value_error(mesh):
             assert ei.value.code == "SPMD101", (name, ei.value)
 
 
+def test_a_replicated_input_mixed_with_a_reduced_one_keeps_jaxs_class():
+    """JAX: "Inputs cannot be replicated on the same axes that another input is reduced on",
+    its own `ShardingTypeError` (not exported; JAX's `pjit_test.py` asserts it around a
+    shard_map); spmdtyped: SPMD203, an instance of JAX's class too."""
+    mesh = jax.make_mesh((2, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Explicit,) * 2,
+                         devices=jax.devices()[:4])
+    arr1 = jax.device_put(np.arange(8.0).reshape(4, 2), NamedSharding(mesh, P("x", reduced={"y"})))
+    arr2 = jax.device_put(np.arange(8.0).reshape(4, 2), NamedSharding(mesh, P("x", None)))
+
+    def f(x, y):
+        return jax.lax.add(x, y).sum()
+
+    with jax.set_mesh(mesh):
+        with pytest.raises(Exception) as raw:
+            jax.jit(jax.shard_map(f, out_specs=P()))(arr1, arr2)
+        jax_cls = type(raw.value)
+        assert jax_cls.__name__ == "ShardingTypeError"
+        with pytest.raises(jax_cls) as got:
+            jax.jit(typed_shard_map(f, out_specs=P()))(arr1, arr2)
+    assert got.value.code == "SPMD203" and isinstance(got.value, st.SpmdTypeError)
+
+
 def test_a_bug_jax_accepts_is_spmdtypeds_alone(mesh):
     """The bias added before the psum of a row-parallel projection: JAX computes it (wrong),
     spmdtyped raises SPMD210, a TypeError that `except ValueError` does not catch."""

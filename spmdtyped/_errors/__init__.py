@@ -303,6 +303,9 @@ def error(code: str, headline: str, **fields: Unpack[ErrorFields]) -> SpmdTypeEr
 #: exception layout and message (not NameError, whose `name` field an SpmdTypeError cannot
 #: share, nor KeyError, which quotes its message); not JAX's internal assertions
 _KEPT_CLASSES = (ValueError, TypeError, IndexError, NotImplementedError)
+#: JAX's own classes kept as well, by module and name: its error for a replicated input mixed
+#: with a reduced one (not exported; JAX's `pjit_test.py` asserts it around a shard_map)
+_KEPT_JAX_CLASSES = frozenset({("jax._src.core", "ShardingTypeError")})
 #: (category, JAX's class) -> the category that is also JAX's class (`raised_as`)
 _AS_JAX: dict[tuple[type[SpmdTypeError], type[Exception]], type[SpmdTypeError]] = {}
 
@@ -314,6 +317,8 @@ def jax_class(e: BaseException) -> type[Exception] | None:
     if isinstance(e, SpmdTypeError):
         return getattr(type(e), "jax_class", None)
     cls = type(e)
+    if (cls.__module__, cls.__qualname__) in _KEPT_JAX_CLASSES and issubclass(cls, Exception):
+        return cls
     return cls if cls.__module__ == "builtins" and issubclass(cls, _KEPT_CLASSES) \
         and cls.__basicsize__ == TypeError.__basicsize__ else None
 
