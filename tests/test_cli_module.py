@@ -516,13 +516,24 @@ def show(x):
 
 
 show(jnp.arange(6.0))
+
+NOTHING = None   # JAX's empty output, by name
+
+
+@jax.shard_map(in_specs=P(), out_specs=NOTHING)
+def show_sum(x):
+    print("sum", jax.typeof(jax.lax.pcast(x + x, "i", to="varying")))
+
+
+show_sum(jnp.arange(6.0))
 '''
 
 
 def test_port_keeps_a_body_without_outputs_running(tmp_path):
     """`out_specs=None` is JAX's empty output; to `st.shard_map` None means "derive the specs
     from the hints". The checked port of such a call is `typed_shard_map`, and the ported
-    module runs (it used to become `st.shard_map` and raise SPMD402)."""
+    module runs (it used to become `st.shard_map` and raise SPMD402). So is the port of a call
+    whose out_specs is a name the module binds to None."""
     pytest.importorskip("libcst")
     path = tmp_path / "no_output.py"
     path.write_text(NO_OUTPUT)
@@ -531,8 +542,10 @@ def test_port_keeps_a_body_without_outputs_running(tmp_path):
     ported = path.read_text()
     assert "@st.shard_map(in_specs=P(\"i\"), out_specs=P(\"i\"))" in ported, ported
     assert "@st.adapters.typed_shard_map(in_specs=P(), out_specs=None)" in ported, ported
+    assert "@st.adapters.typed_shard_map(in_specs=P(), out_specs=NOTHING)" in ported, ported
     after = _run(str(path), cwd=tmp_path)
     assert after.returncode == 0 and "float32[6]{V:i}" in after.stdout, after.stdout + after.stderr
+    assert "sum float32[6]{V:i}" in after.stdout, after.stdout
 
 
 REBOUND = '''

@@ -37,8 +37,9 @@ entry's result with what its out_specs declare, and its body becomes typed code:
 `jax.lax` collectives -> `st.<collective>` (`_surface.LAX_NAMES`), surface-table `jnp` /
 `jax.nn` functions -> `st.numpy` / `st.nn`, `jax.grad` / `value_and_grad` / `vjp` ->
 spmdtyped's; `jax.shard_map` -> `st.shard_map` (`typed_shard_map` where `check_vma=` is not
-literally True, or where `out_specs=None`: JAX's empty output, which st.shard_map reads as
-"derive the specs from the hints"). The output traces to the raw jaxpr, and mypy with the plugin checks it
+literally True, or where `out_specs=None`, or a name the module binds to None: JAX's empty
+output, which st.shard_map reads as "derive the specs from the hints"). The output traces to
+the raw jaxpr, and mypy with the plugin checks it
 (`tests/test_porting_codemod.py`).
 
 Prints a unified diff by default; `--write` rewrites the files. Exit status 0, or 1 with
@@ -340,10 +341,13 @@ class _Port(cst.CSTTransformer):
             vma_off = any(a.keyword is not None and a.keyword.value == "check_vma"
                           and code_of(a.value) != "True" for a in original.args)
             # `out_specs=None` is JAX's empty output (a body that returns None); to st.shard_map
-            # None means "derive the specs from the hints"
+            # None means "derive the specs from the hints" (a name the module binds to None
+            # anywhere may hold it)
             no_out = any(a.keyword is not None and a.keyword.value == "out_specs"
-                         and code_of(a.value) == "None" for a in original.args)
-            why = "check_vma not literally True" if vma_off else "out_specs=None"
+                         and (code_of(a.value) == "None" or isinstance(a.value, cst.Name)
+                              and a.value.value in self.info.none_names)
+                         for a in original.args)
+            why = "check_vma not literally True" if vma_off else "out_specs may be None"
             adapter = cst.parse_expression(f"{self.st}.adapters.typed_shard_map")
             self.need_st = self.need_st or vma_off or no_out
             if (vma_off or no_out) and dotted(original.func) in self.info.shard_map_names:

@@ -104,6 +104,9 @@ class Collect(cst.CSTVisitor):
         self.collective_names: set[str] = set()
         #: alias -> collective name, for `from jax.lax import psum as p`
         self.collective_alias: dict[str, str] = {}
+        #: names an assignment anywhere in the module binds to `None` (an `out_specs=` of one
+        #: may be JAX's empty output: `codemod` ports that call to typed_shard_map)
+        self.none_names: set[str] = set()
         self._depth = 0
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
@@ -149,6 +152,14 @@ class Collect(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         if self._depth == 0 and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             self.consts[node.targets[0].target.value] = node.value
+        if isinstance(node.value, cst.Name) and node.value.value == "None":
+            self.none_names.update(t.target.value for t in node.targets
+                                   if isinstance(t.target, cst.Name))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if isinstance(node.value, cst.Name) and node.value.value == "None" \
+                and isinstance(node.target, cst.Name):
+            self.none_names.add(node.target.value)
 
     def visit_Call(self, node: cst.Call) -> None:
         specs = self._specs_of(node, decorator=False)
