@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ..caching import hashable_cache
 from ..elementwise import LITERAL
@@ -37,22 +38,23 @@ from . import (
 # Structural ops
 
 
-def dims(shape: Iterable[object]) -> tuple[int, ...]:
+def dims(shape: Iterable[Any]) -> tuple[int, ...]:
     """The extents of a shape as the rules take them: each an int, but a symbolic one
     (`jax.export`'s shape polymorphism, `2*b`: an object `int()` refuses) kept as it is. The
     rules compare extents for equality only, which JAX's dimension expressions decide
     structurally (`2*b == 2*b`; `2*b == 8` is False), so a rule that needs an equal extent
     does not fire on a symbolic one; a rule that orders extents raises JAX's error there,
-    which the refinement walk lists as a gap (docs/refinement.md, "What is not checked")."""
-    out = []
+    which the refinement walk lists as a gap (docs/refinement.md, "What is checked, what is
+    not")."""
+    out: list[Any] = []
     for d in shape:
         if type(d) is not int:
             try:
-                d = int(d)  # type: ignore[call-overload]
-            except Exception:  # noqa: BLE001, S112 - a symbolic extent (any error of int())
+                d = int(d)
+            except Exception:  # noqa: BLE001, S110 - a symbolic extent (any error of int())
                 pass
         out.append(d)
-    return tuple(out)  # type: ignore[arg-type]
+    return tuple(out)
 
 
 def transpose(t: SpmdType, ref: Refinement, perm: Sequence[int] | None, ndim: int) -> Refinement:
