@@ -309,3 +309,28 @@ def test_checked_mode_leaves_out_what_cannot_be_annotated():
     assert "def helper(x, fn):" in new
     assert {"unannotated: helper.x", "unannotated: helper.fn"} <= set(changes)
     assert "from spmdtyped import Invariant, Varying" in new
+
+
+def test_checked_mode_ports_a_possibly_empty_output_to_the_drop_in():
+    """`out_specs=None` is JAX's empty output, and to `st.shard_map` None means "derive the
+    specs from the hints": a call whose out_specs is None, a name the module binds to None,
+    or a parameter defaulting to None becomes `typed_shard_map`; other names `st.shard_map`."""
+    source = (
+        "import jax\nfrom jax.sharding import PartitionSpec as P\n\nNOTHING = None\n\n\n"
+        "def show(x):\n    print(x)\n\n\n"
+        "def by_literal(mesh):\n"
+        "    return jax.shard_map(show, mesh=mesh, in_specs=P(), out_specs=None)\n\n\n"
+        "def by_name(mesh):\n"
+        "    return jax.shard_map(show, mesh=mesh, in_specs=P(), out_specs=NOTHING)\n\n\n"
+        "def by_default(mesh, out=None):\n"
+        "    return jax.shard_map(show, mesh=mesh, in_specs=P(), out_specs=out)\n\n\n"
+        "def by_spec(mesh, out=P()):\n"
+        "    return jax.shard_map(show, mesh=mesh, in_specs=P(), out_specs=out)\n")
+    new, changes = _codemod.port_source(source, {}, {})
+    calls = [line.strip() for line in new.splitlines() if "shard_map(show" in line]
+    assert calls == [
+        "return st.adapters.typed_shard_map(show, mesh=mesh, in_specs=P(), out_specs=None)",
+        "return st.adapters.typed_shard_map(show, mesh=mesh, in_specs=P(), out_specs=NOTHING)",
+        "return st.adapters.typed_shard_map(show, mesh=mesh, in_specs=P(), out_specs=out)",
+        "return st.shard_map(show, mesh=mesh, in_specs=P(), out_specs=out)"], new
+    assert sum("(out_specs may be None)" in c for c in changes) == 3, changes

@@ -37,8 +37,9 @@ entry's result with what its out_specs declare, and its body becomes typed code:
 `jax.lax` collectives -> `st.<collective>` (`_surface.LAX_NAMES`), surface-table `jnp` /
 `jax.nn` functions -> `st.numpy` / `st.nn`, `jax.grad` / `value_and_grad` / `vjp` ->
 spmdtyped's; `jax.shard_map` -> `st.shard_map` (`typed_shard_map` where `check_vma=` is not
-literally True, or where `out_specs=None`, or a name the module binds to None: JAX's empty
-output, which st.shard_map reads as "derive the specs from the hints"). The output traces to
+literally True, or where `out_specs=None`, or a name bound to None where it is read (an
+assignment or a parameter's default): JAX's empty output, which st.shard_map reads as
+"derive the specs from the hints"). The output traces to
 the raw jaxpr, and mypy with the plugin checks it
 (`tests/test_porting_codemod.py`).
 
@@ -219,6 +220,8 @@ class _Port(cst.CSTTransformer):
         #: handed to a JAX transform (`jax.grad(loss)`, `lax.scan(body, ...)`), which needs raw
         #: results, not spmdtyped's typed values
         self._scopes: list[cst.FunctionDef | None] = []
+        #: the names of the functions around the node visited (`Collect.maybe_none`)
+        self._path: list[str] = []
 
     def _size_annotation(self, original: cst.SimpleStatementLine,
                          updated: cst.SimpleStatementLine) -> Any:
@@ -323,6 +326,7 @@ class _Port(cst.CSTTransformer):
         return self.info.decorated.get(id(node)) or self.info.targets.get(node.name.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._path.append(node.name.value)
         if self.typed is not None:
             self._scopes.append(node if id(node) in self.typed else None)
         else:
@@ -341,11 +345,10 @@ class _Port(cst.CSTTransformer):
             vma_off = any(a.keyword is not None and a.keyword.value == "check_vma"
                           and code_of(a.value) != "True" for a in original.args)
             # `out_specs=None` is JAX's empty output (a body that returns None); to st.shard_map
-            # None means "derive the specs from the hints" (a name the module binds to None
-            # anywhere may hold it)
+            # None means "derive the specs from the hints" (so does a name that may hold None)
             no_out = any(a.keyword is not None and a.keyword.value == "out_specs"
                          and (code_of(a.value) == "None" or isinstance(a.value, cst.Name)
-                              and a.value.value in self.info.none_names)
+                              and self.info.maybe_none(tuple(self._path), a.value.value))
                          for a in original.args)
             why = "check_vma not literally True" if vma_off else "out_specs may be None"
             adapter = cst.parse_expression(f"{self.st}.adapters.typed_shard_map")
@@ -454,6 +457,7 @@ class _Port(cst.CSTTransformer):
     # annotations
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> Any:
         self._scopes.pop()
+        self._path.pop()
         if self.typed is not None:
             return self._typed_signature(original, updated) if id(original) in self.typed \
                 else updated

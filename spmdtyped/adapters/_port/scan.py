@@ -104,9 +104,11 @@ class Collect(cst.CSTVisitor):
         self.collective_names: set[str] = set()
         #: alias -> collective name, for `from jax.lax import psum as p`
         self.collective_alias: dict[str, str] = {}
-        #: names an assignment anywhere in the module binds to `None` (an `out_specs=` of one
-        #: may be JAX's empty output: `codemod` ports that call to typed_shard_map)
-        self.none_names: set[str] = set()
+        #: the names each scope binds (by assignment or as a parameter), and those it binds to
+        #: `None` somewhere, by the path of function names to the scope (`maybe_none`)
+        self._bound: dict[tuple[str, ...], set[str]] = {}
+        self._none: dict[tuple[str, ...], set[str]] = {}
+        self._path: list[str] = []
         self._depth = 0
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
@@ -145,21 +147,42 @@ class Collect(cst.CSTVisitor):
             if specs is not None:
                 self.decorated[id(node)] = specs
         self._depth += 1
+        self._path.append(node.name.value)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._depth -= 1
+        self._path.pop()
+
+    def _bind(self, name: str, value: cst.BaseExpression | None) -> None:
+        scope = tuple(self._path)
+        self._bound.setdefault(scope, set()).add(name)
+        if isinstance(value, cst.Name) and value.value == "None":
+            self._none.setdefault(scope, set()).add(name)
+
+    def maybe_none(self, path: tuple[str, ...], name: str) -> bool:
+        """Whether `name`, read in the function at `path` (function names, outermost first),
+        may hold None: the innermost scope that binds it (the function, an enclosing one,
+        the module: Python's resolution) binds it to None somewhere, by an assignment or a
+        parameter's default. (An `out_specs=` of one may be JAX's empty output: `codemod`
+        ports that call to typed_shard_map.)"""
+        for end in range(len(path), -1, -1):
+            if name in self._bound.get(path[:end], ()):
+                return name in self._none.get(path[:end], ())
+        return False
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if self._depth == 0 and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             self.consts[node.targets[0].target.value] = node.value
-        if isinstance(node.value, cst.Name) and node.value.value == "None":
-            self.none_names.update(t.target.value for t in node.targets
-                                   if isinstance(t.target, cst.Name))
+        for t in node.targets:
+            if isinstance(t.target, cst.Name):
+                self._bind(t.target.value, node.value)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._bind(node.name.value, node.default)   # `def build(mesh, out=None)`
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if isinstance(node.value, cst.Name) and node.value.value == "None" \
-                and isinstance(node.target, cst.Name):
-            self.none_names.add(node.target.value)
+        if isinstance(node.target, cst.Name):
+            self._bind(node.target.value, node.value)
 
     def visit_Call(self, node: cst.Call) -> None:
         specs = self._specs_of(node, decorator=False)
