@@ -13,7 +13,12 @@ now read by `_rules.refine.shape.dims` (a symbolic one kept as it is), so:
   shapes", raw or typed, so the psum programs are compared by their StableHLO);
 - the bias added before the psum of a row-parallel projection (written with `jax.nn` and
   `jnp.einsum`, as a function and inside an equinox module) is SPMD210 at its line, with the
-  batch symbolic, where `jax.shard_map` exports it silently.
+  batch symbolic, where `jax.shard_map` exports it silently;
+- a training step that takes its gradients in the body (`eqx.filter_value_and_grad`, the
+  gradients read from the jaxpr with symbolic shapes) exports to raw's StableHLO, and on a
+  concrete batch its loss and gradients equal one device's; its two mistakes (the bias before
+  the psum, SPMD210; the gradients pmean'd instead of the loss, SPMD103) are caught at their
+  lines with the batch symbolic, each wrong against one device in raw JAX.
 """
 
 from __future__ import annotations
@@ -132,4 +137,94 @@ def test_the_bias_before_the_psum_is_caught_with_a_symbolic_batch(face, body, ma
     with pytest.raises(st.SpmdTypeError) as got:
         _export(_program(face, body, mesh))
     assert got.value.code == "SPMD210"
+    assert got.value.source == f"{__file__}:{_line_of(marker)}"
+
+
+# ------------------------------------ a training step: gradients taken in the body, symbolic batch
+
+class TPBlock(eqx.Module):
+    """Megatron's MLP in equinox, its bias added after the psum of the row-parallel output."""
+
+    w1: jax.Array
+    w2: jax.Array
+    b: jax.Array
+
+    def __call__(self, x):
+        h = jax.nn.gelu(x @ self.w1)
+        return lax.psum(h @ self.w2, "tp") + self.b
+
+
+class TPBlockBiasFirst(TPBlock):
+    def __call__(self, x):
+        h = jax.nn.gelu(x @ self.w1)
+        return lax.psum(h @ self.w2 + self.b, "tp")  # BUG train
+
+
+def _train_step(cls, grads_pmean=False):
+    """A step as people write it: `eqx.filter_value_and_grad` of the mean squared output,
+    pmean'd over dp inside the loss (`grads_pmean`: the loss left per device and the gradients
+    pmean'd instead, the data-parallel mistake ported from pmap)."""
+    def step(x, w1, w2, b):
+        model = cls(w1, w2, b)
+        if grads_pmean:
+            value, g = eqx.filter_value_and_grad(lambda m: jnp.mean(m(x) ** 2))(model)
+            return lax.pmean((value, g.w1, g.w2, g.b), "dp")  # BUG grads
+        value, g = eqx.filter_value_and_grad(
+            lambda m: lax.pmean(jnp.mean(m(x) ** 2), "dp"))(model)
+        return value, g.w1, g.w2, g.b
+    return step
+
+
+def _one_device(x, w1, w2, b):
+    """The step's loss and its gradients on one device (the whole batch, the whole weights)."""
+    return jax.value_and_grad(lambda w1, w2, b: jnp.mean((jax.nn.gelu(x @ w1) @ w2 + b) ** 2),
+                              argnums=(0, 1, 2))(w1, w2, b)
+
+
+def _train_program(face, cls, mesh, grads_pmean=False):
+    smap = {"raw": jax.shard_map, "typed_shard_map": typed_shard_map, "st.shard_map": st.shard_map,
+            "checking": lambda f, **kw: checking(jax.shard_map(f, **kw))}[face]
+    return jax.jit(smap(_train_step(cls, grads_pmean), mesh=mesh, in_specs=SPECS, out_specs=(P(), *SPECS[1:])),
+                   in_shardings=tuple(NamedSharding(mesh, s) for s in SPECS))
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_training_step_exports_as_raw_and_its_gradients_equal_one_device(face, mesh):
+    """Gradients read from the jaxpr with a symbolic batch (`gradients.read` keys primals by
+    shape): the step exports to raw's StableHLO; called on a concrete batch, the typed step's
+    loss and gradients equal one device's."""
+    raw = _export(_train_program("raw", TPBlock, mesh))
+    typed = _export(_train_program(face, TPBlock, mesh))
+    assert str(typed.in_avals[0].shape) == "(2*b, 8)"
+    assert _code(typed.mlir_module()) == _code(raw.mlir_module())
+
+    want_value, want = _one_device(*_args())
+    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(_args(), SPECS,
+                                                                         strict=True)]
+    value, g1, g2, gb = _train_program(face, TPBlock, mesh)(*placed)
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for got, ref in zip((g1, g2, gb), want, strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize("bug", ["bias_first", "grads_pmean"])
+def test_a_wrong_training_step_is_caught_with_a_symbolic_batch(face, bug, mesh):
+    """The same step with the bias added before the psum (SPMD210 at the module's line), or
+    with the loss left per device and the gradients pmean'd (SPMD103 at the pmean: JAX already
+    summed the replicated weights' gradients over dp). JAX exports both; on a concrete batch
+    the bias's gradient is wrong, and every gradient of the second is dp times one device's."""
+    cls, pmean = (TPBlockBiasFirst, False) if bug == "bias_first" else (TPBlock, True)
+    _export(_train_program("raw", cls, mesh, pmean))
+    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(_args(), SPECS,
+                                                                         strict=True)]
+    _, g1, _, gb = _train_program("raw", cls, mesh, pmean)(*placed)
+    _, (want1, _, want_b) = _one_device(*_args())
+    assert not np.allclose(gb, want_b, rtol=1e-3)   # the bug is real: a wrong gradient, silently
+    if bug == "grads_pmean":
+        np.testing.assert_allclose(g1, 2 * want1, rtol=1e-4, atol=1e-4)   # dp = 2
+    with pytest.raises(st.SpmdTypeError) as got:
+        _export(_train_program(face, cls, mesh, pmean))
+    code, marker = ("SPMD210", "# BUG train") if bug == "bias_first" else ("SPMD103", "# BUG grads")
+    assert got.value.code == code
     assert got.value.source == f"{__file__}:{_line_of(marker)}"
