@@ -18,7 +18,10 @@ now read by `_rules.refine.shape.dims` (a symbolic one kept as it is), so:
   gradients read from the jaxpr with symbolic shapes) exports to raw's StableHLO, and on a
   concrete batch its loss and gradients equal one device's; its two mistakes (the bias before
   the psum, SPMD210; the gradients pmean'd instead of the loss, SPMD103) are caught at their
-  lines with the batch symbolic, each wrong against one device in raw JAX.
+  lines with the batch symbolic, each wrong against one device in raw JAX;
+- the same step as a flax nnx module of `nnx.Param`s, split outside the shard_map and merged
+  in the body, with `nnx.value_and_grad`: raw's StableHLO, one device's loss and gradients,
+  and its bias before the psum SPMD210 at the module's line.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from jax import export, lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -228,3 +232,72 @@ def test_a_wrong_training_step_is_caught_with_a_symbolic_batch(face, bug, mesh):
     code, marker = ("SPMD210", "# BUG train") if bug == "bias_first" else ("SPMD103", "# BUG grads")
     assert got.value.code == code
     assert got.value.source == f"{__file__}:{_line_of(marker)}"
+
+
+# ------------------------------------------ the same step in flax nnx: nnx.value_and_grad in the body
+
+class NNXBlock(nnx.Module):
+    """The MLP as a flax nnx module of `nnx.Param`s (`bias_first`: the bias added before the
+    psum)."""
+
+    def __init__(self, w1, w2, b, bias_first=False):
+        self.w1, self.w2, self.b = nnx.Param(w1), nnx.Param(w2), nnx.Param(b)
+        self.bias_first = bias_first
+
+    def __call__(self, x):
+        h = jax.nn.gelu(x @ self.w1[...])
+        if self.bias_first:
+            return lax.psum(h @ self.w2[...] + self.b[...], "tp")  # BUG nnx
+        return lax.psum(h @ self.w2[...], "tp") + self.b[...]
+
+
+#: each `nnx.Param` of `NNXBlock`'s spec, by its attribute
+NNX_SPECS = dict(zip(("w1", "w2", "b"), SPECS[1:], strict=True))
+
+
+def _nnx_program(face, mesh, bias_first=False):
+    graphdef, params = nnx.split(NNXBlock(*_args()[1:], bias_first=bias_first), nnx.Param)
+    specs = jax.tree_util.tree_map_with_path(lambda path, _: NNX_SPECS[str(path[0].key)], params)
+
+    def step(x, params):
+        def loss(m):
+            return lax.pmean(jnp.mean(m(x) ** 2), "dp")
+
+        return nnx.value_and_grad(loss)(nnx.merge(graphdef, params))
+
+    smap = {"raw": jax.shard_map, "typed_shard_map": typed_shard_map, "st.shard_map": st.shard_map,
+            "checking": lambda f, **kw: checking(jax.shard_map(f, **kw))}[face]
+    program = jax.jit(smap(step, mesh=mesh, in_specs=(SPECS[0], specs), out_specs=(P(), specs)))
+    placed = (jax.device_put(_args()[0], NamedSharding(mesh, SPECS[0])),
+              jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), params, specs))
+    return program, placed
+
+
+def _nnx_export(program, placed):
+    return export.export(program)(*export.symbolic_args_specs(placed, (POLY[0], None)))
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_an_nnx_training_step_exports_as_raw_and_its_gradients_equal_one_device(face, mesh):
+    raw = _nnx_export(*_nnx_program("raw", mesh))
+    program, placed = _nnx_program(face, mesh)
+    typed = _nnx_export(program, placed)
+    assert str(typed.in_avals[0].shape) == "(2*b, 8)"
+    assert _code(typed.mlir_module()) == _code(raw.mlir_module())
+    value, grads = program(*placed)
+    want_value, want = _one_device(*_args())
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for name, ref in zip(("w1", "w2", "b"), want, strict=True):
+        np.testing.assert_allclose(grads[name][...], ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_the_bias_before_the_psum_in_an_nnx_module_is_caught_with_a_symbolic_batch(face, mesh):
+    program, placed = _nnx_program("raw", mesh, bias_first=True)
+    _nnx_export(program, placed)   # JAX exports it
+    _, grads = program(*placed)
+    assert not np.allclose(grads["b"][...], _one_device(*_args())[1][2], rtol=1e-3)
+    with pytest.raises(st.SpmdTypeError) as got:
+        _nnx_export(*_nnx_program(face, mesh, bias_first=True))
+    assert got.value.code == "SPMD210"
+    assert got.value.source == f"{__file__}:{_line_of('# BUG nnx')}"
