@@ -94,9 +94,14 @@ def _args():
             rng.standard_normal((32, 8), np.float32), rng.standard_normal((8,), np.float32))
 
 
-def _program(face, body, mesh):
-    smap = {"raw": jax.shard_map, "typed_shard_map": typed_shard_map, "st.shard_map": st.shard_map,
+def _shard_map(face):
+    """The face's shard_map: raw JAX's, the drop-in, `st.shard_map`, or `checking` of JAX's."""
+    return {"raw": jax.shard_map, "typed_shard_map": typed_shard_map, "st.shard_map": st.shard_map,
             "checking": lambda f, **kw: checking(jax.shard_map(f, **kw))}[face]
+
+
+def _program(face, body, mesh):
+    smap = _shard_map(face)
     return jax.jit(smap(body, mesh=mesh, in_specs=SPECS, out_specs=P("dp", None)),
                    in_shardings=tuple(NamedSharding(mesh, s) for s in SPECS))
 
@@ -182,9 +187,9 @@ def _one_device(x, w1, w2, b):
 
 
 def _train_program(face, cls, mesh, grads_pmean=False):
-    smap = {"raw": jax.shard_map, "typed_shard_map": typed_shard_map, "st.shard_map": st.shard_map,
-            "checking": lambda f, **kw: checking(jax.shard_map(f, **kw))}[face]
-    return jax.jit(smap(_train_step(cls, grads_pmean), mesh=mesh, in_specs=SPECS, out_specs=(P(), *SPECS[1:])),
+    smap = _shard_map(face)
+    return jax.jit(smap(_train_step(cls, grads_pmean), mesh=mesh, in_specs=SPECS,
+                        out_specs=(P(), *SPECS[1:])),
                    in_shardings=tuple(NamedSharding(mesh, s) for s in SPECS))
 
 
@@ -261,8 +266,7 @@ def _nnx_program(face, mesh, bias_first=False):
 
         return nnx.value_and_grad(loss)(nnx.merge(graphdef, params))
 
-    smap = {"raw": jax.shard_map, "typed_shard_map": typed_shard_map, "st.shard_map": st.shard_map,
-            "checking": lambda f, **kw: checking(jax.shard_map(f, **kw))}[face]
+    smap = _shard_map(face)
     program = jax.jit(smap(step, mesh=mesh, in_specs=(SPECS[0], specs), out_specs=(P(), specs)))
     placed = (jax.device_put(_args()[0], NamedSharding(mesh, SPECS[0])),
               jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), params, specs))
