@@ -94,6 +94,11 @@ def _args():
             rng.standard_normal((32, 8), np.float32), rng.standard_normal((8,), np.float32))
 
 
+def _put(mesh, tree, specs):
+    """The arrays of `tree` placed on `mesh` as `specs` (a tree of the same structure) say."""
+    return jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), tree, specs)
+
+
 def _shard_map(face):
     """The face's shard_map: raw JAX's, the drop-in, `st.shard_map`, or `checking` of JAX's."""
     return {"raw": jax.shard_map, "typed_shard_map": typed_shard_map, "st.shard_map": st.shard_map,
@@ -136,8 +141,7 @@ def test_a_right_program_exports_as_jax_shard_map_does(face, body, mesh):
 
 @pytest.mark.parametrize("face", FACES)
 def test_the_exported_ring_computes_what_the_raw_one_does(face, mesh):
-    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(_args(), SPECS,
-                                                                         strict=True)]
+    placed = _put(mesh, _args(), SPECS)
     raw = _export(_program("raw", ring, mesh)).call(*placed)
     typed = _export(_program(face, ring, mesh)).call(*placed)
     x = _args()[0]
@@ -204,8 +208,7 @@ def test_a_training_step_exports_as_raw_and_its_gradients_equal_one_device(face,
     assert _code(typed.mlir_module()) == _code(raw.mlir_module())
 
     want_value, want = _one_device(*_args())
-    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(_args(), SPECS,
-                                                                         strict=True)]
+    placed = _put(mesh, _args(), SPECS)
     value, g1, g2, gb = _train_program(face, TPBlock, mesh)(*placed)
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     for got, ref in zip((g1, g2, gb), want, strict=True):
@@ -221,8 +224,7 @@ def test_a_wrong_training_step_is_caught_with_a_symbolic_batch(face, bug, mesh):
     the bias's gradient is wrong, and every gradient of the second is dp times one device's."""
     cls, pmean = (TPBlockBiasFirst, False) if bug == "bias_first" else (TPBlock, True)
     _export(_train_program("raw", cls, mesh, pmean))
-    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(_args(), SPECS,
-                                                                         strict=True)]
+    placed = _put(mesh, _args(), SPECS)
     _, g1, _, gb = _train_program("raw", cls, mesh, pmean)(*placed)
     _, (want1, _, want_b) = _one_device(*_args())
     assert not np.allclose(gb, want_b, rtol=1e-3)   # the bug is real: a wrong gradient, silently
@@ -268,8 +270,7 @@ def _nnx_program(face, mesh, bias_first=False):
 
     smap = _shard_map(face)
     program = jax.jit(smap(step, mesh=mesh, in_specs=(SPECS[0], specs), out_specs=(P(), specs)))
-    placed = (jax.device_put(_args()[0], NamedSharding(mesh, SPECS[0])),
-              jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), params, specs))
+    placed = _put(mesh, (_args()[0], params), (SPECS[0], specs))
     return program, placed
 
 
