@@ -10,6 +10,7 @@ import importlib.util
 import itertools
 import pathlib
 import re
+import sys
 import textwrap
 
 import jax
@@ -415,3 +416,148 @@ def test_parse_error_reads_jax_messages():
         assert [(f.kind, f.calls, f.axes, f.path, f.branch) for f in fixes] == \
             [(want.kind, want.calls, want.axes, want.path, want.branch)]
         assert fixes[0].line is not None
+
+
+# ------------------------------------------------------------------- helper modules
+
+#: a kernel library next to the training script (the layout of haoliuhl/ringattention: the
+#: kernels in one module, the shard_map in the user's): a ring sum whose scan starts its
+#: accumulator Invariant, and a gate whose second output is Invariant in one branch
+KERNELS = '''import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+def ring_sum(x, axis_name):
+    n = lax.axis_size(axis_name)
+    perm = [(i, (i + 1) % n) for i in range(n)]
+
+    def step(carry, _):
+        acc, block = carry
+        return (acc + block, lax.ppermute(block, axis_name, perm)), None
+
+    (acc, _), _ = lax.scan(step, (jnp.zeros(x.shape), x), None, length=n)
+    return acc
+
+
+def gate(x):
+    return lax.cond(x.sum() > 0, lambda v: (v * 2.0, v + 1.0), lambda v: (v, jnp.ones(v.shape)), x)
+'''
+
+#: the training script: its shard_map body calls the kernels (`{kernels}`: the module's name)
+USES_KERNELS = HEAD + '''import {kernels} as kernels
+
+mesh = jax.make_mesh((4,), ("sp",))
+x = jax.device_put(jnp.arange(32.0).reshape(8, 4) / 32, NamedSharding(mesh, P("sp")))
+
+
+def body(x):
+    a, b = kernels.gate(x)
+    return kernels.ring_sum(a, "sp") + b
+
+
+fused = jax.shard_map(body, mesh=mesh, in_specs=P("sp"), out_specs=P("sp"), check_vma=False)
+
+
+def run(m):
+    return m.fused(m.x)
+
+
+if __name__ == "__main__":
+    print(fused(x))
+'''
+
+#: a blockwise-attention skip: the branch that skips a block returns the loop's carry as it
+#: came in (`lambda c: (c, None)`): the components JAX names are inside a name, which no edit
+#: of this call reaches
+SKIP = '''import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+def blocks(x):
+    def body(carry, i):
+        return lax.cond(i % 2 == 0, lambda c: ((c[0] + x, c[1] + x), None), lambda c: (c, None),
+                        carry)
+
+    (a, b), _ = lax.scan(body, (jnp.zeros(x.shape), jnp.zeros(x.shape)), jnp.arange(4))
+    return a + b
+'''
+
+USES_SKIP = USES_KERNELS.replace('''    a, b = kernels.gate(x)
+    return kernels.ring_sum(a, "sp") + b''', '''    return kernels.blocks(x)''')
+
+
+def _project(tmp_path, kernels_text, script_text):
+    """The kernels and the script in their own folder (the kernel module named uniquely, so
+    that each test imports its own); `(script path, kernels path, module name)`."""
+    name = f"kernels_{next(_names)}"
+    folder = tmp_path / name
+    folder.mkdir()
+    kernels = folder / f"{name}.py"
+    kernels.write_text(kernels_text)
+    script = folder / "train.py"
+    script.write_text(script_text.format(kernels=name))
+    return script, kernels, name
+
+
+def _load_project(monkeypatch, folder, name):
+    """The script of `folder`, importing its kernel module `name` from there."""
+    with monkeypatch.context() as m:
+        m.syspath_prepend(str(folder))
+        m.delitem(sys.modules, name, raising=False)
+        module = _load(folder / "train.py")
+        m.delitem(sys.modules, name, raising=False)
+    return module
+
+
+def test_an_edit_in_a_kernel_module_given_with_the_script(tmp_path, capsys, monkeypatch):
+    """`port --enable-vma train.py kernels.py`: the scan's initial carry and the gate's
+    Invariant branch output are edited in the kernel module, where they are written; the
+    migrated pair runs with the checks on and computes the original's numbers."""
+    script, kernels, name = _project(tmp_path, KERNELS, USES_KERNELS)
+    original = _load_project(monkeypatch, script.parent, name)
+    want = np.asarray(original.run(original))
+    assert _port_cli.main(["--enable-vma", "--write", str(script), str(kernels)]) == 0
+    out, err = capsys.readouterr()
+    assert f"migrated {script} to check_vma=True" in out
+    assert f"edited {kernels}: the casts JAX asks for with check_vma=True" in out
+    new = kernels.read_text()
+    assert "lambda v: (v, " + _compat.vary_cast_source("jnp.ones(v.shape)", ("sp",)) + ")" in new
+    assert "(" + _compat.vary_cast_source("jnp.zeros(x.shape)", ("sp",)) + ", x)" in new
+    assert len(new.splitlines()) == len(KERNELS.splitlines())
+    assert "check_vma=True" in script.read_text()
+    # each edit is reported at the kernel module's line
+    assert f"{kernels}:{_line(KERNELS, 'lax.cond(')}: cond: the output of false_fun[1]" in err
+    assert f"{kernels}:{_line(KERNELS, 'lax.scan(')}: scan: the initial carry[0]" in err
+    assert "JAX still rejects" not in err
+    migrated = _load_project(monkeypatch, script.parent, name)
+    np.testing.assert_allclose(np.asarray(migrated.run(migrated)), want, rtol=1e-6, atol=1e-6)
+    # and nothing is left to migrate in the pair
+    assert _port_cli.main(["--enable-vma", str(script), str(kernels)]) == 0
+    assert "nothing to migrate" in capsys.readouterr().err
+
+
+def test_a_kernel_module_not_given_is_named_in_the_report(tmp_path, capsys):
+    """The script alone: JAX's error is raised in the kernel module, which is not rewritten;
+    the report says where the edit belongs and how to make it."""
+    script, kernels, name = _project(tmp_path, KERNELS, USES_KERNELS)
+    assert _port_cli.main(["--enable-vma", str(script)]) == 1
+    err = capsys.readouterr().err
+    assert "JAX still rejects:" in err
+    assert (f"(raised in {name}.py:{_line(KERNELS, 'lax.cond(')}: the edit belongs there; give "
+            f"{name}.py to port --enable-vma too)") in err
+    assert kernels.read_text() == KERNELS
+
+
+def test_a_branch_returning_the_carry_it_took_is_reported_not_cast_twice(tmp_path, capsys):
+    """JAX names the mismatched components of the skipping branch's output by their paths
+    into the carry (`[0][0]`, `[0][1]`); the branch returns the carry by name, so no edit of
+    the call reaches them: the error is reported at the kernel module's cond, and the source
+    is left as it was (not a cast of the whole output per component)."""
+    script, kernels, name = _project(tmp_path, SKIP, USES_SKIP)
+    assert _port_cli.main(["--enable-vma", str(script), str(kernels)]) == 1
+    err = capsys.readouterr().err
+    assert f"{kernels}:{_line(SKIP, 'lax.cond(')}: SPMD302: JAX rejects it with check_vma=True" \
+        in err
+    assert "pcast" not in kernels.read_text() and "pcast(jax.lax.pcast" not in err

@@ -192,20 +192,37 @@ def _enable_vma(args: argparse.Namespace) -> int:
         print("error: --enable-vma reads the module's own shard_map calls (no --entry, "
               "--static)", file=sys.stderr)
         return 2
-    status = changed = 0
+    # the files of the command line migrate together: a shard_map body of one may call the
+    # functions of another (a kernel library next to the training script), whose `cond` or
+    # loop is then edited where it is written
+    originals: dict[str, str] = {}
+    current: dict[str, str] = {}
     for path in args.files:
         try:
-            old, new, changes, got = run(path, args)
+            with open(path, encoding="utf-8") as fh:
+                originals[path] = current[path] = fh.read()
+        except OSError as e:
+            print(f"error: cannot read {path}: {e}", file=sys.stderr)
+            return 2
+    status = 0
+    for path in args.files:
+        helpers = {p: current[p] for p in args.files if p != path}
+        try:
+            _old, new, changes, got, helped = run(path, args, helpers, current[path])
         except Exception as e:  # noqa: BLE001 - the module's own failure is exit 2
             print(f"error: cannot migrate {path}: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
         print_report(path, changes, sys.stderr)
         status = max(status, got)
-        if new == old:
-            continue
-        changed += 1
-        _write_or_diff(path, old, new, args.write, f"migrated {path} to check_vma=True")
-    if changed == 0:
+        current.update(helped)
+        if new != _old:
+            current[path] = new
+    changed = [p for p in args.files if current[p] != originals[p]]
+    for path in changed:
+        done = (f"migrated {path} to check_vma=True" if "check_vma=False" in originals[path]
+                else f"edited {path}: the casts JAX asks for with check_vma=True")
+        _write_or_diff(path, originals[path], current[path], args.write, done)
+    if not changed:
         print("nothing to migrate (no jax.shard_map(..., check_vma=False) call)", file=sys.stderr)
     return max(status, 1 if args.check and changed else 0)
 

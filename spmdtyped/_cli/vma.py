@@ -12,15 +12,20 @@ the same random inputs, a psum / pmean of a gradient JAX now sums itself, `psum(
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import os
 import sys
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 EPILOG = ("--enable-vma: turn JAX's manual-axis checks on in code written for "
           "jax.shard_map(..., check_vma=False): check_vma=True, a "
           "jax.lax.pcast(..., to='varying') on each initial loop carry / cond or switch branch "
           "output JAX rejects, and a report of what changes the numbers (an explicit psum of a "
-          "gradient JAX now sums itself, psum(1, axis) for the axis size). Exit 1 when JAX "
+          "gradient JAX now sums itself, psum(1, axis) for the axis size). The FILEs migrate "
+          "together: a cast JAX asks for in a module the shard_map body calls (kernels.py "
+          "next to train.py) is made in that module when it is given too. Exit 1 when JAX "
           "still rejects the result or its numbers change; `infer --vma-changes FILE` prints "
           "the report without rewriting.")
 
@@ -48,33 +53,44 @@ def _job_line(job: Any) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def run(path: str, args: argparse.Namespace) -> tuple[str, str, list[Any], int]:
-    """`(old source, new source, report lines (Changes), status)`: status 0 (JAX accepts the
-    migrated module), 1 (an error no edit fixes, or the numbers change), 2 (cannot be read or
-    traced)."""
+def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None = None,
+        source: str | None = None) -> tuple[str, str, list[Any], int, dict[str, str]]:
+    """`(old source, new source, report lines (Changes), status, the helpers' new sources)`:
+    status 0 (JAX accepts the migrated module), 1 (an error no edit fixes, or the numbers
+    change), 2 (cannot be read or traced). `helpers` (path -> current source): the other
+    modules of the command line, which the shard_map bodies may call; an error raised in one
+    is fixed there (`vma.migrate`). `source`: the module's text to start from (default: the
+    file's; its shard_map calls are read from the file)."""
     from ..adapters._conventions import made_current
     from ..adapters._port import vma
     from .args import Flags, parse_mesh
 
-    with open(path, encoding="utf-8") as fh:
-        old = fh.read()
+    helpers = dict(helpers or {})
+    if source is None:
+        with open(path, encoding="utf-8") as fh:
+            source = fh.read()
+    old = source
     sizes = parse_mesh(args.mesh) if args.mesh else ((), ())
     flags = Flags(args, sizes)
     original, errors = _jobs(path, flags)
     if errors:
         raise ValueError("; ".join(errors))
     if not original:
-        return old, old, [], 0
+        return old, old, [], 0, helpers
     lines = {_job_line(j) for j in original}
     order = tuple(original[0].mesh.axis_names)
+    names = _module_names(helpers)
 
     def trace(candidate: str) -> list[tuple[BaseException, int | None]]:
         from . import discover as _discover
 
-        # the candidate is imported from a temporary folder: its siblings are the original's
+        # the candidate is imported from a temporary folder: its siblings are the original's,
+        # but for the helpers, written there too (imported anew: the last edit's text)
         folder = os.path.dirname(os.path.abspath(path))
         if folder not in sys.path:
             sys.path.insert(0, folder)
+        for name in names:
+            sys.modules.pop(name, None)
         try:
             _module, sites = _discover.discover(candidate)
         except Exception as e:  # noqa: BLE001 - a module that runs its shard_map at import
@@ -92,15 +108,34 @@ def run(path: str, args: argparse.Namespace) -> tuple[str, str, list[Any], int]:
                 out.append((failed, site.line))
         return out
 
-    with made_current(flags.mesh_obj):
-        migration = vma.migrate(path, old, trace, mesh_order=order)
+    with made_current(flags.mesh_obj), _modules_kept(names):
+        migration = vma.migrate(path, old, trace, mesh_order=order, helpers=helpers)
     changes = list(migration.changes)
     status = 1 if any(c.kind == "error" for c in changes) else 0
     if status == 0:
-        semantic, notes = _semantic(path, migration.source, original, flags, lines)
+        semantic, notes = _semantic(path, migration.source, original, flags, lines,
+                                    migration.helpers)
         changes += semantic + notes
         status = 1 if semantic else 0
-    return old, migration.source, changes, status
+    return old, migration.source, changes, status, migration.helpers
+
+
+def _module_names(helpers: Mapping[str, str]) -> list[str]:
+    """The names `import` gives the helper modules (their file names' stems)."""
+    return [os.path.splitext(os.path.basename(p))[0] for p in helpers]
+
+
+@contextlib.contextmanager
+def _modules_kept(names: Sequence[str]) -> Iterator[None]:
+    """`sys.modules`' entries of `names` as they were before, once the block is done (the
+    candidates' copies of the helper modules are imported under the same names)."""
+    kept = {n: sys.modules[n] for n in names if n in sys.modules}
+    try:
+        yield
+    finally:
+        for n in names:
+            sys.modules.pop(n, None)
+        sys.modules.update(kept)
 
 
 def _P() -> Any:
@@ -110,22 +145,30 @@ def _P() -> Any:
 
 
 def _semantic(path: str, new: str, original: list[Any], flags: Any,
-              lines: set[Any]) -> tuple[list[Any], list[Any]]:
+              lines: set[Any], helpers: Mapping[str, str] | None = None
+              ) -> tuple[list[Any], list[Any]]:
     """The semantic changes of the migrated source `new` (its shard_maps run against the
     original's, the SPMD103 psums of its bodies, its `psum(1, axis)`), and the notes of what
-    could not be checked."""
+    could not be checked. `helpers`: the migrated helper modules (path -> source), imported
+    by the candidate from the same folder."""
     import tempfile
 
     from ..adapters._conventions import made_current
     from ..adapters._port import vma
     from . import discover as _discover
 
+    helpers = helpers or {}
     out: list[Any] = []
     notes: list[Any] = []
-    with tempfile.TemporaryDirectory(prefix="spmdtyped-vma-") as tmp:
+    names = _module_names(helpers)
+    with tempfile.TemporaryDirectory(prefix="spmdtyped-vma-") as tmp, _modules_kept(names):
         candidate = os.path.join(tmp, os.path.basename(path))
-        with open(candidate, "w", encoding="utf-8") as fh:
-            fh.write(new)
+        for file, text in ((candidate, new), *((os.path.join(tmp, os.path.basename(h)), t)
+                                               for h, t in helpers.items())):
+            with open(file, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        for name in names:
+            sys.modules.pop(name, None)
         _module, sites = _discover.discover(candidate)
         by_line = {s.line: s for s in sites}
         for job in original:
@@ -153,11 +196,13 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
                                             f"psums not checked ({type(e).__name__})",
                                             f"python -m spmdtyped infer {path}", "note"))
     out += vma.axis_size_idioms(new)
-    seen: set[tuple[Any, str]] = set()
+    for h, text in helpers.items():
+        out += [dataclasses.replace(c, file=h) for c in vma.axis_size_idioms(text)]
+    seen: set[tuple[Any, Any, str]] = set()
     unique = []
     for c in out:
-        if (c.line, c.what) not in seen:
-            seen.add((c.line, c.what))
+        if (c.file, c.line, c.what) not in seen:
+            seen.add((c.file, c.line, c.what))
             unique.append(c)
     return [c for c in unique if c.kind == "numbers"], notes + [c for c in unique
                                                                  if c.kind == "note"]
@@ -180,7 +225,7 @@ def vma_changes(path: str, args: argparse.Namespace) -> int:
     changes nothing (no check_vma=False call, or JAX accepts it as it is and the numbers
     agree), 1 when it changes something, 2 when the module cannot be read or traced."""
     try:
-        old, new, changes, status = run(path, args)
+        old, new, changes, status, _helpers = run(path, args)
     except Exception as e:  # noqa: BLE001 - the module's own failure is exit 2
         print(f"error: cannot migrate {path}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

@@ -24,7 +24,7 @@ import os
 import re
 import tempfile
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -48,18 +48,24 @@ class Change:
     what: str
     fix: str
     kind: str = "edit"
+    #: the file of `line` when it is not the migrated module's: a helper module its shard_map
+    #: bodies call (`migrate`'s `helpers`)
+    file: str | None = None
 
     def render(self, path: str) -> str:
+        path = self.file or path
         where = f"{path}:{self.line}" if self.line is not None else f"{path}:?"
         return f"{where}: {self.what}; fix: {self.fix}"
 
 
 @dataclasses.dataclass
 class Migration:
-    """The migrated source and the report lines, in order (edits, then errors left)."""
+    """The migrated source and the report lines, in order (edits, then errors left), and the
+    migrated source of each helper module (`migrate`'s `helpers`, by path)."""
 
     source: str
     changes: list[Change]
+    helpers: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 # ------------------------------------------------------------------- source text
@@ -191,6 +197,31 @@ def error_line(e: BaseException, file: str) -> int | None:
     return line
 
 
+def error_files(e: BaseException, files: Sequence[str]) -> list[str]:
+    """The files of `files` that the traceback of `e` passes through, innermost first."""
+    wanted = {os.path.abspath(f): f for f in files}
+    seen: list[str] = []
+    for fs in reversed(traceback.extract_tb(e.__traceback__)):
+        f = wanted.get(os.path.abspath(fs.filename))
+        if f is not None and f not in seen:
+            seen.append(f)
+    return seen
+
+
+def raised_in(e: BaseException, folder: str, given: Sequence[str] = ()) -> tuple[str, int] | None:
+    """The innermost frame of the traceback of `e` in a module of `folder` but those `given`:
+    where JAX's error is raised when the shard_map body calls a sibling module the migration
+    was not given (a kernel library next to the training script; the candidate and the
+    modules given are imported from a temporary folder)."""
+    skip = {os.path.abspath(f) for f in given}
+    for fs in reversed(traceback.extract_tb(e.__traceback__)):
+        f = os.path.abspath(fs.filename)
+        if os.path.dirname(f) == os.path.abspath(folder) and f not in skip \
+                and fs.lineno is not None:
+            return f, fs.lineno
+    return None
+
+
 def parse_error(e: BaseException, file: str, mesh_order: Sequence[str] = ()) -> list[Fix]:
     """The edits JAX's error `e` asks for, one per mismatched carry component / branch output
     JAX names ([]: not a carry / branch state mismatch)."""
@@ -210,17 +241,26 @@ def parse_error(e: BaseException, file: str, mesh_order: Sequence[str] = ()) -> 
     if head is not None:
         for m in _BRANCH.finditer(text):
             va, vb = _varying(m.group("ta")), _varying(m.group("tb"))
-            name, axes = (m.group("a"), vb - va) if vb - va else (m.group("b"), va - vb)
-            # a pytree output: "true_fun at path [1]"
-            at = re.fullmatch(r"(.+?) at path ((?:\[\d+\])+)", name.strip())
-            path = tuple(int(i) for i in re.findall(r"\d+", at.group(2))) if at else ()
-            name = at.group(1) if at else name.strip()
+            # a pytree output: "the output of true_fun at path [0][1] ... the corresponding
+            # output of false_fun": the path names the same output of both branches
+            (a, path_a), (b, path_b) = _at_path(m.group("a")), _at_path(m.group("b"))
+            path = path_a or path_b
+            name, axes = (a, vb - va) if vb - va else (b, va - vb)
             if axes and " at path " not in name:
                 index = re.fullmatch(r"branch ?(\d+)", name)
                 branch: str | int = int(index.group(1)) if index else name
                 fixes.append(Fix("branch", (head.group(1),), line, _ordered(axes, mesh_order),
                                  path=path, branch=branch))
     return fixes
+
+
+def _at_path(name: str) -> tuple[str, tuple[int, ...]]:
+    """A branch as JAX's message names one of its outputs: `true_fun at path [0][1]` ->
+    `("true_fun", (0, 1))`; without a path, `(name, ())`."""
+    at = re.fullmatch(r"(.+?) at path ((?:\[\d+\])+)", name.strip())
+    if at is None:
+        return name.strip(), ()
+    return at.group(1), tuple(int(i) for i in re.findall(r"\d+", at.group(2)))
 
 
 def _the_call(tree: ast.AST, line: int, names: Sequence[str]) -> ast.Call | None:
@@ -331,39 +371,78 @@ def trace_job(job: Any) -> BaseException | None:
 
 def migrate(path: str, source: str,
             trace: Callable[[str], Sequence[tuple[BaseException, int | None]]],
-            mesh_order: Sequence[str] = (), max_steps: int = 64) -> Migration:
+            mesh_order: Sequence[str] = (), max_steps: int = 64,
+            helpers: Mapping[str, str] | None = None) -> Migration:
     """Turn the checks on in `source` (the text of `path`) and fix what JAX rejects.
 
     `trace(candidate_path)` imports the candidate (written next to nothing: a temporary
     folder, under `path`'s file name) and returns the exceptions its shard_map bodies raise
     with the checks on, each with the line of its shard_map call (the line reported when the
-    traceback names none of the file's: an out_specs error, raised where JAX checks them)."""
+    traceback names none of the file's: an out_specs error, raised where JAX checks them).
+
+    `helpers` (path -> source): modules the bodies call (a kernel library next to the
+    training script), written into the same folder under their file names, which `trace`
+    imports anew each time. An error is fixed in the innermost of the files its traceback
+    passes through (the `cond` of a helper's function is edited in the helper)."""
     source, changes = enable_checks(source)
+    sources = {path: source, **(helpers or {})}
     remaining: list[Change] = []
     with tempfile.TemporaryDirectory(prefix="spmdtyped-vma-") as tmp:
-        candidate = os.path.join(tmp, os.path.basename(path))
+        at = {p: os.path.join(tmp, os.path.basename(p)) for p in sources}
+        if len(set(at.values())) < len(at):
+            raise ValueError(f"{path}: the helper modules need distinct file names: "
+                             f"{', '.join(sorted(sources))}")
+        back = {c: p for p, c in at.items()}
+        helper_at = {c: p for c, p in back.items() if p != path}
         for _ in range(max_steps):
-            with open(candidate, "w", encoding="utf-8") as fh:
-                fh.write(source)
-            errors = trace(candidate)
+            for p, text in sources.items():
+                with open(at[p], "w", encoding="utf-8") as fh:
+                    fh.write(text)
+            errors = trace(at[path])
             remaining = []
             progressed = False
             for e, site in errors:
-                for fix in parse_error(e, candidate, mesh_order):
-                    made = apply_fix(source, fix)
-                    if made is not None:
-                        source, change = made
-                        changes.append(change)
-                        progressed = True
+                for file in error_files(e, list(at.values())):
+                    p = back[file]
+                    for fix in parse_error(e, file, mesh_order):
+                        made = apply_fix(sources[p], fix)
+                        if made is not None:
+                            sources[p], change = made
+                            change.file = None if p == path else p
+                            changes.append(change)
+                            progressed = True
+                    if progressed:
+                        break
                 if progressed:
                     break  # trace again: the next error may be a consequence of this one
-                remaining.append(_unfixed(e, candidate, site))
+                remaining.append(_unfixed(e, at[path], site, helper_at,
+                                          os.path.dirname(os.path.abspath(path))))
             if not progressed:
                 break
-    return Migration(source, changes + remaining)
+    return Migration(sources.pop(path), changes + remaining, sources)
 
 
-def _unfixed(e: BaseException, file: str, site: int | None = None) -> Change:
+def _unfixed(e: BaseException, file: str, site: int | None = None,
+             helpers: Mapping[str, str] | None = None, folder: str | None = None) -> Change:
+    """The report line of an error no edit fixes: at the innermost line of `file` (the
+    candidate) or of a helper (`helpers`: candidate path -> the helper's own path) in its
+    traceback; where it is raised in another module of `folder` (the original's), that
+    module named, since the edit belongs there."""
+    helpers = helpers or {}
+    change = _unfixed_at(e, file, site)
+    inner = error_files(e, [file, *helpers])
+    if inner and inner[0] != file:
+        change.file, change.line = helpers[inner[0]], error_line(e, inner[0])
+    if folder is not None:
+        other = raised_in(e, folder, list(helpers.values()))
+        if other is not None:
+            name = os.path.basename(other[0])
+            change.what += (f" (raised in {name}:{other[1]}: the edit belongs there; give "
+                            f"{name} to port --enable-vma too)")
+    return change
+
+
+def _unfixed_at(e: BaseException, file: str, site: int | None = None) -> Change:
     if isinstance(e, SpmdTypeError):
         # spmdtyped.lax in the body: its strict check, with the checks on (SPMD103: a psum of
         # a value that is already Invariant; the same numbers as before, but said so)
