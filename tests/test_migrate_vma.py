@@ -14,6 +14,7 @@ import sys
 import textwrap
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -468,8 +469,8 @@ if __name__ == "__main__":
 '''
 
 #: a blockwise-attention skip: the branch that skips a block returns the loop's carry as it
-#: came in (`lambda c: (c, None)`): the components JAX names are inside a name, which no edit
-#: of this call reaches
+#: came in (`lambda c: (c, None)`): the components JAX names are inside that name, and the
+#: Invariant value is the scan's initial carry
 SKIP = '''import jax
 import jax.numpy as jnp
 from jax import lax
@@ -486,6 +487,61 @@ def blocks(x):
 
 USES_SKIP = USES_KERNELS.replace('''    a, b = kernels.gate(x)
     return kernels.ring_sum(a, "sp") + b''', '''    return kernels.blocks(x)''')
+
+#: ring attention's shape (haoliuhl/ringattention): a ring `scan` whose accumulators start
+#: Invariant, and inside it a blockwise `scan` over the accumulators with a skipping branch.
+#: JAX names the inner loop first; once the ring's carry is cast, the inner cast is of a
+#: Varying value, which JAX refuses: it is taken back
+NESTED = '''import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+def ring_blocks(x, axis_name):
+    n = lax.axis_size(axis_name)
+    perm = [(i, (i + 1) % n) for i in range(n)]
+
+    def ring(carry, _):
+        acc, block = carry
+
+        def blockwise(c, i):
+            return lax.cond(i % 2 == 0, lambda c: ((c[0] + block * i,), None), lambda c: (c, None), c)
+
+        (acc,), _ = lax.scan(blockwise, (acc,), jnp.arange(4))
+        return (acc, lax.ppermute(block, axis_name, perm)), None
+
+    (acc, _), _ = lax.scan(ring, (jnp.zeros(x.shape), x), None, length=n)
+    return acc
+'''
+
+USES_NESTED = USES_KERNELS.replace('''    a, b = kernels.gate(x)
+    return kernels.ring_sum(a, "sp") + b''', '''    return kernels.ring_blocks(x, "sp")''')
+
+#: a `custom_vjp` whose backward pass accumulates the cotangent in a `fori_loop` that starts
+#: Invariant: only the gradient's trace meets it
+CUSTOM_VJP = '''import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+@jax.custom_vjp
+def scaled(x):
+    return x * 3.0
+
+
+def scaled_fwd(x):
+    return scaled(x), None
+
+
+def scaled_bwd(_, g):
+    return (lax.fori_loop(0, 3, lambda i, acc: acc + g, jnp.zeros(g.shape)),)
+
+
+scaled.defvjp(scaled_fwd, scaled_bwd)
+'''
+
+USES_CUSTOM_VJP = USES_KERNELS.replace('''    a, b = kernels.gate(x)
+    return kernels.ring_sum(a, "sp") + b''', '''    return kernels.scaled(x)''')
 
 
 def _project(tmp_path, kernels_text, script_text):
@@ -550,14 +606,56 @@ def test_a_kernel_module_not_given_is_named_in_the_report(tmp_path, capsys):
     assert kernels.read_text() == KERNELS
 
 
-def test_a_branch_returning_the_carry_it_took_is_reported_not_cast_twice(tmp_path, capsys):
-    """JAX names the mismatched components of the skipping branch's output by their paths
-    into the carry (`[0][0]`, `[0][1]`); the branch returns the carry by name, so no edit of
-    the call reaches them: the error is reported at the kernel module's cond, and the source
-    is left as it was (not a cast of the whole output per component)."""
-    script, kernels, name = _project(tmp_path, SKIP, USES_SKIP)
-    assert _port_cli.main(["--enable-vma", str(script), str(kernels)]) == 1
+def _migrates_pair(tmp_path, capsys, monkeypatch, kernels_text, script_text):
+    """Port the script and its kernel module together; the kernel module's new text, the
+    report, and the numbers of the original and the migrated pair (and their gradients)."""
+    script, kernels, name = _project(tmp_path, kernels_text, script_text)
+    original = _load_project(monkeypatch, script.parent, name)
+    assert _port_cli.main(["--enable-vma", "--write", str(script), str(kernels)]) == 0
     err = capsys.readouterr().err
-    assert f"{kernels}:{_line(SKIP, 'lax.cond(')}: SPMD302: JAX rejects it with check_vma=True" \
-        in err
-    assert "pcast" not in kernels.read_text() and "pcast(jax.lax.pcast" not in err
+    assert "JAX still rejects" not in err
+    migrated = _load_project(monkeypatch, script.parent, name)
+    for m in (original, migrated):
+        with jax.set_mesh(m.mesh):
+            m.grad = jax.jit(jax.grad(lambda x, m=m: jnp.sum(jnp.sin(m.fused(x)))))(m.x)
+    np.testing.assert_allclose(np.asarray(migrated.run(migrated)),
+                               np.asarray(original.run(original)), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(migrated.grad), np.asarray(original.grad),
+                               rtol=1e-6, atol=1e-6)
+    return kernels.read_text(), err, kernels
+
+
+def test_a_branch_returning_the_carry_it_took_casts_the_loops_initial_carry(
+        tmp_path, capsys, monkeypatch):
+    """JAX names the mismatched components of the skipping branch's output by their paths
+    into the carry (`[0][0]`, `[0][1]`); the branch returns the carry it was given, so the
+    Invariant value is the scan's initial carry: the cast goes there (not once per component
+    around the branch's output, nested casts that JAX refuses)."""
+    new, err, kernels = _migrates_pair(tmp_path, capsys, monkeypatch, SKIP, USES_SKIP)
+    cast = _compat.vary_cast_source("jnp.zeros(x.shape)", ("sp",))
+    assert f"lax.scan(body, ({cast}, {cast}), jnp.arange(4))" in new
+    assert "lambda c: (c, None)" in new and new.count("pcast") == 2
+    assert f"{kernels}:{_line(SKIP, 'lax.scan(')}: scan: the initial carry[1]" in err
+
+
+def test_a_cast_made_redundant_by_an_outer_loops_is_taken_back(tmp_path, capsys, monkeypatch):
+    """Ring attention's shape: JAX names the blockwise loop first, then the ring's carry; once
+    the ring carries its accumulator Varying, the blockwise loop's cast is of a Varying value
+    (JAX refuses it) and is taken back: the migrated module has the ring's cast only."""
+    new, err, kernels = _migrates_pair(tmp_path, capsys, monkeypatch, NESTED, USES_NESTED)
+    assert new.count("pcast") == 1
+    assert "(" + _compat.vary_cast_source("jnp.zeros(x.shape)", ("sp",)) + ", x)" in new
+    assert "lax.scan(blockwise, (acc,), jnp.arange(4))" in new
+    assert f"{kernels}:{_line(NESTED, 'lax.scan(ring')}: scan: the initial carry[0]" in err
+    assert f"{kernels}:{_line(NESTED, 'lax.scan(blockwise')}" not in err
+
+
+def test_the_gradients_backward_program_is_migrated_too(tmp_path, capsys, monkeypatch):
+    """A `custom_vjp` whose backward pass starts a loop Invariant: the forward program is
+    accepted with the checks on, and the gradient's is not. The migration traces the gradient
+    as well, and casts the backward loop's initial carry."""
+    new, err, kernels = _migrates_pair(tmp_path, capsys, monkeypatch, CUSTOM_VJP,
+                                       USES_CUSTOM_VJP)
+    assert ("lax.fori_loop(0, 3, lambda i, acc: acc + g, "
+            + _compat.vary_cast_source("jnp.zeros(g.shape)", ("sp",)) + ")") in new
+    assert f"{kernels}:{_line(CUSTOM_VJP, 'fori_loop(')}: fori_loop: the initial carry" in err

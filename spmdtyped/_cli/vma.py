@@ -154,7 +154,7 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
     import tempfile
 
     from ..adapters._conventions import made_current
-    from ..adapters._port import vma
+    from ..adapters._port import vma, vma_numbers
     from . import discover as _discover
 
     helpers = helpers or {}
@@ -181,7 +181,7 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
                 continue
             with made_current(made.mesh):   # the call's own mesh (the command line's first)
                 try:
-                    differs = vma.compare(job, made, line)
+                    differs = vma_numbers.compare(job, made, line)
                 except Exception as e:  # noqa: BLE001 - the program's own failure to run
                     notes.append(vma.Change(line, f"jax.shard_map({job.name}): not compared "
                                             f"({type(e).__name__}: {str(e)[:200]})",
@@ -190,14 +190,14 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
                 if differs is not None:
                     out.append(differs)
                 try:
-                    out += vma.gradient_psums(made, candidate, new, differs is not None)
+                    out += vma_numbers.gradient_psums(made, candidate, new, differs is not None)
                 except Exception as e:  # noqa: BLE001 - infer's own failure: say so
                     notes.append(vma.Change(line, f"jax.shard_map({job.name}): the gradient "
                                             f"psums not checked ({type(e).__name__})",
                                             f"python -m spmdtyped infer {path}", "note"))
-    out += vma.axis_size_idioms(new)
+    out += vma_numbers.axis_size_idioms(new)
     for h, text in helpers.items():
-        out += [dataclasses.replace(c, file=h) for c in vma.axis_size_idioms(text)]
+        out += [dataclasses.replace(c, file=h) for c in vma_numbers.axis_size_idioms(text)]
     seen: set[tuple[Any, Any, str]] = set()
     unique = []
     for c in out:

@@ -10,10 +10,7 @@ them on changes in the numbers.
    on the initial carry / on the Invariant branch's output, `_compat.vary_cast_source`), and
    the candidate traced again, until JAX accepts it or an error has no fix (reported with its
    line). The edits never add a line: the module's line numbers stay the original's.
-3. The semantic changes: `compare` runs the original and the migrated shard_map on the same
-   random inputs; `gradient_psums` reads `st.adapters.infer`'s SPMD103 (a psum / pmean of an
-   Invariant value: typically the gradient of a replicated parameter, which JAX's transpose
-   now sums itself); `axis_size_idioms` finds `psum(1, axis)`.
+3. The semantic changes are `vma_numbers`'.
 """
 
 from __future__ import annotations
@@ -28,12 +25,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ... import _compat
 from ..._errors import SpmdTypeError
 from ..._errors.jax_messages import translate
-from .._infer import abstract_args, infer
+from .._infer import abstract_args
+from .vma_source import edited, func_name, is_shard_map_call, lax_name, offsets, replace
 
 
 @dataclasses.dataclass
@@ -51,6 +50,8 @@ class Change:
     #: the file of `line` when it is not the migrated module's: a helper module its shard_map
     #: bodies call (`migrate`'s `helpers`)
     file: str | None = None
+    #: an edit's source text before and after it (`migrate` takes back a cast JAX refuses)
+    edit: tuple[str, str] | None = dataclasses.field(default=None, repr=False)
 
     def render(self, path: str) -> str:
         path = self.file or path
@@ -68,77 +69,18 @@ class Migration:
     helpers: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-# ------------------------------------------------------------------- source text
-
-
-def _offsets(source: str) -> list[int]:
-    starts, pos = [], 0
-    for line in source.splitlines(keepends=True):
-        starts.append(pos)
-        pos += len(line)
-    starts.append(pos)
-    return starts
-
-
-def _pos(source: str, starts: list[int], line: int, col: int) -> int:
-    # ast columns are UTF-8 byte offsets into the line
-    text = source[starts[line - 1]:starts[line]]
-    return starts[line - 1] + len(text.encode("utf-8")[:col].decode("utf-8"))
-
-
-def _span(source: str, node: ast.AST) -> tuple[int, int]:
-    starts = _offsets(source)
-    return (_pos(source, starts, node.lineno, node.col_offset),  # type: ignore[attr-defined]
-            _pos(source, starts, node.end_lineno, node.end_col_offset))  # type: ignore[attr-defined]
-
-
-def _replace(source: str, node: ast.AST, make: Callable[[str], str]) -> str:
-    a, b = _span(source, node)
-    return source[:a] + make(source[a:b]) + source[b:]
-
-
-def lax_name(source: str) -> str:
-    """How the module names `jax.lax` (`jax.lax`, `lax`, an alias)."""
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.ImportFrom) and node.module == "jax" and not node.level:
-            for a in node.names:
-                if a.name == "lax":
-                    return a.asname or "lax"
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name == "jax.lax" and a.asname:
-                    return a.asname
-                if a.name == "jax":
-                    return f"{a.asname or 'jax'}.lax"
-    return "jax.lax"
-
-
-def _func_name(call: ast.Call) -> str | None:
-    f = call.func
-    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-
-
-def _is_shard_map_call(call: ast.Call) -> bool:
-    if _func_name(call) == "shard_map":
-        return True
-    # partial(jax.shard_map, ...)
-    return _func_name(call) == "partial" and bool(call.args) and \
-        isinstance(call.args[0], (ast.Attribute, ast.Name)) and \
-        (getattr(call.args[0], "attr", None) or getattr(call.args[0], "id", None)) == "shard_map"
-
-
 def enable_checks(source: str) -> tuple[str, list[Change]]:
     """Every literal `check_vma=False` of a shard_map call turned to `check_vma=True`."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and _is_shard_map_call(node):
+        if isinstance(node, ast.Call) and is_shard_map_call(node):
             for kw in node.keywords:
                 if kw.arg == "check_vma" and isinstance(kw.value, ast.Constant) \
                         and kw.value.value is False:
                     found.append(kw.value)
     changes = []
     for value in sorted(found, key=lambda v: (v.lineno, v.col_offset), reverse=True):
-        source = _replace(source, value, lambda _: "True")
+        source = replace(source, value, lambda _: "True")
         changes.append(Change(value.lineno, "jax.shard_map(..., check_vma=False): JAX's "
                               "manual-axis checks were off", "check_vma=True"))
     return source, changes[::-1]
@@ -267,7 +209,7 @@ def _the_call(tree: ast.AST, line: int, names: Sequence[str]) -> ast.Call | None
     """The innermost call of one of `names` spanning `line`."""
     best = None
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _func_name(node) in names \
+        if isinstance(node, ast.Call) and func_name(node) in names \
                 and node.lineno <= line <= (node.end_lineno or node.lineno):
             if best is None or (node.lineno, -(node.end_lineno or 0)) > \
                     (best.lineno, -(best.end_lineno or 0)):
@@ -305,7 +247,7 @@ def apply_fix(source: str, fix: Fix) -> tuple[str, Change] | None:
     if call is None:
         return None
     lax = lax_name(source)
-    name = _func_name(call) or ""
+    name = func_name(call) or ""
     cast = _compat.vary_cast_source("{}", fix.axes, lax)
     if fix.kind == "carry":
         node = _arg(call, *_INIT[name])
@@ -322,10 +264,11 @@ def apply_fix(source: str, fix: Fix) -> tuple[str, Change] | None:
         if node is None:
             return None
         part = "".join(f"[{i}]" for i in path)
-        new = _replace(source, node, lambda text: cast.replace("{}", text, 1))
+        new, edit = edited(source, node, lambda text: cast.replace("{}", text, 1))
         return new, Change(node.lineno, f"{name}: the initial carry{part} is Invariant and the "
                            f"body makes it Varying over {', '.join(fix.axes)}",
-                           cast.replace("{}", f"init{part}", 1) + " on the initial carry")
+                           cast.replace("{}", f"init{part}", 1) + " on the initial carry",
+                           edit=edit)
     if name == "cond":
         where = {"true_fun": 1, "false_fun": 2}.get(str(fix.branch))
         node = _arg(call, where, str(fix.branch)) if where is not None else None
@@ -336,37 +279,139 @@ def apply_fix(source: str, fix: Fix) -> tuple[str, Change] | None:
     if node is None:
         return None
     if isinstance(node, ast.Lambda):
-        node = node.body
-        for i in fix.path:  # a component of a literal tuple the branch returns
+        lam, node = node, node.body
+        for depth, i in enumerate(fix.path):  # a component of a literal tuple it returns
             if isinstance(node, (ast.Tuple, ast.List)) and i < len(node.elts):
                 node = node.elts[i]
+            elif isinstance(node, ast.Name):
+                # the branch returns (part of) the loop carry it was given, as it came in:
+                # the loop's initial carry is what is Invariant (a blockwise attention's
+                # `lambda carry, args: (carry, None)` that skips a block)
+                carry = _carry_fix(tree, call, lam, node.id, fix.path[depth:], fix.axes)
+                return apply_fix(source, carry) if carry is not None else None
             else:
                 return None
-        new = _replace(source, node, lambda text: cast.replace("{}", text, 1))
+        new, edit = edited(source, node, lambda text: cast.replace("{}", text, 1))
     elif fix.path:
         return None  # a component of a named branch's output: not in this call's text
     else:
         simple = isinstance(node, (ast.Name, ast.Attribute))
-        new = _replace(source, node, lambda text: "lambda *a: " + cast.replace(
+        new, edit = edited(source, node, lambda text: "lambda *a: " + cast.replace(
             "{}", f"{text}(*a)" if simple else f"({text})(*a)", 1))
     which = fix.branch if isinstance(fix.branch, str) else f"branch {fix.branch}"
     which += "".join(f"[{i}]" for i in fix.path)
     return new, Change(node.lineno, f"{name}: the output of {which} is Invariant and the other "
                        f"branch's is Varying over {', '.join(fix.axes)}",
-                       cast.replace("{}", "out", 1) + f" on the output of {which}")
+                       cast.replace("{}", "out", 1) + f" on the output of {which}", edit=edit)
+
+
+#: each loop's body function (position, keyword) and which of its parameters is the carry
+_BODY = {"scan": ((0, "f"), 0), "fori_loop": ((2, "body_fun"), 1),
+         "while_loop": ((1, "body_fun"), 0)}
+
+
+def _carry_fix(tree: ast.AST, call: ast.Call, lam: ast.Lambda, name: str,
+               path: tuple[int, ...], axes: tuple[str, ...]) -> Fix | None:
+    """The loop-carry fix for a branch `lam` of the cond / switch `call` that returns its
+    parameter `name` (the component `path` of it) unchanged, when that parameter is the
+    branch's operand and the operand is the carry parameter of the function a loop runs as
+    its body (`def step(carry, x): ... cond(p, f, lambda c: c, carry)` and
+    `lax.scan(step, init, ...)`); None when the source does not say so."""
+    params = [a.arg for a in (*lam.args.posonlyargs, *lam.args.args)]
+    if name not in params or lam.args.vararg is not None:
+        return None
+    first = 3 if func_name(call) == "cond" else 2    # cond(p, t, f, *ops), switch(i, bs, *ops)
+    operands = call.args[first:]
+    index = params.index(name)
+    operand = operands[index] if index < len(operands) else None
+    if not isinstance(operand, ast.Name):
+        return None
+    carry = operand.id
+    body = _innermost_def(tree, call)
+    scope = _innermost_def(tree, body) if body is not None else None
+    if body is None:
+        return None
+    inside = {id(n) for n in ast.walk(body)}
+    for loop in ast.walk(scope or tree):   # the loops of the scope that defines the function
+        if not (isinstance(loop, ast.Call) and func_name(loop) in _BODY) or id(loop) in inside:
+            continue
+        kind = func_name(loop) or ""
+        where, position = _BODY[kind]
+        fn = _arg(loop, *where)
+        args = [a.arg for a in (*body.args.posonlyargs, *body.args.args)]
+        if isinstance(fn, ast.Name) and fn.id == body.name and position < len(args) \
+                and args[position] == carry:
+            # (fori_loop's carry as JAX names it is (i, init): its first index is JAX's)
+            return Fix("carry", (kind,), loop.lineno, axes,
+                       path=(1, *path) if kind == "fori_loop" else path)
+    return None
+
+
+def _innermost_def(tree: ast.AST, node: ast.stmt | ast.expr) -> ast.FunctionDef | None:
+    """The innermost function definition around `node` (not `node` itself)."""
+    best = None
+    for d in ast.walk(tree):
+        if isinstance(d, ast.FunctionDef) and d is not node \
+                and d.lineno <= node.lineno <= (d.end_lineno or d.lineno) \
+                and (node.end_lineno or node.lineno) <= (d.end_lineno or d.lineno) \
+                and (best is None or d.lineno >= best.lineno):
+            best = d
+    return best
 
 
 def trace_job(job: Any) -> BaseException | None:
     """Trace one shard_map body (`job`: `fn`, `args`, `mesh`, `in_specs`, `out_specs`,
-    `axis_names`) with JAX's checks on; the exception JAX raises, or None."""
+    `axis_names`) with JAX's checks on, and its gradient (`pullback`: JAX checks the
+    backward program as well, a `custom_vjp`'s own `bwd` included) where the body is
+    differentiable with the checks off; the exception JAX raises, or None."""
     sds = abstract_args(job.args, job.in_specs, job.mesh)
-    f = _compat.shard_map(job.fn, mesh=job.mesh, in_specs=job.in_specs, out_specs=job.out_specs,
-                          axis_names=job.axis_names, check_vma=True)
+
+    def smap(check_vma: bool) -> Any:
+        return _compat.shard_map(job.fn, mesh=job.mesh, in_specs=job.in_specs,
+                                 out_specs=job.out_specs, axis_names=job.axis_names,
+                                 check_vma=check_vma)
+
     try:
-        jax.make_jaxpr(f)(*sds)
+        jax.make_jaxpr(smap(True))(*sds)
     except Exception as e:  # noqa: BLE001 - JAX's verdict is the result
         return e
+    try:
+        jax.make_jaxpr(pullback(smap(True), sds))(*sds)
+    except Exception as e:  # noqa: BLE001 - JAX's verdict on the backward program
+        try:   # (a body that is not differentiable anyway: nothing the checks change)
+            jax.make_jaxpr(pullback(smap(False), sds))(*sds)
+        except Exception:  # noqa: BLE001
+            return None
+        return e
     return None
+
+
+def pullback(f: Callable[..., Any], sds: Sequence[Any]) -> Callable[..., Any]:
+    """`f`'s vector-Jacobian product with respect to its floating-point arguments, on ones
+    for its floating-point outputs: a function of `f`'s arguments whose trace holds the
+    backward program."""
+    flat, tree = jax.tree_util.tree_flatten(tuple(sds))
+    diff = [i for i, s in enumerate(flat) if _inexact(s)]
+
+    def run(*args: Any) -> Any:
+        values = jax.tree_util.tree_leaves(args)
+
+        def on(*d: Any) -> Any:
+            full = list(values)
+            for i, x in zip(diff, d, strict=True):
+                full[i] = x
+            return f(*jax.tree_util.tree_unflatten(tree, full))
+
+        out, vjp = jax.vjp(on, *(values[i] for i in diff))
+        return vjp(jax.tree_util.tree_map(
+            lambda o: jnp.ones_like(o) if _inexact(o) else np.zeros(o.shape, jax.dtypes.float0),
+            out))
+
+    return run
+
+
+def _inexact(x: Any) -> bool:
+    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.inexact)
 
 
 def migrate(path: str, source: str,
@@ -387,6 +432,7 @@ def migrate(path: str, source: str,
     source, changes = enable_checks(source)
     sources = {path: source, **(helpers or {})}
     remaining: list[Change] = []
+    taken: set[tuple[str, int | None, str]] = set()
     with tempfile.TemporaryDirectory(prefix="spmdtyped-vma-") as tmp:
         at = {p: os.path.join(tmp, os.path.basename(p)) for p in sources}
         if len(set(at.values())) < len(at):
@@ -402,6 +448,9 @@ def migrate(path: str, source: str,
             remaining = []
             progressed = False
             for e, site in errors:
+                if _take_back(e, back, path, sources, changes, taken):
+                    progressed = True
+                    break
                 for file in error_files(e, list(at.values())):
                     p = back[file]
                     for fix in parse_error(e, file, mesh_order):
@@ -420,6 +469,39 @@ def migrate(path: str, source: str,
             if not progressed:
                 break
     return Migration(sources.pop(path), changes + remaining, sources)
+
+
+#: JAX refusing a Varying cast of a value that is Varying there already
+_REFUSED_CAST = re.compile(r"Unsupported pcast from=varying|pcast can only accept axis_name")
+
+
+def _take_back(e: BaseException, files: Mapping[str, str], path: str, sources: dict[str, str],
+               changes: list[Change], taken: set[tuple[str, int | None, str]]) -> bool:
+    """Take back the migration's casts at the line where JAX refuses one (`_REFUSED_CAST`):
+    an edit made later, further out, made that value Varying already (the accumulators of a
+    blockwise attention's inner `scan`, once the ring's `scan` outside carries them Varying).
+    `files`: candidate path -> its module's path (`path`: the migrated module's). The next
+    trace asks again for those of them still needed. False when there is none to take back
+    (or each was taken back once already)."""
+    if not _REFUSED_CAST.search(str(e)):
+        return False
+    for file in error_files(e, list(files)):
+        p, line = files[file], error_line(e, file)
+        mine = [c for c in changes if c.edit is not None and c.line == line
+                and (c.file or path) == p and (p, line, c.edit[1]) not in taken]
+        undone = 0
+        for c in mine:
+            original, made = c.edit  # type: ignore[misc]
+            starts = offsets(sources[p])
+            at = sources[p].find(made, starts[line - 1]) if line is not None else -1
+            if at >= 0:
+                sources[p] = sources[p][:at] + original + sources[p][at + len(made):]
+                taken.add((p, line, made))
+                changes[:] = [d for d in changes if d is not c]
+                undone += 1
+        if undone:
+            return True
+    return False
 
 
 def _unfixed(e: BaseException, file: str, site: int | None = None,
@@ -469,107 +551,3 @@ def _unfixed_at(e: BaseException, file: str, site: int | None = None) -> Change:
                       "error")
     return Change(line, f"JAX rejects it with check_vma=True: {type(e).__name__}: {first[:300]}",
                   "none known: fix it by hand", "error")
-
-
-# ------------------------------------------------------------------- what changes the numbers
-
-
-def random_inputs(job: Any, seed: int = 0) -> tuple[Any, ...]:
-    """Random global arrays for `job.args` (arrays or ShapeDtypeStructs), placed as the
-    in_specs say."""
-    rng = np.random.default_rng(seed)
-    sds = abstract_args(job.args, job.in_specs, job.mesh)
-
-    def one(s: Any) -> Any:
-        dtype = np.dtype(s.dtype)
-        if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating):
-            value = rng.standard_normal(s.shape).astype(dtype)
-        elif dtype == np.bool_:
-            value = rng.integers(0, 2, s.shape).astype(bool)
-        else:
-            value = rng.integers(0, 4, s.shape).astype(dtype)
-        return jax.device_put(value, s.sharding)
-
-    return tuple(jax.tree_util.tree_map(one, sds))
-
-
-def run_job(job: Any, inputs: Sequence[Any], check_vma: bool) -> Any:
-    """The outputs of `jax.jit(jax.shard_map(job.fn, ...))(*inputs)`."""
-    f = _compat.shard_map(job.fn, mesh=job.mesh, in_specs=job.in_specs, out_specs=job.out_specs,
-                          axis_names=job.axis_names, check_vma=check_vma)
-    return jax.jit(f)(*inputs)
-
-
-def compare(original: Any, migrated: Any, line: int | None, seed: int = 0) -> Change | None:
-    """The report line when the migrated shard_map (check_vma=True) computes other numbers
-    than the original (check_vma=False) on the same random inputs; None when they agree."""
-    inputs = random_inputs(original, seed)
-    want = jax.tree_util.tree_leaves(run_job(original, inputs, False))
-    got = jax.tree_util.tree_leaves(run_job(migrated, inputs, True))
-    diffs = [float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-             if np.shape(a) == np.shape(b) else float("inf") for a, b in zip(want, got, strict=True)]
-    scale = max([float(np.max(np.abs(np.asarray(a, np.float64)))) for a in want if np.size(a)]
-                + [1.0])
-    worst = max(diffs, default=0.0)
-    if worst <= 1e-5 * scale:
-        return None
-    return Change(line, f"jax.shard_map({getattr(original, 'name', '?')}): with check_vma=True "
-                  f"the outputs differ from check_vma=False's on the same inputs (max |diff| "
-                  f"{worst:.3g})", "see the lines below (an explicit psum / pmean of a "
-                  "gradient JAX now sums itself)", "numbers")
-
-
-def gradient_psums(job: Any, file: str, source: str, outputs_differ: bool = True) -> list[Change]:
-    """The psum / pmean of an Invariant value (SPMD103) in the migrated body: with the checks
-    on, the gradient of a parameter replicated over the axis is already summed by JAX's
-    transpose, and the explicit psum multiplies it by the axis size again.
-
-    A forward psum of a replicated value multiplies it by the axis size with the checks on and
-    off alike: only a gradient's changes. When the outputs agree (`outputs_differ` False:
-    `compare` found none) each one is a "note", not a change of the numbers."""
-    rep = infer(job.fn, *job.args, mesh=job.mesh, in_specs=job.in_specs,
-                out_specs=job.out_specs, axis_names=job.axis_names)
-    lines = source.splitlines()
-    out = []
-    for v in rep.violations:
-        line, vfile = v.line, v.file
-        if v.code != "SPMD103" or line is None or \
-                (vfile is not None and os.path.abspath(vfile) != os.path.abspath(file)):
-            continue
-        text = lines[line - 1] if 0 < line <= len(lines) else ""
-        if _AXIS_SIZE.search(text):
-            continue  # psum(1, axis): axis_size_idioms reports it
-        mean = "pmean" in text
-        if not outputs_differ:
-            out.append(Change(
-                line, f"SPMD103: {'pmean' if mean else 'psum'} of a value that is already "
-                "Invariant: the outputs agree with check_vma=False's (a replicated value, not "
-                "a gradient JAX now sums)", "st.pvary it first to say so, or "
-                "x * jax.lax.axis_size(axis)" if not mean else "drop the pmean", "note"))
-            continue
-        out.append(Change(
-            line, f"SPMD103: {'pmean' if mean else 'psum'} of a value that is already Invariant "
-            f"(a gradient of a replicated parameter: with check_vma=True JAX's transpose sums "
-            f"it); the explicit {'pmean now gives the sum, not the mean' if mean else 'psum now multiplies it by the axis size'}",
-            "divide by the axis size instead: g / jax.lax.axis_size(axis)" if mean
-            else "drop the psum: the gradient is already summed over the axis", "numbers"))
-    return out
-
-
-_AXIS_SIZE = re.compile(r"\bpsum\(\s*1(?:\.0?)?\s*,")
-
-
-def axis_size_idioms(source: str) -> list[Change]:
-    """`psum(1, axis)` / `psum(1.0, axis)` for the axis size: the same number with the checks
-    on (1 is Invariant: psum multiplies it by the size); `jax.lax.axis_size` says it."""
-    out = []
-    lax = lax_name(source)
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and _func_name(node) == "psum" and len(node.args) >= 2 \
-                and isinstance(node.args[0], ast.Constant) and node.args[0].value == 1 \
-                and not isinstance(node.args[0].value, bool):
-            axis = ast.get_source_segment(source, node.args[1]) or "axis"
-            out.append(Change(node.lineno, "psum(1, axis) for the axis size: with check_vma=True "
-                              "a psum of an Invariant value (the same number)",
-                              f"{lax}.axis_size({axis})", "numbers"))
-    return sorted(out, key=lambda c: c.line or 0)

@@ -1,0 +1,73 @@
+"""The source text `port --enable-vma` edits (`vma`): positions of `ast` nodes in it, a node's
+text replaced, and how a module names `jax.lax` and the functions it calls."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+
+
+def offsets(source: str) -> list[int]:
+    """The offset of each line's first character in `source`, and its length last."""
+    starts, pos = [], 0
+    for line in source.splitlines(keepends=True):
+        starts.append(pos)
+        pos += len(line)
+    starts.append(pos)
+    return starts
+
+
+def _pos(source: str, starts: list[int], line: int, col: int) -> int:
+    # ast columns are UTF-8 byte offsets into the line
+    text = source[starts[line - 1]:starts[line]]
+    return starts[line - 1] + len(text.encode("utf-8")[:col].decode("utf-8"))
+
+
+def _span(source: str, node: ast.AST) -> tuple[int, int]:
+    starts = offsets(source)
+    return (_pos(source, starts, node.lineno, node.col_offset),  # type: ignore[attr-defined]
+            _pos(source, starts, node.end_lineno, node.end_col_offset))  # type: ignore[attr-defined]
+
+
+def replace(source: str, node: ast.AST, make: Callable[[str], str]) -> str:
+    return edited(source, node, make)[0]
+
+
+def edited(source: str, node: ast.AST, make: Callable[[str], str]
+            ) -> tuple[str, tuple[str, str]]:
+    """`source` with the text of `node` replaced by `make(text)`, and (that text, its
+    replacement)."""
+    a, b = _span(source, node)
+    text = source[a:b]
+    made = make(text)
+    return source[:a] + made + source[b:], (text, made)
+
+
+def lax_name(source: str) -> str:
+    """How the module names `jax.lax` (`jax.lax`, `lax`, an alias)."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ImportFrom) and node.module == "jax" and not node.level:
+            for a in node.names:
+                if a.name == "lax":
+                    return a.asname or "lax"
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "jax.lax" and a.asname:
+                    return a.asname
+                if a.name == "jax":
+                    return f"{a.asname or 'jax'}.lax"
+    return "jax.lax"
+
+
+def func_name(call: ast.Call) -> str | None:
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+
+
+def is_shard_map_call(call: ast.Call) -> bool:
+    if func_name(call) == "shard_map":
+        return True
+    # partial(jax.shard_map, ...)
+    return func_name(call) == "partial" and bool(call.args) and \
+        isinstance(call.args[0], (ast.Attribute, ast.Name)) and \
+        (getattr(call.args[0], "attr", None) or getattr(call.args[0], "id", None)) == "shard_map"
