@@ -220,7 +220,7 @@ def _enable_vma(args: argparse.Namespace) -> int:
     changed = [p for p in args.files if current[p] != originals[p]]
     for path in changed:
         done = (f"migrated {path} to check_vma=True" if "check_vma=False" in originals[path]
-                else f"edited {path}: the casts JAX asks for with check_vma=True")
+                else f"edited {path}: the edits JAX asks for with check_vma=True")
         _write_or_diff(path, originals[path], current[path], args.write, done)
     if not changed:
         print("nothing to migrate (no jax.shard_map(..., check_vma=False) call)", file=sys.stderr)

@@ -22,9 +22,10 @@ from typing import Any
 EPILOG = ("--enable-vma: turn JAX's manual-axis checks on in code written for "
           "jax.shard_map(..., check_vma=False): check_vma=True, a "
           "jax.lax.pcast(..., to='varying') on each initial loop carry / cond or switch branch "
-          "output JAX rejects, and a report of what changes the numbers (an explicit psum of a "
+          "output JAX rejects (the gradient traced too), the outputs' states in a Pallas "
+          "kernel's out_shape, and a report of what changes the numbers (an explicit psum of a "
           "gradient JAX now sums itself, psum(1, axis) for the axis size). The FILEs migrate "
-          "together: a cast JAX asks for in a module the shard_map body calls (kernels.py "
+          "together: an edit JAX asks for in a module the shard_map body calls (kernels.py "
           "next to train.py) is made in that module when it is given too. Exit 1 when JAX "
           "still rejects the result or its numbers change; `infer --vma-changes FILE` prints "
           "the report without rewriting.")
@@ -185,7 +186,9 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
                 except Exception as e:  # noqa: BLE001 - the program's own failure to run
                     notes.append(vma.Change(line, f"jax.shard_map({job.name}): not compared "
                                             f"({type(e).__name__}: {str(e)[:200]})",
-                                            "run both versions by hand", "note"))
+                                            "run both versions by hand (the command runs "
+                                            "JAX on CPU devices unless JAX_PLATFORMS names "
+                                            "another backend)", "note"))
                     differs = None
                 if differs is not None:
                     out.append(differs)

@@ -7,9 +7,10 @@ them on changes in the numbers.
    `trace`); each error JAX raises about a loop carry (`fori_loop`, `scan`, `while_loop`:
    the initial carry is Invariant, the body makes it Varying) or about `cond` / `switch`
    branches in different states is fixed by a source edit (`jax.lax.pcast(..., to='varying')`
-   on the initial carry / on the Invariant branch's output, `_compat.vary_cast_source`), and
-   the candidate traced again, until JAX accepts it or an error has no fix (reported with its
-   line). The edits never add a line: the module's line numbers stay the original's.
+   on the initial carry / on the Invariant branch's output, `_compat.vary_cast_source`; a
+   Pallas kernel's out_shape given its outputs' states), and the candidate traced again
+   (its gradient too), until JAX accepts it or an error has no fix (reported with its line).
+   The edits never add or remove a line: the module's line numbers stay the original's.
 3. The semantic changes are `vma_numbers`'.
 """
 
@@ -32,7 +33,7 @@ from ... import _compat
 from ..._errors import SpmdTypeError
 from ..._errors.jax_messages import translate
 from .._infer import abstract_args
-from .vma_source import edited, func_name, is_shard_map_call, lax_name, offsets, replace
+from .vma_source import edited, func_name, is_shard_map_call, lax_name, offsets, replace, with_output_states
 
 
 @dataclasses.dataclass
@@ -92,9 +93,9 @@ def enable_checks(source: str) -> tuple[str, list[Change]]:
 @dataclasses.dataclass
 class Fix:
     """What one JAX error asks for: a Varying cast of a loop's initial carry (`path` into it)
-    or of a branch's output."""
+    or of a branch's output, or the states of a Pallas kernel's outputs."""
 
-    kind: str                    # "carry" or "branch"
+    kind: str                    # "carry", "branch" or "pallas"
     calls: tuple[str, ...]       # the lax functions whose call it is about
     line: int | None
     axes: tuple[str, ...]
@@ -122,6 +123,8 @@ _CARRY = re.compile(r"the input carry (?:component )?(?P<name>\w+)(?P<path>(?:\[
                     r"type (?P<tin>.+?) but the corresponding output carry component has type "
                     r"(?P<tout>.+?), so the manual", re.IGNORECASE)
 _BRANCHES = re.compile(r"(cond|switch) branches must have equal output types")
+#: a `pallas_call` whose `out_shape` says nothing of its outputs' states (JAX 0.10, 0.12)
+_PALLAS = re.compile(r"`manual_axis_type` on\s+`jax\.ShapeDtypeStruct` must not be `None`")
 _BRANCH = re.compile(r"the output of (?P<a>.+?) has type (?P<ta>.+?) but the corresponding "
                      r"output of (?P<b>.+?) has type (?P<tb>.+?), so the manual", re.IGNORECASE)
 
@@ -179,6 +182,9 @@ def parse_error(e: BaseException, file: str, mesh_order: Sequence[str] = ()) -> 
                 path = tuple(int(i) for i in re.findall(r"\d+", m.group("path")))
                 fixes.append(Fix("carry", calls, line, _ordered(axes, mesh_order), path=path))
         return fixes
+    if _PALLAS.search(text):
+        # the outputs vary over the manual axes (a kernel computes each device's block)
+        return [Fix("pallas", ("pallas_call",), line, tuple(mesh_order))]
     head = _BRANCHES.search(text)
     if head is not None:
         for m in _BRANCH.finditer(text):
@@ -246,6 +252,8 @@ def apply_fix(source: str, fix: Fix) -> tuple[str, Change] | None:
     call = _the_call(tree, fix.line, fix.calls)
     if call is None:
         return None
+    if fix.kind == "pallas":
+        return _pallas_states(source, tree, call, fix.axes)
     lax = lax_name(source)
     name = func_name(call) or ""
     cast = _compat.vary_cast_source("{}", fix.axes, lax)
@@ -303,6 +311,19 @@ def apply_fix(source: str, fix: Fix) -> tuple[str, Change] | None:
     return new, Change(node.lineno, f"{name}: the output of {which} is Invariant and the other "
                        f"branch's is Varying over {', '.join(fix.axes)}",
                        cast.replace("{}", "out", 1) + f" on the output of {which}", edit=edit)
+
+
+def _pallas_states(source: str, tree: ast.AST, call: ast.Call, axes: tuple[str, ...]
+                   ) -> tuple[str, Change] | None:
+    """The `pallas_call` `call` with the state its kernel's outputs have with the checks on
+    given (`vma_source.with_output_states`, in the function that makes the call): Varying
+    over `axes`, a kernel computing each device's block."""
+    source, count, spelled = with_output_states(source, _innermost_def(tree, call) or tree, axes)
+    if not count:
+        return None
+    return source, Change(call.lineno, f"pallas_call: its out_shape's ShapeDtypeStructs say "
+                          f"nothing of the outputs' states, which JAX needs with the checks on "
+                          f"({count} edited in the function)", f"{spelled} on each")
 
 
 #: each loop's body function (position, keyword) and which of its parameters is the carry

@@ -1,5 +1,6 @@
 """The source text `port --enable-vma` edits (`vma`): positions of `ast` nodes in it, a node's
-text replaced, and how a module names `jax.lax` and the functions it calls."""
+text replaced, how a module names `jax.lax` and the functions it calls, and the states of a
+Pallas kernel's outputs written into its `ShapeDtypeStruct`s."""
 
 from __future__ import annotations
 
@@ -71,3 +72,36 @@ def is_shard_map_call(call: ast.Call) -> bool:
     return func_name(call) == "partial" and bool(call.args) and \
         isinstance(call.args[0], (ast.Attribute, ast.Name)) and \
         (getattr(call.args[0], "attr", None) or getattr(call.args[0], "id", None)) == "shard_map"
+
+
+def with_output_states(source: str, scope: ast.AST, axes: tuple[str, ...]) -> tuple[str, int, str]:
+    """Every `jax.ShapeDtypeStruct(...)` (and `partial(jax.ShapeDtypeStruct, ...)`) of `scope`
+    (the function that makes a `pallas_call`) without a `manual_axis_type=`, given one:
+    Varying over `axes`, as JAX's own tests of Pallas under shard_map spell it. A kernel's
+    out_shape is often built over several statements (a list, `+=`, a partial for the
+    scratch buffers), so the function's are all edited; the keyword goes after the last
+    argument, so the line count stays the module's. Returns the new source, how many were
+    edited and the keyword as written."""
+    found = []
+    for node in ast.walk(scope):
+        if not isinstance(node, ast.Call) or any(k.arg == "manual_axis_type"
+                                                 for k in node.keywords):
+            continue
+        target = node.args[0] if func_name(node) == "partial" and node.args else node.func
+        arguments = [*node.args, *(k.value for k in node.keywords)]
+        if (getattr(target, "attr", None) or getattr(target, "id", None)) == "ShapeDtypeStruct" \
+                and arguments:
+            jax_name = ast.get_source_segment(source, target.value) \
+                if isinstance(target, ast.Attribute) else "jax"
+            found.append((max(arguments, key=lambda a: (a.end_lineno, a.end_col_offset)),
+                          jax_name))
+    varying = "{" + ", ".join(repr(a) for a in axes) + "}"
+    for last, jax_name in sorted(found, key=lambda f: (f[0].end_lineno, f[0].end_col_offset),
+                                 reverse=True):
+        state = f", manual_axis_type={jax_name}.sharding.ManualAxisType(varying={varying})"
+
+        def append(text: str, state: str = state) -> str:
+            return text + state
+
+        source = replace(source, last, append)
+    return source, len(found), f"manual_axis_type=jax.sharding.ManualAxisType(varying={varying})"
