@@ -572,6 +572,13 @@ def double_plus_one(x):
 USES_PALLAS = USES_KERNELS.replace('''    a, b = kernels.gate(x)
     return kernels.ring_sum(a, "sp") + b''', '''    return kernels.double_plus_one(x)''')
 
+#: the same backward pass as a while_loop whose initial carry, a pair, is made by a helper
+#: function: no edit of the call reaches its second component
+CUSTOM_VJP_HELPER = CUSTOM_VJP.replace(
+    "def scaled_bwd(_, g):\n    return (lax.fori_loop(0, 3, lambda i, acc: acc + g, jnp.zeros(g.shape)),)",
+    "def start(g):\n    return (0, jnp.zeros(g.shape))\n\n\ndef scaled_bwd(_, g):\n"
+    "    return (lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] + g), start(g))[1],)")
+
 def _project(tmp_path, kernels_text, script_text):
     """The kernels and the script in their own folder (the kernel module named uniquely, so
     that each test imports its own); `(script path, kernels path, module name)`."""
@@ -718,3 +725,18 @@ def test_a_pallas_kernels_out_shape_gets_its_outputs_states(tmp_path, capsys, mo
     assert "check_vma=True" in script.read_text()
     jaxpr = jax.make_jaxpr(migrated.fused)(migrated.x)
     assert "pallas_call" in str(jaxpr)
+
+
+def test_an_error_only_the_gradient_meets_is_reported_as_the_gradients(tmp_path, capsys):
+    """The forward program is accepted with the checks on; the backward pass's loop starts
+    from a helper's result, which no edit reaches: the report says the error is the
+    gradient's (code that is never differentiated can ignore it)."""
+    assert "start(g)" in CUSTOM_VJP_HELPER
+    script, kernels, name = _project(tmp_path, CUSTOM_VJP_HELPER, USES_CUSTOM_VJP)
+    assert _port_cli.main(["--enable-vma", str(script), str(kernels)]) == 1
+    err = capsys.readouterr().err
+    assert "JAX still rejects:" in err
+    assert (f"{kernels}:{_line(CUSTOM_VJP_HELPER, 'while_loop(')}: SPMD302: JAX rejects it with "
+            "check_vma=True") in err
+    assert ("(in the gradient: the backward program JAX traces under jax.grad; the forward "
+            "program is accepted)") in err

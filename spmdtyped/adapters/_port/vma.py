@@ -403,8 +403,13 @@ def trace_job(job: Any) -> BaseException | None:
             jax.make_jaxpr(pullback(smap(False), sds))(*sds)
         except Exception:  # noqa: BLE001
             return None
+        e.add_note(IN_THE_GRADIENT)   # (the report says so: `_unfixed`)
         return e
     return None
+
+
+#: the note `trace_job` adds to an error JAX raised tracing the gradient only
+IN_THE_GRADIENT = "spmdtyped: raised tracing the gradient (jax.vjp of the shard_map)"
 
 
 def pullback(f: Callable[..., Any], sds: Sequence[Any]) -> Callable[..., Any]:
@@ -533,6 +538,9 @@ def _unfixed(e: BaseException, file: str, site: int | None = None,
     module named, since the edit belongs there."""
     helpers = helpers or {}
     change = _unfixed_at(e, file, site)
+    if IN_THE_GRADIENT in getattr(e, "__notes__", ()):
+        change.what += (" (in the gradient: the backward program JAX traces under jax.grad; "
+                        "the forward program is accepted)")
     inner = error_files(e, [file, *helpers])
     if inner and inner[0] != file:
         change.file, change.line = helpers[inner[0]], error_line(e, inner[0])
