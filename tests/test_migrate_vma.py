@@ -740,3 +740,19 @@ def test_an_error_only_the_gradient_meets_is_reported_as_the_gradients(tmp_path,
             "check_vma=True") in err
     assert ("(in the gradient: the backward program JAX traces under jax.grad; the forward "
             "program is accepted)") in err
+
+
+def test_modules_of_the_same_name_in_two_folders_migrate_each_on_its_own(tmp_path, capsys):
+    """`port --enable-vma a/train.py b/train.py`: modules are imported under their file
+    names, so neither can be the other's helper; each is migrated as it would be alone."""
+    paths = []
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        paths.append(tmp_path / folder / "train.py")
+        paths[-1].write_text(textwrap.dedent(LOOP))
+    assert _port_cli.main(["--enable-vma", "--write", *map(str, paths)]) == 0
+    err = capsys.readouterr().err
+    cast = _compat.vary_cast_source("jnp.zeros(x.shape)", ("dp",))
+    for path in paths:
+        assert f"jax.lax.fori_loop(0, 4, body, {cast})" in path.read_text()
+        assert f"{path}:{_line(LOOP, 'fori_loop(')}: fori_loop: the initial carry" in err

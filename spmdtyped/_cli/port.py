@@ -206,16 +206,21 @@ def _enable_vma(args: argparse.Namespace) -> int:
             return 2
     status = 0
     for path in args.files:
-        helpers = {p: current[p] for p in args.files if p != path}
+        # (a module is imported under its file name: one of another folder with the same name
+        # as this one, or as another given before it, cannot be a helper of this migration)
+        helpers: dict[str, str] = {}
+        for p in args.files:
+            if os.path.basename(p) not in {os.path.basename(q) for q in (path, *helpers)}:
+                helpers[p] = current[p]
         try:
-            _old, new, changes, got, helped = run(path, args, helpers, current[path])
+            old, new, changes, got, helped = run(path, args, helpers, current[path])
         except Exception as e:  # noqa: BLE001 - the module's own failure is exit 2
             print(f"error: cannot migrate {path}: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
         print_report(path, changes, sys.stderr)
         status = max(status, got)
         current.update(helped)
-        if new != _old:
+        if new != old:
             current[path] = new
     changed = [p for p in args.files if current[p] != originals[p]]
     for path in changed:
