@@ -756,3 +756,25 @@ def test_modules_of_the_same_name_in_two_folders_migrate_each_on_its_own(tmp_pat
     for path in paths:
         assert f"jax.lax.fori_loop(0, 4, body, {cast})" in path.read_text()
         assert f"{path}:{_line(LOOP, 'fori_loop(')}: fori_loop: the initial carry" in err
+
+
+def test_a_kernel_module_with_its_own_uncalled_shard_map_is_edited_not_migrated(
+        tmp_path, capsys):
+    """A kernel module with a `check_vma=False` shard_map of its own that nothing calls at
+    import (a `test_main()` of jax-llm-examples' kernels): its edits are the casts the
+    script's body needs, and its own shard_map is left as written. That shard_map cannot be
+    traced (nothing says its shapes): the error is reported (exit 2), and the script and the
+    kernel module's edits are written all the same."""
+    own = KERNELS + '''
+
+def test_main(x, mesh):
+    return jax.shard_map(ring_sum, mesh=mesh, in_specs=None, out_specs=None, check_vma=False)(x)
+'''
+    script, kernels, name = _project(tmp_path, own, USES_KERNELS)
+    assert _port_cli.main(["--enable-vma", "--write", str(script), str(kernels)]) == 2
+    out, err = capsys.readouterr()
+    assert f"error: cannot migrate {kernels}: ValueError: {name}.py:" in err
+    assert "cannot tell its mesh, out-specs, shapes" in err
+    assert f"migrated {script} to check_vma=True" in out
+    assert f"edited {kernels}: the edits JAX asks for with check_vma=True" in out
+    assert "check_vma=False)(x)" in kernels.read_text() and "pcast" in kernels.read_text()

@@ -214,9 +214,12 @@ def _enable_vma(args: argparse.Namespace) -> int:
                 helpers[p] = current[p]
         try:
             old, new, changes, got, helped = run(path, args, helpers, current[path])
-        except Exception as e:  # noqa: BLE001 - the module's own failure is exit 2
+        except Exception as e:  # noqa: BLE001 - the module's own failure is exit 2; the
+            # other files migrate still (a kernel module whose own uncalled shard_map cannot
+            # be traced keeps the edits the script's migration made in it)
             print(f"error: cannot migrate {path}: {type(e).__name__}: {e}", file=sys.stderr)
-            return 2
+            status = 2
+            continue
         print_report(path, changes, sys.stderr)
         status = max(status, got)
         current.update(helped)
@@ -224,10 +227,11 @@ def _enable_vma(args: argparse.Namespace) -> int:
             current[path] = new
     changed = [p for p in args.files if current[p] != originals[p]]
     for path in changed:
-        done = (f"migrated {path} to check_vma=True" if "check_vma=False" in originals[path]
+        turned = current[path].count("check_vma=False") < originals[path].count("check_vma=False")
+        done = (f"migrated {path} to check_vma=True" if turned
                 else f"edited {path}: the edits JAX asks for with check_vma=True")
         _write_or_diff(path, originals[path], current[path], args.write, done)
-    if not changed:
+    if not changed and status < 2:
         print("nothing to migrate (no jax.shard_map(..., check_vma=False) call)", file=sys.stderr)
     return max(status, 1 if args.check and changed else 0)
 
