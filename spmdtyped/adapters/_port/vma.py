@@ -318,12 +318,13 @@ def _pallas_states(source: str, tree: ast.AST, call: ast.Call, axes: tuple[str, 
     """The `pallas_call` `call` with the state its kernel's outputs have with the checks on
     given (`vma_source.with_output_states`, in the function that makes the call): Varying
     over `axes`, a kernel computing each device's block."""
-    source, count, spelled = with_output_states(source, _innermost_def(tree, call) or tree, axes)
+    # (a call outside any function: the ShapeDtypeStructs written in the call itself)
+    source, count, spelled = with_output_states(source, _innermost_def(tree, call) or call, axes)
     if not count:
         return None
     return source, Change(call.lineno, f"pallas_call: its out_shape's ShapeDtypeStructs say "
                           f"nothing of the outputs' states, which JAX needs with the checks on "
-                          f"({count} edited in the function)", f"{spelled} on each")
+                          f"({count} edited)", f"{spelled} on each")
 
 
 #: each loop's body function (position, keyword) and which of its parameters is the carry
