@@ -5,9 +5,10 @@ the report of what changes.
 The module's shard_map calls are read as `port` and `infer` read them (`discover`: mesh, specs,
 module-level arrays; `--mesh`, `--in-specs`, `--out-specs`, `--shapes` fill in the rest). The
 report lists `FILE:LINE: what changes; fix: ...`, one line each: the edits made (`check_vma`
-turned on, the Varying casts of loop carries and branch outputs JAX asked for), the errors no
-edit fixes, and the semantic changes (the outputs of the original and the migrated program on
-the same random inputs, a psum / pmean of a gradient JAX now sums itself, `psum(1, axis)`)."""
+turned on, the Varying casts of loop carries and branch outputs JAX asked for, the states of a
+Pallas kernel's outputs), the errors no edit fixes, the semantic changes (the outputs of the
+original and the migrated program on the same random inputs, a psum / pmean of a gradient JAX
+now sums itself) and notes (`psum(1, axis)`, the same number)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ EPILOG = ("--enable-vma: turn JAX's manual-axis checks on in code written for "
           "jax.lax.pcast(..., to='varying') on each initial loop carry / cond or switch branch "
           "output JAX rejects (the gradient traced too), the outputs' states in a Pallas "
           "kernel's out_shape, and a report of what changes the numbers (an explicit psum of a "
-          "gradient JAX now sums itself, psum(1, axis) for the axis size). The FILEs migrate "
+          "gradient JAX now sums itself; psum(1, axis) for the axis size is a note). The FILEs "
+          "migrate "
           "together: an edit JAX asks for in a module the shard_map body calls (kernels.py "
           "next to train.py) is made in that module when it is given too. Exit 1 when JAX "
           "still rejects the result or its numbers change; `infer --vma-changes FILE` prints "
@@ -149,8 +151,8 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
               lines: set[Any], helpers: Mapping[str, str] | None = None
               ) -> tuple[list[Any], list[Any]]:
     """The semantic changes of the migrated source `new` (its shard_maps run against the
-    original's, the SPMD103 psums of its bodies, its `psum(1, axis)`), and the notes of what
-    could not be checked. `helpers`: the migrated helper modules (path -> source), imported
+    original's, the SPMD103 psums of its bodies), and the notes (its `psum(1, axis)`, what
+    could not be checked). `helpers`: the migrated helper modules (path -> source), imported
     by the candidate from the same folder."""
     import tempfile
 
