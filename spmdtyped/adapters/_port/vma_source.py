@@ -60,18 +60,24 @@ def lax_name(source: str) -> str:
     return "jax.lax"
 
 
+def expr_name(node: ast.expr) -> str | None:
+    """The last name of `jax.lax.scan` / `scan` (an attribute or a name); None otherwise."""
+    return node.attr if isinstance(node, ast.Attribute) else \
+        node.id if isinstance(node, ast.Name) else None
+
+
 def func_name(call: ast.Call) -> str | None:
-    f = call.func
-    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+    return expr_name(call.func)
+
+
+def partial_of(call: ast.Call) -> str | None:
+    """The function `partial(f, ...)` binds, by `expr_name`; None for any other call."""
+    return expr_name(call.args[0]) if func_name(call) == "partial" and call.args else None
 
 
 def is_shard_map_call(call: ast.Call) -> bool:
-    if func_name(call) == "shard_map":
-        return True
-    # partial(jax.shard_map, ...)
-    return func_name(call) == "partial" and bool(call.args) and \
-        isinstance(call.args[0], (ast.Attribute, ast.Name)) and \
-        (getattr(call.args[0], "attr", None) or getattr(call.args[0], "id", None)) == "shard_map"
+    # jax.shard_map(...), partial(jax.shard_map, ...)
+    return "shard_map" in (func_name(call), partial_of(call))
 
 
 def with_output_states(source: str, scope: ast.AST, axes: tuple[str, ...]) -> tuple[str, int, str]:
@@ -87,10 +93,9 @@ def with_output_states(source: str, scope: ast.AST, axes: tuple[str, ...]) -> tu
         if not isinstance(node, ast.Call) or any(k.arg == "manual_axis_type"
                                                  for k in node.keywords):
             continue
-        target = node.args[0] if func_name(node) == "partial" and node.args else node.func
+        target = node.args[0] if partial_of(node) is not None else node.func
         arguments = [*node.args, *(k.value for k in node.keywords)]
-        if (getattr(target, "attr", None) or getattr(target, "id", None)) == "ShapeDtypeStruct" \
-                and arguments:
+        if expr_name(target) == "ShapeDtypeStruct" and arguments:
             jax_name = ast.get_source_segment(source, target.value) \
                 if isinstance(target, ast.Attribute) else "jax"
             found.append((max(arguments, key=lambda a: (a.end_lineno, a.end_col_offset)),
