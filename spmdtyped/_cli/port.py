@@ -209,8 +209,10 @@ def _enable_vma(args: argparse.Namespace) -> int:
         # (a module is imported under its file name: one of another folder with the same name
         # as this one, or as another given before it, cannot be a helper of this migration)
         helpers: dict[str, str] = {}
+        named = {os.path.basename(path)}
         for p in args.files:
-            if os.path.basename(p) not in {os.path.basename(q) for q in (path, *helpers)}:
+            if os.path.basename(p) not in named:
+                named.add(os.path.basename(p))
                 helpers[p] = current[p]
         try:
             old, new, changes, got, helped = run(path, args, helpers, current[path])

@@ -92,8 +92,7 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
         folder = os.path.dirname(os.path.abspath(path))
         if folder not in sys.path:
             sys.path.insert(0, folder)
-        for name in names:
-            sys.modules.pop(name, None)
+        _forget(names)
         try:
             _module, sites = _discover.discover(candidate)
         except Exception as e:  # noqa: BLE001 - a module that runs its shard_map at import
@@ -136,9 +135,14 @@ def _modules_kept(names: Sequence[str]) -> Iterator[None]:
     try:
         yield
     finally:
-        for n in names:
-            sys.modules.pop(n, None)
+        _forget(names)
         sys.modules.update(kept)
+
+
+def _forget(names: Sequence[str]) -> None:
+    """Drop the modules `names` from `sys.modules`: the next `import` reads them anew."""
+    for name in names:
+        sys.modules.pop(name, None)
 
 
 def _P() -> Any:
@@ -165,13 +169,8 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
     notes: list[Any] = []
     names = _module_names(helpers)
     with tempfile.TemporaryDirectory(prefix="spmdtyped-vma-") as tmp, _modules_kept(names):
-        candidate = os.path.join(tmp, os.path.basename(path))
-        for file, text in ((candidate, new), *((os.path.join(tmp, os.path.basename(h)), t)
-                                               for h, t in helpers.items())):
-            with open(file, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        for name in names:
-            sys.modules.pop(name, None)
+        candidate = vma.write_candidates(tmp, {path: new, **helpers})[path]
+        _forget(names)
         _module, sites = _discover.discover(candidate)
         by_line = {s.line: s for s in sites}
         for job in original:

@@ -179,7 +179,7 @@ def parse_error(e: BaseException, file: str, mesh_order: Sequence[str] = ()) -> 
         for m in _CARRY.finditer(text):
             axes = _varying(m.group("tout")) - _varying(m.group("tin"))
             if axes:
-                path = tuple(int(i) for i in re.findall(r"\d+", m.group("path")))
+                path = _indices(m.group("path"))
                 fixes.append(Fix("carry", calls, line, _ordered(axes, mesh_order), path=path))
         return fixes
     if _PALLAS.search(text):
@@ -208,7 +208,12 @@ def _at_path(name: str) -> tuple[str, tuple[int, ...]]:
     at = re.fullmatch(r"(.+?) at path ((?:\[\d+\])+)", name.strip())
     if at is None:
         return name.strip(), ()
-    return at.group(1), tuple(int(i) for i in re.findall(r"\d+", at.group(2)))
+    return at.group(1), _indices(at.group(2))
+
+
+def _indices(path: str) -> tuple[int, ...]:
+    """`[0][1]`, a pytree path in JAX's messages -> `(0, 1)`."""
+    return tuple(int(i) for i in re.findall(r"\d+", path))
 
 
 def _the_call(tree: ast.AST, line: int, names: Sequence[str]) -> ast.Call | None:
@@ -461,16 +466,10 @@ def migrate(path: str, source: str,
     remaining: list[Change] = []
     taken: set[tuple[str, int | None, str]] = set()
     with tempfile.TemporaryDirectory(prefix="spmdtyped-vma-") as tmp:
-        at = {p: os.path.join(tmp, os.path.basename(p)) for p in sources}
-        if len(set(at.values())) < len(at):
-            raise ValueError(f"{path}: the helper modules need distinct file names: "
-                             f"{', '.join(sorted(sources))}")
-        back = {c: p for p, c in at.items()}
-        helper_at = {c: p for c, p in back.items() if p != path}
         for _ in range(max_steps):
-            for p, text in sources.items():
-                with open(at[p], "w", encoding="utf-8") as fh:
-                    fh.write(text)
+            at = write_candidates(tmp, sources)
+            back = {c: p for p, c in at.items()}
+            helper_at = {c: p for c, p in back.items() if p != path}
             errors = trace(at[path])
             remaining = []
             progressed = False
@@ -496,6 +495,19 @@ def migrate(path: str, source: str,
             if not progressed:
                 break
     return Migration(sources.pop(path), changes + remaining, sources)
+
+
+def write_candidates(folder: str, sources: Mapping[str, str]) -> dict[str, str]:
+    """Each module's text (`sources`: path -> text) written into `folder` under its file
+    name, where a candidate imports its siblings from; path -> the written file."""
+    at = {p: os.path.join(folder, os.path.basename(p)) for p in sources}
+    if len(set(at.values())) < len(at):
+        raise ValueError(f"the modules migrated together need distinct file names: "
+                         f"{', '.join(sorted(sources))}")
+    for p, text in sources.items():
+        with open(at[p], "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return at
 
 
 #: JAX refusing a Varying cast of a value that is Varying there already
