@@ -624,6 +624,10 @@ def test_an_edit_in_a_kernel_module_given_with_the_script(tmp_path, capsys, monk
     assert "JAX still rejects" not in err
     migrated = _load_project(monkeypatch, script.parent, name)
     np.testing.assert_allclose(np.asarray(migrated.run(migrated)), want, rtol=1e-6, atol=1e-6)
+    # one device: every block is positive, so the gate doubles it (and adds 1 to the other
+    # output), and the ring sums the four doubled blocks
+    _equals_one_device(migrated,
+                       lambda x: jnp.tile(2 * x.reshape(4, 2, 4).sum(0), (4, 1)) + x + 1)
     # and nothing is left to migrate in the pair
     assert _port_cli.main(["--enable-vma", str(script), str(kernels)]) == 0
     assert "nothing to migrate" in capsys.readouterr().err
@@ -641,23 +645,40 @@ def test_a_kernel_module_not_given_is_named_in_the_report(tmp_path, capsys):
     assert kernels.read_text() == KERNELS
 
 
-def _migrates_pair(tmp_path, capsys, monkeypatch, kernels_text, script_text):
-    """Port the script and its kernel module together; the kernel module's new text, the
-    report, and the numbers of the original and the migrated pair (and their gradients)."""
+def _migrates_pair(tmp_path, capsys, monkeypatch, kernels_text, script_text, reference):
+    """Port the script and its kernel module together; the kernel module's new text and the
+    report. The migrated pair's output and gradient (of `sum(sin(out))`, taken outside the
+    shard_map) equal the original's, and one device's: `reference`, the whole computation on
+    the global array."""
     script, kernels, name = _project(tmp_path, kernels_text, script_text)
     original = _load_project(monkeypatch, script.parent, name)
     assert _port_cli.main(["--enable-vma", "--write", str(script), str(kernels)]) == 0
     err = capsys.readouterr().err
     assert "JAX still rejects" not in err
     migrated = _load_project(monkeypatch, script.parent, name)
-    for m in (original, migrated):
-        with jax.set_mesh(m.mesh):
-            m.grad = jax.jit(jax.grad(lambda x, m=m: jnp.sum(jnp.sin(m.fused(x)))))(m.x)
     np.testing.assert_allclose(np.asarray(migrated.run(migrated)),
                                np.asarray(original.run(original)), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(migrated.grad), np.asarray(original.grad),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(_grad(migrated), _grad(original), rtol=1e-6, atol=1e-6)
+    _equals_one_device(migrated, reference)
     return kernels.read_text(), err, kernels
+
+
+def _grad(m):
+    """The gradient of `sum(sin(m.fused(x)))` at the module's `x`, taken outside the
+    shard_map."""
+    with jax.set_mesh(m.mesh):
+        return np.asarray(jax.jit(jax.grad(lambda x: jnp.sum(jnp.sin(m.fused(x)))))(m.x))
+
+
+def _equals_one_device(m, reference):
+    """The module's shard_map computes `reference` (the whole computation on the global
+    array, on one device), its output and its gradient (`_grad`)."""
+    x = jnp.asarray(np.asarray(m.x))
+    np.testing.assert_allclose(np.asarray(m.run(m)), np.asarray(reference(x)),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_grad(m),
+                               np.asarray(jax.grad(lambda x: jnp.sum(jnp.sin(reference(x))))(x)),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_a_branch_returning_the_carry_it_took_casts_the_loops_initial_carry(
@@ -666,7 +687,9 @@ def test_a_branch_returning_the_carry_it_took_casts_the_loops_initial_carry(
     into the carry (`[0][0]`, `[0][1]`); the branch returns the carry it was given, so the
     Invariant value is the scan's initial carry: the cast goes there (not once per component
     around the branch's output, nested casts that JAX refuses)."""
-    new, err, kernels = _migrates_pair(tmp_path, capsys, monkeypatch, SKIP, USES_SKIP)
+    # one device: each block gets itself twice in each of the two components
+    new, err, kernels = _migrates_pair(tmp_path, capsys, monkeypatch, SKIP, USES_SKIP,
+                                       lambda x: 4 * x)
     cast = _compat.vary_cast_source("jnp.zeros(x.shape)", ("sp",))
     assert f"lax.scan(body, ({cast}, {cast}), jnp.arange(4))" in new
     assert "lambda c: (c, None)" in new and new.count("pcast") == 2
@@ -677,7 +700,9 @@ def test_a_cast_made_redundant_by_an_outer_loops_is_taken_back(tmp_path, capsys,
     """Ring attention's shape: JAX names the blockwise loop first, then the ring's carry; once
     the ring carries its accumulator Varying, the blockwise loop's cast is of a Varying value
     (JAX refuses it) and is taken back: the migrated module has the ring's cast only."""
-    new, err, kernels = _migrates_pair(tmp_path, capsys, monkeypatch, NESTED, USES_NESTED)
+    # one device: each device's accumulator is (0 + 2) times the sum of the four blocks
+    new, err, kernels = _migrates_pair(tmp_path, capsys, monkeypatch, NESTED, USES_NESTED,
+                                       lambda x: jnp.tile(2 * x.reshape(4, 2, 4).sum(0), (4, 1)))
     assert new.count("pcast") == 1
     assert "(" + _compat.vary_cast_source("jnp.zeros(x.shape)", ("sp",)) + ", x)" in new
     assert "lax.scan(blockwise, (acc,), jnp.arange(4))" in new
@@ -690,7 +715,7 @@ def test_the_gradients_backward_program_is_migrated_too(tmp_path, capsys, monkey
     accepted with the checks on, and the gradient's is not. The migration traces the gradient
     as well, and casts the backward loop's initial carry."""
     new, err, kernels = _migrates_pair(tmp_path, capsys, monkeypatch, CUSTOM_VJP,
-                                       USES_CUSTOM_VJP)
+                                       USES_CUSTOM_VJP, lambda x: 3 * x)
     assert ("lax.fori_loop(0, 3, lambda i, acc: acc + g, "
             + _compat.vary_cast_source("jnp.zeros(g.shape)", ("sp",)) + ")") in new
     assert f"{kernels}:{_line(CUSTOM_VJP, 'fori_loop(')}: fori_loop: the initial carry" in err
