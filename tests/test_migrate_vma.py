@@ -579,6 +579,33 @@ CUSTOM_VJP_HELPER = CUSTOM_VJP.replace(
     "def start(g):\n    return (0, jnp.zeros(g.shape))\n\n\ndef scaled_bwd(_, g):\n"
     "    return (lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] + g), start(g))[1],)")
 
+#: an equinox module as a kernel library writes one (`jax.nn` inside `__call__`, a weight
+#: field), whose `fori_loop` starts its accumulator Invariant; the script's shard_map body
+#: calls a module-level instance
+EQX = '''import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+class Accumulate(eqx.Module):
+    w: jax.Array
+
+    def __call__(self, x):
+        def body(i, acc):
+            return acc + jax.nn.gelu(x @ self.w) * i
+
+        return lax.fori_loop(0, 3, body, jnp.zeros(x.shape))
+'''
+
+USES_EQX = USES_KERNELS.replace('''def body(x):
+    a, b = kernels.gate(x)
+    return kernels.ring_sum(a, "sp") + b''', '''model = kernels.Accumulate(jnp.eye(4) / 2)
+
+
+def body(x):
+    return model(x)''')
+
 def _project(tmp_path, kernels_text, script_text):
     """The kernels and the script in their own folder (the kernel module named uniquely, so
     that each test imports its own); `(script path, kernels path, module name)`."""
@@ -845,3 +872,15 @@ def test_a_pallas_call_outside_any_function_edits_its_own_out_shape_only(tmp_pat
     assert "ABSTRACT = jax.ShapeDtypeStruct((8, 4), jnp.float32)\n" in new
     assert "(1 edited)" in capsys.readouterr().err
     jax.make_jaxpr(_load(path).fused)(_load(path).x)
+
+
+def test_an_equinox_modules_loop_is_migrated_in_its_module(tmp_path, capsys, monkeypatch):
+    """The kernel is an `eqx.Module` (`jax.nn.gelu` in `__call__`): its `fori_loop`'s initial
+    carry is cast in the module's file, and the migrated pair's output and gradient equal the
+    original's and one device's."""
+    assert "model = kernels.Accumulate" in USES_EQX
+    new, err, kernels = _migrates_pair(tmp_path, capsys, monkeypatch, EQX, USES_EQX,
+                                       lambda x: 3 * jax.nn.gelu(x @ (jnp.eye(4) / 2)))
+    assert ("lax.fori_loop(0, 3, body, "
+            + _compat.vary_cast_source("jnp.zeros(x.shape)", ("sp",)) + ")") in new
+    assert f"{kernels}:{_line(EQX, 'fori_loop(')}: fori_loop: the initial carry" in err
