@@ -211,3 +211,22 @@ def line_ending_with(path: str, marker: str) -> int:
     own marker comment: `# the bias before the psum`)."""
     with open(path) as f:
         return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(marker))
+
+
+_PROJECTS = itertools.count()
+
+
+def module_project(tmp_path: Path, module_text: str, script_text: str, *, prefix: str,
+                   script: str) -> tuple[Path, Path, str]:
+    """A module and the script that imports it, in a folder of their own (`port
+    --enable-vma` of several files): the module named `{prefix}_N` (unique in the process, so
+    that each test imports its own), the script's `{prefix}` placeholder filled in with that
+    name. `(script path, module path, module name)`."""
+    name = f"{prefix}_{next(_PROJECTS)}"
+    folder = tmp_path / name
+    folder.mkdir()
+    module = folder / f"{name}.py"
+    module.write_text(module_text)
+    path = folder / script
+    path.write_text(script_text.format(**{prefix: name}))
+    return path, module, name

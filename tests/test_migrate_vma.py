@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import module_project
 
 from spmdtyped import _compat
 from spmdtyped._cli import infer as _infer_cli
@@ -607,16 +608,10 @@ def body(x):
     return model(x)''')
 
 def _project(tmp_path, kernels_text, script_text):
-    """The kernels and the script in their own folder (the kernel module named uniquely, so
-    that each test imports its own); `(script path, kernels path, module name)`."""
-    name = f"kernels_{next(_names)}"
-    folder = tmp_path / name
-    folder.mkdir()
-    kernels = folder / f"{name}.py"
-    kernels.write_text(kernels_text)
-    script = folder / "train.py"
-    script.write_text(script_text.format(kernels=name))
-    return script, kernels, name
+    """The kernels and the script in their own folder; `(script path, kernels path, module
+    name)`."""
+    return module_project(tmp_path, kernels_text, script_text, prefix="kernels",
+                          script="train.py")
 
 
 def _load_project(monkeypatch, folder, name):

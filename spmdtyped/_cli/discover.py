@@ -63,6 +63,7 @@ class Site:
     #: the first recorded call gives (a decorator applied before `with jax.set_mesh(...)`)
     context_mesh: bool = False
     names: tuple[str, ...] = ()  # the module-level names bound to `mapped` (or jit of it)
+    file: str | None = None      # the file of the call (`record_calls`: one of several)
 
     def matches(self, func: str) -> bool:
         return func == self.name or func in self.names
@@ -81,10 +82,11 @@ def _user_frame(frame: Any) -> Any:
 
 
 class _Recorder:
-    """The profile hook: `jax.shard_map`'s calls made by `file`, with what they returned."""
+    """The profile hook: `jax.shard_map`'s calls made by the files `files`, with what they
+    returned."""
 
-    def __init__(self, file: str) -> None:
-        self.file = file
+    def __init__(self, files: frozenset[str]) -> None:
+        self.files = files
         self.code = _shard_map_code()
         self.sites: list[Site] = []
         self._open: dict[int, tuple[Site | None, dict[str, Any]]] = {}
@@ -100,7 +102,8 @@ class _Recorder:
                 "in_specs": loc.get("in_specs", _compat.INFER),
                 "out_specs": loc.get("out_specs"), "axis_names": loc.get("axis_names", frozenset()),
                 "check_vma": loc.get("check_vma", True),
-                "line": caller.f_lineno if caller is not None else None}
+                "line": caller.f_lineno if caller is not None else None,
+                "file": caller.f_code.co_filename if caller is not None else None}
 
     def _called(self, frame: Any) -> None:
         """A call of a shard_map'd function (JAX's `wrapped(*args)`, the body its free `f`):
@@ -130,7 +133,7 @@ class _Recorder:
         if code is self.code:
             if event == "call":
                 caller = _user_frame(frame.f_back)
-                if caller is None or caller.f_code.co_filename != self.file:
+                if caller is None or caller.f_code.co_filename not in self.files:
                     return
                 self._open[id(frame)] = (None, {**self._record(frame.f_locals, caller),
                                                 "f": frame.f_locals.get("f")})
@@ -159,7 +162,7 @@ class _Recorder:
                                mesh=rec["mesh"], in_specs=rec["in_specs"],
                                out_specs=rec["out_specs"], axis_names=rec["axis_names"],
                                check_vma=rec["check_vma"], mapped=mapped,
-                               context_mesh=rec["context_mesh"]))
+                               context_mesh=rec["context_mesh"], file=rec["file"]))
 
 
 def _called_on(recorded: Any) -> Any:
@@ -202,7 +205,7 @@ def import_file(path: str) -> tuple[Any, list[Site]]:
     folder = os.path.dirname(path)
     if folder not in sys.path:
         sys.path.insert(0, folder)  # the module's siblings, as `python FILE` sees them
-    rec = _Recorder(module.__file__ or path)
+    rec = _Recorder(frozenset({module.__file__ or path}))
     old = sys.getprofile()
     sys.setprofile(rec)
     try:
@@ -210,6 +213,30 @@ def import_file(path: str) -> tuple[Any, list[Site]]:
     finally:
         sys.setprofile(old)
     return module, rec.sites
+
+
+def record_calls(fn: Any, files: Any) -> tuple[list[Site], BaseException | None]:
+    """Call `fn()` with the same hook as `import_file`: the `jax.shard_map` calls made by the
+    files `files` (paths) while it runs, at any depth (a shard_map decorating a function
+    defined inside the model's `attention`, called by the step `fn` runs), one site per
+    file and line (the first call's, with the first example arguments any call gives); and
+    the exception `fn` raised, or None."""
+    rec = _Recorder(frozenset(os.path.abspath(f) for f in files))
+    old = sys.getprofile()
+    sys.setprofile(rec)
+    raised: BaseException | None = None
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the caller reports it (JAX's verdict, mostly)
+        raised = e
+    finally:
+        sys.setprofile(old)
+    first: dict[tuple[str | None, int | None], Site] = {}
+    for site in rec.sites:
+        kept = first.setdefault((site.file, site.line), site)
+        if kept.args is None and site.args is not None:
+            first[(site.file, site.line)] = site
+    return list(first.values()), raised
 
 
 # ------------------------------------------------------------------- the source

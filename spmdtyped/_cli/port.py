@@ -102,6 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="turn JAX's checks on in code written for jax.shard_map(..., "
                              "check_vma=False): the check_vma=True program JAX accepts, with "
                              "the same numbers, and a report of what changes (see below)")
+    parser.add_argument("--run", metavar="FUNC",
+                        help="with --enable-vma: a function of the first FILE, called with no "
+                             "arguments, that runs the code to migrate once (a step on small "
+                             "inputs); the shard_maps it calls in any FILE are migrated, "
+                             "however deep (a decorator inside a model's function)")
     checked = parser.add_argument_group("what the module does not say (one FILE)")
     checked.add_argument("--entry", action="append", default=[], metavar="FUNC",
                          help="a function of FILE to trace (repeatable; default: every body "
@@ -121,6 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup_devices(parse_mesh(args.mesh)[1] if args.mesh else ())
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.run and not args.enable_vma:
+        print("error: --run goes with --enable-vma", file=sys.stderr)
         return 2
     if args.enable_vma:
         return _enable_vma(args)
@@ -186,6 +194,7 @@ def _write_or_diff(path: str, old: str, new: str, write: bool, done: str) -> Non
 
 def _enable_vma(args: argparse.Namespace) -> int:
     """`port --enable-vma FILE...`: the diff (or `--write`), the report on stderr."""
+    from ..adapters._port.vma_files import relname
     from .vma import print_report, run
 
     if args.entry or args.static:
@@ -205,17 +214,18 @@ def _enable_vma(args: argparse.Namespace) -> int:
             print(f"error: cannot read {path}: {e}", file=sys.stderr)
             return 2
     status = 0
-    for path in args.files:
+    # with --run: one migration, of the shard_maps the first file's function calls
+    for path in args.files[:1] if args.run else args.files:
         # (a module is imported under its file name: one of another folder with the same name
         # as this one, or as another given before it, cannot be a helper of this migration)
         helpers: dict[str, str] = {}
-        named = {os.path.basename(path)}
+        named = {relname(path)}
         for p in args.files:
-            if os.path.basename(p) not in named:
-                named.add(os.path.basename(p))
+            if relname(p) not in named:
+                named.add(relname(p))
                 helpers[p] = current[p]
         try:
-            old, new, changes, got, helped = run(path, args, helpers, current[path])
+            old, new, changes, got, helped = run(path, args, helpers, current[path], args.run)
         except Exception as e:  # noqa: BLE001 - the module's own failure is exit 2; the
             # other files migrate still (a kernel module whose own uncalled shard_map cannot
             # be traced keeps the edits the script's migration made in it)
@@ -234,7 +244,8 @@ def _enable_vma(args: argparse.Namespace) -> int:
                 else f"edited {path}: the edits JAX asks for with check_vma=True")
         _write_or_diff(path, originals[path], current[path], args.write, done)
     if not changed and status < 2:
-        print("nothing to migrate (no jax.shard_map(..., check_vma=False) call)", file=sys.stderr)
+        print("nothing to migrate (no jax.shard_map(..., check_vma=False) call"
+              f"{f' that {args.run}() makes' if args.run else ''})", file=sys.stderr)
     return max(status, 1 if args.check and changed else 0)
 
 

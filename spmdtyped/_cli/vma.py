@@ -33,39 +33,87 @@ EPILOG = ("--enable-vma: turn JAX's manual-axis checks on in code written for "
           "the report without rewriting.")
 
 
-def _jobs(path: str, flags: Any) -> tuple[list[Any], list[str]]:
-    """The shard_map bodies of `path` written with `check_vma=False` (as `discover.Job`s, in
-    line order), and the messages of those that cannot be traced."""
-    from jax.sharding import PartitionSpec
-
+def _sites(module: str, others: Sequence[str], entry: str | None
+           ) -> tuple[list[Any], BaseException | None]:
+    """The `jax.shard_map` calls to migrate and what the run raised: those of the file
+    `module` (`discover`), or, with `entry` (`--run FUNC`), those that `module` and the files
+    `others` make while the module's function `entry` runs (at any depth: a shard_map
+    decorating a function defined in the model's `attention`)."""
     from . import discover as _discover
 
-    _module, sites = _discover.discover(path)
+    if entry is None:
+        _module, sites = _discover.discover(module)
+        return sites, None
+    imported, _sites_at_import = _discover.import_file(module)
+    fn = getattr(imported, entry, None)
+    if not callable(fn):
+        raise ValueError(f"{os.path.basename(module)} has no function {entry} (--run)")
+    return _discover.record_calls(fn, [module, *others])
+
+
+def _site_key(site: Any, module: str, files: Mapping[str, str]) -> tuple[str, int | None]:
+    """A call's file, as its import names it (`files`: absolute path of an original or a
+    candidate -> its `vma_files.relname`), and line: equal for the original's call and a
+    candidate's."""
+    file = os.path.abspath(site.file or module)
+    return files.get(file, os.path.basename(file)), site.line
+
+
+def _files(names: Mapping[str, str], folder: str | None = None) -> dict[str, str]:
+    """`_site_key`'s `files`: the originals of `names` (a `vma_files.layout`) and, with
+    `folder`, their candidates there."""
+    out = {os.path.abspath(p): rel for p, rel in names.items()}
+    if folder is not None:
+        out.update({os.path.abspath(os.path.join(folder, rel)): rel for rel in names.values()})
+    return out
+
+
+def _jobs(path: str, flags: Any, others: Sequence[str] = (), entry: str | None = None
+          ) -> tuple[list[Any], list[str], dict[str, str]]:
+    """The shard_map bodies written with `check_vma=False` (`_sites`; as `discover.Job`s, in
+    the order they were called), the messages of those that cannot be traced, and the
+    files' `vma_files.layout` (read once they are imported)."""
+    from jax.sharding import PartitionSpec
+
+    from ..adapters._port.vma_files import layout
+    from . import discover as _discover
+
+    sites, raised = _sites(path, others, entry)
+    if raised is not None:
+        raise ValueError(f"{entry}() fails before any change: {type(raised).__name__}: "
+                         f"{str(raised)[:300]}") from raised
+    names = layout([path, *others])
     jobs: list[Any] = []
     errors: list[Any] = []
     for site in sites:
         if site.check_vma is not False:
             continue
-        made = _discover.job(site, flags, PartitionSpec, f"{os.path.basename(path)}:{site.line}")
+        name, line = _site_key(site, path, _files(names))
+        made = _discover.job(site, flags, PartitionSpec, f"{name}:{line}")
         (errors if isinstance(made, str) else jobs).append(made)
-    return jobs, errors
+    return jobs, errors, names
 
 
-def _job_line(job: Any) -> int | None:
-    tail = job.where.rpartition(":")[2]
-    return int(tail) if tail.isdigit() else None
+def _job_key(job: Any) -> tuple[str, int | None]:
+    """`_site_key` of the call a job was made from (its `where`, `FILE:LINE`)."""
+    name, _, tail = job.where.rpartition(":")
+    return name, int(tail) if tail.isdigit() else None
 
 
 def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None = None,
-        source: str | None = None) -> tuple[str, str, list[Any], int, dict[str, str]]:
+        source: str | None = None, entry: str | None = None
+        ) -> tuple[str, str, list[Any], int, dict[str, str]]:
     """`(old source, new source, report lines (Changes), status, the helpers' new sources)`:
     status 0 (JAX accepts the migrated module), 1 (an error no edit fixes, or the numbers
     change), 2 (cannot be read or traced). `helpers` (path -> current source): the other
     modules of the command line, which the shard_map bodies may call; an error raised in one
     is fixed there (`vma.migrate`). `source`: the module's text to start from (default: the
-    file's; its shard_map calls are read from the file)."""
+    file's; its shard_map calls are read from the file). `entry` (`--run FUNC`): the
+    shard_maps migrated are those the module's function `entry` calls, in the module and in
+    the helpers (a model's functions, called by a step `entry` runs once), their
+    `check_vma=False` turned on wherever they are written."""
     from ..adapters._conventions import made_current
-    from ..adapters._port import vma
+    from ..adapters._port import vma, vma_trace
     from .args import Flags, parse_mesh
 
     helpers = dict(helpers or {})
@@ -75,16 +123,17 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
     old = source
     sizes = parse_mesh(args.mesh) if args.mesh else ((), ())
     flags = Flags(args, sizes)
-    original, errors = _jobs(path, flags)
+    original, errors, layout = _jobs(path, flags, list(helpers), entry)
     if errors:
         raise ValueError("; ".join(errors))
     if not original:
         return old, old, [], 0, helpers
-    lines = {_job_line(j) for j in original}
+    keys = {_job_key(j) for j in original}
     order = tuple(original[0].mesh.axis_names)
-    names = _module_names(helpers)
+    names = _module_names(helpers, layout)
+    mine = layout[path]
 
-    def trace(candidate: str) -> list[tuple[BaseException, int | None]]:
+    def trace(candidate: str) -> list[tuple[BaseException, vma.SiteRef]]:
         from . import discover as _discover
 
         # the candidate is imported from a temporary folder: its siblings are the original's,
@@ -93,45 +142,71 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
         if folder not in sys.path:
             sys.path.insert(0, folder)
         _forget(names)
+        folder = candidate[:len(candidate) - len(mine)]
+        files = _files(layout, folder)
         try:
-            _module, sites = _discover.discover(candidate)
+            sites, raised = _sites(candidate, [os.path.join(folder, layout[h]) for h in helpers],
+                                   entry)
         except Exception as e:  # noqa: BLE001 - a module that runs its shard_map at import
             return [(e, None)]  # raises JAX's error there: the same error, the same edits
-        out: list[tuple[BaseException, int | None]] = []
+        out: list[tuple[BaseException, vma.SiteRef]] = []
         for site in sites:
-            if site.line not in lines:
+            key = _site_key(site, candidate, files)
+            if key not in keys:
                 continue
-            made = _discover.job(site, flags, _P(), f"{path}:{site.line}")
+            made = _discover.job(site, flags, _P(), f"{key[0]}:{site.line}")
             if isinstance(made, str):
                 raise ValueError(made)
             with made_current(made.mesh):   # the call's own mesh (the command line's first)
-                failed = vma.trace_job(made)
+                failed = vma_trace.trace_job(made)
             if failed is not None:
-                out.append((failed, site.line))
+                out.append((failed, site.line if key[0] == mine or site.line is None
+                            else (site.file, site.line)))
+        if not out and raised is not None:   # `entry`'s own failure, its traceback the place
+            out.append((raised, None))
         return out
 
     with made_current(flags.mesh_obj), _modules_kept(names):
-        migration = vma.migrate(path, old, trace, mesh_order=order, helpers=helpers)
+        migration = vma.migrate(path, old, trace, mesh_order=order, helpers=helpers,
+                                turn_on=_reached(original, layout) if entry else None,
+                                names=layout)
     changes = list(migration.changes)
     status = 1 if any(c.kind == "error" for c in changes) else 0
     if status == 0:
-        semantic, notes = _semantic(path, migration.source, original, flags, lines,
-                                    migration.helpers)
+        semantic, notes = _semantic(path, migration.source, original, flags,
+                                    migration.helpers, entry, layout)
         changes += semantic + notes
         status = 1 if semantic else 0
     return old, migration.source, changes, status, migration.helpers
 
 
-def _module_names(helpers: Mapping[str, str]) -> list[str]:
-    """The names `import` gives the helper modules (their file names' stems)."""
-    return [os.path.splitext(os.path.basename(p))[0] for p in helpers]
+def _reached(jobs: Sequence[Any], names: Mapping[str, str]) -> dict[str, set[int]]:
+    """The lines of the calls `jobs` were made from, by file (as given; `names`: their
+    `vma_files.layout`)."""
+    by_name = {rel: p for p, rel in names.items()}
+    out: dict[str, set[int]] = {}
+    for job in jobs:
+        name, line = _job_key(job)
+        if name in by_name and line is not None:
+            out.setdefault(by_name[name], set()).add(line)
+    return out
+
+
+def _module_names(helpers: Mapping[str, str], layout: Mapping[str, str]) -> list[str]:
+    """The names `import` gives the helper modules (`vma_files.module_name` of their
+    `layout` entries)."""
+    from ..adapters._port.vma_files import module_name
+
+    return [module_name(layout[p]) for p in helpers]
 
 
 @contextlib.contextmanager
 def _modules_kept(names: Sequence[str]) -> Iterator[None]:
     """`sys.modules`' entries of `names` as they were before, once the block is done (the
     candidates' copies of the helper modules are imported under the same names)."""
-    kept = {n: sys.modules[n] for n in names if n in sys.modules}
+    from ..adapters._port.vma_files import imported
+
+    kept = {n: sys.modules[n] for n in imported(names) if n in sys.modules}
     try:
         yield
     finally:
@@ -140,8 +215,11 @@ def _modules_kept(names: Sequence[str]) -> Iterator[None]:
 
 
 def _forget(names: Sequence[str]) -> None:
-    """Drop the modules `names` from `sys.modules`: the next `import` reads them anew."""
-    for name in names:
+    """Drop the modules `names` (and their packages', `vma_files.imported`) from
+    `sys.modules`: the next `import` reads them anew."""
+    from ..adapters._port.vma_files import imported
+
+    for name in imported(names):
         sys.modules.pop(name, None)
 
 
@@ -152,53 +230,62 @@ def _P() -> Any:
 
 
 def _semantic(path: str, new: str, original: list[Any], flags: Any,
-              lines: set[Any], helpers: Mapping[str, str] | None = None
-              ) -> tuple[list[Any], list[Any]]:
+              helpers: Mapping[str, str] | None = None, entry: str | None = None,
+              layout: Mapping[str, str] | None = None) -> tuple[list[Any], list[Any]]:
     """The semantic changes of the migrated source `new` (its shard_maps run against the
-    original's, the SPMD103 psums of its bodies), and the notes (its `psum(1, axis)`, what
+    original's, the SPMD103 psums of their bodies), and the notes (`psum(1, axis)`, what
     could not be checked). `helpers`: the migrated helper modules (path -> source), imported
-    by the candidate from the same folder."""
+    by the candidate from the same folder; `entry`, `layout`: as `run`'s."""
     import tempfile
 
     from ..adapters._conventions import made_current
-    from ..adapters._port import vma, vma_numbers
+    from ..adapters._port import vma, vma_files, vma_numbers
     from . import discover as _discover
 
     helpers = helpers or {}
     out: list[Any] = []
     notes: list[Any] = []
-    names = _module_names(helpers)
+    layout = {**vma_files.layout([path, *helpers]), **(layout or {})}
+    names = _module_names(helpers, layout)
+    texts = {layout[p]: t for p, t in {path: new, **helpers}.items()}
+    given = {layout[p]: p for p in helpers}
     with tempfile.TemporaryDirectory(prefix="spmdtyped-vma-") as tmp, _modules_kept(names):
-        candidate = vma.write_candidates(tmp, {path: new, **helpers})[path]
+        at = vma_files.write_candidates(tmp, {path: new, **helpers}, layout)
         _forget(names)
-        _module, sites = _discover.discover(candidate)
-        by_line = {s.line: s for s in sites}
+        sites, _raised = _sites(at[path], [at[h] for h in helpers], entry)
+        by_key = {_site_key(s, at[path], _files(layout, tmp)): s for s in sites}
         for job in original:
-            line = _job_line(job)
-            site = by_line.get(line)
+            key = _job_key(job)
+            site = by_key.get(key)
             if site is None:
                 continue
-            made = _discover.job(site, flags, _P(), f"{path}:{line}")
+            line, file = key[1], given.get(key[0])   # (file: a helper's call)
+            made = _discover.job(site, flags, _P(), f"{key[0]}:{line}")
             if isinstance(made, str):
                 continue
+            found: list[Any] = []
             with made_current(made.mesh):   # the call's own mesh (the command line's first)
                 try:
                     differs = vma_numbers.compare(job, made, line)
                 except Exception as e:  # noqa: BLE001 - the program's own failure to run
-                    notes.append(vma.Change(line, f"jax.shard_map({job.name}): not compared "
+                    found.append(vma.Change(line, f"jax.shard_map({job.name}): not compared "
                                             f"({type(e).__name__}: {str(e)[:200]})",
                                             "run both versions by hand (the command runs "
                                             "JAX on CPU devices unless JAX_PLATFORMS names "
                                             "another backend)", "note"))
                     differs = None
                 if differs is not None:
-                    out.append(differs)
+                    found.append(differs)
                 try:
-                    out += vma_numbers.gradient_psums(made, candidate, new, differs is not None)
+                    found += vma_numbers.gradient_psums(made, os.path.join(tmp, key[0]),
+                                                        texts[key[0]], differs is not None)
                 except Exception as e:  # noqa: BLE001 - infer's own failure: say so
-                    notes.append(vma.Change(line, f"jax.shard_map({job.name}): the gradient "
+                    found.append(vma.Change(line, f"jax.shard_map({job.name}): the gradient "
                                             f"psums not checked ({type(e).__name__})",
                                             f"python -m spmdtyped infer {path}", "note"))
+            for c in found:
+                (notes if c.kind == "note" and c.what.startswith("jax.shard_map(") else out
+                 ).append(dataclasses.replace(c, file=file))
     out += vma_numbers.axis_size_idioms(new)
     for h, text in helpers.items():
         out += [dataclasses.replace(c, file=h) for c in vma_numbers.axis_size_idioms(text)]

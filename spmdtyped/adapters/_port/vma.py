@@ -3,7 +3,7 @@ check_vma=False)` turned into the program JAX accepts with its checks on, and wh
 them on changes in the numbers.
 
 1. `enable_checks`: every literal `check_vma=False` of a shard_map call becomes `True`.
-2. `migrate`: the candidate is traced with the checks on (`trace_job`, by the caller's
+2. `migrate`: the candidate is traced with the checks on (`vma_trace.trace_job`, by the caller's
    `trace`); each error JAX raises about a loop carry (`fori_loop`, `scan`, `while_loop`:
    the initial carry is Invariant, the body makes it Varying) or about `cond` / `switch`
    branches in different states is fixed by a source edit (`jax.lax.pcast(..., to='varying')`
@@ -22,18 +22,14 @@ import os
 import re
 import tempfile
 import traceback
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
-import jax
-import jax.numpy as jnp
-import numpy as np
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from ... import _compat
 from ..._errors import SpmdTypeError
 from ..._errors.jax_messages import translate
-from .._infer import abstract_args
+from .vma_files import write_candidates
 from .vma_source import edited, func_name, is_shard_map_call, lax_name, offsets, replace, with_output_states
+from .vma_trace import IN_THE_GRADIENT
 
 
 @dataclasses.dataclass
@@ -70,11 +66,24 @@ class Migration:
     helpers: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def enable_checks(source: str) -> tuple[str, list[Change]]:
-    """Every literal `check_vma=False` of a shard_map call turned to `check_vma=True`."""
+def enable_checks(source: str, lines: Collection[int] | None = None
+                  ) -> tuple[str, list[Change]]:
+    """Every literal `check_vma=False` of a shard_map call turned to `check_vma=True`; with
+    `lines`, only those of the calls made at one of them (a call spanning the line, or the
+    decorator of a function defined there)."""
+    tree = ast.parse(source)
+    defined_at: dict[int, int] = {}   # a decorator -> the line its function's `def` is on
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined_at.update((id(d), node.lineno) for d in node.decorator_list)
+
+    def made_at_a_line(call: ast.Call) -> bool:
+        return lines is None or defined_at.get(id(call)) in lines or \
+            any(call.lineno <= line <= (call.end_lineno or call.lineno) for line in lines)
+
     found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and is_shard_map_call(node):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and is_shard_map_call(node) and made_at_a_line(node):
             for kw in node.keywords:
                 if kw.arg == "check_vma" and isinstance(kw.value, ast.Constant) \
                         and kw.value.value is False:
@@ -386,70 +395,17 @@ def _innermost_def(tree: ast.AST, node: ast.stmt | ast.expr) -> ast.FunctionDef 
     return best
 
 
-def trace_job(job: Any) -> BaseException | None:
-    """Trace one shard_map body (`job`: `fn`, `args`, `mesh`, `in_specs`, `out_specs`,
-    `axis_names`) with JAX's checks on, and its gradient (`pullback`: JAX checks the
-    backward program as well, a `custom_vjp`'s own `bwd` included) where the body is
-    differentiable with the checks off; the exception JAX raises, or None."""
-    sds = abstract_args(job.args, job.in_specs, job.mesh)
-
-    def smap(check_vma: bool) -> Any:
-        return _compat.shard_map(job.fn, mesh=job.mesh, in_specs=job.in_specs,
-                                 out_specs=job.out_specs, axis_names=job.axis_names,
-                                 check_vma=check_vma)
-
-    try:
-        jax.make_jaxpr(smap(True))(*sds)
-    except Exception as e:  # noqa: BLE001 - JAX's verdict is the result
-        return e
-    try:
-        jax.make_jaxpr(pullback(smap(True), sds))(*sds)
-    except Exception as e:  # noqa: BLE001 - JAX's verdict on the backward program
-        try:   # (a body that is not differentiable anyway: nothing the checks change)
-            jax.make_jaxpr(pullback(smap(False), sds))(*sds)
-        except Exception:  # noqa: BLE001
-            return None
-        e.add_note(IN_THE_GRADIENT)   # (the report says so: `_unfixed`)
-        return e
-    return None
-
-
-#: the note `trace_job` adds to an error JAX raised tracing the gradient only
-IN_THE_GRADIENT = "spmdtyped: raised tracing the gradient (jax.vjp of the shard_map)"
-
-
-def pullback(f: Callable[..., Any], sds: Sequence[Any]) -> Callable[..., Any]:
-    """`f`'s vector-Jacobian product with respect to its floating-point arguments, on ones
-    for its floating-point outputs: a function of `f`'s arguments whose trace holds the
-    backward program."""
-    flat, tree = jax.tree_util.tree_flatten(tuple(sds))
-    diff = [i for i, s in enumerate(flat) if _inexact(s)]
-
-    def run(*args: Any) -> Any:
-        values = jax.tree_util.tree_leaves(args)
-
-        def on(*d: Any) -> Any:
-            full = list(values)
-            for i, x in zip(diff, d, strict=True):
-                full[i] = x
-            return f(*jax.tree_util.tree_unflatten(tree, full))
-
-        out, vjp = jax.vjp(on, *(values[i] for i in diff))
-        return vjp(jax.tree_util.tree_map(
-            lambda o: jnp.ones_like(o) if _inexact(o) else np.zeros(o.shape, jax.dtypes.float0),
-            out))
-
-    return run
-
-
-def _inexact(x: Any) -> bool:
-    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.inexact)
+#: where a traced shard_map call is: its line in the migrated module, or (a candidate's path,
+#: line) in a helper module (`migrate`'s `trace`, `port --enable-vma --run`)
+SiteRef = int | tuple[str, int] | None
 
 
 def migrate(path: str, source: str,
-            trace: Callable[[str], Sequence[tuple[BaseException, int | None]]],
+            trace: Callable[[str], Sequence[tuple[BaseException, SiteRef]]],
             mesh_order: Sequence[str] = (), max_steps: int = 64,
-            helpers: Mapping[str, str] | None = None) -> Migration:
+            helpers: Mapping[str, str] | None = None,
+            turn_on: Mapping[str, Collection[int]] | None = None,
+            names: Mapping[str, str] | None = None) -> Migration:
     """Turn the checks on in `source` (the text of `path`) and fix what JAX rejects.
 
     `trace(candidate_path)` imports the candidate (written next to nothing: a temporary
@@ -460,14 +416,23 @@ def migrate(path: str, source: str,
     `helpers` (path -> source): modules the bodies call (a kernel library next to the
     training script), written into the same folder under their file names, which `trace`
     imports anew each time. An error is fixed in the innermost of the files its traceback
-    passes through (the `cond` of a helper's function is edited in the helper)."""
-    source, changes = enable_checks(source)
+    passes through (the `cond` of a helper's function is edited in the helper). `turn_on`
+    (path -> lines): only the shard_map calls made at those lines are turned on, in `path`
+    and in the helpers (the calls a run reached: `port --enable-vma --run`); without it,
+    every call of `path`. `names`: where the candidates are written in the folder
+    (`vma_files.layout`)."""
+    turn_on = turn_on or {}
+    source, changes = enable_checks(source, turn_on.get(path) if turn_on else None)
     sources = {path: source, **(helpers or {})}
+    for p in helpers or {}:
+        if turn_on.get(p):
+            sources[p], made = enable_checks(sources[p], turn_on[p])
+            changes += [dataclasses.replace(c, file=p) for c in made]
     remaining: list[Change] = []
     taken: set[tuple[str, int | None, str]] = set()
     with tempfile.TemporaryDirectory(prefix="spmdtyped-vma-") as tmp:
         for _ in range(max_steps):
-            at = write_candidates(tmp, sources)
+            at = write_candidates(tmp, sources, names)
             back = {c: p for p, c in at.items()}
             helper_at = {c: p for c, p in back.items() if p != path}
             errors = trace(at[path])
@@ -495,19 +460,6 @@ def migrate(path: str, source: str,
             if not progressed:
                 break
     return Migration(sources.pop(path), changes + remaining, sources)
-
-
-def write_candidates(folder: str, sources: Mapping[str, str]) -> dict[str, str]:
-    """Each module's text (`sources`: path -> text) written into `folder` under its file
-    name, where a candidate imports its siblings from; path -> the written file."""
-    at = {p: os.path.join(folder, os.path.basename(p)) for p in sources}
-    if len(set(at.values())) < len(at):
-        raise ValueError(f"the modules migrated together need distinct file names: "
-                         f"{', '.join(sorted(sources))}")
-    for p, text in sources.items():
-        with open(at[p], "w", encoding="utf-8") as fh:
-            fh.write(text)
-    return at
 
 
 #: JAX refusing a Varying cast of a value that is Varying there already
@@ -543,14 +495,21 @@ def _take_back(e: BaseException, files: Mapping[str, str], path: str, sources: d
     return False
 
 
-def _unfixed(e: BaseException, file: str, site: int | None = None,
+def _unfixed(e: BaseException, file: str, site: SiteRef = None,
              helpers: Mapping[str, str] | None = None, folder: str | None = None) -> Change:
     """The report line of an error no edit fixes: at the innermost line of `file` (the
     candidate) or of a helper (`helpers`: candidate path -> the helper's own path) in its
-    traceback; where it is raised in another module of `folder` (the original's), that
-    module named, since the edit belongs there."""
+    traceback, else at the shard_map call `site`; where it is raised in another module of
+    `folder` (the original's), that module named, since the edit belongs there."""
     helpers = helpers or {}
-    change = _unfixed_at(e, file, site)
+    site_file = None
+    if isinstance(site, tuple):
+        site_file, site = site
+        if site_file not in helpers:
+            site_file = None
+    change = _unfixed_at(e, file, None if site_file is not None else site)
+    if change.line is None and site_file is not None:
+        change.file, change.line = helpers[site_file], site
     if IN_THE_GRADIENT in getattr(e, "__notes__", ()):
         change.what += (" (in the gradient: the backward program JAX traces under jax.grad; "
                         "the forward program is accepted)")
