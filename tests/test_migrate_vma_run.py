@@ -386,3 +386,47 @@ def test_run_migrates_a_packages_module(tmp_path, capsys, monkeypatch, init):
     np.testing.assert_allclose(np.asarray(migrated.main()),
                                np.asarray(_one_device(migrated.params, migrated.x)),
                                rtol=1e-5, atol=1e-5)
+
+
+#: weights in a pytree class of the model's own (jax-llm-examples' `QuantArray`: values and
+#: their scales), whose specs are given as an instance of the class (an in_specs prefix)
+QUANT = MODEL.replace('''def mlp(x, w_up, w_down, cfg: Config):
+    @partial(jax.shard_map, mesh=cfg.mesh,
+             in_specs=(P("dp", None, None), P(None, "tp"), P("tp", None)),
+             out_specs=P("dp", None, None), check_vma=False)
+    def _f(x, w_up, w_down):
+        return jax.lax.psum(jax.nn.gelu(x @ w_up) @ w_down, "tp")
+''', '''@partial(jax.tree_util.register_dataclass, data_fields=["quant", "scale"], meta_fields=[])
+@dataclasses.dataclass
+class QuantArray:
+    quant: jax.Array
+    scale: jax.Array
+
+
+def mlp(x, w_up, w_down, cfg: Config):
+    w_up = QuantArray(w_up, jnp.ones(w_up.shape[-1:]))
+    up_spec = QuantArray(P(None, "tp"), P("tp"))
+
+    @partial(jax.shard_map, mesh=cfg.mesh, in_specs=(P("dp", None, None), up_spec, P("tp", None)),
+             out_specs=P("dp", None, None), check_vma=False)
+    def _f(x, w_up, w_down):
+        return jax.lax.psum(jax.nn.gelu(x @ w_up.quant * w_up.scale) @ w_down, "tp")
+''')
+
+
+def test_run_compares_the_numbers_of_a_body_taking_the_models_pytree_class(
+        tmp_path, capsys, monkeypatch):
+    """The migrated module's `QuantArray` is another class than the original's: each program
+    gets the same random values built from its own arguments, and the numbers are compared
+    (before: "not compared", JAX's pytree structure error between the two classes)."""
+    assert QUANT != MODEL
+    script, model, name = _project(tmp_path, QUANT, DRIVER)
+    assert _port_cli.main(["--enable-vma", "--run", "main", "--write", str(script),
+                           str(model)]) == 0
+    err = capsys.readouterr().err
+    assert "not compared" not in err and "notes" not in err
+    assert f"{model}:{_line(QUANT, 'None), check_vma=False)')}: jax.shard_map(" in err
+    migrated = _load(script, name, monkeypatch)
+    np.testing.assert_allclose(np.asarray(migrated.main()),
+                               np.asarray(_one_device(migrated.params, migrated.x)),
+                               rtol=1e-5, atol=1e-5)

@@ -51,9 +51,11 @@ def run_job(job: Any, inputs: Sequence[Any], check_vma: bool) -> Any:
 def compare(original: Any, migrated: Any, line: int | None, seed: int = 0) -> Change | None:
     """The report line when the migrated shard_map (check_vma=True) computes other numbers
     than the original (check_vma=False) on the same random inputs; None when they agree."""
-    inputs = random_inputs(original, seed)
-    want = jax.tree_util.tree_leaves(run_job(original, inputs, False))
-    got = jax.tree_util.tree_leaves(run_job(migrated, inputs, True))
+    # the same random values, built for each program from its own arguments: a pytree class
+    # of the module (a model's `QuantArray` of weights and scales) is the candidate's own
+    # class in the migrated program, which JAX does not take for the original's
+    want = jax.tree_util.tree_leaves(run_job(original, random_inputs(original, seed), False))
+    got = jax.tree_util.tree_leaves(run_job(migrated, random_inputs(migrated, seed), True))
     diffs = [float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
              if np.shape(a) == np.shape(b) else float("inf") for a, b in zip(want, got, strict=True)]
     scale = max([float(np.max(np.abs(np.asarray(a, np.float64)))) for a in want if np.size(a)]
