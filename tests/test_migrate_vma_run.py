@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _helpers import module_project
+from test_migrate_vma import CUSTOM_VJP
 
 from spmdtyped import _compat
 from spmdtyped._cli import port as _port_cli
@@ -430,3 +431,61 @@ def test_run_compares_the_numbers_of_a_body_taking_the_models_pytree_class(
     np.testing.assert_allclose(np.asarray(migrated.main()),
                                np.asarray(_one_device(migrated.params, migrated.x)),
                                rtol=1e-5, atol=1e-5)
+
+
+#: a shard_map whose body takes another path for a decode step (one token), as a model's
+#: attention does: only that path calls a `custom_vjp` whose backward loop starts Invariant
+#: (`test_migrate_vma.CUSTOM_VJP`)
+DECODE = "from functools import partial\n\n" + CUSTOM_VJP.replace(
+    "from jax import lax\n", "from jax import lax\nfrom jax.sharding import PartitionSpec as P\n"
+) + '''
+
+def block(x, mesh):
+    @partial(jax.shard_map, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"), check_vma=False)
+    def _f(x):
+        if x.shape[1] == 1:   # a decode step
+            return scaled(x)
+        return x * 3.0
+
+    return _f(x)
+'''
+
+DECODE_DRIVER = '''from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from {model} import block
+
+mesh = jax.make_mesh((4,), ("dp",), axis_types=(jax.sharding.AxisType.Auto,))
+x = np.asarray(np.random.default_rng(2).normal(size=(8, 4)), np.float32)
+
+
+def main():
+    step = jax.jit(partial(block, mesh=mesh))
+    return step(x), step(x[:, :1])
+
+
+def grad(x):
+    return jax.grad(lambda x: jnp.sum(jnp.sin(block(x, mesh))))(x)
+'''
+
+
+def test_run_traces_each_shape_a_call_is_made_with(tmp_path, capsys, monkeypatch):
+    """`main` calls the step on a prompt and on one token; the body's decode path is the
+    only one with a `custom_vjp`, whose backward loop JAX rejects with the checks on. The
+    call is traced once per shapes it was made with (its gradient too), so the backward loop
+    is migrated though `main` takes no gradient; the migrated decode step's gradient equals
+    one device's."""
+    script, model, name = _project(tmp_path, DECODE, DECODE_DRIVER)
+    assert _port_cli.main(["--enable-vma", "--run", "main", "--write", str(script),
+                           str(model)]) == 0
+    err = capsys.readouterr().err
+    new = model.read_text()
+    assert _compat.vary_cast_source("jnp.zeros(g.shape)", ("dp",)) in new
+    assert f"{model}:{_line(DECODE, 'lax.fori_loop(')}: fori_loop: the initial carry" in err
+    migrated = _load(script, name, monkeypatch)
+    token = jnp.asarray(migrated.x[:, :1])
+    np.testing.assert_allclose(np.asarray(migrated.grad(token)), 3 * np.cos(3 * np.asarray(token)),
+                               rtol=1e-5, atol=1e-6)

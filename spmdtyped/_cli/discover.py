@@ -215,12 +215,19 @@ def import_file(path: str) -> tuple[Any, list[Site]]:
     return module, rec.sites
 
 
+def signature(args: Any) -> tuple[Any, ...]:
+    """The shapes and dtypes of a call's arguments: what makes two calls of one site trace
+    different programs (a model's prefill and its decode step)."""
+    return tuple((tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x).__name__)))
+                 for x in jax.tree_util.tree_leaves(args))
+
+
 def record_calls(fn: Any, files: Any) -> tuple[list[Site], BaseException | None]:
     """Call `fn()` with the same hook as `import_file`: the `jax.shard_map` calls made by the
     files `files` (paths) while it runs, at any depth (a shard_map decorating a function
     defined inside the model's `attention`, called by the step `fn` runs), one site per
-    file and line (the first call's, with the first example arguments any call gives); and
-    the exception `fn` raised, or None."""
+    file, line and argument `signature` (the first such call's: a prefill and a decode step
+    are two); and the exception `fn` raised, or None."""
     rec = _Recorder(frozenset(os.path.abspath(f) for f in files))
     old = sys.getprofile()
     sys.setprofile(rec)
@@ -231,11 +238,9 @@ def record_calls(fn: Any, files: Any) -> tuple[list[Site], BaseException | None]
         raised = e
     finally:
         sys.setprofile(old)
-    first: dict[tuple[str | None, int | None], Site] = {}
+    first: dict[tuple[Any, ...], Site] = {}
     for site in rec.sites:
-        kept = first.setdefault((site.file, site.line), site)
-        if kept.args is None and site.args is not None:
-            first[(site.file, site.line)] = site
+        first.setdefault((site.file, site.line, signature(site.args)), site)
     return list(first.values()), raised
 
 

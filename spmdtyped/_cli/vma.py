@@ -94,10 +94,14 @@ def _jobs(path: str, flags: Any, others: Sequence[str] = (), entry: str | None =
     return jobs, errors, names
 
 
-def _job_key(job: Any) -> tuple[str, int | None]:
-    """`_site_key` of the call a job was made from (its `where`, `FILE:LINE`)."""
+def _job_key(job: Any) -> tuple[Any, ...]:
+    """`_site_key` of the call a job was made from (its `where`, `FILE:LINE`), and its
+    arguments' `discover.signature`: a site called with other shapes (a model's prefill and
+    its decode step) is another job."""
+    from .discover import signature
+
     name, _, tail = job.where.rpartition(":")
-    return name, int(tail) if tail.isdigit() else None
+    return name, int(tail) if tail.isdigit() else None, signature(job.args)
 
 
 def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None = None,
@@ -129,6 +133,7 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
     if not original:
         return old, old, [], 0, helpers
     keys = {_job_key(j) for j in original}
+    calls = {k[:2] for k in keys}   # (file, line)
     order = tuple(original[0].mesh.axis_names)
     names = _module_names(helpers, layout)
     mine = layout[path]
@@ -142,21 +147,23 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
         if folder not in sys.path:
             sys.path.insert(0, folder)
         _forget(names)
-        folder = candidate[:len(candidate) - len(mine)]
-        files = _files(layout, folder)
+        there = candidate[:len(candidate) - len(mine)]   # (the candidates' folder)
+        files = _files(layout, there)
         try:
-            sites, raised = _sites(candidate, [os.path.join(folder, layout[h]) for h in helpers],
+            sites, raised = _sites(candidate, [os.path.join(there, layout[h]) for h in helpers],
                                    entry)
         except Exception as e:  # noqa: BLE001 - a module that runs its shard_map at import
             return [(e, None)]  # raises JAX's error there: the same error, the same edits
         out: list[tuple[BaseException, vma.SiteRef]] = []
         for site in sites:
             key = _site_key(site, candidate, files)
-            if key not in keys:
+            if key not in calls:
                 continue
             made = _discover.job(site, flags, _P(), f"{key[0]}:{site.line}")
             if isinstance(made, str):
                 raise ValueError(made)
+            if _job_key(made) not in keys:   # (a call with shapes the original's did not have)
+                continue
             with made_current(made.mesh):   # the call's own mesh (the command line's first)
                 failed = vma_trace.trace_job(made)
             if failed is not None:
@@ -186,7 +193,7 @@ def _reached(jobs: Sequence[Any], names: Mapping[str, str]) -> dict[str, set[int
     by_name = {rel: p for p, rel in names.items()}
     out: dict[str, set[int]] = {}
     for job in jobs:
-        name, line = _job_key(job)
+        name, line, _signature = _job_key(job)
         if name in by_name and line is not None:
             out.setdefault(by_name[name], set()).add(line)
     return out
@@ -253,16 +260,19 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
         at = vma_files.write_candidates(tmp, {path: new, **helpers}, layout)
         _forget(names)
         sites, _raised = _sites(at[path], [at[h] for h in helpers], entry)
-        by_key = {_site_key(s, at[path], _files(layout, tmp)): s for s in sites}
+        files = _files(layout, tmp)
+        by_key: dict[tuple[Any, ...], Any] = {}
+        for site in sites:
+            name, line = _site_key(site, at[path], files)
+            made = _discover.job(site, flags, _P(), f"{name}:{line}")
+            if not isinstance(made, str):
+                by_key.setdefault(_job_key(made), made)
         for job in original:
             key = _job_key(job)
-            site = by_key.get(key)
-            if site is None:
+            made = by_key.get(key)
+            if made is None:
                 continue
             line, file = key[1], given.get(key[0])   # (file: a helper's call)
-            made = _discover.job(site, flags, _P(), f"{key[0]}:{line}")
-            if isinstance(made, str):
-                continue
             found: list[Any] = []
             with made_current(made.mesh):   # the call's own mesh (the command line's first)
                 try:
