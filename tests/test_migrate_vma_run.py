@@ -489,3 +489,74 @@ def test_run_traces_each_shape_a_call_is_made_with(tmp_path, capsys, monkeypatch
     token = jnp.asarray(migrated.x[:, :1])
     np.testing.assert_allclose(np.asarray(migrated.grad(token)), 3 * np.cos(3 * np.asarray(token)),
                                rtol=1e-5, atol=1e-6)
+
+
+#: a Pallas kernel (interpret mode, on CPU) in a shard_map manual over `tp` only (`axis_names`),
+#: on a mesh whose `dp` axis stays Explicit
+PARTIAL_PALLAS = '''from functools import partial
+
+import jax
+from jax.experimental import pallas as pl
+from jax.sharding import PartitionSpec as P
+
+
+def _kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2.0 + 1.0
+
+
+def block(x, mesh):
+    @partial(jax.shard_map, mesh=mesh, in_specs=P(None, "tp"), out_specs=P(None, "tp"),
+             axis_names={"tp"}, check_vma=False)
+    def _f(x):
+        return pl.pallas_call(_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              interpret=True)(x)
+
+    return _f(x)
+'''
+
+PARTIAL_PALLAS_DRIVER = '''from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+from {model} import block
+
+mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+x = jax.device_put(jnp.ones((8, 16)),
+                   jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "tp")))
+
+
+def main():   # (traced, not run: interpret mode cannot run a kernel under check_vma=True)
+    return jax.make_jaxpr(partial(block, mesh=mesh))(x)
+'''
+
+
+def test_run_gives_a_pallas_kernels_outputs_the_shard_maps_manual_axes(tmp_path, capsys,
+                                                                         monkeypatch):
+    """A shard_map manual over `tp` only: the kernel's outputs vary over `tp`, not over the
+    mesh's `dp` too, which JAX refuses ("Axes mentioned in `manual_axis_type` ... should be
+    of type `Manual`"): the migrated kernel is accepted with the checks on."""
+    script, model, name = _project(tmp_path, PARTIAL_PALLAS, PARTIAL_PALLAS_DRIVER)
+    assert _port_cli.main(["--enable-vma", "--run", "main", "--write", str(script),
+                           str(model)]) == 0
+    err = capsys.readouterr().err
+    assert "JAX still rejects" not in err
+    new = model.read_text()
+    assert "manual_axis_type=jax.sharding.ManualAxisType(varying={'tp'})" in new
+    migrated = _load(script, name, monkeypatch)
+    assert "pallas_call" in str(migrated.main())
+
+
+def test_a_kernel_run_at_import_gets_the_shard_maps_manual_axes_too(tmp_path, capsys):
+    """The same kernel in a module that runs its shard_map at import (no `--run`): JAX's error
+    is raised by the import, outside any traced body, and the manual axes are the module's
+    shard_map's. (Running it then fails in JAX's interpreter, which cannot run a kernel under
+    `check_vma=True`; on a TPU it runs.)"""
+    path = tmp_path / f"kernel_{next(_names)}.py"
+    driver = PARTIAL_PALLAS_DRIVER.split("from {model} import block")[1]
+    path.write_text(PARTIAL_PALLAS.replace("import jax\n", "import jax\nimport jax.numpy as jnp\n")
+                    + driver.replace("def main():", "y = jax.jit(partial(block, mesh=mesh))(x)"
+                                     "\n\n\ndef main():"))
+    assert _port_cli.main(["--enable-vma", "--write", str(path)]) in (0, 1)
+    assert "manual_axis_type=jax.sharding.ManualAxisType(varying={'tp'})" in path.read_text()
+    assert "should be of type `Manual`" not in capsys.readouterr().err

@@ -134,11 +134,15 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
         return old, old, [], 0, helpers
     keys = {_job_key(j) for j in original}
     calls = {k[:2] for k in keys}   # (file, line)
+    # an error raised outside any traced body (the import, `entry`) is about one of these:
+    # their manual axes when they all have the same
+    manuals = {_manual(j) for j in original}
+    manual = manuals.pop() if len(manuals) == 1 else ()
     order = tuple(original[0].mesh.axis_names)
     names = _module_names(helpers, layout)
     mine = layout[path]
 
-    def trace(candidate: str) -> list[tuple[BaseException, vma.SiteRef]]:
+    def trace(candidate: str) -> list[vma.Failed]:
         from . import discover as _discover
 
         # the candidate is imported from a temporary folder: its siblings are the original's,
@@ -153,8 +157,9 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
             sites, raised = _sites(candidate, [os.path.join(there, layout[h]) for h in helpers],
                                    entry)
         except Exception as e:  # noqa: BLE001 - a module that runs its shard_map at import
-            return [(e, None)]  # raises JAX's error there: the same error, the same edits
-        out: list[tuple[BaseException, vma.SiteRef]] = []
+            return [vma.Failed(e, None, manual)]   # raises JAX's error there: the same error,
+            # the same edits
+        out: list[vma.Failed] = []
         for site in sites:
             key = _site_key(site, candidate, files)
             if key not in calls:
@@ -167,10 +172,10 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
             with made_current(made.mesh):   # the call's own mesh (the command line's first)
                 failed = vma_trace.trace_job(made)
             if failed is not None:
-                out.append((failed, site.line if key[0] == mine or site.line is None
-                            else (site.file, site.line)))
+                out.append(vma.Failed(failed, site.line if key[0] == mine or site.line is None
+                                      else (site.file, site.line), _manual(made)))
         if not out and raised is not None:   # `entry`'s own failure, its traceback the place
-            out.append((raised, None))
+            out.append(vma.Failed(raised, None, manual))
         return out
 
     with made_current(flags.mesh_obj), _modules_kept(names):
@@ -185,6 +190,11 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
         changes += semantic + notes
         status = 1 if semantic else 0
     return old, migration.source, changes, status, migration.helpers
+
+
+def _manual(job: Any) -> tuple[str, ...]:
+    """The manual axes of a job's shard_map, in the mesh's order."""
+    return tuple(a for a in job.mesh.axis_names if not job.axis_names or a in job.axis_names)
 
 
 def _reached(jobs: Sequence[Any], names: Mapping[str, str]) -> dict[str, set[int]]:

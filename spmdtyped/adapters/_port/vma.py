@@ -176,9 +176,11 @@ def raised_in(e: BaseException, folder: str, given: Sequence[str] = ()) -> tuple
     return None
 
 
-def parse_error(e: BaseException, file: str, mesh_order: Sequence[str] = ()) -> list[Fix]:
+def parse_error(e: BaseException, file: str, mesh_order: Sequence[str] = (),
+                manual: Sequence[str] = ()) -> list[Fix]:
     """The edits JAX's error `e` asks for, one per mismatched carry component / branch output
-    JAX names ([]: not a carry / branch state mismatch)."""
+    JAX names ([]: not a carry / branch state mismatch); `manual`: the manual axes of the
+    shard_map that raised it (default: the mesh's, `mesh_order`)."""
     text = str(e)
     line = error_line(e, file)
     fixes = []
@@ -192,8 +194,9 @@ def parse_error(e: BaseException, file: str, mesh_order: Sequence[str] = ()) -> 
                 fixes.append(Fix("carry", calls, line, _ordered(axes, mesh_order), path=path))
         return fixes
     if _PALLAS.search(text):
-        # the outputs vary over the manual axes (a kernel computes each device's block)
-        return [Fix("pallas", ("pallas_call",), line, tuple(mesh_order))]
+        # the outputs vary over the manual axes (a kernel computes each device's block); JAX
+        # refuses an axis the shard_map leaves to the compiler (`axis_names`)
+        return [Fix("pallas", ("pallas_call",), line, tuple(manual or mesh_order))]
     head = _BRANCHES.search(text)
     if head is not None:
         for m in _BRANCH.finditer(text):
@@ -400,8 +403,19 @@ def _innermost_def(tree: ast.AST, node: ast.stmt | ast.expr) -> ast.FunctionDef 
 SiteRef = int | tuple[str, int] | None
 
 
-def migrate(path: str, source: str,
-            trace: Callable[[str], Sequence[tuple[BaseException, SiteRef]]],
+@dataclasses.dataclass(frozen=True)
+class Failed:
+    """What tracing a candidate raised (`migrate`'s `trace`)."""
+
+    error: BaseException
+    #: the shard_map call whose body raised it (None: the import, or `--run`'s function)
+    site: SiteRef = None
+    #: that call's manual axes, in the mesh's order (what a Pallas kernel's outputs vary
+    #: over; empty: unknown, the mesh's axes)
+    manual: tuple[str, ...] = ()
+
+
+def migrate(path: str, source: str, trace: Callable[[str], Sequence[Failed]],
             mesh_order: Sequence[str] = (), max_steps: int = 64,
             helpers: Mapping[str, str] | None = None,
             turn_on: Mapping[str, Collection[int]] | None = None,
@@ -410,8 +424,9 @@ def migrate(path: str, source: str,
 
     `trace(candidate_path)` imports the candidate (written next to nothing: a temporary
     folder, under `path`'s file name) and returns the exceptions its shard_map bodies raise
-    with the checks on, each with the line of its shard_map call (the line reported when the
-    traceback names none of the file's: an out_specs error, raised where JAX checks them).
+    with the checks on (`Failed`), each with its shard_map call (the line reported when the
+    traceback names none of the file's: an out_specs error, raised where JAX checks them)
+    and that call's manual axes.
 
     `helpers` (path -> source): modules the bodies call (a kernel library next to the
     training script), written into the same folder under their file names, which `trace`
@@ -438,13 +453,14 @@ def migrate(path: str, source: str,
             errors = trace(at[path])
             remaining = []
             progressed = False
-            for e, site in errors:
+            for failed in errors:
+                e, site = failed.error, failed.site
                 if _take_back(e, back, path, sources, changes, taken):
                     progressed = True
                     break
                 for file in error_files(e, list(at.values())):
                     p = back[file]
-                    for fix in parse_error(e, file, mesh_order):
+                    for fix in parse_error(e, file, mesh_order, failed.manual):
                         made = apply_fix(sources[p], fix)
                         if made is not None:
                             sources[p], change = made
