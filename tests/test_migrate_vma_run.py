@@ -560,3 +560,54 @@ def test_a_kernel_run_at_import_gets_the_shard_maps_manual_axes_too(tmp_path, ca
     assert _port_cli.main(["--enable-vma", "--write", str(path)]) in (0, 1)
     assert "manual_axis_type=jax.sharding.ManualAxisType(varying={'tp'})" in path.read_text()
     assert "should be of type `Manual`" not in capsys.readouterr().err
+
+
+#: jax-llm-examples' serving layout (`attention_cache_utils.py`): a shard_map with neither
+#: `mesh=` nor `in_specs=` (the mesh `jax.set_mesh` makes current, the specs read off the
+#: arguments' shardings), inside a function the step jits
+CACHE = '''import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+def update(cache, x):
+    def update_fn(cache, x):
+        def body(i, acc):
+            return acc + x * i
+        return cache + lax.fori_loop(0, 3, body, jnp.zeros(x.shape))
+
+    return jax.shard_map(update_fn, out_specs=jax.typeof(cache).sharding.spec,
+                         check_vma=False)(cache, x)
+'''
+
+CACHE_DRIVER = '''import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from {model} import update
+
+mesh = jax.make_mesh((4,), ("dp",), axis_types=(jax.sharding.AxisType.Explicit,))
+cache = jax.device_put(jnp.ones((8, 4)), NamedSharding(mesh, P("dp")))
+x = jax.device_put(jnp.arange(32.0).reshape(8, 4), NamedSharding(mesh, P("dp")))
+
+
+def main():
+    with jax.sharding.set_mesh(mesh):
+        return jax.jit(update)(cache, x)
+'''
+
+
+def test_run_migrates_a_call_without_mesh_or_in_specs_under_jit(tmp_path, capsys, monkeypatch):
+    """Inside `jax.jit` only the abstract mesh is current: the migration traces and runs the
+    body on a mesh of the same axes made of this process's devices, with the specs read off
+    the arguments (before: "Expected mesh of type `jax.sharding.Mesh`. Got AbstractMesh",
+    exit 2). The migrated update computes one device's `cache + 3 x`."""
+    script, model, name = _project(tmp_path, CACHE, CACHE_DRIVER)
+    assert _port_cli.main(["--enable-vma", "--run", "main", "--write", str(script),
+                           str(model)]) == 0
+    err = capsys.readouterr().err
+    assert f"{model}:{_line(CACHE, 'lax.fori_loop(')}: fori_loop: the initial carry" in err
+    assert "notes" not in err   # (the numbers were compared)
+    migrated = _load(script, name, monkeypatch)
+    np.testing.assert_allclose(np.asarray(migrated.main()),
+                               1 + 3 * np.arange(32.0).reshape(8, 4))

@@ -97,7 +97,7 @@ class _Recorder:
     def _record(self, loc: dict[str, Any], caller: Any) -> dict[str, Any]:
         mesh = loc.get("mesh")
         if mesh is None:
-            mesh = _compat.context_mesh(concrete=True)
+            mesh = _concrete(_compat.context_mesh(concrete=True))
         return {"mesh": mesh, "context_mesh": loc.get("mesh") is None,
                 "in_specs": loc.get("in_specs", _compat.INFER),
                 "out_specs": loc.get("out_specs"), "axis_names": loc.get("axis_names", frozenset()),
@@ -168,15 +168,29 @@ class _Recorder:
 def _called_on(recorded: Any) -> Any:
     """The mesh a function shard_map'd without `mesh=` is called on: the one current at the
     call; under `jax.jit` only its abstract mesh is known there, so `recorded` (current when
-    `jax.shard_map` was called) stands when it has the same axes, and is unknown (`--mesh`)
-    when it does not."""
+    `jax.shard_map` was called) stands when it has the same axes, and else the abstract
+    mesh made concrete (`_concrete`)."""
     current = _compat.context_mesh(concrete=True)
     if current is None or isinstance(current, jax.sharding.Mesh):
         return current if current is not None else recorded
     same = recorded is not None and recorded is not UNKNOWN and \
         tuple(current.axis_names) == tuple(recorded.axis_names) and \
         tuple(current.axis_sizes) == tuple(recorded.axis_sizes)
-    return recorded if same else UNKNOWN
+    return recorded if same else _concrete(current)
+
+
+def _concrete(mesh: Any) -> Any:
+    """A mesh with devices for an abstract one (all that `jax.set_mesh` shows inside
+    `jax.jit`, where a model's shard_map is called without `mesh=`): the same axis names,
+    sizes and types on this process's devices (`jax.make_mesh`), which is what tracing the
+    body and comparing its numbers need; unknown (`--mesh`) when the devices are too few."""
+    if mesh is None or isinstance(mesh, jax.sharding.Mesh) or not getattr(mesh, "axis_names", ()):
+        return mesh
+    try:
+        return jax.make_mesh(tuple(mesh.axis_sizes), tuple(mesh.axis_names),
+                             axis_types=tuple(mesh.axis_types))
+    except (ValueError, TypeError, AttributeError):
+        return UNKNOWN
 
 
 def _example(x: Any, mesh: Any) -> Any:

@@ -134,6 +134,8 @@ def abstract_args(args: Sequence[Any], in_specs: Any, mesh: Any) -> tuple[Any, .
     specs = in_specs if isinstance(in_specs, tuple) else (in_specs,) * len(args)
 
     def one(spec: Any, sub: Any) -> Any:
+        if spec is _compat.INFER:   # (JAX reads the spec off the argument's own sharding)
+            return sub
         spec = PartitionSpec() if spec is None else spec
         sharding = NamedSharding(mesh, spec)
         # a leaf that is no array (an in_spec of None: any Python object) is passed as is
