@@ -611,3 +611,88 @@ def test_run_migrates_a_call_without_mesh_or_in_specs_under_jit(tmp_path, capsys
     migrated = _load(script, name, monkeypatch)
     np.testing.assert_allclose(np.asarray(migrated.main()),
                                1 + 3 * np.arange(32.0).reshape(8, 4))
+
+
+#: flax nnx: the shard_map inside a module's `__call__` (weights read from `nnx.Param`s), a
+#: `jax.tree.map` lambda over the carry in the body, the step under `nnx.value_and_grad`
+NNX_MODEL = '''from functools import partial
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import PartitionSpec as P
+
+
+class Mixer(nnx.Module):
+    def __init__(self, mesh, rngs):
+        self.mesh = mesh
+        self.w = nnx.Param(jax.random.normal(rngs.params(), (8, 8)) / 3)
+
+    def __call__(self, x):
+        @partial(jax.shard_map, mesh=self.mesh, in_specs=(P("dp", None), P()),
+                 out_specs=P("dp", None), check_vma=False)
+        def _f(x, w):
+            def step(carry, _):
+                h, total = carry
+                h = jax.nn.tanh(h @ w)
+                return jax.tree.map(lambda a, b: a + b, (h, total), (0.0 * h, h)), None
+
+            (_, total), _ = jax.lax.scan(step, (x, jnp.zeros(x.shape)), None, length=3)
+            return total
+
+        return _f(x, self.w[...])
+'''
+
+NNX_DRIVER = '''import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from {model} import Mixer
+
+mesh = jax.make_mesh((4,), ("dp",), axis_types=(jax.sharding.AxisType.Auto,))
+model = Mixer(mesh, nnx.Rngs(0))
+x = jnp.asarray(np.random.default_rng(3).normal(size=(16, 8)), jnp.float32)
+
+
+@nnx.jit
+def train_step(model, x):
+    return nnx.value_and_grad(lambda m: jnp.sum(jnp.sin(m(x))))(model)
+
+
+def main():
+    loss, grads = train_step(model, x)
+    return loss, grads.w[...]
+'''
+
+
+def test_run_migrates_a_flax_nnx_modules_shard_map_under_value_and_grad(tmp_path, capsys,
+                                                                        monkeypatch):
+    """The scan's running total starts as `jnp.zeros(x.shape)` while the body adds Varying
+    values (through a `jax.tree.map` lambda): cast in the module's `__call__`; the migrated
+    step's loss and gradient equal the original's and one device's (three tanh layers,
+    summed)."""
+    script, model, name = _project(tmp_path, NNX_MODEL, NNX_DRIVER)
+    original = _load(script, name, monkeypatch)
+    loss, grad = original.main()
+    assert _port_cli.main(["--enable-vma", "--run", "main", "--write", str(script),
+                           str(model)]) == 0
+    err = capsys.readouterr().err
+    assert _compat.vary_cast_source("jnp.zeros(x.shape)", ("dp",)) in model.read_text()
+    assert f"{model}:{_line(NNX_MODEL, 'jax.lax.scan(')}: scan: the initial carry[1]" in err
+    migrated = _load(script, name, monkeypatch)
+    got_loss, got_grad = migrated.main()
+    np.testing.assert_allclose(float(got_loss), float(loss), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(got_grad), np.asarray(grad), rtol=1e-5, atol=1e-6)
+
+    def one_device(w, x):
+        total, h = 0.0, x
+        for _ in range(3):
+            h = jnp.tanh(h @ w)
+            total = total + h
+        return jnp.sum(jnp.sin(total))
+
+    w, x = migrated.model.w[...], migrated.x
+    np.testing.assert_allclose(float(got_loss), float(one_device(w, x)), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(got_grad), np.asarray(jax.grad(one_device)(w, x)),
+                               rtol=1e-4, atol=1e-5)
