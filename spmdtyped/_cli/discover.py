@@ -11,7 +11,10 @@ Two sources, the first winning:
    assignments (`f = jax.shard_map(body, ...)`), `functools.partial` bodies, calls inside
    functions the import runs. The objects are read from `jax.shard_map`'s own parameters
    (public API) at the call, and `mesh=None` is the mesh `jax.set_mesh` / `use_mesh` had made
-   current at that moment (a `with` block included).
+   current at that moment (a `with` block included; inside `jax.jit`, where only its
+   abstract mesh shows, a mesh of the same axes on this process's devices). `record_calls`
+   runs a function under the same hook (`port --enable-vma --run`): the calls several files
+   make while it runs, at any depth.
 2. **The source.** A `jax.shard_map(name, ...)` call in a function the import did not run
    (`def build(mesh): return jax.shard_map(step, mesh=mesh, ...)`): the body and each keyword
    are evaluated in the module's globals when they name module-level objects only (a

@@ -216,8 +216,9 @@ def _enable_vma(args: argparse.Namespace) -> int:
     status = 0
     # with --run: one migration, of the shard_maps the first file's function calls
     for path in args.files[:1] if args.run else args.files:
-        # (a module is imported under its file name: one of another folder with the same name
-        # as this one, or as another given before it, cannot be a helper of this migration)
+        # (a module is imported under its name, `vma_files.relname`: one of another folder
+        # with the same name as this one, or as another given before it, cannot be a helper
+        # of this migration)
         helpers: dict[str, str] = {}
         named = {relname(path)}
         for p in args.files:
