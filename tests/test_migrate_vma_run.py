@@ -297,34 +297,46 @@ def main():
 '''
 
 
+def _migrated_step(tmp_path, capsys, monkeypatch, model_text, driver_text):
+    """Port a project whose `main()` returns a training step's `(loss, gradient)`: the
+    report, the model's new text, the migrated script and its step, which equals the
+    original's."""
+    script, model, name = _project(tmp_path, model_text, driver_text)
+    original = _load(script, name, monkeypatch)
+    loss, grad = original.main()
+    assert _port_cli.main(["--enable-vma", "--run", "main", "--write", str(script),
+                           str(model)]) == 0
+    err = capsys.readouterr().err
+    migrated = _load(script, name, monkeypatch)
+    step = migrated.main()
+    np.testing.assert_allclose(float(step[0]), float(loss), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(step[1]), np.asarray(grad), rtol=1e-5, atol=1e-6)
+    return err, model, migrated, step
+
+
+def _step_equals_one_device(step, one_device, w, x):
+    """The step's loss and gradient (w.r.t. `w`) are `one_device(w, x)`'s."""
+    np.testing.assert_allclose(float(step[0]), float(one_device(w, x)), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(step[1]), np.asarray(jax.grad(one_device)(w, x)),
+                               rtol=1e-4, atol=1e-5)
+
+
 def test_run_migrates_an_equinox_modules_shard_map_under_filter_value_and_grad(
         tmp_path, capsys, monkeypatch):
     """The ring's accumulator starts as `jnp.zeros(h.shape, h.dtype)`; the block it adds varies:
     the scan's initial carry is cast in the module's `__call__`; the migrated step's loss and
     gradient equal the original's and one device's (every row gets the sum of all four
     blocks)."""
-    script, model, name = _project(tmp_path, EQX_MODEL, EQX_DRIVER)
-    original = _load(script, name, monkeypatch)
-    loss, grad = original.main()
-    assert _port_cli.main(["--enable-vma", "--run", "main", "--write", str(script),
-                           str(model)]) == 0
-    err = capsys.readouterr().err
-    new = model.read_text()
-    assert _compat.vary_cast_source("jnp.zeros(h.shape, h.dtype)", ("sp",)) in new
+    err, model, migrated, step = _migrated_step(tmp_path, capsys, monkeypatch, EQX_MODEL,
+                                                EQX_DRIVER)
+    assert _compat.vary_cast_source("jnp.zeros(h.shape, h.dtype)", ("sp",)) in model.read_text()
     assert f"{model}:{_line(EQX_MODEL, 'jax.lax.scan(')}: scan: the initial carry[0]" in err
-    migrated = _load(script, name, monkeypatch)
-    got_loss, got_grad = migrated.main()
-    np.testing.assert_allclose(float(got_loss), float(loss), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(got_grad), np.asarray(grad), rtol=1e-5, atol=1e-6)
 
     def one_device(w, x):
         h = jnp.tanh(x @ w).reshape(4, 4, 8).sum(0)
         return jnp.sum(jnp.sin(jnp.tile(h, (4, 1))))
 
-    w, x = migrated.mixer.w, migrated.x
-    np.testing.assert_allclose(float(got_loss), float(one_device(w, x)), rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(got_grad), np.asarray(jax.grad(one_device)(w, x)),
-                               rtol=1e-4, atol=1e-5)
+    _step_equals_one_device(step, one_device, migrated.mixer.w, migrated.x)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -672,18 +684,10 @@ def test_run_migrates_a_flax_nnx_modules_shard_map_under_value_and_grad(tmp_path
     values (through a `jax.tree.map` lambda): cast in the module's `__call__`; the migrated
     step's loss and gradient equal the original's and one device's (three tanh layers,
     summed)."""
-    script, model, name = _project(tmp_path, NNX_MODEL, NNX_DRIVER)
-    original = _load(script, name, monkeypatch)
-    loss, grad = original.main()
-    assert _port_cli.main(["--enable-vma", "--run", "main", "--write", str(script),
-                           str(model)]) == 0
-    err = capsys.readouterr().err
+    err, model, migrated, step = _migrated_step(tmp_path, capsys, monkeypatch, NNX_MODEL,
+                                                NNX_DRIVER)
     assert _compat.vary_cast_source("jnp.zeros(x.shape)", ("dp",)) in model.read_text()
     assert f"{model}:{_line(NNX_MODEL, 'jax.lax.scan(')}: scan: the initial carry[1]" in err
-    migrated = _load(script, name, monkeypatch)
-    got_loss, got_grad = migrated.main()
-    np.testing.assert_allclose(float(got_loss), float(loss), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(got_grad), np.asarray(grad), rtol=1e-5, atol=1e-6)
 
     def one_device(w, x):
         total, h = 0.0, x
@@ -692,7 +696,4 @@ def test_run_migrates_a_flax_nnx_modules_shard_map_under_value_and_grad(tmp_path
             total = total + h
         return jnp.sum(jnp.sin(total))
 
-    w, x = migrated.model.w[...], migrated.x
-    np.testing.assert_allclose(float(got_loss), float(one_device(w, x)), rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(got_grad), np.asarray(jax.grad(one_device)(w, x)),
-                               rtol=1e-4, atol=1e-5)
+    _step_equals_one_device(step, one_device, migrated.model.w[...], migrated.x)
