@@ -274,9 +274,9 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
         by_key: dict[tuple[Any, ...], Any] = {}
         for site in sites:
             name, line = _site_key(site, at[path], files)
-            made = _discover.job(site, flags, _P(), f"{name}:{line}")
-            if not isinstance(made, str):
-                by_key.setdefault(_job_key(made), made)
+            candidate_job = _discover.job(site, flags, _P(), f"{name}:{line}")
+            if not isinstance(candidate_job, str):
+                by_key.setdefault(_job_key(candidate_job), candidate_job)
         for job in original:
             key = _job_key(job)
             made = by_key.get(key)

@@ -441,8 +441,8 @@ def migrate(path: str, source: str, trace: Callable[[str], Sequence[Failed]],
     sources = {path: source, **(helpers or {})}
     for p in helpers or {}:
         if turn_on.get(p):
-            sources[p], made = enable_checks(sources[p], turn_on[p])
-            changes += [dataclasses.replace(c, file=p) for c in made]
+            sources[p], turned = enable_checks(sources[p], turn_on[p])
+            changes += [dataclasses.replace(c, file=p) for c in turned]
     remaining: list[Change] = []
     taken: set[tuple[str, int | None, str]] = set()
     with tempfile.TemporaryDirectory(prefix="spmdtyped-vma-") as tmp:
