@@ -129,6 +129,15 @@ def loss(params, x):
     return jax.numpy.sum(jax.numpy.sin(forward(params, x, cfg)))
 '''
 
+#: a shard_map of the script's own that `main` never calls
+UNCALLED = '''
+
+def debug_sum(v):
+    return jax.shard_map(lambda b: jax.lax.psum(b, "dp"), mesh=mesh,
+                         in_specs=jax.sharding.PartitionSpec("dp"),
+                         out_specs=jax.sharding.PartitionSpec(), check_vma=False)(v)
+'''
+
 _names = itertools.count()
 
 
@@ -178,14 +187,15 @@ def test_run_migrates_the_shard_maps_inside_a_models_functions(tmp_path, capsys,
     softmax's three accumulators are cast where the loop starts them, the script is left as
     it is, and the migrated model computes the original's output and gradient, and one
     device's."""
-    script, model, name = _project(tmp_path, MODEL, DRIVER)
+    script, model, name = _project(tmp_path, MODEL, DRIVER + UNCALLED)
     original = _load(script, name, monkeypatch)
     out, grads = _output_and_gradient(original)
     assert _port_cli.main(["--enable-vma", "--run", "main", "--write", str(script),
                            str(model)]) == 0
     stdout, err = capsys.readouterr()
     assert f"migrated {model} to check_vma=True" in stdout
-    assert script.read_text() == DRIVER.format(model=name)
+    # (the script's own shard_map, which `main` does not call, is left as well)
+    assert script.read_text() == (DRIVER + UNCALLED).format(model=name)
     new = model.read_text()
     # (the kernel `main` does not reach stays as it is: nothing traced it)
     assert new.count("check_vma=True") == 2 and new.count("check_vma=False") == 1

@@ -429,18 +429,17 @@ def migrate(path: str, source: str, trace: Callable[[str], Sequence[Failed]],
     and that call's manual axes.
 
     `helpers` (path -> source): modules the bodies call (a kernel library next to the
-    training script), written into the same folder under their file names, which `trace`
-    imports anew each time. An error is fixed in the innermost of the files its traceback
+    training script), written into the same folder (`vma_files.write_candidates`), which
+    `trace` imports anew each time. An error is fixed in the innermost of the files its traceback
     passes through (the `cond` of a helper's function is edited in the helper). `turn_on`
     (path -> lines): only the shard_map calls made at those lines are turned on, in `path`
-    and in the helpers (the calls a run reached: `port --enable-vma --run`); without it,
-    every call of `path`. `names`: where the candidates are written in the folder
-    (`vma_files.layout`)."""
-    turn_on = turn_on or {}
-    source, changes = enable_checks(source, turn_on.get(path) if turn_on else None)
+    and in the helpers (the calls a run reached: `port --enable-vma --run`; none of `path`'s
+    when it names none there); without it, every call of `path`. `names`: where the
+    candidates are written in the folder (`vma_files.layout`)."""
+    source, changes = enable_checks(source, None if turn_on is None else turn_on.get(path, ()))
     sources = {path: source, **(helpers or {})}
     for p in helpers or {}:
-        if turn_on.get(p):
+        if turn_on is not None and turn_on.get(p):
             sources[p], turned = enable_checks(sources[p], turn_on[p])
             changes += [dataclasses.replace(c, file=p) for c in turned]
     remaining: list[Change] = []
