@@ -68,28 +68,36 @@ def _files(names: Mapping[str, str], folder: str | None = None) -> dict[str, str
     return out
 
 
+def _job_of(site: Any, module: str, files: Mapping[str, str], flags: Any) -> Any:
+    """The `discover.Job` of a call of `module` (or of one of the files `files` names), its
+    `where` the call's `_site_key` (`FILE:LINE`); a message when it cannot be traced."""
+    from jax.sharding import PartitionSpec
+
+    from . import discover as _discover
+
+    name, line = _site_key(site, module, files)
+    return _discover.job(site, flags, PartitionSpec, f"{name}:{line}")
+
+
 def _jobs(path: str, flags: Any, others: Sequence[str] = (), entry: str | None = None
           ) -> tuple[list[Any], list[str], dict[str, str]]:
     """The shard_map bodies written with `check_vma=False` (`_sites`; as `discover.Job`s, in
     the order they were called), the messages of those that cannot be traced, and the
     files' `vma_files.layout` (read once they are imported)."""
-    from jax.sharding import PartitionSpec
-
     from ..adapters._port.vma_files import layout
-    from . import discover as _discover
 
     sites, raised = _sites(path, others, entry)
     if raised is not None:
         raise ValueError(f"{entry}() fails before any change: {type(raised).__name__}: "
                          f"{str(raised)[:300]}") from raised
     names = layout([path, *others])
+    files = _files(names)
     jobs: list[Any] = []
     errors: list[Any] = []
     for site in sites:
         if site.check_vma is not False:
             continue
-        name, line = _site_key(site, path, _files(names))
-        made = _discover.job(site, flags, PartitionSpec, f"{name}:{line}")
+        made = _job_of(site, path, files, flags)
         (errors if isinstance(made, str) else jobs).append(made)
     return jobs, errors, names
 
@@ -116,7 +124,7 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
     shard_maps migrated are those the module's function `entry` calls, in the module and in
     the helpers (a model's functions, called by a step `entry` runs once), their
     `check_vma=False` turned on wherever they are written."""
-    from ..adapters._conventions import made_current
+    from ..adapters._conventions import made_current, manual_axes
     from ..adapters._port import vma, vma_trace
     from .args import Flags, parse_mesh
 
@@ -136,15 +144,13 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
     calls = {k[:2] for k in keys}   # (file, line)
     # an error raised outside any traced body (the import, `entry`) is about one of these:
     # their manual axes when they all have the same
-    manuals = {_manual(j) for j in original}
+    manuals = {manual_axes(j.mesh, j.axis_names) for j in original}
     manual = manuals.pop() if len(manuals) == 1 else ()
     order = tuple(original[0].mesh.axis_names)
     names = _module_names(helpers, layout)
     mine = layout[path]
 
     def trace(candidate: str) -> list[vma.Failed]:
-        from . import discover as _discover
-
         # the candidate is imported from a temporary folder: its siblings are the original's,
         # but for the helpers, written there too (imported anew: the last edit's text)
         folder = os.path.dirname(os.path.abspath(path))
@@ -164,7 +170,7 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
             key = _site_key(site, candidate, files)
             if key not in calls:
                 continue
-            made = _discover.job(site, flags, _P(), f"{key[0]}:{site.line}")
+            made = _job_of(site, candidate, files, flags)
             if isinstance(made, str):
                 raise ValueError(made)
             if _job_key(made) not in keys:   # (a call with shapes the original's did not have)
@@ -173,7 +179,8 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
                 failed = vma_trace.trace_job(made)
             if failed is not None:
                 out.append(vma.Failed(failed, site.line if key[0] == mine or site.line is None
-                                      else (site.file, site.line), _manual(made)))
+                                      else (site.file, site.line),
+                                      manual_axes(made.mesh, made.axis_names)))
         if not out and raised is not None:   # `entry`'s own failure, its traceback the place
             out.append(vma.Failed(raised, None, manual))
         return out
@@ -190,11 +197,6 @@ def run(path: str, args: argparse.Namespace, helpers: Mapping[str, str] | None =
         changes += semantic + notes
         status = 1 if semantic else 0
     return old, migration.source, changes, status, migration.helpers
-
-
-def _manual(job: Any) -> tuple[str, ...]:
-    """The manual axes of a job's shard_map, in the mesh's order."""
-    return tuple(a for a in job.mesh.axis_names if not job.axis_names or a in job.axis_names)
 
 
 def _reached(jobs: Sequence[Any], names: Mapping[str, str]) -> dict[str, set[int]]:
@@ -240,12 +242,6 @@ def _forget(names: Sequence[str]) -> None:
         sys.modules.pop(name, None)
 
 
-def _P() -> Any:
-    from jax.sharding import PartitionSpec
-
-    return PartitionSpec
-
-
 def _semantic(path: str, new: str, original: list[Any], flags: Any,
               helpers: Mapping[str, str] | None = None, entry: str | None = None,
               layout: Mapping[str, str] | None = None) -> tuple[list[Any], list[Any]]:
@@ -257,7 +253,6 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
 
     from ..adapters._conventions import made_current
     from ..adapters._port import vma, vma_files, vma_numbers
-    from . import discover as _discover
 
     helpers = helpers or {}
     out: list[Any] = []
@@ -273,8 +268,7 @@ def _semantic(path: str, new: str, original: list[Any], flags: Any,
         files = _files(layout, tmp)
         by_key: dict[tuple[Any, ...], Any] = {}
         for site in sites:
-            name, line = _site_key(site, at[path], files)
-            candidate_job = _discover.job(site, flags, _P(), f"{name}:{line}")
+            candidate_job = _job_of(site, at[path], files, flags)
             if not isinstance(candidate_job, str):
                 by_key.setdefault(_job_key(candidate_job), candidate_job)
         for job in original:
