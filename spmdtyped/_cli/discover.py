@@ -31,12 +31,14 @@ after the import: the global shapes, dtypes and shardings.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import functools
 import importlib.util
 import inspect
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -222,14 +224,22 @@ def import_file(path: str) -> tuple[Any, list[Site]]:
     folder = os.path.dirname(path)
     if folder not in sys.path:
         sys.path.insert(0, folder)  # the module's siblings, as `python FILE` sees them
-    rec = _Recorder(frozenset({module.__file__ or path}))
+    with _recording([module.__file__ or path]) as rec:
+        spec.loader.exec_module(module)
+    return module, rec.sites
+
+
+@contextlib.contextmanager
+def _recording(files: Any) -> Iterator[_Recorder]:
+    """The profile hook (`_Recorder`) of the calls the files `files` (paths) make, on this
+    thread while the block runs."""
+    rec = _Recorder(frozenset(os.path.abspath(f) for f in files))
     old = sys.getprofile()
     sys.setprofile(rec)
     try:
-        spec.loader.exec_module(module)
+        yield rec
     finally:
         sys.setprofile(old)
-    return module, rec.sites
 
 
 def signature(args: Any) -> tuple[Any, ...]:
@@ -245,16 +255,12 @@ def record_calls(fn: Any, files: Any) -> tuple[list[Site], BaseException | None]
     defined inside the model's `attention`, called by the step `fn` runs), one site per
     file, line and argument `signature` (the first such call's: a prefill and a decode step
     are two); and the exception `fn` raised, or None."""
-    rec = _Recorder(frozenset(os.path.abspath(f) for f in files))
-    old = sys.getprofile()
-    sys.setprofile(rec)
     raised: BaseException | None = None
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - the caller reports it (JAX's verdict, mostly)
-        raised = e
-    finally:
-        sys.setprofile(old)
+    with _recording(files) as rec:
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - the caller reports it (JAX's verdict, mostly)
+            raised = e
     first: dict[tuple[Any, ...], Site] = {}
     for site in rec.sites:
         first.setdefault((site.file, site.line, signature(site.args)), site)
