@@ -48,24 +48,11 @@ def _package_depth(path: str) -> int:
     return depth
 
 
-def package_root(path: str) -> str | None:
-    """The outermost package folder holding the file `path`, or None (not in a package)."""
-    depth = _package_depth(path)
-    if depth == 0:
-        return None
-    folder = os.path.dirname(os.path.abspath(path))
-    for _ in range(depth - 1):
-        folder = os.path.dirname(folder)
-    return folder
-
-
 def relname(path: str) -> str:
     """The file's path as its import sees it: from the parent of its outermost package
     (`qwen3_jax/model.py`), or its file name."""
-    top = package_root(path)
-    if top is None:
-        return os.path.basename(path)
-    return os.path.relpath(os.path.abspath(path), os.path.dirname(top))
+    parts = os.path.abspath(path).split(os.sep)
+    return os.path.join(*parts[-(_package_depth(path) + 1):])
 
 
 def module_name(rel: str) -> str:
@@ -84,28 +71,29 @@ def layout(paths: Iterable[str]) -> dict[str, str]:
     return {p: relname(p) for p in paths}
 
 
-def _sources_only(folder: str, names: list[str]) -> set[str]:
-    return {n for n in names if not (n.endswith(".py") or os.path.isdir(os.path.join(folder, n)))
-            or n == "__pycache__"}
+def _not_sources(folder: str, names: list[str]) -> set[str]:
+    """What `shutil.copytree` leaves out of a package's copy: all but its Python files and
+    folders, and `__pycache__`."""
+    return {n for n in names if n == "__pycache__"
+            or not (n.endswith(".py") or os.path.isdir(os.path.join(folder, n)))}
 
 
 def write_candidates(folder: str, sources: Mapping[str, str],
                      names: Mapping[str, str] | None = None) -> dict[str, str]:
     """Each module's text (`sources`: path -> text) written into `folder` under its `relname`
-    (`names`, a `layout`; a package's module inside a copy of the package's Python files);
-    path -> the file."""
-    names = {**layout(p for p in sources if p not in (names or {})), **(names or {})}
-    at = {p: os.path.join(folder, names[p]) for p in sources}
+    (`names`, a `layout`, where it has one; a package's module inside a copy of the
+    package's Python files); path -> the file."""
+    rel = {p: (names or {}).get(p) or relname(p) for p in sources}
+    at = {p: os.path.join(folder, rel[p]) for p in sources}
     if len(set(at.values())) < len(at):
         raise ValueError(f"the modules migrated together need distinct file names: "
                          f"{', '.join(sorted(sources))}")
     for p, text in sources.items():
-        parts = names[p].split(os.sep)
-        if len(parts) > 1:
-            root = os.path.abspath(p)[:-len(names[p])]
-            copy = os.path.join(folder, parts[0])
-            if not os.path.isdir(copy):
-                shutil.copytree(os.path.join(root, parts[0]), copy, ignore=_sources_only)
+        top = rel[p].split(os.sep)[0]
+        if top != rel[p] and not os.path.isdir(os.path.join(folder, top)):
+            root = os.path.abspath(p)[:-len(rel[p])]
+            shutil.copytree(os.path.join(root, top), os.path.join(folder, top),
+                            ignore=_not_sources)
         with open(at[p], "w", encoding="utf-8") as fh:
             fh.write(text)
     return at
