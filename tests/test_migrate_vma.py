@@ -286,6 +286,7 @@ def test_gradient_psum_of_a_replicated_parameter_is_reported(tmp_path, capsys):
     assert f"{path}:{psum_line}: SPMD103: psum of a value that is already Invariant" in err
     assert "fix: drop the psum: the gradient is already summed over the axis" in err
     assert f"{path}:{size_line}: psum(1, axis) for the axis size" in err
+    assert f"{path}:{size_line}: SPMD103" not in err   # (the same number: a note only)
     assert 'fix: jax.lax.axis_size("dp")' in err
     assert f"{path}:{_line(DP_STEP, 'train_step = ')}: jax.shard_map(step): with check_vma=True the outputs differ" in err
     want, got = np.asarray(original.run(original)), np.asarray(migrated.run(migrated))
