@@ -367,9 +367,9 @@ def _carry_fix(tree: ast.AST, call: ast.Call, lam: ast.Lambda, name: str,
         return None
     carry = operand.id
     body = _innermost_def(tree, call)
-    scope = _innermost_def(tree, body) if body is not None else None
     if body is None:
         return None
+    scope = _innermost_def(tree, body)
     inside = {id(n) for n in ast.walk(body)}
     for loop in ast.walk(scope or tree):   # the loops of the scope that defines the function
         if not (isinstance(loop, ast.Call) and func_name(loop) in _BODY) or id(loop) in inside:
